@@ -1,0 +1,179 @@
+"""`python3 -m runner run|status|unit`: the runner's command line (the only module that imports argparse)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from runner import __version__
+from runner.config import Config
+from runner.durations import format_duration, parse_duration
+
+_DEFAULTS = Config(root=Path("."))
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m runner",
+        description="The queue runner: runs bash job files from ROOT/queue in lanes, "
+        "records events.jsonl and status.json, and says why every waiting job waits.",
+        epilog="Durations read 90, 90s, 10m, 6h or 2d.",
+    )
+    parser.add_argument("--version", action="version", version=f"runner {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the queue in the foreground until SIGTERM",
+                         description="Run the queue under ROOT until SIGTERM or SIGINT. On stop, running jobs "
+                         "are ended and go back to queue/ without using an attempt.",
+                         epilog="Durations read 90, 90s, 10m, 6h or 2d. Retry n waits "
+                         "backoff-base * 2**(n-1), at most backoff-max.")
+    run.add_argument("--root", required=True, type=Path, help="queue root (holds queue/ running/ done/ failed/ logs/)")
+    d = _DEFAULTS
+    warn_env = os.environ.get("REQUIRES_WARN_S")
+
+    def add(flag: str, default: float, text: str) -> None:
+        run.add_argument(flag, type=_duration, default=default, metavar="DURATION",
+                         help=f"{text} (default {format_duration(default)})")
+
+    add("--tick", d.tick_s, "how often the queue is scanned; a job's exit wakes the runner at once")
+    run.add_argument("--lanes", type=_csv, default=d.lanes,
+                     help=f"lanes, in the order they pick jobs (default {','.join(d.lanes)})")
+    run.add_argument("--exclusive", type=_csv, default=d.exclusive,
+                     help=f"lanes of which at most one runs at a time (default {','.join(d.exclusive)}; '' for none)")
+    run.add_argument("--gpu-lane", default=d.gpu_lane, help=f"lane that waits for foreign GPU users (default {d.gpu_lane})")
+    run.add_argument("--gpu-names", type=_csv, default=d.gpu_names,
+                     help=f"process names that count as GPU users (default {','.join(d.gpu_names)})")
+    run.add_argument("--gpu-device", action="append", default=[], metavar="PATH",
+                     help="an extra path that counts as a GPU device node when a process has it open (repeatable)")
+    add("--condition-timeout", d.condition_timeout_s, "a REQUIRES/DONE_IF run by bash is killed after this and counts false")
+    add("--kill-grace", d.kill_grace_s, "between TERM and KILL when ending a job's processes")
+    add("--backoff-base", d.backoff_base_s, "wait before the first retry")
+    add("--backoff-max", d.backoff_max_s, "longest wait between retries")
+    add("--requires-warn", float(warn_env) if warn_env else d.requires_warn_s,
+        "a REQUIRES false this long raises requires-wait (env REQUIRES_WARN_S in seconds also sets it)")
+    add("--requires-repeat", d.requires_repeat_s, "requires-wait is repeated this often while it lasts")
+    add("--blocked-repeat", d.blocked_repeat_s, "blocked is repeated this often while it lasts")
+    add("--gpu-wait-repeat", d.gpu_wait_repeat_s, "gpu-wait is repeated this often while a foreign GPU user stays")
+    add("--idle", d.idle_s, "nothing running while jobs wait (or a lane waiting) this long raises idle")
+    add("--idle-repeat", d.idle_repeat_s, "idle is repeated this often while it lasts")
+    add("--warn-after-net", d.warn_after["net"], "net jobs running longer than this raise long-running (a job's WARN_AFTER wins)")
+    add("--long-running-repeat", d.long_running_repeat_s, "long-running is repeated this often")
+    add("--stall", d.stall_s, "a running job whose log has not grown this long raises stalled")
+    add("--stall-repeat", d.stall_repeat_s, "stalled is repeated this often")
+    add("--correlate-window", d.correlate_window_s, "failures this close together are compared for a shared cause")
+    run.add_argument("--correlate-min", type=int, default=d.correlate_min,
+                     help=f"differently named jobs failing with the same line that raise correlated-failure (default {d.correlate_min})")
+
+    status = sub.add_parser("status", help="print what runs and why each queued job waits",
+                            description="Read ROOT/status.json and print it; --json prints it raw.")
+    status.add_argument("--root", required=True, type=Path, help="queue root")
+    status.add_argument("--json", action="store_true", help="print status.json as JSON")
+
+    unit = sub.add_parser("unit", help="print a systemd unit for this runner",
+                          description="Print a systemd service unit that runs this runner on ROOT.")
+    unit.add_argument("--root", required=True, type=Path, help="queue root")
+    unit.add_argument("--user", default=os.environ.get("USER", "root"), help="User= of the unit (default $USER)")
+    unit.add_argument("--python", default="/usr/bin/python3", help="interpreter (default /usr/bin/python3)")
+    unit.add_argument("--tick", default="10", help="--tick passed to the runner (default 10)")
+    return parser
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    return Config(
+        root=args.root,
+        tick_s=args.tick,
+        lanes=args.lanes,
+        exclusive=args.exclusive,
+        gpu_lane=args.gpu_lane,
+        gpu_names=args.gpu_names,
+        gpu_devices=tuple(args.gpu_device),
+        condition_timeout_s=args.condition_timeout,
+        kill_grace_s=args.kill_grace,
+        backoff_base_s=args.backoff_base,
+        backoff_max_s=args.backoff_max,
+        requires_warn_s=args.requires_warn,
+        requires_repeat_s=args.requires_repeat,
+        blocked_repeat_s=args.blocked_repeat,
+        gpu_wait_repeat_s=args.gpu_wait_repeat,
+        idle_s=args.idle,
+        idle_repeat_s=args.idle_repeat,
+        warn_after={"net": args.warn_after_net},
+        long_running_repeat_s=args.long_running_repeat,
+        stall_s=args.stall,
+        stall_repeat_s=args.stall_repeat,
+        correlate_window_s=args.correlate_window,
+        correlate_min=args.correlate_min,
+    )
+
+
+def unit_text(root: Path, user: str, python: str, tick: str) -> str:
+    package_parent = Path(__file__).resolve().parent.parent
+    return f"""[Unit]
+Description=plancompiler queue runner ({root})
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+User={user}
+Environment=PYTHONPATH={package_parent}
+ExecStart={python} -u -m runner run --root {root} --tick {tick}
+Restart=always
+RestartSec=15
+KillMode=control-group
+TimeoutStopSec=30
+LimitMEMLOCK=infinity
+Delegate=yes
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        from runner.core import Runner
+
+        if args.lanes and any(lane not in args.lanes for lane in args.exclusive):
+            print(f"runner: --exclusive names a lane not in --lanes: {','.join(args.exclusive)}", file=sys.stderr)
+            return 2
+        try:
+            args.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
+            return 2
+        return Runner(config_from(args)).serve()
+    if args.command == "status":
+        from runner.status import render_status
+
+        path = args.root / "status.json"
+        try:
+            status = json.loads(path.read_text())
+        except FileNotFoundError:
+            print(f"runner: no status.json under {args.root}: has a runner ever run there?", file=sys.stderr)
+            return 1
+        except ValueError as exc:
+            print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
+            return 1
+        print(json.dumps(status, indent=1) if args.json else render_status(status, time.time()))
+        return 0
+    print(unit_text(args.root.resolve(), args.user, args.python, args.tick), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""REQUIRES and DONE_IF: `test -e/-f/-s/-d PATH` chains by stat() in-process, anything else in a bounded `bash -c`."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from dataclasses import dataclass
+
+# One word of a fast condition: a single-quoted string, a double-quoted string with nothing
+# bash would expand, or a bare word of characters bash leaves alone.
+_WORD = r"""(?:'[^']*'|"[^"$`\\!]*"|[A-Za-z0-9_./+:,@%=-]+)"""
+_TEST = rf"(?:test\s+-([efsd])\s+({_WORD})|\[\s+-([efsd])\s+({_WORD})\s+\])"
+_TEST_RE = re.compile(_TEST)
+_CHAIN_RE = re.compile(rf"^\s*{_TEST}(?:\s*&&\s*{_TEST})*\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A compiled condition: `tests` set when it can be decided by stat() alone."""
+
+    text: str
+    tests: tuple[tuple[str, str], ...] | None
+
+    @property
+    def fast(self) -> bool:
+        return self.tests is not None
+
+    def paths(self) -> tuple[str, ...]:
+        return tuple(path for _, path in self.tests or ())
+
+
+def _unquote(word: str) -> str:
+    if len(word) >= 2 and word[0] == word[-1] and word[0] in "'\"":
+        return word[1:-1]
+    return word
+
+
+def compile_condition(text: str) -> Condition:
+    if not _CHAIN_RE.match(text):
+        return Condition(text, None)
+    tests = []
+    for m in _TEST_RE.finditer(text):
+        op = m.group(1) or m.group(3)
+        word = m.group(2) or m.group(4)
+        path = _unquote(word)
+        if path.startswith("~") or "*" in word or "?" in word or "[" in word:
+            return Condition(text, None)  # bash would expand it: let bash decide
+        tests.append((op, path))
+    return Condition(text, tuple(tests))
+
+
+def test_path(op: str, path: str) -> bool:
+    """What `test -OP PATH` answers, by stat() (following symlinks, as test does)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    import stat as stat_mod
+
+    if op == "e":
+        return True
+    if op == "f":
+        return stat_mod.S_ISREG(st.st_mode)
+    if op == "d":
+        return stat_mod.S_ISDIR(st.st_mode)
+    return st.st_size > 0  # -s
+
+
+@dataclass(frozen=True)
+class Outcome:
+    holds: bool
+    detail: str = ""  # why it could not be decided, e.g. "timed out after 10s"
+
+
+def evaluate(cond: Condition, cwd: str, timeout_s: float) -> Outcome:
+    if cond.tests is not None:
+        for op, path in cond.tests:
+            if not test_path(op, os.path.join(cwd, path)):
+                return Outcome(False, f"test -{op} {path} is false")
+        return Outcome(True)
+    return _run_bash(cond.text, cwd, timeout_s)
+
+
+def _run_bash(text: str, cwd: str, timeout_s: float) -> Outcome:
+    try:
+        proc = subprocess.Popen(
+            ["bash", "-c", text],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return Outcome(False, f"could not run bash: {exc}")
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        return Outcome(False, f"condition timed out after {timeout_s:g}s")
+    return Outcome(rc == 0, "" if rc == 0 else f"exited {rc}")

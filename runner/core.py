@@ -1,0 +1,661 @@
+"""The runner: `tick(now)` moves jobs between the queue's states; `serve()` calls it on every tick and child exit."""
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner import FORMAT_VERSION, __version__, jobfile, logs, procs
+from runner.conditions import Condition, compile_condition, evaluate
+from runner.config import Config
+from runner.queue import Queue, timestamp, write_json
+
+
+@dataclass
+class Parsed:
+    key: tuple[int, int, int]
+    job: jobfile.JobFile | jobfile.Invalid
+    requires: Condition | None = None
+    done_if: Condition | None = None
+
+
+@dataclass
+class Running:
+    filename: str
+    job: jobfile.JobFile
+    pid: int
+    lane: str
+    attempt: int
+    started: float
+    log_offset: int
+    tag: str
+    log_size: int = 0
+    log_grew_at: float = 0.0
+    timed_out: bool = False
+    announced: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Reason:
+    reason: str
+    since: float
+    detail: str = ""
+    blocker: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Runner:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.queue = Queue(config.root)
+        self.root = str(Path(config.root).resolve())
+        self.root_id = hashlib.sha1(self.root.encode()).hexdigest()[:12]
+        self.instance = secrets.token_hex(4)
+        self.state: dict[str, Any] = {}
+        self.parsed: dict[str, Parsed] = {}
+        self.running: dict[str, Running] = {}  # lane -> running job
+        self.exited: dict[int, int] = {}  # pid -> exit code, reaped but not yet handled
+        self.reasons: dict[str, Reason] = {}
+        self.lane_state: dict[str, tuple[str, str, str, str]] = {}
+        self.lane_since: dict[str, float] = {}
+        self.announced: dict[tuple[str, str], float] = {}
+        self.failures: list[tuple[float, str, str, str]] = []  # (time, job, signature, line)
+        self.correlated: dict[str, int] = {}
+        self.idle_since: float | None = None
+        self.gpu_unreadable = 0
+        self.started_at = 0.0
+        self.ticks = 0
+        self.stopping = False
+        self._manifest_cache: tuple[tuple[int, int, int], dict[str, Any] | None] | None = None
+        self._presence_tick = -1
+        self._presence_sets: tuple[set[str], set[str]] = (set(), set())
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self, now: float) -> None:
+        self.queue.ensure()
+        self.state = self.queue.load_state()
+        self.started_at = now
+        procs.set_child_subreaper()
+        self.queue.emit(now, "-", "runner-start", pid=os.getpid(), version=__version__, instance=self.instance)
+        leftovers = [p for p in procs.all_procs() if p.tag and p.tag.startswith(self.root_id + ":")]
+        if leftovers:
+            procs.end_processes([p.pid for p in leftovers], self.config.kill_grace_s, self.reap)
+            self.queue.emit(now, "-", "orphans-killed", why="left by an earlier runner life",
+                            pids=[p.pid for p in leftovers], cmds=[p.cmdline[:200] for p in leftovers])
+        for filename in self.queue.list_all("running"):
+            self.queue.move(filename, "running", "queue")
+            self._refund(filename)
+            self.queue.emit(now, filename, "recovered")
+        self.queue.save_state(self.state)
+
+    def stop(self, now: float, why: str = "SIGTERM") -> None:
+        """End every job's tree and put the jobs back in queue/ without using an attempt."""
+        for lane, run in list(self.running.items()):
+            self._end_tree(run)
+            self.running.pop(lane)
+            self.exited.pop(run.pid, None)
+            if (self.queue.dir("running") / run.filename).exists():
+                self.queue.move(run.filename, "running", "queue")
+            self._refund(run.filename)
+            self.queue.emit(now, run.filename, "recovered", why=f"runner stopped ({why})")
+        for lane in self.config.lanes:
+            self._set_lane(now, lane, ("stopped", "", "", ""))
+        self.queue.emit(now, "-", "runner-stop", why=why)
+        self.queue.save_state(self.state)
+        self._write_status(now, [])
+        self.queue.close()
+
+    def serve(self) -> int:
+        """Tick until SIGTERM/SIGINT; a child's exit wakes the loop at once."""
+        rfd, wfd = os.pipe()
+        os.set_blocking(rfd, False)
+        os.set_blocking(wfd, False)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        stop_signal: list[str] = []
+
+        def on_stop(signum: int, _frame: object) -> None:
+            stop_signal.append(signal.Signals(signum).name)
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.start(time.time())
+        while not stop_signal:
+            self.tick(time.time())
+            _drain(rfd)
+            if stop_signal or self._child_waiting():
+                continue
+            select.select([rfd], [], [], self.config.tick_s)
+            _drain(rfd)
+        self.stop(time.time(), stop_signal[0])
+        return 0
+
+    # -- the tick ------------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        self.ticks += 1
+        self.reap()
+        self._finish_exited(now)
+        self._enforce_timeouts(now)
+        self._watch_running(now)
+        queued = self._scan(now)
+        self._schedule(now, queued)
+        self._announce_waits(now, queued)
+        self._update_lanes(now, queued)
+        self._check_idle(now, queued)
+        self.queue.save_state(self.state)
+        self._write_status(now, queued)
+
+    def reap(self) -> None:
+        """Collect every child that ended: our jobs' codes are kept, orphans are just reaped."""
+        ours = {run.pid for run in self.running.values()}
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in ours:
+                self.exited[pid] = os.waitstatus_to_exitcode(status)
+
+    def _child_waiting(self) -> bool:
+        try:
+            return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return False
+
+    # -- scanning and parsing ------------------------------------------------------------------
+    def _scan(self, now: float) -> list[tuple[str, Parsed]]:
+        queued = []
+        qdir = self.queue.dir("queue")
+        names = self.queue.list("queue")
+        for filename in names:
+            path = qdir / filename
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            parsed = self.parsed.get(filename)
+            if parsed is None or parsed.key != key:
+                try:
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                job = jobfile.parse(filename, data, self.config.lanes)
+                parsed = Parsed(key, job)
+                if isinstance(job, jobfile.JobFile):
+                    parsed.requires = compile_condition(job.requires) if job.requires else None
+                    parsed.done_if = compile_condition(job.done_if) if job.done_if else None
+                self.parsed[filename] = parsed
+            if isinstance(parsed.job, jobfile.Invalid):
+                self.queue.move(filename, "queue", "failed")
+                self.queue.emit(now, filename, "invalid", reason=str(parsed.job))
+                self._forget(filename)
+                continue
+            queued.append((filename, parsed))
+        live = set(names)
+        for filename in list(self.parsed):
+            if filename not in live:
+                self.parsed.pop(filename)
+        for filename in list(self.reasons):
+            if filename not in live:
+                self.reasons.pop(filename)
+        return queued
+
+    def _forget(self, filename: str) -> None:
+        self.parsed.pop(filename, None)
+        self.reasons.pop(filename, None)
+        self.state["waiting_since"].pop(filename, None)
+
+    def _holds(self, cond: Condition | None) -> tuple[bool, str]:
+        if cond is None:
+            return True, ""
+        outcome = evaluate(cond, self.root, self.config.condition_timeout_s)
+        return outcome.holds, outcome.detail
+
+    # -- scheduling ----------------------------------------------------------------------------
+    def _schedule(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
+        parked = self._parked()
+        gpu_users: list[procs.GpuUser] | None = None
+        by_lane: dict[str, list[tuple[str, Parsed]]] = {lane: [] for lane in self.config.lanes}
+        for item in queued:
+            by_lane[item[1].job.lane].append(item)  # type: ignore[union-attr]
+        for lane in self.config.lanes:
+            started_here = ""
+            for filename, parsed in by_lane[lane]:
+                job = parsed.job
+                assert isinstance(job, jobfile.JobFile)
+                done, _ = self._holds(parsed.done_if) if parsed.done_if else (False, "")
+                if done:
+                    self.queue.move(filename, "queue", "done")
+                    self.queue.emit(now, filename, "skipped", note="DONE_IF already true")
+                    self._forget(filename)
+                    continue
+                until = self.state["backoff_until"].get(filename, 0)
+                if until > now:
+                    self._reason(now, filename, "backoff", f"retry at {timestamp(until)}")
+                    continue
+                ok, why = self._holds(parsed.requires)
+                if not ok:
+                    self._requires_false(now, filename, job, why)
+                    continue
+                self.state["waiting_since"].pop(filename, None)
+                if started_here:
+                    self._reason(now, filename, "order", f"{started_here} is ahead of it", started_here)
+                    continue
+                if lane in self.running:
+                    held = self.running[lane].filename
+                    self._reason(now, filename, "lane-busy", f"{held} is running in {lane}", held)
+                    continue
+                other = self._exclusive_holder(lane)
+                if other:
+                    self._reason(now, filename, "exclusive", f"{other.filename} holds exclusive lane {other.lane}",
+                                 other.filename)
+                    continue
+                if parked:
+                    self._reason(now, filename, "parked", parked)
+                    continue
+                if lane == self.config.gpu_lane:
+                    if gpu_users is None:
+                        gpu_users = self._gpu_users()
+                    if gpu_users:
+                        self._gpu_wait(now, filename, gpu_users)
+                        continue
+                self._start(now, filename, job)
+                started_here = filename
+        # The gpu-wait repeat is per foreign process; forget those that went away.
+        if gpu_users is not None and not gpu_users:
+            for key in [k for k in self.announced if k[0] == "gpu-wait"]:
+                self.announced.pop(key)
+
+    def _exclusive_holder(self, lane: str) -> Running | None:
+        if lane not in self.config.exclusive:
+            return None
+        for other in self.config.exclusive:
+            if other != lane and other in self.running:
+                return self.running[other]
+        return None
+
+    def _parked(self) -> str:
+        park = self.queue.root / "parked.json"
+        if not park.exists():
+            return ""
+        try:
+            import json
+
+            info = json.loads(park.read_text())
+            return f"parked since {info.get('since', '?')}: {info.get('reason', '')}".strip()
+        except (OSError, ValueError):
+            return "parked"
+
+    def _reason(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
+        current = self.reasons.get(filename)
+        if current and current.reason == reason and current.blocker == blocker:
+            current.detail = detail
+            current.extra = extra
+            return
+        since = now
+        if reason == "requires":
+            since = self.state["waiting_since"].get(filename, now)
+        self.reasons[filename] = Reason(reason, since, detail, blocker, extra)
+
+    def _gpu_users(self) -> list[procs.GpuUser]:
+        users, unreadable = procs.gpu_users(self.config.gpu_names, self.config.gpu_devices, self._is_ours)
+        self.gpu_unreadable = len(unreadable)
+        return users
+
+    def _is_ours(self, proc: procs.Proc) -> bool:
+        return bool(proc.tag and proc.tag.startswith(self.root_id + ":"))
+
+    def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
+        first = users[0]
+        self._reason(now, filename, "gpu-foreign", f"pid {first.pid} ({first.why}): {first.cmd[:120]}",
+                     f"pid {first.pid}", pid=first.pid, cmd=first.cmd[:200])
+        key = ("gpu-wait", f"{filename}:{first.pid}")
+        last = self.announced.get(key)
+        if last is None or now - last >= self.config.gpu_wait_repeat_s:
+            self.announced[key] = now
+            waited = now - self.reasons[filename].since
+            self.queue.emit(now, filename, "gpu-wait", pid=first.pid, ppid=str(first.ppid), cmd=first.cmd[:200],
+                            why=first.why, waited_s=int(waited), others=len(users) - 1)
+
+    def _requires_false(self, now: float, filename: str, job: jobfile.JobFile, why: str) -> None:
+        since = self.state["waiting_since"].setdefault(filename, now)
+        blocked = self._blocked(filename)
+        if blocked:
+            path, producer, failure = blocked
+            self._reason(now, filename, "blocked", failure, producer or path, path=path, producer=producer)
+            self.reasons[filename].since = min(self.reasons[filename].since, now)
+            return
+        self._reason(now, filename, "requires", job.requires or "", job.requires or "", why=why)
+        self.reasons[filename].since = since
+
+    def _blocked(self, filename: str) -> tuple[str, str, str] | None:
+        """(path, producer, why) when the manifest shows a REQUIRES path can never appear."""
+        manifest = self._manifest()
+        if not manifest:
+            return None
+        entry = manifest.get("jobs", {}).get(filename)
+        if not entry:
+            return None
+        external = set(manifest.get("external", []))
+        failed, present = self._presence()
+        for path in entry.get("requires", []):
+            full = os.path.join(self.root, path)
+            if os.path.exists(full) or path in external:
+                continue
+            producers = manifest.get("producers", {}).get(path, [])
+            if not producers:
+                return path, "", f"no job produces {path}"
+            if any(p in present for p in producers):
+                continue
+            producer = producers[0]
+            if producer in failed:
+                failure = self.state["last_failure"].get(producer, {})
+                summary = failure.get("summary", "failed")
+                return path, producer, f"{path} is produced by {producer}, which failed: {summary}"
+            return path, producer, f"{path} is produced by {producer}, which is not on this host"
+        return None
+
+    def _manifest(self) -> dict[str, Any] | None:
+        try:
+            st = self.queue.manifest_path.stat()
+        except OSError:
+            self._manifest_cache = None
+            return None
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if self._manifest_cache is None or self._manifest_cache[0] != key:
+            self._manifest_cache = (key, self.queue.read_manifest())
+        return self._manifest_cache[1]
+
+    def _presence(self) -> tuple[set[str], set[str]]:
+        """(failed, queued-running-or-done) job files, listed once per tick."""
+        if self._presence_tick != self.ticks:
+            self._presence_tick = self.ticks
+            self._presence_sets = (
+                set(self.queue.list_all("failed")),
+                set(self.queue.list_all("queue")) | set(self.queue.list_all("running"))
+                | set(self.queue.list_all("done")),
+            )
+        return self._presence_sets
+
+    # -- running jobs --------------------------------------------------------------------------
+    def _start(self, now: float, filename: str, job: jobfile.JobFile) -> None:
+        attempt = int(self.state["attempts"].get(filename, 0)) + 1
+        self.state["attempts"][filename] = attempt
+        self.queue.move(filename, "queue", "running")
+        log_path = self.queue.log_path(filename)
+        tag = f"{self.root_id}:{self.instance}:{filename}"
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"=== {timestamp(now)} start {filename} attempt {attempt} ===\n".encode())
+            offset = os.fstat(fd).st_size
+            env = dict(os.environ)
+            env[procs.TAG_VAR] = tag
+            env[procs.JOB_VAR] = filename
+            pid = procs.spawn(["bash", str(self.queue.dir("running") / filename)], env, self.root, fd)
+        finally:
+            os.close(fd)
+        self.running[job.lane] = Running(filename, job, pid, job.lane, attempt, now, offset, tag,
+                                         log_size=offset, log_grew_at=now)
+        self.reasons.pop(filename, None)
+        self.state["backoff_until"].pop(filename, None)
+        self.queue.emit(now, filename, "start", lane=job.lane, pid=pid, attempt=attempt)
+
+    def _tree(self, run: Running) -> list[procs.Proc]:
+        """Every live process of RUN: carrying its tag, or still in its session."""
+        return [p for p in procs.all_procs()
+                if p.state not in ("Z", "X") and p.pid != os.getpid() and (p.tag == run.tag or p.sid == run.pid)]
+
+    def _end_tree(self, run: Running) -> list[procs.Proc]:
+        tree = self._tree(run)
+        if tree:
+            procs.end_processes([p.pid for p in tree], self.config.kill_grace_s, self.reap)
+        self.reap()
+        return tree
+
+    def _enforce_timeouts(self, now: float) -> None:
+        for run in list(self.running.values()):
+            limit = run.job.timeout_s
+            if limit is None or run.timed_out or now - run.started < limit or run.pid in self.exited:
+                continue
+            run.timed_out = True
+            tree = self._end_tree(run)
+            self.queue.emit(now, run.filename, "timeout", limit_s=limit, elapsed_s=int(now - run.started),
+                            pids=[p.pid for p in tree], attempt=run.attempt)
+        self._finish_exited(now)
+
+    def _finish_exited(self, now: float) -> None:
+        for lane, run in list(self.running.items()):
+            if run.pid not in self.exited:
+                continue
+            rc = self.exited.pop(run.pid)
+            self.running.pop(lane)
+            left = [p for p in self._tree(run) if p.pid != run.pid]
+            if left:
+                procs.end_processes([p.pid for p in left], self.config.kill_grace_s, self.reap)
+                self.queue.emit(now, run.filename, "orphans-killed", pids=[p.pid for p in left],
+                                cmds=[p.cmdline[:200] for p in left])
+            self._finish(now, run, rc)
+
+    def _finish(self, now: float, run: Running, rc: int) -> None:
+        filename, job = run.filename, run.job
+        parsed_done = compile_condition(job.done_if) if job.done_if else None
+        verified: bool | None = None
+        if parsed_done is not None:
+            verified, _ = self._holds(parsed_done)
+        if rc == 0 and verified is not False and not run.timed_out:
+            self.queue.move(filename, "running", "done")
+            self.queue.emit(now, filename, "done", rc=rc, verified=verified, duration_s=int(now - run.started))
+            self.state["last_failure"].pop(filename, None)
+            return
+        details: dict[str, Any] = {"rc": rc, "attempt": run.attempt, "verified": verified,
+                                   "duration_s": int(now - run.started)}
+        tail = logs.tail_lines(self.queue.log_path(filename), self.config.tail_lines, run.log_offset)
+        if run.timed_out:
+            details["why"] = "timeout"
+            summary = f"timed out after {int(now - run.started)}s"
+        elif rc == 0:
+            missing = self._missing_outputs(job, parsed_done)
+            details["why"] = "exited 0 but DONE_IF is false"
+            details["missing"] = missing
+            names = ", ".join(m["path"] for m in missing) or job.done_if or ""
+            summary = f"exited 0 but DONE_IF is false (missing {names})"
+        else:
+            summary = f"exited {rc}"
+        lines = logs.meaningful(tail)
+        if lines:
+            summary += f": {lines[-1][:200]}"
+        details["tail"] = tail
+        if run.attempt < job.retries:
+            delay = min(self.config.backoff_base_s * 2 ** (run.attempt - 1), self.config.backoff_max_s)
+            self.state["backoff_until"][filename] = now + delay
+            self.queue.move(filename, "running", "queue")
+            self.queue.emit(now, filename, "retry", next_attempt=run.attempt + 1, backoff_s=delay, **details)
+        else:
+            self.queue.move(filename, "running", "failed")
+            self.state["last_failure"][filename] = {"ts": timestamp(now), "rc": rc, "summary": summary}
+            self.queue.emit(now, filename, "failed", **details)
+        self._correlate(now, filename, lines)
+
+    def _missing_outputs(self, job: jobfile.JobFile, done_if: Condition | None) -> list[dict[str, Any]]:
+        paths = list(job.outputs) or list(done_if.paths() if done_if else ())
+        missing = []
+        for path in paths:
+            full = os.path.join(self.root, path)
+            if not os.path.exists(full) or (os.path.isfile(full) and os.path.getsize(full) == 0):
+                missing.append({"path": path, "closest": logs.closest_names(full)})
+        return missing
+
+    def _correlate(self, now: float, filename: str, lines: list[str]) -> None:
+        if not lines:
+            return
+        line = lines[-1]
+        sig = logs.signature(line, filename)
+        window = self.config.correlate_window_s
+        self.failures = [f for f in self.failures if now - f[0] <= window]
+        self.failures.append((now, filename, sig, line))
+        jobs = sorted({f[1] for f in self.failures if f[2] == sig})
+        if len(jobs) >= self.config.correlate_min and len(jobs) > self.correlated.get(sig, 0):
+            self.correlated[sig] = len(jobs)
+            self.queue.emit(now, "-", "correlated-failure", jobs=jobs, line=line[:300], signature=sig,
+                            message=f"{len(jobs)} jobs failed with: {line[:200]}")
+
+    def _watch_running(self, now: float) -> None:
+        cfg = self.config
+        for run in self.running.values():
+            path = self.queue.log_path(run.filename)
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = run.log_size
+            if size != run.log_size:
+                run.log_size, run.log_grew_at = size, now
+                run.announced.pop("stalled", None)
+            warn = run.job.warn_after_s or cfg.warn_after.get(run.lane)
+            elapsed = now - run.started
+            if warn and elapsed >= warn and self._due(run.announced, "long-running", now, cfg.long_running_repeat_s):
+                self.queue.emit(now, run.filename, "long-running", lane=run.lane, elapsed_s=int(elapsed),
+                                warn_after_s=warn, last_line=logs.last_line(path))
+            silent = now - run.log_grew_at
+            if silent >= cfg.stall_s and self._due(run.announced, "stalled", now, cfg.stall_repeat_s):
+                self.queue.emit(now, run.filename, "stalled", lane=run.lane, silent_s=int(silent),
+                                log_size=size, last_line=logs.last_line(path))
+
+    @staticmethod
+    def _due(announced: dict[str, float], key: str, now: float, repeat: float) -> bool:
+        last = announced.get(key)
+        if last is not None and now - last < repeat:
+            return False
+        announced[key] = now
+        return True
+
+    # -- waiting announcements -----------------------------------------------------------------
+    def _announce_waits(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
+        cfg = self.config
+        for filename, reason in self.reasons.items():
+            if reason.reason == "requires":
+                waited = now - reason.since
+                key = ("requires-wait", filename)
+                if waited >= cfg.requires_warn_s and self._due_global(key, now, cfg.requires_repeat_s):
+                    self.queue.emit(now, filename, "requires-wait", requires=reason.detail, waited_s=int(waited))
+            elif reason.reason == "blocked":
+                key = ("blocked", filename + "|" + reason.detail)
+                if self._due_global(key, now, cfg.blocked_repeat_s):
+                    self.queue.emit(now, filename, "blocked", path=reason.extra.get("path"),
+                                    producer=reason.extra.get("producer") or None, why=reason.detail,
+                                    waited_s=int(now - reason.since))
+
+    def _due_global(self, key: tuple[str, str], now: float, repeat: float) -> bool:
+        last = self.announced.get(key)
+        if last is not None and now - last < repeat:
+            return False
+        self.announced[key] = now
+        return True
+
+    def _lane_view(self, lane: str, queued: list[tuple[str, Parsed]]) -> tuple[str, str, str, str]:
+        if lane in self.running:
+            return ("busy", self.running[lane].filename, "", "")
+        waiting = [(f, self.reasons.get(f)) for f, p in queued
+                   if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and f in self.reasons]
+        if not waiting:
+            return ("idle", "", "", "")
+        # The job that would run but for something outside it names the lane's cause.
+        for f, reason in waiting:
+            if reason and reason.reason not in ("requires", "blocked", "order", "lane-busy"):
+                return ("waiting", f, reason.reason, reason.blocker)
+        f, reason = waiting[0]
+        assert reason is not None
+        return ("waiting", f, reason.reason, reason.blocker)
+
+    def _update_lanes(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
+        for lane in self.config.lanes:
+            view = self._lane_view(lane, queued)
+            self._set_lane(now, lane, view)
+            if view[0] == "waiting" and now - self.lane_since[lane] >= self.config.idle_s:
+                if self._due_global(("idle-lane", lane), now, self.config.idle_repeat_s):
+                    self.queue.emit(now, "-", "idle", lane=lane, idle_s=int(now - self.lane_since[lane]),
+                                    waiting=view[1], reason=view[2], blocker=view[3])
+            elif view[0] != "waiting":
+                self.announced.pop(("idle-lane", lane), None)
+
+    def _set_lane(self, now: float, lane: str, view: tuple[str, str, str, str]) -> None:
+        if self.lane_state.get(lane) == view:
+            return
+        self.lane_state[lane] = view
+        self.lane_since[lane] = now
+        state, job, reason, blocker = view
+        details: dict[str, Any] = {"lane": lane, "state": state}
+        if reason:
+            details["reason"] = reason
+        if blocker:
+            details["blocker"] = blocker
+        self.queue.emit(now, job or "-", "lane", **details)
+
+    def _check_idle(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
+        if self.running or not queued:
+            self.idle_since = None
+            self.announced.pop(("idle", "-"), None)
+            return
+        if self.idle_since is None:
+            self.idle_since = now
+        idle = now - self.idle_since
+        if idle >= self.config.idle_s and self._due_global(("idle", "-"), now, self.config.idle_repeat_s):
+            waiting = {f: f"{r.reason}: {r.detail}" for f, r in self.reasons.items()}
+            self.queue.emit(now, "-", "idle", idle_s=int(idle), queued=len(queued), waiting=waiting)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _refund(self, filename: str) -> None:
+        attempts = self.state["attempts"]
+        if attempts.get(filename, 0) > 0:
+            attempts[filename] -= 1
+
+    def _write_status(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
+        running = []
+        for run in self.running.values():
+            path = self.queue.log_path(run.filename)
+            running.append({
+                "job": run.filename, "lane": run.lane, "pid": run.pid, "attempt": run.attempt,
+                "started": run.started, "elapsed_s": round(now - run.started, 1), "log": str(path),
+                "log_size": run.log_size, "log_grew_at": run.log_grew_at,
+                "timeout_s": run.job.timeout_s,
+                "warn_after_s": run.job.warn_after_s or self.config.warn_after.get(run.lane),
+                "last_line": logs.last_line(path),
+            })
+        waiting = []
+        for filename, parsed in queued:
+            reason = self.reasons.get(filename)
+            if reason is None:
+                continue
+            waiting.append({"job": filename, "lane": parsed.job.lane,  # type: ignore[union-attr]
+                            "reason": reason.reason, "detail": reason.detail, "blocker": reason.blocker,
+                            "since": reason.since})
+        status = {
+            "runner": {"pid": os.getpid(), "version": __version__, "format_version": FORMAT_VERSION,
+                       "instance": self.instance, "root": self.root, "started": self.started_at,
+                       "heartbeat": now, "heartbeat_ts": timestamp(now), "tick": self.ticks,
+                       "tick_s": self.config.tick_s},
+            "lanes": {lane: {"state": v[0], "job": v[1], "reason": v[2], "blocker": v[3],
+                             "since": self.lane_since.get(lane)} for lane, v in self.lane_state.items()},
+            "running": running,
+            "queued": waiting,
+            "parked": self._parked() or None,
+            "gpu_unreadable": self.gpu_unreadable,
+            "counts": {s: len(self.queue.list(s)) for s in ("queue", "running", "done", "failed")},
+        }
+        write_json(self.queue.status_path, status)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, OSError):
+        pass

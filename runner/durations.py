@@ -1,0 +1,27 @@
+"""Time values as users write them: `90`, `90s`, `10m`, `6h`, `2d`."""
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in TEXT; ValueError with the accepted forms if it is not a duration."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (use 90, 90s, 10m, 6h or 2d)")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form: 45s, 12m05s, 3h32m, 2d04h."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

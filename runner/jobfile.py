@@ -1,0 +1,181 @@
+"""Contract 1: parse and format job files; the compiler writes with `format`, the runner reads with `parse`."""
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from runner.durations import parse_duration
+
+SEED_KEYS = ("LANE", "REQUIRES", "DONE_IF", "RETRIES")
+HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN")
+DEFAULT_LANES = ("net", "gpu", "cpu")
+DEFAULT_LANE = "cpu"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_KEY_LINE = re.compile(r"^#\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+# A comment that looks like it meant to be a header key (`# LANE: gpu`, `#REQUIRE =x`).
+_KEYISH_LINE = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)\s*[:=]")
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """A job file that parsed completely: the only kind the runner executes."""
+
+    name: str
+    lane: str
+    body: str
+    requires: str | None = None
+    done_if: str | None = None
+    retries: int = 1
+    timeout_s: float | None = None
+    warn_after_s: float | None = None
+    outputs: tuple[str, ...] = ()
+    plan: str | None = None
+    keys: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Why a job file must never be executed; `line` is 1-based where one line is to blame."""
+
+    reason: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}" if self.line else self.reason
+
+
+def job_name(filename: str) -> str:
+    return filename[:-4] if filename.endswith(".job") else filename
+
+
+def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> JobFile | Invalid:
+    """The job in DATA (the bytes of FILENAME), or the precise reason it is not runnable."""
+    name = job_name(filename)
+    if not filename.endswith(".job"):
+        return Invalid(f"job file name {filename!r} does not end in .job")
+    if not NAME_RE.match(name) or ".." in name:
+        return Invalid(f"bad job name {name!r}: use letters, digits, '.', '_' and '-', not starting with '.' or '-'")
+    if not data.strip():
+        return Invalid("empty file" if not data else "file holds only whitespace")
+    if b"\0" in data:
+        return Invalid("file contains a NUL byte")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Invalid(f"not valid UTF-8 at byte {exc.start}")
+    if "\r" in text:
+        line = text[: text.index("\r")].count("\n") + 1
+        return Invalid("carriage return (CRLF line ends?): bash would see the \\r as part of the command", line)
+    lines = text.split("\n")
+    header: dict[str, str] = {}
+    header_lines: dict[str, int] = {}
+    body_start = len(lines)
+    for index, line in enumerate(lines):
+        lineno = index + 1
+        if index == 0 and line.startswith("#!"):
+            continue
+        if not line.startswith("#"):
+            body_start = index
+            break
+        match = _KEY_LINE.match(line)
+        if match:
+            key, value = match.group(1), match.group(2).strip()
+            if key not in HEADER_KEYS:
+                hint = difflib.get_close_matches(key.upper(), HEADER_KEYS, n=1)
+                suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+                return Invalid(f"unknown header key {key}{suggestion}; known keys: {', '.join(HEADER_KEYS)}", lineno)
+            if key in header:
+                return Invalid(f"header key {key} given twice (first on line {header_lines[key]})", lineno)
+            if not value:
+                return Invalid(f"header key {key} has an empty value", lineno)
+            header[key] = value
+            header_lines[key] = lineno
+        elif _KEYISH_LINE.match(line):
+            return Invalid(f"malformed header line {line!r}: write '# KEY=VALUE'", lineno)
+    body = "\n".join(lines[body_start:])
+    if not any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines[body_start:]):
+        return Invalid("no command after the header: nothing to run")
+    return _typed(name, header, header_lines, body, lanes)
+
+
+def _typed(
+    name: str, header: dict[str, str], where: dict[str, int], body: str, lanes: Sequence[str]
+) -> JobFile | Invalid:
+    lane = header.get("LANE", DEFAULT_LANE)
+    if lane not in lanes:
+        return Invalid(f"unknown LANE {lane!r}; this runner's lanes are {', '.join(lanes)}", where.get("LANE"))
+    retries = 1
+    if "RETRIES" in header:
+        try:
+            retries = int(header["RETRIES"])
+        except ValueError:
+            return Invalid(f"RETRIES must be a whole number, not {header['RETRIES']!r}", where["RETRIES"])
+        if retries < 1:
+            return Invalid("RETRIES must be at least 1 (it counts attempts)", where["RETRIES"])
+    durations: dict[str, float | None] = {"TIMEOUT": None, "WARN_AFTER": None}
+    for key in durations:
+        if key in header:
+            try:
+                durations[key] = parse_duration(header[key])
+            except ValueError as exc:
+                return Invalid(f"{key}: {exc}", where[key])
+    outputs: tuple[str, ...] = ()
+    if "OUTPUTS" in header:
+        try:
+            outputs = tuple(shlex.split(header["OUTPUTS"]))
+        except ValueError as exc:
+            return Invalid(f"OUTPUTS is not a list of shell words: {exc}", where["OUTPUTS"])
+    return JobFile(
+        name=name,
+        lane=lane,
+        body=body,
+        requires=header.get("REQUIRES"),
+        done_if=header.get("DONE_IF"),
+        retries=retries,
+        timeout_s=durations["TIMEOUT"],
+        warn_after_s=durations["WARN_AFTER"],
+        outputs=outputs,
+        plan=header.get("PLAN"),
+        keys=tuple(header),
+    )
+
+
+def format(  # noqa: A001 - the contract's name for the writer
+    *,
+    lane: str,
+    body: str,
+    requires: str | None = None,
+    done_if: str | None = None,
+    retries: int | None = None,
+    timeout: str | None = None,
+    warn_after: str | None = None,
+    outputs: Sequence[str] = (),
+    plan: str | None = None,
+    comment: str | None = None,
+) -> str:
+    """A job file's text: the header in contract order, an optional comment line, the body."""
+    values = {
+        "LANE": lane,
+        "REQUIRES": requires,
+        "DONE_IF": done_if,
+        "RETRIES": None if retries is None else str(retries),
+        "TIMEOUT": timeout,
+        "WARN_AFTER": warn_after,
+        "OUTPUTS": " ".join(shlex.quote(p) for p in outputs) if outputs else None,
+        "PLAN": plan,
+    }
+    lines = []
+    for key in HEADER_KEYS:
+        value = values[key]
+        if value is None:
+            continue
+        if "\n" in value or "\r" in value or not value.strip():
+            raise ValueError(f"header value for {key} must be one non-empty line: {value!r}")
+        lines.append(f"# {key}={value}")
+    if comment:
+        lines.append(f"# {comment}")
+    text = "\n".join(lines) + "\n" + body
+    return text if text.endswith("\n") else text + "\n"

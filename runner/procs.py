@@ -1,0 +1,225 @@
+"""Process ownership: spawn jobs in their own session with a tag, find what they left, end it; find foreign GPU users."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import stat
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+TAG_VAR = "PLAN_RUNNER_TAG"
+JOB_VAR = "PLAN_RUNNER_JOB"
+PR_SET_CHILD_SUBREAPER = 36
+# Character-device majors of GPU nodes: 226 DRM (/dev/dri/*), 261 accel, 195 nvidia, and
+# the AMD kfd major is dynamic, so /dev/kfd is matched by path as well.
+GPU_MAJORS = frozenset({226, 261, 195})
+GPU_PATH_PREFIXES = ("/dev/nvidia", "/dev/dri/renderD", "/dev/dri/card", "/dev/kfd", "/dev/accel/")
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    sid: int
+    state: str
+    comm: str
+    cmdline: str
+    tag: str | None  # None: environ unreadable or untagged
+
+
+def set_child_subreaper() -> bool:
+    """Orphans of our jobs come back to us instead of PID 1 (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def spawn(argv: Sequence[str], env: dict[str, str], cwd: str, log_fd: int) -> int:
+    """Start ARGV in a new session, output to LOG_FD (never a pipe: a server left behind would hold it)."""
+    exe = shutil.which(argv[0]) or argv[0]
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        old = os.getcwd()
+        os.chdir(cwd)
+        try:
+            return os.posix_spawn(
+                exe,
+                list(argv),
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, devnull, 0),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                ],
+                setsid=True,
+                setsigdef=(signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE),
+                setsigmask=(),
+            )
+        finally:
+            os.chdir(old)
+    finally:
+        os.close(devnull)
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def read_proc(pid: int) -> Proc | None:
+    raw = _read(f"/proc/{pid}/stat")
+    if raw is None:
+        return None
+    text = raw.decode(errors="replace")
+    lpar, rpar = text.find("("), text.rfind(")")
+    comm = text[lpar + 1 : rpar]
+    fields = text[rpar + 2 :].split()
+    try:
+        state, ppid, sid = fields[0], int(fields[1]), int(fields[3])
+    except (IndexError, ValueError):
+        return None
+    cmd = _read(f"/proc/{pid}/cmdline") or b""
+    cmdline = cmd.replace(b"\0", b" ").decode(errors="replace").strip()
+    env = _read(f"/proc/{pid}/environ")
+    tag = None
+    if env:
+        prefix = TAG_VAR.encode() + b"="
+        for item in env.split(b"\0"):
+            if item.startswith(prefix):
+                tag = item[len(prefix) :].decode(errors="replace")
+                break
+    return Proc(pid, ppid, sid, state, comm, cmdline or f"[{comm}]", tag)
+
+
+def all_procs() -> list[Proc]:
+    procs = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            proc = read_proc(int(entry))
+            if proc is not None:
+                procs.append(proc)
+    return procs
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (a killed process can linger as Z until its parent reaps it)."""
+    proc = read_proc(pid)
+    return proc is not None and proc.state not in ("Z", "X")
+
+
+def end_processes(pids: Iterable[int], grace_s: float, reap: Callable[[], None]) -> list[int]:
+    """TERM each pid, wait up to GRACE_S (reaping our own children meanwhile), then KILL the rest."""
+    pids = [p for p in pids if p != os.getpid()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        reap()
+        if not any(alive(p) for p in pids):
+            return []
+        time.sleep(0.05)
+    killed = []
+    for pid in pids:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                pass
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end and any(alive(p) for p in killed):
+        reap()
+        time.sleep(0.02)
+    return killed
+
+
+@dataclass(frozen=True)
+class GpuUser:
+    pid: int
+    ppid: int
+    cmd: str
+    why: str  # "name", "device /dev/dri/renderD128", "nvml", "unreadable"
+
+
+def _is_gpu_node(target: str, extra_paths: Sequence[str]) -> bool:
+    if any(target == p or target.startswith(p.rstrip("/") + "/") for p in extra_paths):
+        return True
+    if not target.startswith("/dev/"):
+        return False
+    if target.startswith(GPU_PATH_PREFIXES):
+        return True
+    try:
+        st = os.stat(target)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) in GPU_MAJORS
+
+
+def gpu_users(
+    names: Sequence[str], device_paths: Sequence[str], is_ours: Callable[[Proc], bool]
+) -> tuple[list[GpuUser], list[int]]:
+    """Processes not ours that use the GPU (by name or open device node), and pids whose fds we could not read."""
+    found: list[GpuUser] = []
+    unreadable: list[int] = []
+    me = os.getpid()
+    for proc in all_procs():
+        if proc.pid == me or proc.state in ("Z", "X") or is_ours(proc):
+            continue
+        if proc.comm in names or os.path.basename(proc.cmdline.split(" ", 1)[0]) in names:
+            found.append(GpuUser(proc.pid, proc.ppid, proc.cmdline, "name"))
+            continue
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+        except PermissionError:
+            if proc.ppid != 2 and proc.pid != 2:  # kernel threads have no fds to read
+                unreadable.append(proc.pid)
+            continue
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if _is_gpu_node(target, device_paths):
+                found.append(GpuUser(proc.pid, proc.ppid, proc.cmdline, f"device {target}"))
+                break
+    found.extend(_nvml_users(is_ours, {u.pid for u in found}))
+    return found, unreadable
+
+
+def _nvml_users(is_ours: Callable[[Proc], bool], seen: set[int]) -> list[GpuUser]:
+    try:
+        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+    except ImportError:
+        return []
+    users: list[GpuUser] = []
+    try:
+        pynvml.nvmlInit()
+        try:
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                infos = list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+                infos += list(pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+                for info in infos:
+                    proc = read_proc(info.pid)
+                    if info.pid in seen or info.pid == os.getpid() or (proc and is_ours(proc)):
+                        continue
+                    seen.add(info.pid)
+                    users.append(GpuUser(info.pid, proc.ppid if proc else 0, proc.cmdline if proc else "?", "nvml"))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - NVML is optional; a driver error must not stop the queue
+        return users
+    return users

@@ -1,0 +1,154 @@
+"""Contract 2 and 3: the queue directory, atomic files, state.json and the append-only events.jsonl."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+STATES = ("queue", "running", "done", "failed")
+# Contract 3: the closed vocabulary. Seed names first, with their seed fields kept.
+EVENTS = frozenset(
+    {
+        "runner-start", "start", "done", "failed", "retry", "recovered", "skipped", "gpu-wait",
+        "requires-wait", "invalid", "blocked", "timeout", "long-running", "stalled",
+        "orphans-killed", "idle", "correlated-failure", "lane", "runner-stop",
+        "parked", "unparked", "cancelled",
+    }
+)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write DATA to PATH so a reader sees the old file or the new one, never a part."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, value: Any) -> None:
+    atomic_write(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode())
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def timestamp(now: float) -> str:
+    """The seed's event time format: local time, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+
+
+class Queue:
+    """One queue root: the directories are the states, a rename is a transition."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.logs = self.root / "logs"
+        self.events_path = self.root / "events.jsonl"
+        self.state_path = self.root / "state.json"
+        self.status_path = self.root / "status.json"
+        self.manifest_path = self.root / "manifest.json"
+        self._events_fd: int | None = None
+
+    def dir(self, state: str) -> Path:
+        return self.root / state
+
+    def ensure(self) -> None:
+        for name in (*STATES, "logs"):
+            (self.root / name).mkdir(parents=True, exist_ok=True)
+
+    def list(self, state: str) -> list[str]:
+        """File names in STATE in priority (name) order; dot-files and temp files are skipped."""
+        try:
+            names = os.listdir(self.dir(state))
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if not n.startswith(".") and n.endswith(".job"))
+
+    def list_all(self, state: str) -> list[str]:
+        """Every non-dot entry in STATE, .job or not (so strays can be reported)."""
+        try:
+            return sorted(n for n in os.listdir(self.dir(state)) if not n.startswith("."))
+        except FileNotFoundError:
+            return []
+
+    def move(self, filename: str, src: str, dst: str) -> None:
+        os.replace(self.dir(src) / filename, self.dir(dst) / filename)
+        _fsync_dir(self.dir(dst))
+
+    def log_path(self, job: str) -> Path:
+        return self.logs / f"{job}.log"
+
+    def emit(self, now: float, job: str, event: str, **details: Any) -> dict[str, Any]:
+        """Append one event (contract 3) and flush it to disk before returning."""
+        if event not in EVENTS:
+            raise ValueError(f"unknown event {event!r}")
+        record = {"ts": timestamp(now), "job": job, "event": event, **details}
+        line = (json.dumps(record) + "\n").encode()
+        if self._events_fd is None:
+            self._events_fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._events_fd, line)
+        os.fsync(self._events_fd)
+        return record
+
+    def close(self) -> None:
+        if self._events_fd is not None:
+            os.close(self._events_fd)
+            self._events_fd = None
+
+    def load_state(self) -> dict[str, Any]:
+        """state.json; the seed's flat {job: attempts} form is read as attempts."""
+        try:
+            raw = read_json(self.state_path)
+        except (OSError, ValueError):
+            raw = None
+        state: dict[str, Any] = {"attempts": {}, "waiting_since": {}, "backoff_until": {}, "last_failure": {}}
+        if isinstance(raw, dict) and "attempts" in raw and isinstance(raw["attempts"], dict):
+            for key in state:
+                if isinstance(raw.get(key), dict):
+                    state[key] = raw[key]
+            for key, value in raw.items():
+                if key not in state:
+                    state[key] = value
+        elif isinstance(raw, dict):
+            state["attempts"] = {k: v for k, v in raw.items() if isinstance(v, int)}
+        return state
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        write_json(self.state_path, state)
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        try:
+            value = read_json(self.manifest_path)
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None

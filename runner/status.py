@@ -1,0 +1,46 @@
+"""status.json as a screen a person reads at a glance (shared by `runner status` and `plan status`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from runner.durations import format_duration
+
+# Worst first: what can never run, then what waits on something outside the plan.
+_REASON_ORDER = ("blocked", "gpu-foreign", "exclusive", "parked", "backoff", "requires", "lane-busy", "order")
+
+
+def render_status(status: dict[str, Any], now: float) -> str:
+    runner = status.get("runner", {})
+    beat = now - float(runner.get("heartbeat", 0) or 0)
+    lines = [f"runner pid {runner.get('pid')} v{runner.get('version')}  heartbeat {format_duration(beat)} ago"
+             f"  tick {runner.get('tick')}  root {runner.get('root')}"]
+    if status.get("parked"):
+        lines.append(f"PARKED: {status['parked']}")
+    counts = status.get("counts", {})
+    lines.append("jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()))
+    lines.append("")
+    lanes = status.get("lanes", {})
+    running = {r["lane"]: r for r in status.get("running", [])}
+    for lane, view in lanes.items():
+        run = running.get(lane)
+        if run:
+            grew = format_duration(now - float(run.get("log_grew_at") or now))
+            lines.append(f"  {lane:<5} {run['job']}  {format_duration(run['elapsed_s'])}"
+                         f"  attempt {run['attempt']}  log +{grew} ago")
+            if run.get("progress"):
+                lines.append(f"        {run['progress']}")
+            if run.get("last_line"):
+                lines.append(f"        | {run['last_line'][:110]}")
+        else:
+            state = view.get("state", "?")
+            why = f" ({view.get('reason')}: {view.get('blocker')})" if view.get("reason") else ""
+            lines.append(f"  {lane:<5} {state}{why}")
+    queued = status.get("queued", [])
+    if queued:
+        lines.append("")
+        lines.append(f"waiting ({len(queued)}):")
+        order = {r: i for i, r in enumerate(_REASON_ORDER)}
+        for item in sorted(queued, key=lambda q: (order.get(q["reason"], 99), q.get("since") or 0)):
+            since = format_duration(now - float(item.get("since") or now))
+            lines.append(f"  {item['reason']:<11} {since:>7}  {item['job']}  {item.get('detail', '')[:90]}")
+    return "\n".join(lines)
