@@ -1,0 +1,122 @@
+"""Shared fixtures: a real runner process on a tmp queue, and helpers to write jobs and read events."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def write_job(root: Path, name: str, text: str, state: str = "queue") -> Path:
+    path = root / state / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def read_events(root: Path) -> list[dict]:
+    try:
+        lines = (root / "events.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.05) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+class RunnerProcess:
+    """`python3 -m runner run` on ROOT as a real subprocess."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *flags: str) -> RunnerProcess:
+        self.root.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "runner", "run", "--root", str(self.root), "--tick", "0.2",
+                "--kill-grace", "1", *flags]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.stderr = open(self.root.parent / f"runner-{time.monotonic_ns()}.err", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(args, env=env, stdout=self.stderr, stderr=self.stderr)
+        wait_for(lambda: any(e["event"] == "runner-start" for e in self.events()[self._skip:]), 10)
+        return self
+
+    _skip = 0
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        events = read_events(self.root)
+        return [e for e in events if kind is None or e["event"] == kind]
+
+    def wait_event(self, kind: str, timeout: float = 10.0, **match: object) -> dict:
+        def found() -> dict | None:
+            for event in self.events(kind):
+                if all(event.get(k) == v for k, v in match.items()):
+                    return event
+            return None
+
+        return wait_for(found, timeout)  # type: ignore[return-value]
+
+    def status(self) -> dict:
+        return json.loads((self.root / "status.json").read_text())
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+        self._skip = len(self.events())
+        return self.proc.returncode
+
+
+@pytest.fixture
+def queue_root(tmp_path: Path) -> Path:
+    root = tmp_path / "q"
+    for state in ("queue", "running", "done", "failed", "logs"):
+        (root / state).mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def runner(queue_root: Path) -> Iterator[RunnerProcess]:
+    proc = RunnerProcess(queue_root)
+    yield proc
+    proc.stop()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass

@@ -1,0 +1,301 @@
+"""The real runner as a subprocess on a tmp queue, with real bash jobs (issue: the bundled runner)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, RunnerProcess, kill_quietly, pid_alive, wait_for, write_job
+
+
+def test_seed_92c_text_runs_with_local_paths(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    bench = tmp_path / "bench"
+    (bench / "a9-results/matrix").mkdir(parents=True)
+    (bench / "a9-results/matrix/.done-s2-fnmtpcx-flashnext-iq4xs").touch()
+    (bench / "fetch-azureml.sh").write_text('mkdir -p "$2" && echo "fetch $1" && touch "$2/.ok"\n')
+    models = tmp_path / "models"
+    write_job(queue_root, "92c-net-mai-code.job", f"""# LANE=net
+# REQUIRES=test -f {bench}/a9-results/matrix/.done-s2-fnmtpcx-flashnext-iq4xs
+# DONE_IF=test -f {models}/MAI-Code-1.1-Flash-On-Device/.ok
+# RETRIES=3
+bash {bench}/fetch-azureml.sh azureml://registries/azureml/models/MAI-Code-1.1-Flash-On-Device/versions/1 {models}/MAI-Code-1.1-Flash-On-Device
+""")
+    runner.start()
+    done = runner.wait_event("done", job="92c-net-mai-code.job")
+    assert done["rc"] == 0 and done["verified"] is True
+    assert (queue_root / "done/92c-net-mai-code.job").exists()
+    assert "fetch azureml://" in (queue_root / "logs/92c-net-mai-code.job.log").read_text()
+
+
+def test_unparseable_jobs_are_never_executed(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    side = tmp_path / "side-effect"
+    write_job(queue_root, "20-gpu-typo.job", "")
+    write_job(queue_root, "21-typo.job", f"# REQUIRE=test -f /nonexistent\ntouch {side}\n")
+    write_job(queue_root, "22-lane.job", f"# LANE=tpu\ntouch {side}\n")
+    (queue_root / "queue/23-crlf.job").write_bytes(f"# LANE=cpu\r\ntouch {side}\r\n".encode())
+    write_job(queue_root, ".staging.job", f"touch {side}\n")
+    write_job(queue_root, "notes.txt", f"touch {side}\n")
+    runner.start()
+    wait_for(lambda: len(runner.events("invalid")) == 4)
+    time.sleep(0.5)
+    assert not side.exists()
+    reasons = {e["job"]: e["reason"] for e in runner.events("invalid")}
+    assert reasons["20-gpu-typo.job"] == "empty file"
+    assert "did you mean REQUIRES" in reasons["21-typo.job"]
+    assert "unknown LANE 'tpu'" in reasons["22-lane.job"]
+    assert "carriage return" in reasons["23-crlf.job"]
+    assert sorted(os.listdir(queue_root / "failed")) == ["20-gpu-typo.job", "21-typo.job", "22-lane.job", "23-crlf.job"]
+    assert (queue_root / "queue/.staging.job").exists() and (queue_root / "queue/notes.txt").exists()
+    assert not runner.events("start")
+
+
+def test_net_and_gpu_never_overlap(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    spans = tmp_path / "spans"
+    for i in range(3):
+        for lane in ("net", "gpu"):
+            write_job(queue_root, f"{i}-{lane}.job",
+                      f"# LANE={lane}\necho \"start {lane} $(date +%s.%N)\" >> {spans}\nsleep 0.3\n"
+                      f"echo \"end {lane} $(date +%s.%N)\" >> {spans}\n")
+    write_job(queue_root, "0-cpu.job", f"# LANE=cpu\necho \"start cpu $(date +%s.%N)\" >> {spans}\nsleep 1\n"
+                                       f"echo \"end cpu $(date +%s.%N)\" >> {spans}\n")
+    runner.start()
+    wait_for(lambda: len(runner.events("done")) == 7, 20)
+    events = [line.split() for line in spans.read_text().splitlines()]
+    open_lanes: set[str] = set()
+    overlaps_with_cpu = False
+    for kind, lane, _ in sorted(events, key=lambda e: float(e[2])):
+        if kind == "start":
+            if lane in ("net", "gpu"):
+                assert not (open_lanes & {"net", "gpu"}), "net and gpu ran at the same time"
+            if open_lanes and ("cpu" in open_lanes or lane == "cpu"):
+                overlaps_with_cpu = True
+            open_lanes.add(lane)
+        else:
+            open_lanes.discard(lane)
+    assert overlaps_with_cpu, "the cpu lane should run beside an exclusive lane"
+    reasons = [e for e in runner.events("lane") if e.get("reason") == "exclusive"]
+    assert reasons, "a waiting exclusive lane should say so in a lane event"
+
+
+@pytest.mark.parametrize(
+    "leave_behind",
+    [
+        "sleep 300 &",
+        "nohup sleep 300 >/dev/null 2>&1 &",
+        "setsid sleep 300 >/dev/null 2>&1 < /dev/null &",
+        "( ( exec sleep 300 ) & ) ; sleep 0.1",
+    ],
+    ids=["ampersand", "nohup", "setsid", "double-fork"],
+)
+def test_server_left_behind_is_ended_and_named(queue_root: Path, runner: RunnerProcess, leave_behind: str) -> None:
+    write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\n{leave_behind}\necho $! > pidfile\nexit 0\n")
+    runner.start()
+    killed = runner.wait_event("orphans-killed", job="65-gpu-intake.job")
+    assert any("sleep 300" in cmd for cmd in killed["cmds"])
+    for pid in killed["pids"]:
+        wait_for(lambda pid=pid: not pid_alive(pid), 5)
+    runner.wait_event("done", job="65-gpu-intake.job")
+    leftovers = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout.split()
+    for pid in leftovers:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+        assert b"PLAN_RUNNER_TAG" not in env, f"tagged process {pid} survived"
+
+
+def _fake_llama_server(tmp_path: Path) -> Path:
+    exe = tmp_path / "bin" / "llama-server"
+    exe.parent.mkdir(exist_ok=True)
+    shutil.copy("/bin/sleep", exe)
+    return exe
+
+
+def test_foreign_gpu_process_blocks_gpu_lane_with_repeated_gpu_wait(tmp_path: Path, queue_root: Path,
+                                                                    runner: RunnerProcess) -> None:
+    server = subprocess.Popen([str(_fake_llama_server(tmp_path)), "300"])
+    try:
+        write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\necho bench\n")
+        write_job(queue_root, "71-cpu.job", "# LANE=cpu\necho cpu\n")
+        runner.start("--gpu-wait-repeat", "0.5")
+        runner.wait_event("done", job="71-cpu.job")
+        wait_for(lambda: len(runner.events("gpu-wait")) >= 2, 5)
+        waits = runner.events("gpu-wait")
+        assert all(w["pid"] == server.pid and "llama-server" in w["cmd"] for w in waits)
+        status = runner.status()
+        reason = next(q for q in status["queued"] if q["job"] == "70-gpu-bench.job")
+        assert reason["reason"] == "gpu-foreign" and str(server.pid) in reason["detail"]
+        assert not runner.events("start") or all(e["job"] != "70-gpu-bench.job" for e in runner.events("start"))
+    finally:
+        server.kill()
+        server.wait()
+    runner.wait_event("done", job="70-gpu-bench.job")
+
+
+def test_process_holding_a_gpu_device_node_blocks_gpu_lane(tmp_path: Path, queue_root: Path,
+                                                           runner: RunnerProcess) -> None:
+    device = tmp_path / "renderD128"
+    device.write_text("")
+    holder = subprocess.Popen(["bash", "-c", f"exec 3<{device}; sleep 300"])
+    try:
+        write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\necho bench\n")
+        runner.start("--gpu-device", str(device))
+        wait_event = runner.wait_event("gpu-wait")
+        assert wait_event["pid"] == holder.pid and str(device) in wait_event["why"]
+    finally:
+        holder.kill()
+        holder.wait()
+    runner.wait_event("done", job="70-gpu-bench.job")
+
+
+def test_kill_9_mid_job_then_restart_loses_nothing(tmp_path: Path, queue_root: Path) -> None:
+    marker = tmp_path / "second-run"
+    write_job(queue_root, "10-gpu-long.job",
+              f"# LANE=gpu\nif [ -e {marker} ]; then echo finished; exit 0; fi\ntouch {marker}\n"
+              "sleep 300 &\nwait\n")
+    first = RunnerProcess(queue_root).start()
+    start = first.wait_event("start")
+    wait_for(lambda: marker.exists())
+    tree = [p for p in os.listdir("/proc") if p.isdigit() and _tagged(int(p))]
+    assert tree
+    first.stop(signal.SIGKILL)
+    assert (queue_root / "running/10-gpu-long.job").exists()
+    second = RunnerProcess(queue_root).start()
+    try:
+        second.wait_event("recovered", job="10-gpu-long.job")
+        second.wait_event("done", job="10-gpu-long.job")
+        for pid in tree:
+            wait_for(lambda pid=pid: not pid_alive(int(pid)), 5)
+        state = json.loads((queue_root / "state.json").read_text())
+        assert state["attempts"]["10-gpu-long.job"] == 1
+        assert start["pid"] not in [int(p) for p in os.listdir("/proc") if p.isdigit() and pid_alive(int(p))]
+    finally:
+        second.stop()
+        for pid in tree:
+            kill_quietly(int(pid))
+
+
+def _tagged(pid: int) -> bool:
+    try:
+        return b"PLAN_RUNNER_TAG=" in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+def test_successor_starts_well_under_one_tick(tmp_path: Path, queue_root: Path) -> None:
+    stamps = tmp_path / "stamps"
+    write_job(queue_root, "1-gpu-a.job", f"# LANE=gpu\nsleep 0.5\ndate +%s.%N >> {stamps}\n")
+    write_job(queue_root, "2-gpu-b.job", f"# LANE=gpu\ndate +%s.%N >> {stamps}\n")
+    proc = RunnerProcess(queue_root)
+    proc.root.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc.proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--tick", "5"],
+                                 env=env, stderr=subprocess.DEVNULL)
+    proc.stderr = open(os.devnull, "wb")  # noqa: SIM115
+    try:
+        wait_for(lambda: stamps.exists() and len(stamps.read_text().split()) == 2, 15)
+        end_a, start_b = (float(x) for x in stamps.read_text().split())
+        assert start_b - end_a < 1.0, f"successor waited {start_b - end_a:.2f}s with a 5s tick"
+    finally:
+        proc.stop()
+
+
+def test_timeout_kills_the_whole_tree(queue_root: Path, runner: RunnerProcess) -> None:
+    write_job(queue_root, "5-cpu-slow.job", "# TIMEOUT=1\nsleep 300 &\necho $! > child.pid\nsleep 300\n")
+    runner.start()
+    timeout = runner.wait_event("timeout", job="5-cpu-slow.job")
+    assert timeout["limit_s"] == 1
+    failed = runner.wait_event("failed", job="5-cpu-slow.job")
+    assert failed["why"] == "timeout"
+    child = int((queue_root / "child.pid").read_text())
+    wait_for(lambda: not pid_alive(child), 5)
+
+
+def test_retries_with_backoff_then_done(queue_root: Path, runner: RunnerProcess) -> None:
+    write_job(queue_root, "6-cpu-flaky.job",
+              "# RETRIES=3\nn=$(cat count 2>/dev/null || echo 0); echo $((n+1)) > count\n"
+              "[ \"$n\" -ge 1 ] || { echo 'flaky failure'; exit 1; }\necho ok\n")
+    runner.start("--backoff-base", "0.5")
+    retry = runner.wait_event("retry", job="6-cpu-flaky.job")
+    assert retry["rc"] == 1 and retry["attempt"] == 1 and retry["backoff_s"] == 0.5
+    assert retry["tail"][-1] == "flaky failure"
+    done = runner.wait_event("done", job="6-cpu-flaky.job")
+    assert done["verified"] is None
+    starts = runner.events("start")
+    assert [s["attempt"] for s in starts] == [1, 2]
+
+
+def test_done_if_already_true_is_skipped(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    (tmp_path / "ok").touch()
+    write_job(queue_root, "1-net-dl.job", f"# LANE=net\n# DONE_IF=test -f {tmp_path}/ok\ntouch {tmp_path}/ran\n")
+    runner.start()
+    skipped = runner.wait_event("skipped", job="1-net-dl.job")
+    assert skipped["note"] == "DONE_IF already true"
+    assert not (tmp_path / "ran").exists() and (queue_root / "done/1-net-dl.job").exists()
+
+
+def test_exit_0_without_outputs_names_missing_and_closest(tmp_path: Path, queue_root: Path,
+                                                          runner: RunnerProcess) -> None:
+    st = tmp_path / "strata"
+    st.mkdir()
+    write_job(queue_root, "84b-cpu-strata-setup.job",
+              f"# DONE_IF=test -s {st}/strata-qwen-q2_0.json\n# OUTPUTS={st}/strata-qwen-q2_0.json\n"
+              f"echo '{{}}' > {st}/strata-q2_0.json\n")
+    runner.start()
+    failed = runner.wait_event("failed", job="84b-cpu-strata-setup.job")
+    assert failed["rc"] == 0 and failed["verified"] is False
+    assert failed["missing"] == [{"path": f"{st}/strata-qwen-q2_0.json", "closest": [f"{st}/strata-q2_0.json"]}]
+
+
+def test_sigterm_requeues_without_using_an_attempt(queue_root: Path, runner: RunnerProcess) -> None:
+    write_job(queue_root, "1-gpu-long.job", "# LANE=gpu\n# RETRIES=1\nsleep 300\n")
+    runner.start()
+    runner.wait_event("start")
+    assert runner.stop() == 0
+    assert (queue_root / "queue/1-gpu-long.job").exists()
+    assert runner.events("runner-stop")
+    state = json.loads((queue_root / "state.json").read_text())
+    assert state["attempts"]["1-gpu-long.job"] == 0
+
+
+def test_new_job_file_starts_within_one_tick(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start("--tick", "0.5")
+    time.sleep(0.3)
+    arrived = time.time()
+    write_job(queue_root, "9-cpu-new.job", f"date +%s.%N > {tmp_path}/started\n")
+    wait_for(lambda: (tmp_path / "started").exists() and (tmp_path / "started").read_text().strip())
+    assert float((tmp_path / "started").read_text()) - arrived < 1.5
+
+
+def test_status_command_and_unit(queue_root: Path, runner: RunnerProcess) -> None:
+    write_job(queue_root, "1-gpu-wait.job", "# LANE=gpu\n# REQUIRES=test -f /nonexistent/x\necho\n")
+    runner.start()
+    wait_for(lambda: runner.status()["queued"])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    assert "requires" in out and "1-gpu-wait.job" in out and "test -f /nonexistent/x" in out
+    raw = json.loads(subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root), "--json"],
+                                    capture_output=True, text=True, env=env, check=True).stdout)
+    assert raw["runner"]["format_version"] == 1
+    unit = subprocess.run([sys.executable, "-m", "runner", "unit", "--root", str(queue_root)],
+                          capture_output=True, text=True, env=env, check=True).stdout
+    for line in ("Restart=always", "KillMode=control-group", "LimitMEMLOCK=infinity", f"--root {queue_root}"):
+        assert line in unit
+
+
+def test_help_explains_every_flag() -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for args in ([], ["run"], ["status"], ["unit"]):
+        out = subprocess.run([sys.executable, "-m", "runner", *args, "--help"], capture_output=True, text=True,
+                             env=env, check=True).stdout
+        assert "usage:" in out
+    run_help = subprocess.run([sys.executable, "-m", "runner", "run", "--help"], capture_output=True, text=True,
+                              env=env, check=True).stdout
+    for flag in ("--tick", "--requires-warn", "--idle", "--stall", "--kill-grace", "--backoff-base", "--gpu-device"):
+        assert flag in run_help
+    assert "default 6h00m" in run_help
