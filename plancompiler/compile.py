@@ -1,0 +1,89 @@
+"""The pipeline: load -> expand -> graph -> render -> lint, all findings of all stages collected in one run."""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plancompiler.diagnostics import Diagnostic, has_errors
+from plancompiler.expand import Expanded, expand
+from plancompiler.graph import Graph, build_graph
+from plancompiler.lint import lint_jobs
+from plancompiler.load import Source, load_plan
+from plancompiler.models import Plan
+from plancompiler.render import RenderedJob, render_jobs
+
+
+@dataclass
+class Compiled:
+    path: Path
+    source: Source
+    plan: Plan | None = None
+    expanded: Expanded | None = None
+    graph: Graph | None = None
+    jobs: list[RenderedJob] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def clean(self, strict: bool = False) -> bool:
+        return self.plan is not None and not has_errors(self.diagnostics, strict)
+
+    @property
+    def name(self) -> str:
+        return self.plan.plan if self.plan else self.path.stem
+
+
+def template_dirs(plan_path: Path, extra: Sequence[Path] = ()) -> list[Path]:
+    """--templates first, then templates/ beside the plan, above it, and in the working directory."""
+    candidates = [*extra, plan_path.parent / "templates", plan_path.parent.parent / "templates",
+                  Path.cwd() / "templates"]
+    found: list[Path] = []
+    for directory in candidates:
+        resolved = directory.resolve()
+        if resolved.is_dir() and resolved not in found:
+            found.append(resolved)
+    return found
+
+
+def display_path(path: Path) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return rel if not rel.startswith("..") else str(path)
+
+
+def compile_plan(path: Path, overrides: Mapping[str, str] | None = None, templates: Sequence[Path] = (),
+                 lint: bool = True, use_cache: bool = True) -> Compiled:
+    loaded = load_plan(path, display_path(path))
+    result = Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
+    if loaded.plan is None:
+        return result
+    result.expanded = expand(loaded.plan, loaded.source, overrides)
+    result.diagnostics += result.expanded.diagnostics
+    result.graph, found = build_graph(result.expanded, loaded.source)
+    result.diagnostics += found
+    result.jobs, found = render_jobs(result.expanded.jobs, result.graph, loaded.source, loaded.plan.plan,
+                                     template_dirs(path, templates))
+    result.diagnostics += found
+    if lint:
+        result.diagnostics += lint_jobs(result.jobs, loaded.source, use_cache=use_cache)
+    return result
+
+
+def manifest(compiled: Compiled) -> dict[str, Any]:
+    """The plan's job graph for the runner's `blocked` reason (contract 2, manifest.json)."""
+    assert compiled.graph is not None and compiled.plan is not None
+    graph = compiled.graph
+    jobs = {}
+    for job in compiled.jobs:
+        jobs[job.filename] = {
+            "lane": job.job.job.lane,
+            "requires": graph.requires.get(job.name, []),
+            "outputs": [o.value for o in job.job.outputs],
+            "after": [f"{d}.job" for d in graph.deps.get(job.name, [])],
+        }
+    producers = {path: [f"{n}.job" for n in names] for path, names in graph.producers.items()}
+    return {"plan": compiled.plan.plan, "version": 1, "jobs": jobs, "producers": producers,
+            "external": list(graph.external)}

@@ -1,0 +1,213 @@
+"""Stage 1, load: a YAML or Python plan file into a Plan, with the source line of every key and value."""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from plancompiler.diagnostics import Diagnostic, error
+from plancompiler.models import Plan, fields_of
+
+Loc = tuple[Any, ...]
+
+
+@dataclass
+class Source:
+    """Where a plan came from: the file, and (line, col) of each value and key by its path in the data."""
+
+    path: str
+    values: dict[Loc, tuple[int, int]] = field(default_factory=dict)
+    keys: dict[Loc, tuple[int, int]] = field(default_factory=dict)
+    job_lines: dict[int, int] = field(default_factory=dict)
+
+    def where(self, loc: Loc) -> tuple[int, int]:
+        """The position of LOC, or of the nearest enclosing value that has one."""
+        loc = tuple(loc)
+        while loc:
+            if loc in self.values:
+                return self.values[loc]
+            loc = loc[:-1]
+        return self.values.get((), (1, 1))
+
+    def key(self, loc: Loc) -> tuple[int, int]:
+        return self.keys.get(tuple(loc)) or self.where(loc)
+
+    def job_line(self, index: int) -> int:
+        return self.job_lines.get(index) or self.where(("jobs", index))[0]
+
+
+@dataclass
+class Loaded:
+    plan: Plan | None
+    source: Source
+    diagnostics: list[Diagnostic]
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str, first: yaml.Mark, second: yaml.Mark) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+def _pos(mark: yaml.Mark) -> tuple[int, int]:
+    return mark.line + 1, mark.column + 1
+
+
+def _build(node: yaml.Node, loader: yaml.SafeLoader, loc: Loc, source: Source) -> Any:
+    source.values[loc] = _pos(node.start_mark)
+    if isinstance(node, yaml.MappingNode):
+        result: dict[Any, Any] = {}
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if key in seen:
+                raise _Duplicate(str(key), seen[key], key_node.start_mark)
+            seen[key] = key_node.start_mark
+            source.keys[(*loc, key)] = _pos(key_node.start_mark)
+            result[key] = _build(value_node, loader, (*loc, key), source)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, loader, (*loc, i), source) for i, item in enumerate(node.value)]
+    value = loader.construct_object(node, deep=True)
+    if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
+        # A block scalar's text starts on the line after its indicator.
+        source.values[loc] = (node.start_mark.line + 2, 1)
+    return value
+
+
+def load_yaml(path: Path, display: str) -> tuple[Any, Source, list[Diagnostic]]:
+    source = Source(display)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return None, source, [error(display, 1, 1, "P001", f"plan is not valid UTF-8: {exc}")]
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, source, [error(display, 1, 1, "P001", "plan file is empty")]
+        data = _build(node, loader, (), source)
+    except _Duplicate as dup:
+        first = _pos(dup.first)
+        line, col = _pos(dup.second)
+        return None, source, [error(display, line, col, "P002",
+                                    f"duplicate key {dup.key!r} (first on line {first[0]})")]
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = _pos(mark) if mark else (1, 1)
+        problem = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        return None, source, [error(display, line, col, "P001", f"YAML syntax error: {problem}")]
+    except yaml.YAMLError as exc:
+        return None, source, [error(display, 1, 1, "P001", f"YAML error: {exc}")]
+    finally:
+        loader.dispose()
+    return data, source, []
+
+
+def _clean_loc(loc: Loc) -> Loc:
+    # pydantic adds union member names to locations; they are not in the data.
+    return tuple(p for p in loc if isinstance(p, int) or (isinstance(p, str) and "[" not in p and p not in (
+        "Requirement", "Output", "function-after", "function-before")))
+
+
+def _dotted(loc: Loc) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "plan"
+
+
+def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnostic]:
+    found = []
+    for err in exc.errors():
+        loc = _clean_loc(err["loc"])
+        if err["type"] == "extra_forbidden":
+            line, col = source.key(loc)
+            bad = str(loc[-1])
+            hint = difflib.get_close_matches(bad, fields_of(loc[:-1]), n=1)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            where = _dotted(loc[:-1])
+            found.append(error(source.path, line, col, "P003", f"unknown key {bad!r} in {where}{suggestion}"))
+            continue
+        line, col = source.where(loc)
+        message = err["msg"].removeprefix("Value error, ")
+        code = "P004"
+        if err["type"] == "missing":
+            line, col = source.where(loc[:-1])
+            message = f"missing required key {loc[-1]!r}"
+        found.append(error(source.path, line, col, code, f"{_dotted(loc)}: {message}"))
+    return found
+
+
+def load_plan(path: Path, display: str | None = None) -> Loaded:
+    display = display or str(path)
+    if not path.exists():
+        return Loaded(None, Source(display), [error(display, 1, 1, "P000", "plan file not found")])
+    if path.suffix == ".py":
+        return _load_python(path, display)
+    data, source, diagnostics = load_yaml(path, display)
+    if diagnostics:
+        return Loaded(None, source, diagnostics)
+    if not isinstance(data, dict):
+        return Loaded(None, source, [error(display, 1, 1, "P004", "a plan is a mapping with `plan:` and `jobs:`")])
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        return Loaded(None, source, validation_diagnostics(exc, source))
+    for index in range(len(plan.jobs)):
+        source.job_lines[index] = source.where(("jobs", index))[0]
+    return Loaded(plan, source, [])
+
+
+def _load_python(path: Path, display: str) -> Loaded:
+    """A Python plan defines `plan` (a Plan) or `build()` returning one; it may define its own models."""
+    source = Source(display)
+    name = f"_plan_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        return Loaded(None, source, [error(display, 1, 1, "P000", "cannot import this Python plan")])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        plan = getattr(module, "plan", None)
+        if plan is None and callable(getattr(module, "build", None)):
+            plan = module.build()
+    except SyntaxError as exc:
+        return Loaded(None, source, [error(display, exc.lineno or 1, exc.offset or 1, "P001",
+                                           f"Python syntax error: {exc.msg}")])
+    except ValidationError as exc:
+        line = _plan_line(exc, path)
+        return Loaded(None, source, [error(display, line, 1, "P004", f"{_dotted(_clean_loc(e['loc']))}: "
+                                           f"{e['msg'].removeprefix('Value error, ')}") for e in exc.errors()])
+    except Exception as exc:  # noqa: BLE001 - any failure of user code is a located finding
+        line = _plan_line(exc, path)
+        return Loaded(None, source, [error(display, line, 1, "P005", f"{type(exc).__name__}: {exc}")])
+    finally:
+        sys.modules.pop(name, None)
+    if not isinstance(plan, Plan):
+        return Loaded(None, source, [error(display, 1, 1, "P004",
+                                           "a Python plan must define `plan = Plan(...)` or `def build() -> Plan`")])
+    resolved = str(path.resolve())
+    for index, job in enumerate(plan.jobs):
+        where = job._source
+        if where and Path(where[0]).resolve() == Path(resolved):
+            source.job_lines[index] = where[1]
+            source.values[("jobs", index)] = (where[1], 1)
+    return Loaded(plan, source, [])
+
+
+def _plan_line(exc: BaseException, path: Path) -> int:
+    resolved = path.resolve()
+    line = 1
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).resolve() == resolved and frame.lineno:
+            line = frame.lineno
+    return line

@@ -1,0 +1,150 @@
+"""The plan format (contract 6) as strict, frozen pydantic models; YAML and Python plans both build these."""
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from runner.durations import parse_duration
+
+REQUIREMENT_KINDS = ("path", "nonempty", "dir", "exists", "after", "sh")
+_FORMS = "a path, {nonempty: P}, {dir: P}, {exists: P}, {after: JOB} or {sh: CMD, external: true}"
+_OUTPUT_FORMS = "a path, {nonempty: P}, {dir: P} or {exists: P}"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Requirement(Strict):
+    """One gate: `path` is a file (test -f), `nonempty` (test -s), `dir` (test -d), `exists` (test -e),
+    `after` another job's outputs, `sh` raw shell (allowed only with external: true)."""
+
+    kind: Literal["path", "nonempty", "dir", "exists", "after", "sh"]
+    value: str
+    external: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_short_form(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"kind": "path", "value": data}
+        if isinstance(data, dict) and "kind" not in data:
+            keys = [k for k in data if k != "external"]
+            if len(keys) != 1 or keys[0] not in REQUIREMENT_KINDS[1:]:
+                bad = keys[0] if keys else "?"
+                hint = difflib.get_close_matches(str(bad), REQUIREMENT_KINDS[1:], n=1)
+                suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+                raise ValueError(f"unknown requirement form {data!r}{suggestion}; use {_FORMS}")
+            value = data[keys[0]]
+            if not isinstance(value, str):
+                raise ValueError(f"{keys[0]}: expected a string, got {type(value).__name__}")
+            return {"kind": keys[0], "value": value, "external": bool(data.get("external", False))}
+        return data
+
+    def test_op(self) -> str | None:
+        return {"path": "f", "nonempty": "s", "dir": "d", "exists": "e"}.get(self.kind)
+
+
+class Output(Strict):
+    """A path the job promises to create, and how DONE_IF tests it (default: a file, test -f)."""
+
+    kind: Literal["path", "nonempty", "dir", "exists"]
+    value: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_short_form(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"kind": "path", "value": data}
+        if isinstance(data, dict) and "kind" not in data:
+            if len(data) != 1 or next(iter(data)) not in ("nonempty", "dir", "exists"):
+                raise ValueError(f"unknown output form {data!r}; use {_OUTPUT_FORMS}")
+            key, value = next(iter(data.items()))
+            return {"kind": key, "value": value}
+        return data
+
+    def test_op(self) -> str:
+        return {"path": "f", "nonempty": "s", "dir": "d", "exists": "e"}[self.kind]
+
+
+def _check_duration(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parse_duration(str(value))
+    return str(value)
+
+
+class Job(Strict):
+    name: str = Field(description="job name (a jinja2 template over vars and the foreach row)")
+    lane: str = Field("cpu", description="net, gpu, cpu, or a lane of the host")
+    template: str | None = Field(None, description="a template file under templates/")
+    run: str | None = Field(None, description="an inline bash body (a jinja2 template)")
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with", description="values for the template")
+    foreach: dict[str, list[Any]] | list[dict[str, Any]] | str | None = Field(
+        None, description="a product of lists, a list of rows, or the name of a var holding rows")
+    requires: list[Requirement] = Field(default_factory=list)
+    outputs: list[Output] = Field(default_factory=list)
+    done_if: Requirement | list[Requirement] | None = Field(None, description="defaults to the outputs")
+    retries: int = Field(1, ge=1, description="attempts allowed")
+    timeout: str | None = Field(None, description="wall-clock limit: 90, 90s, 10m, 6h")
+    warn_after: str | None = Field(None, description="running longer raises long-running")
+    shellcheck_disable: list[str] = Field(default_factory=list, description="shellcheck codes to ignore, e.g. SC2034")
+
+    _source: tuple[str, int] | None = PrivateAttr(default=None)
+
+    @field_validator("timeout", "warn_after", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return _check_duration(None if value is None else str(value))
+
+    @field_validator("shellcheck_disable")
+    @classmethod
+    def _codes(cls, value: list[str]) -> list[str]:
+        for code in value:
+            if not re.fullmatch(r"SC\d{4}", code):
+                raise ValueError(f"{code!r} is not a shellcheck code like SC2034")
+        return value
+
+    @model_validator(mode="after")
+    def _one_body(self) -> Job:
+        if (self.template is None) == (self.run is None):
+            raise ValueError("give exactly one of `template` or `run`")
+        return self
+
+    def model_post_init(self, context: Any) -> None:
+        # For Python plans: remember where in the plan module this job was built.
+        for frame in inspect.stack()[1:12]:
+            filename = frame.filename
+            if "pydantic" in filename or os.sep + "plancompiler" + os.sep in filename:
+                continue
+            self._source = (filename, frame.lineno)
+            break
+
+
+class Plan(Strict):
+    plan: str = Field(description="the plan's name, written into each job's PLAN= header")
+    vars: dict[str, Any] = Field(default_factory=dict, description="jinja2 variables; may use each other")
+    external: list[str] = Field(default_factory=list, description="paths made outside this plan")
+    lanes: list[str] = Field(default_factory=lambda: ["net", "gpu", "cpu"])
+    jobs: list[Job] = Field(default_factory=list)
+
+    @field_validator("plan")
+    @classmethod
+    def _plan_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+            raise ValueError(f"plan name {value!r}: use letters, digits, '.', '_' and '-'")
+        return value
+
+
+def fields_of(loc: tuple[Any, ...]) -> list[str]:
+    """The valid keys at LOC (a pydantic error location), for "did you mean" suggestions."""
+    if len(loc) <= 1:
+        return [f.alias or name for name, f in Plan.model_fields.items()]
+    if loc[0] == "jobs" and len(loc) == 2:
+        return [f.alias or name for name, f in Job.model_fields.items()]
+    return []
