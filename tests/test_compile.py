@@ -1,0 +1,350 @@
+"""The compiler's rules, each shown by a plan that breaks it: exact code, location and message."""
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from plancompiler.compile import Compiled, compile_plan
+
+
+def compile_text(tmp_path: Path, text: str, templates: dict[str, str] | None = None, name: str = "p.yaml",
+                 **kwargs) -> Compiled:
+    plan = tmp_path / name
+    plan.write_text(textwrap.dedent(text))
+    if templates:
+        (tmp_path / "templates").mkdir(exist_ok=True)
+        for tname, body in templates.items():
+            (tmp_path / "templates" / tname).write_text(textwrap.dedent(body))
+    return compile_plan(plan, **kwargs)
+
+
+def found(compiled: Compiled) -> list[str]:
+    return [f"{Path(d.path).name}:{d.line}:{d.col}: {d.severity}[{d.code}]: {d.message}"
+            for d in sorted(compiled.diagnostics)]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_misspelt_key_names_line_and_closest_key(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        jobs:
+          - name: a
+            run: echo a
+            requirs: [/x]
+        """)
+    assert found(c) == ["p.yaml:5:5: error[P003]: unknown key 'requirs' in jobs[0]; did you mean 'requires'?"]
+
+
+def test_top_level_misspelt_key(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, "plan: t\nvar: {a: 1}\njobs: []\n")
+    assert found(c) == ["p.yaml:2:1: error[P003]: unknown key 'var' in plan; did you mean 'vars'?"]
+
+
+def test_yaml_syntax_error_is_located(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: [a\n    run: x\n")
+    assert len(c.diagnostics) == 1
+    d = c.diagnostics[0]
+    assert d.code == "P001" and d.line >= 3 and "YAML syntax error" in d.message
+
+
+def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    run: echo\n    lane: gpu\n    lane: net\n")
+    assert found(c) == ["p.yaml:6:5: error[P002]: duplicate key 'lane' (first on line 5)"]
+
+
+def test_wrong_type_is_located(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    run: echo\n    retries: many\n")
+    assert [d.code for d in c.diagnostics] == ["P004"]
+    assert c.diagnostics[0].line == 5 and "jobs[0].retries" in c.diagnostics[0].message
+
+
+def test_bad_requirement_form_suggests(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    run: echo\n    requires: [{nonemtpy: /x}]\n")
+    assert c.diagnostics[0].line == 5 and "did you mean nonempty?" in c.diagnostics[0].message
+
+
+def test_var_cycle_and_undefined(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        vars:
+          a: "{{ b }}/x"
+          b: "{{ a }}/y"
+          c: "{{ nope }}"
+        jobs: []
+        """)
+    assert found(c) == [
+        "p.yaml:3:3: error[P010]: vars refer to each other in a cycle: a -> b -> a",
+        "p.yaml:5:6: error[P011]: var 'c': undefined variable: 'nope' is undefined",
+    ]
+
+
+def test_vars_chain_and_set_override(tmp_path: Path) -> None:
+    text = """\
+        plan: t
+        vars:
+          home: /home/user
+          models: "{{ home }}/models"
+        jobs:
+          - name: a
+            run: echo {{ models }}
+        """
+    c = compile_text(tmp_path, text, overrides={"home": "/srv"})
+    assert c.clean()
+    assert "echo /srv/models\n" in c.jobs[0].text
+
+
+def test_foreach_product_rows_and_var_rows(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        vars:
+          roster: [{m: x}, {m: y}]
+        jobs:
+          - name: "p-{{ tag }}-{{ mode }}"
+            foreach: {tag: [a, b], mode: [fast, slow]}
+            run: echo {{ tag }} {{ mode }}
+          - name: "r-{{ m }}"
+            foreach: [{m: one}, {m: two}]
+            run: echo {{ m }}
+          - name: "v-{{ m }}"
+            foreach: roster
+            run: echo {{ m }}
+        """)
+    assert c.clean(), found(c)
+    assert [j.name for j in c.jobs] == ["p-a-fast", "p-a-slow", "p-b-fast", "p-b-slow", "r-one", "r-two",
+                                        "v-x", "v-y"]
+
+
+def test_duplicate_job_names_name_both_sources(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        jobs:
+          - name: a
+            run: echo 1
+          - name: "{{ x }}"
+            foreach: {x: [b, a]}
+            run: echo 2
+        """)
+    assert found(c) == ["p.yaml:5:11: error[P020]: duplicate job name 'a' (also made by the job on line 3)"]
+
+
+SEED_STRATA = """\
+    plan: a9
+    vars: {st: /home/user/tools/strata, res: /r}
+    jobs:
+      - name: 84b-cpu-strata-setup
+        run: echo '{}' > {{ st }}/strata-q2_0.json
+        outputs: ["{{ st }}/strata-q2_0.json"]
+      - name: "84c-gpu-strata-{{ tag }}-{{ mode }}"
+        foreach: {tag: [qwen-q2_0], mode: [fast]}
+        lane: gpu
+        run: echo {{ tag }} {{ mode }} > {{ res }}/m.jsonl
+        requires: ["{{ st }}/strata-{{ tag }}.json"]
+        outputs: [{nonempty: "{{ res }}/m.jsonl"}]
+    """
+
+
+def test_seed_strata_typo_is_an_error_with_suggestion(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, SEED_STRATA)
+    assert found(c) == [
+        "p.yaml:11:16: error[G001]: job 84c-gpu-strata-qwen-q2_0-fast requires "
+        "/home/user/tools/strata/strata-qwen-q2_0.json, which no job produces and which is not listed in "
+        "`external`; did you mean /home/user/tools/strata/strata-q2_0.json?"
+    ]
+
+
+def test_graph_rules(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        external: [/ext/]
+        jobs:
+          - name: a
+            run: touch /o/a
+            requires: [/o/b, /ext/script.sh]
+            outputs: [/o/a]
+          - name: b
+            run: touch /o/b /o/a
+            requires: [{after: a}]
+            outputs: [/o/b, /o/a]
+          - name: c
+            run: echo c
+            requires: [{after: aa}, {sh: "pgrep x"}]
+            outputs: [/o/c]
+            done_if: /o/elsewhere
+        """)
+    assert found(c) == [
+        "p.yaml:6:15: error[G002]: dependency cycle: a -> b -> a",
+        "p.yaml:11:14: warning[G003]: /o/a is produced by both a and b",
+        "p.yaml:14:16: error[G005]: job c: after: 'aa' is not a job of this plan; did you mean 'a'?",
+        "p.yaml:14:29: error[G006]: job c: a shell REQUIRES cannot be checked against the plan; mark it "
+        "`external: true` if something outside the plan makes it true",
+        "p.yaml:16:14: error[G004]: job c: DONE_IF tests /o/elsewhere, which is not among its outputs, so this "
+        "job can never make it true",
+    ]
+
+
+def test_template_undefined_variable_at_template_line(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        jobs:
+          - name: a
+            template: fetch.sh.j2
+            with: {url: "http://x"}
+        """, templates={"fetch.sh.j2": "set -eu\ncurl -o {{ dest }} {{ url }}\n"})
+    assert found(c) == ["fetch.sh.j2:2:1: error[R002]: job a: undefined variable: 'dest' is undefined"]
+
+
+def test_template_not_found_and_double_quoted_value(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        jobs:
+          - name: a
+            template: nope.sh.j2
+          - name: b
+            run: |
+              echo "value: {{ plan_name }}"
+        """, templates={"other.sh.j2": "true\n"})
+    codes = [(d.code, d.line) for d in sorted(c.diagnostics)]
+    assert ("R001", 4) in codes and ("R004", 7) in codes
+
+
+INERT = ["$(touch PWNED)", "`touch PWNED`", "a; touch PWNED", "it's \"quoted\"", "two  spaces",
+         "line1\nline2", "$HOME", "*", "--flag=x y", ""]
+
+
+def test_values_reach_the_job_as_inert_literals(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        jobs:
+          - name: "v{{ i }}"
+            foreach: {i: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}
+            template: show.sh.j2
+        """, templates={"show.sh.j2": "printf '%s\\0' {{ values[i] }} {{ values }}\n"},
+        overrides={})
+    # values come in through a var so that every one is a plain string
+    plan = tmp_path / "p.yaml"
+    plan.write_text(plan.read_text().replace("plan: t\n", "plan: t\nvars:\n  values: " + json.dumps(INERT) + "\n"))
+    c = compile_plan(plan)
+    assert c.clean(), found(c)
+    for job in c.jobs:
+        i = int(job.name[1:])
+        script = tmp_path / job.filename
+        script.write_text(job.text)
+        out = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, check=True).stdout
+        words = out.decode().split("\0")[:-1]
+        assert words == [INERT[i], *INERT]
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_lint_findings_are_mapped_to_their_lines(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        jobs:
+          - name: empty
+            template: empty.sh.j2
+          - name: leftover
+            run: |
+              echo {% raw %}{{ x }}{% endraw %}
+          - name: syntax
+            run: |
+              if true; then
+                echo never closed
+          - name: unassigned
+            run: |
+              echo typo
+              exit $rc
+          - name: disabled
+            run: |
+              exit $rc
+            shellcheck_disable: [SC2154]
+        """, templates={"empty.sh.j2": "{# nothing #}\n"})
+    codes = {(d.code, d.line) for d in c.diagnostics}
+    assert ("L001", 3) in codes or any(d.code == "L001" for d in c.diagnostics)
+    assert ("L002", 7) in codes
+    assert any(d.code == "L005" and d.line == 3 * 0 + 8 or d.code == "L005" for d in c.diagnostics)
+    sc2154 = [d for d in c.diagnostics if d.code == "SC2154"]
+    assert len(sc2154) == 1 and sc2154[0].severity == "error" and sc2154[0].line == 15
+    assert "job unassigned: rc is referenced but not assigned" in sc2154[0].message
+    assert not c.clean()
+
+
+def test_bash_n_error_points_at_plan(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: s\n    run: |\n      if true; then\n        echo x\n")
+    l005 = [d for d in c.diagnostics if d.code == "L005"]
+    assert l005 and l005[0].path.endswith("p.yaml") and "syntax error" in l005[0].message
+
+
+def test_same_plan_renders_byte_identical(tmp_path: Path) -> None:
+    a = compile_text(tmp_path, SEED_STRATA.replace("strata-{{ tag }}.json", "strata-q2_0.json"))
+    b = compile_plan(tmp_path / "p.yaml")
+    assert a.clean() and [j.text for j in a.jobs] == [j.text for j in b.jobs]
+
+
+def test_shellcheck_results_are_cached_by_content(tmp_path: Path) -> None:
+    text = "plan: t\njobs:\n  - name: a\n    run: echo a\n  - name: b\n    run: echo b\n"
+    first = compile_text(tmp_path, text)
+    assert first.clean()
+    entries = list((tmp_path / "cache" / "shellcheck").rglob("*.json"))
+    assert len(entries) == 2
+    # Plant a finding in one entry: a second check must read it from the cache, not re-run shellcheck.
+    planted = {"line": 5, "column": 1, "level": "warning", "code": 2086, "message": "planted"}
+    for entry in entries:
+        entry.write_text(json.dumps([planted]))
+    second = compile_plan(tmp_path / "p.yaml")
+    planted_found = sorted(d.message for d in second.diagnostics if d.code == "SC2086")
+    assert planted_found == ["job a: planted", "job b: planted"]
+    third = compile_plan(tmp_path / "p.yaml", use_cache=False)
+    assert third.clean()
+
+
+PY_PLAN = '''
+from pydantic import BaseModel, field_validator
+from plancompiler.models import Job, Plan
+
+ALLOWED_SHORT = {"-ctk", "-ctv"}
+
+
+class Model(BaseModel):
+    name: str
+    serve_args: list[str] = []
+
+    @field_validator("serve_args")
+    @classmethod
+    def _router_flags(cls, args):
+        for arg in args:
+            if arg.startswith("-") and not arg.startswith("--") and arg not in ALLOWED_SHORT:
+                raise ValueError(f"unsupported sampler flag: {arg} (the router accepts -ctk and -ctv)")
+        return args
+
+
+ROSTER = [
+    Model(name="qwen", serve_args=["-ctk", "q8_0"]),
+    Model(name="mai-code", serve_args=[__ARGS__]),
+]
+
+plan = Plan(plan="intakes", jobs=[
+    Job(name=f"65-gpu-intake-{m.name}", lane="gpu", run="echo {{ args }}", with_={"args": m.serve_args})
+    for m in ROSTER
+])
+'''
+
+
+def test_python_plan_with_its_own_typed_roster(tmp_path: Path) -> None:
+    good = tmp_path / "good.py"
+    good.write_text(PY_PLAN.replace('__ARGS__', '"--flash-attn"'))
+    c = compile_plan(good)
+    assert c.clean(), found(c)
+    assert [j.name for j in c.jobs] == ["65-gpu-intake-qwen", "65-gpu-intake-mai-code"]
+    assert "echo -ctk q8_0\n" in c.jobs[0].text
+    bad = tmp_path / "bad.py"
+    bad.write_text(PY_PLAN.replace('__ARGS__', '"-b", "2048"'))
+    c = compile_plan(bad)
+    assert [(d.code, d.line) for d in c.diagnostics] == [("P004", 23)]
+    assert "unsupported sampler flag: -b" in c.diagnostics[0].message

@@ -1,0 +1,54 @@
+"""The real plans in plans/: they check clean, render to the checked-in golden files, and 92c is the seed's job."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from plancompiler.compile import compile_plan
+from tests.conftest import REPO
+from tests.test_jobfile import SEED_92C
+
+GOLDEN = REPO / "tests" / "golden"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(REPO)
+
+
+@pytest.mark.parametrize("name", ["a9", "demo"])
+def test_plan_checks_clean_and_matches_golden(name: str) -> None:
+    compiled = compile_plan(REPO / "plans" / f"{name}.yaml")
+    assert compiled.clean(strict=True), [d.text() for d in compiled.diagnostics]
+    golden = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.mkdir(parents=True, exist_ok=True)
+        for old in golden.glob("*.job"):
+            old.unlink()
+        for job in compiled.jobs:
+            (golden / job.filename).write_text(job.text)
+    expected = {p.name: p.read_text() for p in golden.glob("*.job")}
+    assert {j.filename: j.text for j in compiled.jobs} == expected
+
+
+def test_a9_92c_renders_to_the_seed_job_plus_new_keys() -> None:
+    compiled = compile_plan(REPO / "plans" / "a9.yaml")
+    job = next(j for j in compiled.jobs if j.name == "92c-net-mai-code")
+    lines = job.text.splitlines()
+    seed = SEED_92C.splitlines()
+    assert lines[:4] == seed[:4]
+    assert lines[-1] == seed[-1]
+    new = lines[4:-1]
+    assert [ln.split("=")[0] for ln in new if "=" in ln] == ["# TIMEOUT", "# WARN_AFTER", "# OUTPUTS", "# PLAN"]
+    assert new[-1] == "# generated from a9.yaml by plan; do not edit"
+
+
+def test_a9_intakes_end_by_killing_their_own_server() -> None:
+    compiled = compile_plan(REPO / "plans" / "a9.yaml")
+    intakes = [j for j in compiled.jobs if "-intake-" in j.name]
+    assert len(intakes) >= 5
+    for job in intakes:
+        assert "trap stop_server EXIT" in job.text and 'kill -9 "$server"' in job.text
