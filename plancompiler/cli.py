@@ -151,6 +151,147 @@ def schema() -> None:
     typer.echo(json.dumps(Plan.model_json_schema(by_alias=True), indent=1))
 
 
+HostsOpt = Annotated[Optional[Path], typer.Option(  # noqa: UP007
+    "--hosts", metavar="FILE", help="hosts file (default $PLAN_HOSTS, else plans/hosts.yaml)")]
+HostArg = Annotated[str, typer.Argument(help="a name from the hosts file, a path (./q, /srv/jobs), or DEST:PATH",
+                                        metavar="HOST")]
+
+
+def _host(spec: str, hosts: Path | None):  # noqa: ANN202
+    from plancompiler.hosts import resolve
+
+    try:
+        return resolve(spec, hosts)
+    except PlanError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _call(host, mode: str, request: dict, timeout: float | None = None) -> dict:  # noqa: ANN001
+    from plancompiler.hosts import RemoteFailed, Unreachable
+
+    try:
+        result = host.call(mode, request, timeout)
+    except Unreachable as exc:
+        raise _fail(f"unreachable: {exc}", 3) from exc
+    except RemoteFailed as exc:
+        raise _fail(str(exc), 1) from exc
+    if "error" in result:
+        raise _fail(f"{host.describe()}: {result['error']}", 1)
+    return result
+
+
+@app.command()
+def push(
+    host: HostArg,
+    plan: PlanArg,
+    set_: SetOpt = None,
+    templates: TemplatesOpt = None,
+    hosts: HostsOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="show the diff and change nothing")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="re-queue this plan's failed jobs "
+                                               "and reset their attempts")] = False,
+    no_prune: Annotated[bool, typer.Option("--no-prune", help="keep queued jobs of this plan that it no "
+                                           "longer has")] = False,
+    no_verify_external: Annotated[bool, typer.Option("--no-verify-external", help="do not check that the "
+                                                     "plan's external paths exist on the host")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the diff and result as JSON")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="warnings also refuse the push")] = False,
+) -> None:
+    """Check PLAN, diff it against HOST's queue, print the diff, then install it atomically.
+
+    Marks: + new, ~ changed, = unchanged, - retired (removed unless --no-prune), ! held (failed),
+    r retried (--retry-failed), > running (left alone), >~ running but changed (reported), d done.
+    Nothing is sent unless the whole plan checks clean. Exit 0 ok, 1 refused, 3 host unreachable.
+    """
+    from plancompiler.push import apply, plan_push
+
+    target = _host(host, hosts)
+    compiled = _compile(plan, set_, templates)
+    code = _report([compiled], Format.text, strict)
+    if code:
+        typer.echo(f"plan: push refused: {plan} has errors; nothing was sent to {target.name}", err=True)
+        raise typer.Exit(code)
+    external = [] if no_verify_external else list(compiled.graph.external if compiled.graph else [])
+    probe = _call(target, "probe", {"external": external, "allow_missing": True})
+    diff = plan_push(compiled, target, probe, retry_failed=retry_failed, prune=not no_prune,
+                     verify_external=not no_verify_external)
+    typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
+    if diff.errors:
+        typer.echo("plan: push refused; nothing was changed", err=True)
+        raise typer.Exit(1)
+    if dry_run:
+        typer.echo("dry run: nothing was changed", err=True)
+        return
+    if not diff.has_work():
+        typer.echo("nothing to push", err=True)
+        return
+    result = _call(target, "install", {**diff.request, "create": True})
+    gone = result.get("gone", [])
+    for state, name in gone:
+        typer.echo(f"note: {state}/{name} had already moved when the push tried to remove it", err=True)
+    typer.echo(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed",
+               err=True)
+
+
+@app.command("run")
+def run_plan(
+    plan: PlanArg,
+    root: Annotated[Optional[Path], typer.Option("--root", help="local queue root (default .plan/<plan name>)")] = None,  # noqa: UP007
+    set_: SetOpt = None,
+    templates: TemplatesOpt = None,
+    tick: Annotated[float, typer.Option("--tick", help="runner tick in seconds")] = 0.5,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="re-queue failed jobs first")] = False,
+) -> None:
+    """Check PLAN, push it to a local queue, and run the bundled runner until nothing more can run.
+
+    Prints events as they happen and a summary table; exit 0 only when every job of the plan is done.
+    """
+    from plancompiler.hosts import Host
+    from plancompiler.localrun import run_queue
+    from plancompiler.push import plan_push
+
+    compiled = _compile(plan, set_, templates)
+    code = _report([compiled], Format.text, False)
+    if code:
+        typer.echo(f"plan: not run: {plan} has errors", err=True)
+        raise typer.Exit(code)
+    queue_root = (root or Path(".plan") / compiled.name).resolve()
+    target = Host(name=str(queue_root), root=str(queue_root))
+    probe = _call(target, "probe", {"external": list(compiled.graph.external if compiled.graph else []),
+                                    "allow_missing": True})
+    diff = plan_push(compiled, target, probe, retry_failed=retry_failed)
+    diff.warnings = [w for w in diff.warnings if "no runner" not in w]  # we start one now
+    typer.echo(diff.text())
+    if diff.errors:
+        raise typer.Exit(1)
+    if diff.has_work():
+        _call(target, "install", {**diff.request, "create": True})
+    summary = run_queue(queue_root, [j.filename for j in compiled.jobs], tick=tick, echo=typer.echo)
+    typer.echo("")
+    typer.echo(summary.table())
+    raise typer.Exit(0 if summary.ok else 1)
+
+
+@hooks_app.command("install")
+def hooks_install(
+    repo: Annotated[Path, typer.Option("--repo", help="the git repository (default: the current directory)")] = Path("."),
+    plans: Annotated[str, typer.Option("--plans", help="plan files the hook checks (a shell glob)")] = "plans/*.yaml",
+) -> None:
+    """Write a git pre-push hook that runs `plan check` and refuses the push on errors."""
+    git_dir = repo / ".git"
+    if not git_dir.is_dir():
+        raise _fail(f"{repo} is not a git repository (no .git directory)")
+    hook = git_dir / "hooks" / "pre-push"
+    hook.parent.mkdir(exist_ok=True)
+    text = (
+        "#!/bin/sh\n# generated by `plan hooks install`: refuse a push whose plans do not check clean\n"
+        f"cd \"$(git rev-parse --show-toplevel)\" || exit 1\nexec {sys.executable} -m plancompiler.cli check {plans}\n"
+    )
+    hook.write_text(text)
+    hook.chmod(0o755)
+    typer.echo(f"wrote {hook}")
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"plan {__version__}")

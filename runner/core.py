@@ -140,6 +140,7 @@ class Runner:
     def tick(self, now: float) -> None:
         self.ticks += 1
         self.reap()
+        self._controls(now)
         self._finish_exited(now)
         self._enforce_timeouts(now)
         self._watch_running(now)
@@ -169,6 +170,23 @@ class Runner:
             return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
         except ChildProcessError:
             return False
+
+    def _controls(self, now: float) -> None:
+        """Requests dropped in control/ by `plan push --retry-failed` / `plan retry`, applied between ticks."""
+        control = self.queue.root / "control"
+        try:
+            names = sorted(os.listdir(control))
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.startswith("reset-"):
+                job = name[len("reset-"):]
+                for key in ("attempts", "backoff_until", "last_failure", "waiting_since"):
+                    self.state[key].pop(job, None)
+                try:
+                    os.unlink(control / name)
+                except OSError:
+                    pass
 
     # -- scanning and parsing ------------------------------------------------------------------
     def _scan(self, now: float) -> list[tuple[str, Parsed]]:
@@ -453,11 +471,11 @@ class Runner:
             verified, _ = self._holds(parsed_done)
         if rc == 0 and verified is not False and not run.timed_out:
             self.queue.move(filename, "running", "done")
-            self.queue.emit(now, filename, "done", rc=rc, verified=verified, duration_s=int(now - run.started))
+            self.queue.emit(now, filename, "done", rc=rc, verified=verified, duration_s=round(now - run.started, 1))
             self.state["last_failure"].pop(filename, None)
             return
         details: dict[str, Any] = {"rc": rc, "attempt": run.attempt, "verified": verified,
-                                   "duration_s": int(now - run.started)}
+                                   "duration_s": round(now - run.started, 1)}
         tail = logs.tail_lines(self.queue.log_path(filename), self.config.tail_lines, run.log_offset)
         if run.timed_out:
             details["why"] = "timeout"

@@ -1,0 +1,170 @@
+"""`plan run`: push a checked plan to a local queue and run the bundled runner until nothing more can run."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.durations import format_duration
+
+_SHOWN = {"start", "done", "failed", "retry", "skipped", "invalid", "timeout", "blocked", "requires-wait",
+          "gpu-wait", "orphans-killed", "correlated-failure", "stalled", "long-running", "idle"}
+# Reasons that cannot change while nothing runs: with only these left, the run is over.
+_STUCK = {"requires", "blocked", "parked", "gpu-foreign"}
+
+
+@dataclass
+class RunSummary:
+    jobs: list[str]
+    states: dict[str, str] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(self.states.get(j) == "done" for j in self.jobs)
+
+    def table(self) -> str:
+        width = max((len(j) for j in self.jobs), default=10)
+        lines = [f"{'job':<{width}}  {'state':<8}  {'time':>7}  note"]
+        for job in self.jobs:
+            state = self.states.get(job, "?")
+            took = self.durations.get(job)
+            lines.append(f"{job:<{width}}  {state:<8}  {format_duration(took) if took is not None else '':>7}  "
+                         f"{self.reasons.get(job, '')}")
+        done = sum(self.states.get(j) == "done" for j in self.jobs)
+        lines.append(f"{done}/{len(self.jobs)} done")
+        return "\n".join(lines)
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    kind = event["event"]
+    job = event.get("job", "-")
+    detail = ""
+    if kind == "start":
+        detail = f"lane {event.get('lane')}, attempt {event.get('attempt')}"
+    elif kind in ("done", "failed", "retry"):
+        detail = f"rc {event.get('rc')}" + (f", {event.get('why')}" if event.get("why") else "")
+        if event.get("tail") and kind != "done":
+            detail += f": {event['tail'][-1][:100]}"
+    elif kind in ("blocked",):
+        detail = event.get("why", "")
+    elif kind == "correlated-failure":
+        detail = event.get("message", "")
+    elif kind == "invalid":
+        detail = event.get("reason", "")
+    elif kind == "orphans-killed":
+        detail = ", ".join(event.get("cmds", []))[:100]
+    return f"{event['ts'][11:]}  {kind:<14} {job}  {detail}".rstrip()
+
+
+def run_queue(root: Path, jobs: list[str], tick: float = 0.5, echo: Callable[[str], None] = print,
+              settle_s: float = 2.0, max_s: float | None = None) -> RunSummary:
+    """Run the runner on ROOT until JOBS are all done or failed, or nothing can run; then stop it."""
+    events_path = root / "events.jsonl"
+    offset = events_path.stat().st_size if events_path.exists() else 0
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent) + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    log = open(root / "runner.log", "ab")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", str(tick)],
+                            env=env, stdout=log, stderr=log, start_new_session=True)
+    summary = RunSummary(jobs)
+    for job in jobs:
+        if (root / "done" / job).exists():
+            summary.states[job] = "done"
+            summary.reasons[job] = "already done"
+    started = time.monotonic()
+    stuck_since: float | None = None
+    last_line = 0.0
+    try:
+        while True:
+            time.sleep(0.2)
+            offset = _follow(events_path, offset, summary, echo)
+            status = _read_status(root)
+            if status and status.get("runner", {}).get("pid") != proc.pid:
+                status = None  # left by an earlier runner: wait for ours
+            if proc.poll() is not None:
+                echo(f"runner exited with {proc.returncode}; see {root / 'runner.log'}")
+                break
+            finished = all(summary.states.get(j) in ("done", "failed") for j in jobs)
+            running = (status or {}).get("running", [])
+            queued = (status or {}).get("queued", [])
+            mine = [q for q in queued if q["job"] in jobs]
+            if finished or (status and status.get("runner", {}).get("tick", 0) >= 2 and not running and not mine
+                            and not any((root / "queue" / j).exists() for j in jobs)):
+                break
+            if status and not running and mine and all(q["reason"] in _STUCK for q in mine):
+                stuck_since = stuck_since or time.monotonic()
+                if time.monotonic() - stuck_since >= settle_s:
+                    for q in mine:
+                        summary.states[q["job"]] = "waiting"
+                        summary.reasons[q["job"]] = f"{q['reason']}: {q['detail']}"[:120]
+                    break
+            else:
+                stuck_since = None
+            if running and time.monotonic() - last_line >= 5:
+                last_line = time.monotonic()
+                done = sum(summary.states.get(j) == "done" for j in jobs)
+                lanes = ", ".join(f"{r['lane']}: {r['job']} {format_duration(r['elapsed_s'])}" for r in running)
+                echo(f"          [{done}/{len(jobs)} done] {lanes}")
+            if max_s is not None and time.monotonic() - started > max_s:
+                echo(f"stopping after {format_duration(max_s)}")
+                break
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+        _follow(events_path, offset, summary, echo)
+    for job in jobs:
+        if job not in summary.states:
+            for state in ("done", "failed", "queue", "running"):
+                if (root / state / job).exists():
+                    summary.states[job] = {"queue": "waiting", "running": "stopped"}.get(state, state)
+    return summary
+
+
+def _follow(path: Path, offset: int, summary: RunSummary, echo: Callable[[str], None]) -> int:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        return offset
+    cut = data.rfind(b"\n") + 1
+    for line in data[:cut].splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        kind, job = event.get("event"), event.get("job")
+        if kind in ("done", "skipped"):
+            summary.states[job] = "done"
+            if "duration_s" in event:
+                summary.durations[job] = event["duration_s"]
+            if kind == "skipped":
+                summary.reasons[job] = "skipped: DONE_IF already true"
+        elif kind in ("failed", "invalid"):
+            summary.states[job] = "failed"
+            summary.reasons[job] = (event.get("why") or event.get("reason") or f"rc {event.get('rc')}")[:120]
+        if kind in _SHOWN:
+            echo(_event_line(event))
+    return offset + cut
+
+
+def _read_status(root: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((root / "status.json").read_text())
+    except (OSError, ValueError):
+        return None
