@@ -52,7 +52,7 @@ class PushPlan:
         order = ["+", "~", "r", "-", "!", ">~", ">", "=", "d"]
         for mark in order:
             for change in (c for c in self.changes if c.mark == mark):
-                if mark in ("=", "d"):
+                if mark in ("=", "d") and not change.note:
                     continue
                 note = f"  ({change.note})" if change.note else ""
                 lines.append(f"  {mark:<2} {change.job}{note}")

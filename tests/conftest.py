@@ -120,3 +120,6 @@ def kill_quietly(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+from tests.sshd import sshd  # noqa: E402,F401 - the session fixture, shared by push/status/watch tests
