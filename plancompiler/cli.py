@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -270,6 +271,102 @@ def run_plan(
     typer.echo("")
     typer.echo(summary.table())
     raise typer.Exit(0 if summary.ok else 1)
+
+
+@app.command()
+def status(
+    host: HostArg,
+    hosts: HostsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the host's status.json, counts and recent "
+                                          "events as JSON")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds the probe may take in all")] = 60.0,
+) -> None:
+    """What each lane runs, why each queued job waits and since when, recent ends, runner heartbeat.
+
+    One bounded round trip. Exit 0, 1 if the queue cannot be read, 3 if the host is unreachable.
+    """
+    from plancompiler.watch import status_text
+
+    target = _host(host, hosts)
+    answer = _call(target, "status", {"offset": -1}, timeout)
+    if as_json:
+        typer.echo(json.dumps({k: answer.get(k) for k in ("status", "counts", "events", "runner_alive", "now",
+                                                          "parked")}, indent=1))
+    else:
+        typer.echo(status_text(target, answer))
+
+
+@app.command()
+def watch(
+    host: HostArg,
+    hosts: HostsOpt = None,
+    interval: Annotated[float, typer.Option("--interval", help="seconds between probes")] = 120.0,
+    once: Annotated[bool, typer.Option("--once", help="probe once and exit (for cron)")] = False,
+    probe_timeout: Annotated[float, typer.Option("--probe-timeout", help="seconds one probe may take in all")] = 60.0,
+    wake_on: Annotated[Optional[list[str]], typer.Option("--wake-on", help="also alert on these event kinds, "  # noqa: UP007
+                                                        "e.g. --wake-on done")] = None,
+    events: Annotated[Optional[str], typer.Option("--events", help="comma-separated event kinds that alert "  # noqa: UP007
+                                                  "(replaces the default list)")] = None,
+    stall: Annotated[float, typer.Option("--stall", help="seconds a net job may run before STALL")] = 3600.0,
+    idle: Annotated[float, typer.Option("--idle", help="seconds of nothing running before IDLE")] = 600.0,
+    dead: Annotated[float, typer.Option("--dead", help="heartbeat age in seconds that means DEAD")] = 300.0,
+    unreachable: Annotated[int, typer.Option("--unreachable", help="failed probes in a row before UNREACHABLE")] = 5,
+    parked_repeat: Annotated[float, typer.Option("--parked-repeat", help="seconds before a lasting park is "
+                                                 "reported again")] = 7200.0,
+    on_alert: Annotated[Optional[str], typer.Option("--on-alert", help="run CMD for each alert (alert JSON on "  # noqa: UP007
+                                                    "stdin, kind in $PLAN_ALERT_KIND) and keep watching")] = None,
+    realert: Annotated[float, typer.Option("--realert", help="with --on-alert: seconds before the same alert "
+                                           "is sent again")] = 3600.0,
+    hook_timeout: Annotated[float, typer.Option("--hook-timeout", help="seconds --on-alert/--ping may run")] = 30.0,
+    ping: Annotated[Optional[str], typer.Option("--ping", help="run CMD after every successful probe "  # noqa: UP007
+                                                "(a dead-man's switch for the watcher itself)")] = None,
+    state: Annotated[Optional[Path], typer.Option("--state", help="state file (event offset, counters); default "  # noqa: UP007
+                                                  "under ~/.local/state/plancompiler")] = None,
+) -> None:
+    """Probe HOST every --interval seconds; on an alert print `KIND: detail` lines and exit.
+
+    Kinds and exit codes: EVENT 10 (new events of the alerting kinds), STALL 11 (a net job past --stall
+    or any job past its WARN_AFTER), IDLE 12, BLOCKED 13 (a job that can never run), DEAD 14 (runner
+    heartbeat older than --dead, or no runner process), UNREACHABLE 15 (--unreachable failed probes in a
+    row), ERROR 16 (reached the host but could not read the queue), PARKED 17. Exit 0 when --once finds
+    nothing. With --on-alert the watcher runs CMD instead of exiting and keeps watching.
+    """
+    from plancompiler.watch import DEFAULT_EVENTS, EXIT_CODES, Rules, WatchState, probe, run_hook, state_path
+
+    target = _host(host, hosts)
+    kinds = tuple(e.strip() for e in events.split(",") if e.strip()) if events else DEFAULT_EVENTS
+    kinds += tuple(wake_on or ())
+    rules = Rules(events=kinds, net_stall_s=stall, idle_s=idle, dead_s=dead, unreachable_n=unreachable,
+                  parked_repeat_s=parked_repeat)
+    path = state or state_path(target)
+    watch_state = WatchState.load(path)
+    while True:
+        started = time.monotonic()
+        alerts = probe(target, watch_state, rules, probe_timeout)
+        watch_state.save(path)
+        if watch_state.failures == 0 and ping:
+            problem = run_hook(ping, None, hook_timeout)
+            if problem:
+                typer.echo(f"plan watch: --ping failed: {problem}", err=True)
+        if alerts and not on_alert:
+            for alert in alerts:
+                typer.echo(alert.line())
+            raise typer.Exit(EXIT_CODES[alerts[0].kind])
+        now = time.time()
+        for alert in alerts:
+            last = watch_state.alerted.get(alert.key)
+            if last is not None and now - last < realert:
+                continue
+            watch_state.alerted[alert.key] = now
+            typer.echo(alert.line())
+            problem = run_hook(on_alert or "", alert, hook_timeout)
+            if problem:
+                typer.echo(f"plan watch: --on-alert failed: {problem}", err=True)
+        watch_state.alerted = {k: v for k, v in watch_state.alerted.items() if now - v < realert}
+        watch_state.save(path)
+        if once:
+            raise typer.Exit(EXIT_CODES[alerts[0].kind] if alerts else 0)
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
 @hooks_app.command("install")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import FORMAT_VERSION, __version__, jobfile, logs, procs
+from runner.progress import parse_progress
 from runner.conditions import Condition, compile_condition, evaluate
 from runner.config import Config
 from runner.queue import Queue, timestamp, write_json
@@ -541,11 +542,15 @@ class Runner:
             elapsed = now - run.started
             if warn and elapsed >= warn and self._due(run.announced, "long-running", now, cfg.long_running_repeat_s):
                 self.queue.emit(now, run.filename, "long-running", lane=run.lane, elapsed_s=int(elapsed),
-                                warn_after_s=warn, last_line=logs.last_line(path))
+                                warn_after_s=warn, last_line=logs.last_line(path), progress=self._progress(path))
             silent = now - run.log_grew_at
             if silent >= cfg.stall_s and self._due(run.announced, "stalled", now, cfg.stall_repeat_s):
                 self.queue.emit(now, run.filename, "stalled", lane=run.lane, silent_s=int(silent),
-                                log_size=size, last_line=logs.last_line(path))
+                                log_size=size, last_line=logs.last_line(path), progress=self._progress(path))
+
+    @staticmethod
+    def _progress(path: Path) -> str | None:
+        return parse_progress("\n".join(logs.tail_lines(path, 20)))
 
     @staticmethod
     def _due(announced: dict[str, float], key: str, now: float, repeat: float) -> bool:
@@ -646,6 +651,7 @@ class Runner:
                 "timeout_s": run.job.timeout_s,
                 "warn_after_s": run.job.warn_after_s or self.config.warn_after.get(run.lane),
                 "last_line": logs.last_line(path),
+                "progress": self._progress(path),
             })
         waiting = []
         for filename, parsed in queued:

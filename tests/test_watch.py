@@ -1,0 +1,159 @@
+"""`plan status` and `plan watch` against a real runner, locally and over a real loopback sshd."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plancompiler.cli import app
+from runner.progress import parse_progress
+from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.sshd import Sshd
+
+cli = CliRunner()
+
+
+def watch(host: str, state: Path, *args: str) -> tuple[int, str]:
+    result = cli.invoke(app, ["watch", host, "--once", "--state", str(state), *args])
+    return result.exit_code, result.stdout
+
+
+@pytest.fixture(autouse=True)
+def _no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+
+
+def test_failed_job_is_an_event_and_restart_does_not_realert(tmp_path: Path, queue_root: Path,
+                                                              runner: RunnerProcess) -> None:
+    state = tmp_path / "watch.json"
+    runner.start()
+    assert watch(str(queue_root), state)[0] == 0  # first probe: remembers the offset
+    write_job(queue_root, "5-cpu-bad.job", "echo 'unsupported sampler flag: -b'\nexit 1\n")
+    runner.wait_event("failed")
+    code, out = watch(str(queue_root), state)
+    assert code == 10 and out.startswith("EVENT: ") and "failed 5-cpu-bad.job" in out
+    assert "unsupported sampler flag: -b" in out
+    assert watch(str(queue_root), state)[0] == 0  # a restarted watcher does not replay it
+
+
+def test_long_net_job_is_a_stall_and_empty_running_is_fine(tmp_path: Path, queue_root: Path,
+                                                           runner: RunnerProcess) -> None:
+    state = tmp_path / "watch.json"
+    runner.start()
+    code, out = watch(str(queue_root), state, "--idle", "3600")
+    assert code == 0, out  # nothing running, no net job: not an error (the seed's [ -f ] bug)
+    write_job(queue_root, "92c-net-mai-code.job", "# LANE=net\necho ' 64 52.44G  64 33.95G   0      0  2.72M "
+              "     0 5:27:57 3:32:21 1:55:36  2.92M'\nsleep 300\n")
+    runner.wait_event("start")
+    time.sleep(1.2)
+    code, out = watch(str(queue_root), state, "--stall", "1")
+    assert code == 11 and "STALL: net job 92c-net-mai-code.job running for" in out
+    status = cli.invoke(app, ["status", str(queue_root)])
+    assert status.exit_code == 0
+    assert "64% of 52.44G (33.95G) at 2.72M/s, ETA 1:55:36" in status.stdout
+
+
+def test_idle_says_why_work_waits(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    state = tmp_path / "watch.json"
+    write_job(queue_root, "1-gpu-a.job", f"# LANE=gpu\n# REQUIRES=test -f {tmp_path}/never\necho a\n")
+    runner.start()
+    wait_for(lambda: runner.status()["queued"])
+    assert watch(str(queue_root), state, "--idle", "1")[0] == 0
+    time.sleep(1.2)
+    code, out = watch(str(queue_root), state, "--idle", "1")
+    assert code == 12 and "IDLE: nothing running for" in out and "1 queued: 1-gpu-a.job: requires" in out
+
+
+def test_blocked_job(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    want = f"{tmp_path}/strata-qwen-q2_0.json"
+    write_job(queue_root, "84c-gpu.job", f"# LANE=gpu\n# REQUIRES=test -f {want}\necho\n")
+    (queue_root / "manifest.json").write_text(json.dumps({"jobs": {"84c-gpu.job": {"requires": [want]}},
+                                                          "producers": {}, "external": []}))
+    runner.start()
+    runner.wait_event("blocked")
+    code, out = watch(str(queue_root), tmp_path / "w.json", "--idle", "3600")
+    assert code == 13 and f"BLOCKED: 84c-gpu.job can never run: no job produces {want}" in out
+
+
+def test_lasting_alert_is_sent_once_until_realert(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    write_job(queue_root, "84c-gpu.job", "# LANE=gpu\n# REQUIRES=test -f /nonexistent/x\necho\n")
+    (queue_root / "manifest.json").write_text(json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}},
+                                                          "producers": {}, "external": []}))
+    runner.start()
+    runner.wait_event("blocked")
+    state, got = tmp_path / "w.json", tmp_path / "alerts"
+    hook = f"cat >> {got}; echo >> {got}"
+    for _ in range(3):
+        watch(str(queue_root), state, "--on-alert", hook, "--idle", "3600", "--events", "none")
+    assert len(got.read_text().splitlines()) == 1
+    watch(str(queue_root), state, "--on-alert", hook, "--idle", "3600", "--events", "none", "--realert", "0")
+    assert len(got.read_text().splitlines()) == 2
+
+
+def test_killed_runner_is_dead(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start()
+    state = tmp_path / "w.json"
+    assert watch(str(queue_root), state, "--idle", "3600")[0] == 0
+    runner.stop(signal.SIGKILL)
+    code, out = watch(str(queue_root), state, "--idle", "3600")
+    assert code == 14 and "DEAD: runner pid" in out and "is not running" in out
+
+
+def test_missing_root_is_error_not_unreachable(tmp_path: Path) -> None:
+    code, out = watch(str(tmp_path / "nope"), tmp_path / "w.json")
+    assert code == 16 and out.startswith("ERROR: reached") and "does not exist" in out
+
+
+def test_on_alert_gets_json_and_is_not_repeated(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start()
+    state = tmp_path / "w.json"
+    got = tmp_path / "alerts"
+    hook = f"cat >> {got}; echo \" $PLAN_ALERT_KIND\" >> {got}"
+    assert watch(str(queue_root), state, "--on-alert", hook)[0] == 0
+    write_job(queue_root, "5-cpu-bad.job", "exit 3\n")
+    runner.wait_event("failed")
+    codes = [watch(str(queue_root), state, "--on-alert", hook, "--idle", "3600")[0] for _ in range(2)]
+    assert codes == [10, 0]
+    lines = got.read_text().splitlines()
+    assert len(lines) == 1
+    payload, kind = lines[0].rsplit(" ", 1)
+    assert kind == "EVENT" and json.loads(payload)["kind"] == "EVENT"
+
+
+def test_over_ssh_event_and_unreachable_when_sshd_stops(tmp_path: Path, queue_root: Path, runner: RunnerProcess,
+                                                        sshd: Sshd) -> None:
+    hosts = sshd.hosts_file(queue_root, connect_timeout=2, timeout=5)
+    state = tmp_path / "w.json"
+    runner.start()
+    assert watch("testbox", state, "--hosts", str(hosts), "--idle", "3600")[0] == 0
+    write_job(queue_root, "5-cpu-bad.job", "exit 3\n")
+    runner.wait_event("failed")
+    code, out = watch("testbox", state, "--hosts", str(hosts), "--idle", "3600")
+    assert code == 10 and "failed 5-cpu-bad.job" in out
+    os.kill(sshd.proc.pid, signal.SIGSTOP)
+    try:
+        for probe_number in range(1, 4):
+            started = time.monotonic()
+            code, out = watch("testbox", state, "--hosts", str(hosts), "--unreachable", "3", "--probe-timeout", "5")
+            assert time.monotonic() - started < 9, "a probe must end within its bound"
+            assert (code == 15) == (probe_number == 3), out
+        assert "UNREACHABLE: 3 probes in a row failed" in out
+    finally:
+        os.kill(sshd.proc.pid, signal.SIGCONT)
+
+
+def test_progress_parsers() -> None:
+    curl = (" 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:21 1:55:36  2.92M\r"
+            " 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:22 1:55:35  2.95M")
+    assert parse_progress(curl) == "64% of 52.44G (33.95G) at 2.72M/s, ETA 1:55:35"
+    assert parse_progress("x.gguf:  64%|######4   | 33.9G/52.4G [3:32:21<1:55:36, 2.72MB/s]") == \
+        "64% of 52.4G (33.9G) at 2.72MB/s, ETA 1:55:36"
+    assert parse_progress("x.gguf   64%[=====>     ]  33.95G  2.72MB/s    eta 1h 55m") == \
+        "64% (33.95G) at 2.72MB/s, ETA 1h 55m"
+    assert parse_progress("PROGRESS: 3/4 MB\nother line") == "75% (3/4 MB)"
+    assert parse_progress("no progress here") is None
