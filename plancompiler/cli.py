@@ -369,6 +369,45 @@ def watch(
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
+@app.command()
+def report(
+    source: Annotated[str, typer.Argument(help="an events.jsonl file, or a HOST (name, path or DEST:PATH)",
+                                          metavar="HOST|EVENTS")],
+    hosts: HostsOpt = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="start, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,  # noqa: UP007
+    until: Annotated[Optional[str], typer.Option("--until", help="end, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,  # noqa: UP007
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    html_file: Annotated[Optional[Path], typer.Option("--html", metavar="FILE",  # noqa: UP007
+                                                      help="also write a self-contained HTML timeline")] = None,
+) -> None:
+    """Where each lane's time went: busy, idle, and idle with work waiting, split by cause.
+
+    Causes: the exclusive lane's job, a foreign GPU process, a REQUIRES that later held or never held,
+    blocked, backoff, runner down. Then each job's attempts and outcome, failure clusters, and the
+    longest silences. Reads the seed's events too (lane states then marked as inferred).
+    """
+    from plancompiler.report import build_report, parse_ts, read_events
+    from plancompiler.report_html import render_html
+
+    path = Path(source)
+    if path.is_file():
+        text = path.read_text(errors="replace")
+    else:
+        target = _host(source, hosts)
+        answer = _call(target, "status", {"offset": 0, "max_bytes": 1 << 30}, 300)
+        text = "\n".join(json.dumps(e) for e in answer.get("events", []))
+    try:
+        start = parse_ts(since) if since else None
+        end = parse_ts(until) if until else None
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    result = build_report(read_events(text), start, end)
+    typer.echo(json.dumps(result.to_json(), indent=1) if as_json else result.text())
+    if html_file:
+        html_file.write_text(render_html(result))
+        typer.echo(f"wrote {html_file}", err=True)
+
+
 @hooks_app.command("install")
 def hooks_install(
     repo: Annotated[Path, typer.Option("--repo", help="the git repository (default: the current directory)")] = Path("."),

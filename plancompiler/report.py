@@ -1,0 +1,315 @@
+"""`plan report`: from events.jsonl, where each lane's time went, and why the work that waited waited."""
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runner.durations import format_duration
+from runner.logs import signature
+
+_END = ("done", "failed", "retry")
+
+
+def parse_ts(text: str) -> float:
+    """Event or --since/--until time: 'YYYY-MM-DD HH:MM:SS', 'YYYY-MM-DDTHH:MM:SS' or 'YYYY-MM-DD' (local)."""
+    text = text.strip().replace("T", " ")
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return time.mktime(time.strptime(text, fmt))
+        except ValueError:
+            continue
+    raise ValueError(f"not a time: {text!r} (use 'YYYY-MM-DD HH:MM:SS' or 'YYYY-MM-DD')")
+
+
+def _fmt(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+@dataclass
+class Span:
+    lane: str
+    start: float
+    end: float
+    state: str  # busy, idle, waiting, down
+    job: str = ""
+    cause: str = ""
+    inferred: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass
+class JobStats:
+    attempts: int = 0
+    outcome: str = ""
+    busy_s: float = 0.0
+    durations: list[float] = field(default_factory=list)
+    lane: str = ""
+
+
+@dataclass
+class Report:
+    start: float
+    end: float
+    spans: list[Span]
+    jobs: dict[str, JobStats]
+    clusters: list[dict[str, Any]]
+    silences: list[tuple[float, float]]
+    inferred: bool
+    lanes: list[str]
+
+    def totals(self) -> dict[str, dict[str, Any]]:
+        result: dict[str, dict[str, Any]] = {}
+        for lane in self.lanes:
+            row: dict[str, Any] = {"busy_s": 0.0, "idle_s": 0.0, "waiting_s": 0.0, "down_s": 0.0, "causes": {}}
+            for span in self.spans:
+                if span.lane != lane:
+                    continue
+                row[f"{span.state}_s"] = row.get(f"{span.state}_s", 0.0) + span.seconds
+                if span.state == "waiting":
+                    row["causes"][span.cause] = row["causes"].get(span.cause, 0.0) + span.seconds
+            result[lane] = row
+        return result
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": _fmt(self.start), "end": _fmt(self.end), "inferred": self.inferred,
+            "lanes": self.totals(),
+            "spans": [asdict(s) | {"seconds": s.seconds} for s in self.spans],
+            "jobs": {name: asdict(stats) for name, stats in sorted(self.jobs.items())},
+            "failure_clusters": self.clusters,
+            "silences": [{"from": _fmt(a), "to": _fmt(b), "seconds": b - a} for a, b in self.silences],
+        }
+
+    def text(self) -> str:
+        out = [f"report {_fmt(self.start)} .. {_fmt(self.end)} ({format_duration(self.end - self.start)})"]
+        if self.inferred:
+            out.append("(seed-format events: no `lane` records; lane states are inferred from start/end events)")
+        out.append("")
+        out.append(f"{'lane':<6} {'busy':>8} {'idle':>8} {'waiting':>8} {'down':>8}")
+        totals = self.totals()
+        for lane, row in totals.items():
+            out.append(f"{lane:<6} {format_duration(row['busy_s']):>8} {format_duration(row['idle_s']):>8} "
+                       f"{format_duration(row['waiting_s']):>8} {format_duration(row['down_s']):>8}")
+            for cause, seconds in sorted(row["causes"].items(), key=lambda kv: -kv[1]):
+                tag = " (inferred)" if self.inferred else ""
+                out.append(f"         idle with work waiting {format_duration(seconds):>7}: {cause}{tag}")
+        out.append("")
+        out.append("jobs:")
+        width = max((len(j) for j in self.jobs), default=4)
+        for name, stats in sorted(self.jobs.items()):
+            took = ", ".join(format_duration(d) for d in stats.durations)
+            out.append(f"  {name:<{width}}  {stats.lane:<4} {stats.attempts} attempt{'s' * (stats.attempts != 1)}"
+                       f"  {stats.outcome or 'unfinished':<10} {took}")
+        if self.clusters:
+            out.append("")
+            out.append("failure clusters:")
+            for cluster in self.clusters:
+                out.append(f"  {len(cluster['jobs'])} jobs failed with: {cluster['line']}  ({', '.join(cluster['jobs'])})")
+        if self.silences:
+            out.append("")
+            out.append("longest silences (no event at all):")
+            for a, b in self.silences:
+                out.append(f"  {format_duration(b - a):>8}  {_fmt(a)} .. {_fmt(b)}")
+        return "\n".join(out)
+
+
+def build_report(events: Iterable[dict[str, Any]], since: float | None = None, until: float | None = None,
+                 lanes: tuple[str, ...] = ("net", "gpu", "cpu")) -> Report:
+    items = []
+    for event in events:
+        try:
+            items.append((parse_ts(event["ts"]), event))
+        except (KeyError, ValueError, TypeError):
+            continue
+    items.sort(key=lambda item: item[0])
+    has_lane_events = any(e.get("event") == "lane" for _, e in items)
+    spans = _lane_spans(items) if has_lane_events else _inferred_spans(items)
+    seen_lanes = list(dict.fromkeys([*lanes, *(s.lane for s in spans)]))
+    start = since if since is not None else (items[0][0] if items else 0.0)
+    end = until if until is not None else (items[-1][0] if items else 0.0)
+    clipped = []
+    for span in spans:
+        a, b = max(span.start, start), min(span.end, end)
+        if b > a:
+            clipped.append(Span(span.lane, a, b, span.state, span.job, span.cause, span.inferred))
+    window = [(t, e) for t, e in items if start <= t <= end]
+    jobs = _jobs(window)
+    _resolve_requires(clipped, jobs)
+    return Report(start, end, clipped, jobs, _clusters(window), _silences(window), not has_lane_events,
+                  [ln for ln in seen_lanes if any(s.lane == ln for s in clipped)] or list(lanes))
+
+
+def _cause(event: dict[str, Any]) -> str:
+    reason, blocker = event.get("reason", ""), event.get("blocker", "")
+    if reason == "exclusive":
+        return f"exclusive: held by {blocker}"
+    if reason == "gpu-foreign":
+        return f"foreign GPU process {blocker}"
+    if reason == "requires":
+        return f"requires: {blocker}"
+    if reason == "blocked":
+        return f"blocked: {blocker}"
+    return f"{reason}: {blocker}" if blocker else reason
+
+
+def _lane_spans(items: list[tuple[float, dict[str, Any]]]) -> list[Span]:
+    spans: list[Span] = []
+    open_: dict[str, Span] = {}
+    last_ts: float | None = None
+    for ts, event in items:
+        kind = event.get("event")
+        if kind == "runner-start":
+            if last_ts is not None:
+                for lane, span in list(open_.items()):
+                    span.end = last_ts
+                    spans.append(span)
+                    if ts > last_ts:
+                        spans.append(Span(lane, last_ts, ts, "down", cause="runner down"))
+                open_.clear()
+        elif kind == "lane":
+            lane = event.get("lane", "?")
+            if lane in open_:
+                open_[lane].end = ts
+                spans.append(open_.pop(lane))
+            state = event.get("state", "idle")
+            if state == "stopped":
+                state = "down"
+            job = event.get("job", "") if event.get("job") != "-" else ""
+            cause = _cause(event) if state == "waiting" else ("runner stopped" if state == "down" else "")
+            open_[lane] = Span(lane, ts, ts, state, job, cause)
+        last_ts = ts
+    for span in open_.values():
+        span.end = last_ts if last_ts is not None else span.start
+        spans.append(span)
+    return [s for s in spans if s.end > s.start]
+
+
+def _inferred_spans(items: list[tuple[float, dict[str, Any]]]) -> list[Span]:
+    """Seed events: busy from start to its end event; gpu-wait until the next gpu start; idle otherwise."""
+    spans: list[Span] = []
+    lane_of: dict[str, str] = {}
+    running: dict[str, tuple[float, str]] = {}  # lane -> (start, job)
+    cursor: dict[str, float] = {}
+    waiting: dict[str, tuple[float, str]] = {}
+    first = items[0][0] if items else 0.0
+    last_ts: float | None = None
+
+    def close_idle(lane: str, until: float) -> None:
+        since = cursor.get(lane, first)
+        if lane in waiting:
+            w_start, cause = waiting.pop(lane)
+            if since < w_start:
+                spans.append(Span(lane, since, w_start, "idle", inferred=True))
+            spans.append(Span(lane, max(w_start, since), until, "waiting", cause=cause, inferred=True))
+        elif until > since:
+            spans.append(Span(lane, since, until, "idle", inferred=True))
+
+    for ts, event in items:
+        kind, job = event.get("event"), event.get("job", "")
+        if kind == "runner-start" and last_ts is not None:
+            for lane, (s, j) in list(running.items()):
+                spans.append(Span(lane, s, last_ts, "busy", j, inferred=True))
+                cursor[lane] = last_ts
+            running.clear()
+            for lane in set(cursor) | set(lane_of.values()):
+                close_idle(lane, last_ts)
+                if ts > last_ts:
+                    spans.append(Span(lane, last_ts, ts, "down", cause="runner down", inferred=True))
+                cursor[lane] = ts
+        elif kind == "start":
+            lane = event.get("lane", "cpu")
+            lane_of[job] = lane
+            close_idle(lane, ts)
+            running[lane] = (ts, job)
+        elif kind in _END and job in lane_of and lane_of[job] in running:
+            lane = lane_of[job]
+            s, j = running.pop(lane)
+            spans.append(Span(lane, s, ts, "busy", j, inferred=True))
+            cursor[lane] = ts
+        elif kind == "gpu-wait" and "gpu" not in running:
+            waiting.setdefault("gpu", (ts, f"foreign GPU process pid {event.get('pid')}"))
+        last_ts = ts
+    if last_ts is not None:
+        for lane, (s, j) in running.items():
+            spans.append(Span(lane, s, last_ts, "busy", j, inferred=True))
+        for lane in set(cursor) | set(lane_of.values()):
+            if lane not in running:
+                close_idle(lane, last_ts)
+    return [s for s in spans if s.end > s.start]
+
+
+def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
+    jobs: dict[str, JobStats] = defaultdict(JobStats)
+    started: dict[str, float] = {}
+    for ts, event in items:
+        kind, job = event.get("event"), event.get("job", "-")
+        if job == "-" or kind in ("lane", "idle", "correlated-failure"):
+            continue
+        stats = jobs[job]
+        if kind == "start":
+            stats.attempts += 1
+            stats.lane = event.get("lane", stats.lane)
+            started[job] = ts
+        elif kind in ("done", "failed", "retry", "skipped", "invalid"):
+            if job in started:
+                took = ts - started.pop(job)
+                stats.durations.append(took)
+                stats.busy_s += took
+            stats.outcome = {"retry": "retrying", "skipped": "skipped", "invalid": "invalid"}.get(kind, kind)
+            if kind == "failed" and event.get("why") == "timeout":
+                stats.outcome = "timeout"
+    return dict(jobs)
+
+
+def _resolve_requires(spans: list[Span], jobs: dict[str, JobStats]) -> None:
+    """A REQUIRES wait is 'later held' if its job started afterwards, else 'never held'."""
+    for span in spans:
+        if span.state == "waiting" and span.cause.startswith("requires:"):
+            held = span.job and jobs.get(span.job) and jobs[span.job].attempts > 0
+            span.cause += " (later held)" if held else " (never held)"
+
+
+def _clusters(items: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
+    clusters = [{"jobs": e.get("jobs", []), "line": e.get("line", "")}
+                for _, e in items if e.get("event") == "correlated-failure"]
+    if clusters:
+        # The runner announces a cluster again as it grows: keep the largest per line.
+        best: dict[str, dict[str, Any]] = {}
+        for c in clusters:
+            key = signature(c["line"], "")
+            if key not in best or len(c["jobs"]) > len(best[key]["jobs"]):
+                best[key] = c
+        return list(best.values())
+    groups: dict[str, dict[str, Any]] = {}
+    for _, e in items:
+        if e.get("event") in ("failed", "retry") and e.get("tail"):
+            line = e["tail"][-1]
+            group = groups.setdefault(signature(line, e.get("job", "")), {"jobs": [], "line": line})
+            if e["job"] not in group["jobs"]:
+                group["jobs"].append(e["job"])
+    return [g for g in groups.values() if len(g["jobs"]) >= 2]
+
+
+def _silences(items: list[tuple[float, dict[str, Any]]], top: int = 5) -> list[tuple[float, float]]:
+    gaps = [(items[i][0], items[i + 1][0]) for i in range(len(items) - 1)]
+    gaps.sort(key=lambda g: g[1] - g[0], reverse=True)
+    return [g for g in gaps[:top] if g[1] > g[0]]
+
+
+def read_events(text: str) -> list[dict[str, Any]]:
+    events = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            events.append(value)
+    return events
