@@ -6,7 +6,7 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -37,11 +37,12 @@ class GraphFormat(str, Enum):
     mermaid = "mermaid"
 
 
-SetOpt = Annotated[Optional[list[str]], typer.Option(  # noqa: UP007 - typer needs Optional
+SetOpt = Annotated[list[str] | None, typer.Option(  # noqa: UP007 - typer needs Optional
     "--set", metavar="KEY=VALUE", help="override a plan var (repeatable), e.g. --set work=/tmp/demo")]
-TemplatesOpt = Annotated[Optional[list[Path]], typer.Option(  # noqa: UP007
+TemplatesOpt = Annotated[list[Path] | None, typer.Option(  # noqa: UP007
     "--templates", metavar="DIR", help="look for templates here first (repeatable); then templates/ beside the plan")]
-PlansArg = Annotated[list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)", metavar="PLAN...")]
+PlansArg = Annotated[list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)",
+                                                metavar="PLAN...")]
 PlanArg = Annotated[Path, typer.Argument(help="a plan file: YAML or Python", metavar="PLAN")]
 
 
@@ -152,7 +153,7 @@ def schema() -> None:
     typer.echo(json.dumps(Plan.model_json_schema(by_alias=True), indent=1))
 
 
-HostsOpt = Annotated[Optional[Path], typer.Option(  # noqa: UP007
+HostsOpt = Annotated[Path | None, typer.Option(  # noqa: UP007
     "--hosts", metavar="FILE", help="hosts file (default $PLAN_HOSTS, else plans/hosts.yaml)")]
 HostArg = Annotated[str, typer.Argument(help="a name from the hosts file, a path (./q, /srv/jobs), or DEST:PATH",
                                         metavar="HOST")]
@@ -204,7 +205,7 @@ def push(
     r retried (--retry-failed), > running (left alone), >~ running but changed (reported), d done.
     Nothing is sent unless the whole plan checks clean. Exit 0 ok, 1 refused, 3 host unreachable.
     """
-    from plancompiler.push import apply, plan_push
+    from plancompiler.push import plan_push
 
     target = _host(host, hosts)
     compiled = _compile(plan, set_, templates)
@@ -237,7 +238,7 @@ def push(
 @app.command("run")
 def run_plan(
     plan: PlanArg,
-    root: Annotated[Optional[Path], typer.Option("--root", help="local queue root (default .plan/<plan name>)")] = None,  # noqa: UP007
+    root: Annotated[Path | None, typer.Option("--root", help="local queue root (default .plan/<plan name>)")] = None,  # noqa: UP007
     set_: SetOpt = None,
     templates: TemplatesOpt = None,
     tick: Annotated[float, typer.Option("--tick", help="runner tick in seconds")] = 0.5,
@@ -303,9 +304,9 @@ def watch(
     interval: Annotated[float, typer.Option("--interval", help="seconds between probes")] = 120.0,
     once: Annotated[bool, typer.Option("--once", help="probe once and exit (for cron)")] = False,
     probe_timeout: Annotated[float, typer.Option("--probe-timeout", help="seconds one probe may take in all")] = 60.0,
-    wake_on: Annotated[Optional[list[str]], typer.Option("--wake-on", help="also alert on these event kinds, "  # noqa: UP007
+    wake_on: Annotated[list[str] | None, typer.Option("--wake-on", help="also alert on these event kinds, "  # noqa: UP007
                                                         "e.g. --wake-on done")] = None,
-    events: Annotated[Optional[str], typer.Option("--events", help="comma-separated event kinds that alert "  # noqa: UP007
+    events: Annotated[str | None, typer.Option("--events", help="comma-separated event kinds that alert "  # noqa: UP007
                                                   "(replaces the default list)")] = None,
     stall: Annotated[float, typer.Option("--stall", help="seconds a net job may run before STALL")] = 3600.0,
     idle: Annotated[float, typer.Option("--idle", help="seconds of nothing running before IDLE")] = 600.0,
@@ -313,14 +314,14 @@ def watch(
     unreachable: Annotated[int, typer.Option("--unreachable", help="failed probes in a row before UNREACHABLE")] = 5,
     parked_repeat: Annotated[float, typer.Option("--parked-repeat", help="seconds before a lasting park is "
                                                  "reported again")] = 7200.0,
-    on_alert: Annotated[Optional[str], typer.Option("--on-alert", help="run CMD for each alert (alert JSON on "  # noqa: UP007
+    on_alert: Annotated[str | None, typer.Option("--on-alert", help="run CMD for each alert (alert JSON on "  # noqa: UP007
                                                     "stdin, kind in $PLAN_ALERT_KIND) and keep watching")] = None,
     realert: Annotated[float, typer.Option("--realert", help="with --on-alert: seconds before the same alert "
                                            "is sent again")] = 3600.0,
     hook_timeout: Annotated[float, typer.Option("--hook-timeout", help="seconds --on-alert/--ping may run")] = 30.0,
-    ping: Annotated[Optional[str], typer.Option("--ping", help="run CMD after every successful probe "  # noqa: UP007
+    ping: Annotated[str | None, typer.Option("--ping", help="run CMD after every successful probe "  # noqa: UP007
                                                 "(a dead-man's switch for the watcher itself)")] = None,
-    state: Annotated[Optional[Path], typer.Option("--state", help="state file (event offset, counters); default "  # noqa: UP007
+    state: Annotated[Path | None, typer.Option("--state", help="state file (event offset, counters); default "  # noqa: UP007
                                                   "under ~/.local/state/plancompiler")] = None,
 ) -> None:
     """Probe HOST every --interval seconds; on an alert print `KIND: detail` lines and exit.
@@ -374,10 +375,10 @@ def report(
     source: Annotated[str, typer.Argument(help="an events.jsonl file, or a HOST (name, path or DEST:PATH)",
                                           metavar="HOST|EVENTS")],
     hosts: HostsOpt = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="start, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,  # noqa: UP007
-    until: Annotated[Optional[str], typer.Option("--until", help="end, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,  # noqa: UP007
+    since: Annotated[str | None, typer.Option("--since", help="start, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,  # noqa: UP007
+    until: Annotated[str | None, typer.Option("--until", help="end, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,  # noqa: UP007
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
-    html_file: Annotated[Optional[Path], typer.Option("--html", metavar="FILE",  # noqa: UP007
+    html_file: Annotated[Path | None, typer.Option("--html", metavar="FILE",  # noqa: UP007
                                                       help="also write a self-contained HTML timeline")] = None,
 ) -> None:
     """Where each lane's time went: busy, idle, and idle with work waiting, split by cause.
@@ -410,7 +411,8 @@ def report(
 
 @hooks_app.command("install")
 def hooks_install(
-    repo: Annotated[Path, typer.Option("--repo", help="the git repository (default: the current directory)")] = Path("."),
+    repo: Annotated[Path, typer.Option("--repo", help="the git repository (default: the current directory)")] = Path(
+        "."),
     plans: Annotated[str, typer.Option("--plans", help="plan files the hook checks (a shell glob)")] = "plans/*.yaml",
 ) -> None:
     """Write a git pre-push hook that runs `plan check` and refuses the push on errors."""

@@ -149,7 +149,7 @@ def _rows(job: Job, index: int, variables: Mapping[str, Any], source: Source) ->
             if not isinstance(values, list):
                 raise _LocatedError((*where, key), f"foreach.{key} must be a list")
             lists.append(values)
-        return [dict(zip(keys, combo)) for combo in itertools.product(*lists)]
+        return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*lists)]
     rows = []
     for i, row in enumerate(spec):
         if not isinstance(row, dict):

@@ -70,7 +70,8 @@ def build_graph(expanded: Expanded, source: Source) -> tuple[Graph, list[Diagnos
                     hint = difflib.get_close_matches(req.value, list(jobs), n=1)
                     suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
                     diagnostics.append(error(source.path, line, col, "G005",
-                                             f"job {job.name}: after: {req.value!r} is not a job of this plan{suggestion}"))
+                                             f"job {job.name}: after: {req.value!r} is not a job of this plan"
+                                             f"{suggestion}"))
                     continue
                 if not jobs[req.value].outputs:
                     diagnostics.append(error(source.path, line, col, "G008",

@@ -68,7 +68,8 @@ class Host:
         if rc == 124 and time.monotonic() - started >= limit - 0.5:
             raise Unreachable(f"{self.describe()}: no answer within {limit:g}s")
         if not self.local and rc == SSH_UNREACHABLE:
-            raise Unreachable(f"{self.describe()}: ssh could not connect: {err.strip().splitlines()[-1] if err.strip() else 'exit 255'}")
+            last = err.strip().splitlines()[-1] if err.strip() else "exit 255"
+            raise Unreachable(f"{self.describe()}: ssh could not connect: {last}")
         if rc != 0:
             raise RemoteFailed(f"{self.describe()}: the command on the host failed (exit {rc}): {err.strip()[-400:]}")
         try:

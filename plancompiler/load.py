@@ -70,7 +70,7 @@ def _build(node: yaml.Node, loader: yaml.SafeLoader, loc: Loc, source: Source) -
             if key in seen:
                 raise _Duplicate(str(key), seen[key], key_node.start_mark)
             seen[key] = key_node.start_mark
-            source.keys[(*loc, key)] = _pos(key_node.start_mark)
+            source.keys[loc + (key,)] = _pos(key_node.start_mark)
             result[key] = _build(value_node, loader, (*loc, key), source)
         return result
     if isinstance(node, yaml.SequenceNode):

@@ -71,15 +71,16 @@ def plan_push(compiled: Compiled, host: Host, probe: dict[str, Any], *, retry_fa
               prune: bool = True, verify_external: bool = True) -> PushPlan:
     files: dict[str, dict[str, dict[str, Any]]] = probe.get("files", {})
     where: dict[str, tuple[str, str]] = {}
-    for state in ("failed", "done", "queue", "running"):  # later states win: running is what matters
-        for name, info in files.get(state, {}).items():
-            where[name] = (state, info["sha"])
+    for state_dir in ("failed", "done", "queue", "running"):  # later states win: running is what matters
+        for name, info in files.get(state_dir, {}).items():
+            where[name] = (state_dir, info["sha"])
     changes: list[Change] = []
     request: dict[str, Any] = {"files": {}, "remove": [], "resets": []}
     ours = {job.filename for job in compiled.jobs}
     for job in compiled.jobs:
         name, sha = job.filename, _sha(job.text)
-        state, host_sha = where.get(name, (None, None))
+        found = where.get(name)
+        state, host_sha = (found[0], found[1]) if found else (None, None)
         same = host_sha == sha
         if state is None:
             changes.append(Change("+", name, None))

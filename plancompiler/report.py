@@ -111,7 +111,8 @@ class Report:
             out.append("")
             out.append("failure clusters:")
             for cluster in self.clusters:
-                out.append(f"  {len(cluster['jobs'])} jobs failed with: {cluster['line']}  ({', '.join(cluster['jobs'])})")
+                names = ", ".join(cluster["jobs"])
+                out.append(f"  {len(cluster['jobs'])} jobs failed with: {cluster['line']}  ({names})")
         if self.silences:
             out.append("")
             out.append("longest silences (no event at all):")

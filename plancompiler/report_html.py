@@ -13,11 +13,13 @@ h1{font-size:16px}.timeline{position:relative;margin:8px 0 24px}
 .lane{position:relative;height:26px;margin:3px 0 3px 60px;background:#f3f3f3;border-radius:3px}
 .lane .name{position:absolute;left:-60px;width:55px;text-align:right;line-height:26px;font-weight:600}
 .bar{position:absolute;top:2px;height:22px;min-width:1px;border-radius:2px}
-.busy{background:#3b7dd8}.waiting{background:repeating-linear-gradient(45deg,#e8a33d,#e8a33d 4px,#f3c47a 4px,#f3c47a 8px)}
+.busy{background:#3b7dd8}
+.waiting{background:repeating-linear-gradient(45deg,#e8a33d,#e8a33d 4px,#f3c47a 4px,#f3c47a 8px)}
 .down{background:#9a9a9a}.bar:hover{outline:2px solid #000;z-index:2}
 .axis{display:flex;justify-content:space-between;margin-left:60px;color:#666;font-size:11px}
 table{border-collapse:collapse}td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}
-td:first-child,th:first-child{text-align:left}.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
+td:first-child,th:first-child{text-align:left}
+.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
 """
 
 
@@ -51,7 +53,8 @@ def render_html(report: Report) -> str:
                                for k in ("busy_s", "idle_s", "waiting_s", "down_s")) + "</tr>")
         for cause, seconds in sorted(row["causes"].items(), key=lambda kv: -kv[1]):
             causes.append(f'<tr class="cause" data-lane="{html.escape(lane)}"><td>{html.escape(lane)}: '
-                          f'{html.escape(cause)}</td><td data-seconds="{seconds:.0f}">{format_duration(seconds)}</td></tr>')
+                          f'{html.escape(cause)}</td><td data-seconds="{seconds:.0f}">'
+                          f"{format_duration(seconds)}</td></tr>")
     table.append("</table>")
     note = "<p>Seed-format events: lane states are inferred.</p>" if report.inferred else ""
     return (

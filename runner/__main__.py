@@ -54,12 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"lanes, in the order they pick jobs (default {','.join(d.lanes)})")
     run.add_argument("--exclusive", type=_csv, default=d.exclusive,
                      help=f"lanes of which at most one runs at a time (default {','.join(d.exclusive)}; '' for none)")
-    run.add_argument("--gpu-lane", default=d.gpu_lane, help=f"lane that waits for foreign GPU users (default {d.gpu_lane})")
+    run.add_argument("--gpu-lane", default=d.gpu_lane,
+                     help=f"lane that waits for foreign GPU users (default {d.gpu_lane})")
     run.add_argument("--gpu-names", type=_csv, default=d.gpu_names,
                      help=f"process names that count as GPU users (default {','.join(d.gpu_names)})")
     run.add_argument("--gpu-device", action="append", default=[], metavar="PATH",
                      help="an extra path that counts as a GPU device node when a process has it open (repeatable)")
-    add("--condition-timeout", d.condition_timeout_s, "a REQUIRES/DONE_IF run by bash is killed after this and counts false")
+    add("--condition-timeout", d.condition_timeout_s,
+        "a REQUIRES/DONE_IF run by bash is killed after this and counts false")
     add("--kill-grace", d.kill_grace_s, "between TERM and KILL when ending a job's processes")
     add("--backoff-base", d.backoff_base_s, "wait before the first retry")
     add("--backoff-max", d.backoff_max_s, "longest wait between retries")
@@ -70,13 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--gpu-wait-repeat", d.gpu_wait_repeat_s, "gpu-wait is repeated this often while a foreign GPU user stays")
     add("--idle", d.idle_s, "nothing running while jobs wait (or a lane waiting) this long raises idle")
     add("--idle-repeat", d.idle_repeat_s, "idle is repeated this often while it lasts")
-    add("--warn-after-net", d.warn_after["net"], "net jobs running longer than this raise long-running (a job's WARN_AFTER wins)")
+    add("--warn-after-net", d.warn_after["net"],
+        "net jobs running longer than this raise long-running (a job's WARN_AFTER wins)")
     add("--long-running-repeat", d.long_running_repeat_s, "long-running is repeated this often")
     add("--stall", d.stall_s, "a running job whose log has not grown this long raises stalled")
     add("--stall-repeat", d.stall_repeat_s, "stalled is repeated this often")
     add("--correlate-window", d.correlate_window_s, "failures this close together are compared for a shared cause")
     run.add_argument("--correlate-min", type=int, default=d.correlate_min,
-                     help=f"differently named jobs failing with the same line that raise correlated-failure (default {d.correlate_min})")
+                     help="differently named jobs failing with the same line that raise correlated-failure "
+                     f"(default {d.correlate_min})")
 
     status = sub.add_parser("status", help="print what runs and why each queued job waits",
                             description="Read ROOT/status.json and print it; --json prints it raw.")

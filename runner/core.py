@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from runner import FORMAT_VERSION, __version__, jobfile, logs, procs
-from runner.progress import parse_progress
 from runner.conditions import Condition, compile_condition, evaluate
 from runner.config import Config
+from runner.progress import parse_progress
 from runner.queue import Queue, timestamp, write_json
 
 
@@ -193,7 +193,7 @@ class Runner:
     def _scan(self, now: float) -> list[tuple[str, Parsed]]:
         queued = []
         qdir = self.queue.dir("queue")
-        names = self.queue.list("queue")
+        names = self.queue.jobs("queue")
         for filename in names:
             path = qdir / filename
             try:
@@ -672,7 +672,7 @@ class Runner:
             "queued": waiting,
             "parked": self._parked() or None,
             "gpu_unreadable": self.gpu_unreadable,
-            "counts": {s: len(self.queue.list(s)) for s in ("queue", "running", "done", "failed")},
+            "counts": {s: len(self.queue.jobs(s)) for s in ("queue", "running", "done", "failed")},
         }
         write_json(self.queue.status_path, status)
 

@@ -67,8 +67,8 @@ def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> J
     except UnicodeDecodeError as exc:
         return Invalid(f"not valid UTF-8 at byte {exc.start}")
     if "\r" in text:
-        line = text[: text.index("\r")].count("\n") + 1
-        return Invalid("carriage return (CRLF line ends?): bash would see the \\r as part of the command", line)
+        crlf_line = text[: text.index("\r")].count("\n") + 1
+        return Invalid("carriage return (CRLF line ends?): bash would see the \\r as part of the command", crlf_line)
     lines = text.split("\n")
     header: dict[str, str] = {}
     header_lines: dict[str, int] = {}

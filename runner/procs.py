@@ -1,4 +1,4 @@
-"""Process ownership: spawn jobs in their own session with a tag, find what they left, end it; find foreign GPU users."""
+"""Process ownership: jobs in their own session with a tag; what they leave is ended; foreign GPU users found."""
 from __future__ import annotations
 
 import ctypes
@@ -201,7 +201,7 @@ def gpu_users(
 
 def _nvml_users(is_ours: Callable[[Proc], bool], seen: set[int]) -> list[GpuUser]:
     try:
-        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+        import pynvml  # optional: nvidia-ml-py
     except ImportError:
         return []
     users: list[GpuUser] = []

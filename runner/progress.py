@@ -29,8 +29,8 @@ def parse_line(line: str) -> str | None:
         return f"{pct:.0f}% ({m.group(1)}/{m.group(2)}{unit})"
     m = _CURL.match(line)
     if m and m.group(7) != "--:--:--":
-        pct, total, received, rate, left = m.group(3), m.group(2), m.group(4), m.group(5), m.group(8)
-        return f"{pct}% of {total} ({received}) at {rate}/s, ETA {left}"
+        pct_text, total_text, received, rate, left = m.group(3), m.group(2), m.group(4), m.group(5), m.group(8)
+        return f"{pct_text}% of {total_text} ({received}) at {rate}/s, ETA {left}"
     m = _TQDM.search(line)
     if m:
         return f"{m.group(1)}% of {m.group(3)} ({m.group(2)}) at {m.group(6).strip()}, ETA {m.group(5)}"

@@ -86,7 +86,7 @@ class Queue:
         for name in (*STATES, "logs"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
 
-    def list(self, state: str) -> list[str]:
+    def jobs(self, state: str) -> list[str]:
         """File names in STATE in priority (name) order; dot-files and temp files are skipped."""
         try:
             names = os.listdir(self.dir(state))

@@ -4,10 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -18,7 +14,7 @@ from plancompiler.cli import app
 from plancompiler.compile import compile_plan
 from plancompiler.hosts import Host
 from plancompiler.push import apply, plan_push
-from tests.conftest import REPO, RunnerProcess, write_job
+from tests.conftest import RunnerProcess, write_job
 from tests.sshd import Sshd
 
 cli = CliRunner()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
-from plancompiler.report import build_report, read_events
+from plancompiler.report import build_report
 from plancompiler.report_html import render_html
 from tests.conftest import RunnerProcess, write_job
 

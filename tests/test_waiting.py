@@ -131,7 +131,7 @@ def test_lane_events_cover_the_run_without_gaps(tmp_path: Path, queue_root: Path
         states = [e for e in events[:stop] if e["event"] == "lane" and e["lane"] == lane]
         assert states, lane
         assert states[-1]["state"] == "stopped"
-        pairs = list(zip(states, states[1:]))
+        pairs = list(zip(states, states[1:], strict=False))
         assert all((a["state"], a["job"], a.get("reason")) != (b["state"], b["job"], b.get("reason"))
                    for a, b in pairs), "a lane event must be a change"
     gpu = [(e["state"], e.get("reason")) for e in events if e["event"] == "lane" and e["lane"] == "gpu"]
