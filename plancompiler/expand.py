@@ -63,13 +63,26 @@ def _names_in(value: Any) -> set[str]:
     return set()
 
 
+_COMPILED: dict[str, jinja2.Template] = {}
+
+
+def _template(source: str) -> jinja2.Template:
+    """Each distinct field text is compiled once: foreach rows render the same text many times."""
+    template = _COMPILED.get(source)
+    if template is None:
+        if len(_COMPILED) > 20000:
+            _COMPILED.clear()
+        template = _COMPILED[source] = _ENV.from_string(source)
+    return template
+
+
 def render_value(value: Any, context: Mapping[str, Any]) -> Any:
     """VALUE with every string rendered as a jinja2 template over CONTEXT (undefined names are errors)."""
     if isinstance(value, str):
         if "{" not in value:
             return value
         try:
-            return _ENV.from_string(value).render(context)
+            return _template(value).render(context)
         except jinja2.UndefinedError as exc:
             raise _RenderError(f"undefined variable: {exc.message}") from exc
         except jinja2.TemplateSyntaxError as exc:

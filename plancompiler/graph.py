@@ -16,13 +16,16 @@ class Graph:
     deps: dict[str, list[str]] = field(default_factory=dict)  # job -> jobs it waits for
     requires: dict[str, list[str]] = field(default_factory=dict)  # job -> paths it waits for
     external: list[str] = field(default_factory=list)
+    _dirs: list[tuple[str, str]] | None = None
 
     def producers_of(self, path: str) -> list[str]:
         found = list(self.producers.get(path, []))
-        for name, job in self.jobs.items():
-            for out in job.outputs:
-                if out.kind == "dir" and path.startswith(out.value.rstrip("/") + "/") and name not in found:
-                    found.append(name)
+        if self._dirs is None:
+            self._dirs = [(out.value.rstrip("/") + "/", name) for name, job in self.jobs.items()
+                          for out in job.outputs if out.kind == "dir"]
+        for prefix, name in self._dirs:
+            if path.startswith(prefix) and name not in found:
+                found.append(name)
         return found
 
     def is_external(self, path: str) -> bool:

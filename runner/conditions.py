@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import stat as stat_mod
 import subprocess
 from dataclasses import dataclass
 
@@ -56,8 +57,6 @@ def test_path(op: str, path: str) -> bool:
         st = os.stat(path)
     except (OSError, ValueError):
         return False
-    import stat as stat_mod
-
     if op == "e":
         return True
     if op == "f":
@@ -76,7 +75,7 @@ class Outcome:
 def evaluate(cond: Condition, cwd: str, timeout_s: float) -> Outcome:
     if cond.tests is not None:
         for op, path in cond.tests:
-            if not test_path(op, os.path.join(cwd, path)):
+            if not test_path(op, path if path.startswith("/") else os.path.join(cwd, path)):
                 return Outcome(False, f"test -{op} {path} is false")
         return Outcome(True)
     return _run_bash(cond.text, cwd, timeout_s)

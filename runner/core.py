@@ -75,6 +75,7 @@ class Runner:
         self.stopping = False
         self._manifest_cache: tuple[tuple[int, int, int], dict[str, Any] | None] | None = None
         self._presence_tick = -1
+        self._manifest_tick = -1
         self._presence_sets: tuple[set[str], set[str]] = (set(), set())
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -193,18 +194,24 @@ class Runner:
     def _scan(self, now: float) -> list[tuple[str, Parsed]]:
         queued = []
         qdir = self.queue.dir("queue")
-        names = self.queue.jobs("queue")
-        for filename in names:
-            path = qdir / filename
+        try:
+            entries = sorted((e for e in os.scandir(qdir) if e.name.endswith(".job") and not e.name.startswith(".")),
+                             key=lambda e: e.name)
+        except FileNotFoundError:
+            entries = []
+        names = [e.name for e in entries]
+        for entry in entries:
+            filename = entry.name
             try:
-                st = path.stat()
+                st = entry.stat()
             except FileNotFoundError:
                 continue
             key = (st.st_mtime_ns, st.st_size, st.st_ino)
             parsed = self.parsed.get(filename)
             if parsed is None or parsed.key != key:
                 try:
-                    data = path.read_bytes()
+                    with open(entry.path, "rb") as handle:
+                        data = handle.read()
                 except OSError:
                     continue
                 job = jobfile.parse(filename, data, self.config.lanes)
@@ -384,8 +391,11 @@ class Runner:
         return None
 
     def _manifest(self) -> dict[str, Any] | None:
+        if self._manifest_tick == self.ticks:
+            return self._manifest_cache[1] if self._manifest_cache else None
+        self._manifest_tick = self.ticks
         try:
-            st = self.queue.manifest_path.stat()
+            st = os.stat(self.queue.manifest_path)
         except OSError:
             self._manifest_cache = None
             return None
