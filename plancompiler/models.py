@@ -86,7 +86,7 @@ class Job(Strict):
     run: str | None = Field(None, description="an inline bash body (a jinja2 template)")
     with_: dict[str, Any] = Field(default_factory=dict, alias="with", description="values for the template")
     foreach: dict[str, list[Any] | str] | list[dict[str, Any]] | str | None = Field(
-        None, description="a product of lists (or of vars holding lists), a list of rows, or the name of a var holding rows")
+        None, description="a product of lists (or of vars holding lists), a list of rows, or a var holding rows")
     requires: list[Requirement] = Field(default_factory=list)
     outputs: list[Output] = Field(default_factory=list)
     done_if: Requirement | list[Requirement] | None = Field(None, description="defaults to the outputs")

@@ -16,7 +16,7 @@ _TEST_RE = re.compile(_TEST)
 _CHAIN_RE = re.compile(rf"^\s*{_TEST}(?:\s*&&\s*{_TEST})*\s*$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Condition:
     """A compiled condition: `tests` set when it can be decided by stat() alone."""
 

@@ -7,7 +7,7 @@ import secrets
 import select
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from runner.progress import parse_progress
 from runner.queue import Queue, timestamp, write_json
 
 
-@dataclass
+@dataclass(slots=True)
 class Parsed:
     key: tuple[int, int, int]
     job: jobfile.JobFile | jobfile.Invalid
@@ -42,7 +42,7 @@ class Running:
     announced: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class Reason:
     reason: str
     since: float
@@ -128,13 +128,25 @@ class Runner:
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.start(time.time())
+        queue_dir = str(self.queue.dir("queue"))
         while not stop_signal:
+            # Taken before the tick: a file that lands during the tick is seen at once afterwards
+            # (the tick's own moves cost one extra tick, which then finds nothing to do).
+            seen = _mtime(queue_dir)
             self.tick(time.time())
+            next_tick = time.monotonic() + self.config.tick_s
             _drain(rfd)
-            if stop_signal or self._child_waiting():
-                continue
-            select.select([rfd], [], [], self.config.tick_s)
-            _drain(rfd)
+            # Between ticks, wake at once for a child's exit and within DIR_POLL_S for a new job file
+            # (one stat of queue/), so neither waits for the next tick.
+            while not stop_signal and not self._child_waiting():
+                left = next_tick - time.monotonic()
+                if left <= 0:
+                    break
+                if select.select([rfd], [], [], min(left, DIR_POLL_S))[0]:
+                    _drain(rfd)
+                    continue
+                if _mtime(queue_dir) != seen:
+                    break
         self.stop(time.time(), stop_signal[0])
         return 0
 
@@ -215,6 +227,8 @@ class Runner:
                 except OSError:
                     continue
                 job = jobfile.parse(filename, data, self.config.lanes)
+                if isinstance(job, jobfile.JobFile):
+                    job = replace(job, body="")  # bash reads the file itself; 10 000 bodies need not stay
                 parsed = Parsed(key, job)
                 if isinstance(job, jobfile.JobFile):
                     parsed.requires = compile_condition(job.requires) if job.requires else None
@@ -685,6 +699,16 @@ class Runner:
             "counts": {s: len(self.queue.jobs(s)) for s in ("queue", "running", "done", "failed")},
         }
         write_json(self.queue.status_path, status)
+
+
+DIR_POLL_S = 0.5
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _drain(fd: int) -> None:

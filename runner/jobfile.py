@@ -19,7 +19,7 @@ _KEY_LINE = re.compile(r"^#\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _KEYISH_LINE = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)\s*[:=]")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobFile:
     """A job file that parsed completely: the only kind the runner executes."""
 

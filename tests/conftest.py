@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def write_job(root: Path, name: str, text: str, state: str = "queue") -> Path:
@@ -122,4 +121,4 @@ def kill_quietly(pid: int) -> None:
         pass
 
 
-from tests.sshd import sshd  # noqa: E402,F401 - the session fixture, shared by push/status/watch tests
+from tests.sshd import IN_CI, sshd  # noqa: E402,F401 - the session fixture, shared by push/status/watch tests

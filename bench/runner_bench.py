@@ -1,0 +1,143 @@
+"""The runner: tick time at 1 000 and 10 000 queued jobs against the seed's way and the stat() floor; RSS;
+start latency of a lane successor and of a newly arrived job."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.common import alternate, machine, ms, table  # noqa: E402
+from runner.conditions import compile_condition  # noqa: E402
+from runner.config import Config  # noqa: E402
+from runner.core import Runner  # noqa: E402
+
+
+def make_queue(root: Path, jobs: int) -> list[str]:
+    """JOBS gpu jobs in a REQUIRES chain of test -f (each waits for the previous one's output)."""
+    (root / "queue").mkdir(parents=True)
+    conditions = []
+    for i in range(jobs):
+        requires = f"test -f {root}/out/{i - 1:05d} && test -s {root}/out/{i:05d}.in"
+        done_if = f"test -f {root}/out/{i:05d}"
+        (root / "queue" / f"{i:05d}-gpu-job.job").write_text(
+            f"# LANE=gpu\n# REQUIRES={requires}\n# DONE_IF={done_if}\necho {i}\n")
+        conditions += [done_if, requires]
+    return conditions
+
+
+def seed_way(conditions: list[str]) -> None:
+    """The seed's runner: one `bash -c` per condition per job per tick."""
+    for cond in conditions:
+        subprocess.run(["bash", "-c", cond], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stat_floor(conditions: list[str]) -> None:
+    """One stat() per condition, the least any runner must do."""
+    for cond in conditions:
+        path = compile_condition(cond).tests[0][1]  # type: ignore[index]
+        try:
+            os.stat(path)
+        except OSError:
+            pass
+
+
+def tick_rows() -> tuple[list[list[str]], str]:
+    rows = []
+    rss = ""
+    for jobs in (1000, 10000):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            conditions = make_queue(root, jobs)
+            runner = Runner(Config(root=root))
+            runner.start(time.time())
+            cold = alternate(1, first=lambda r=runner: r.tick(time.time()))["first"]
+            compiled = [compile_condition(c) for c in conditions]
+            assert all(c.fast for c in compiled)
+            # the seed's way is timed on 1 000 conditions and scaled: 20 000 bash forks take half a minute
+            sample = conditions[:1000]
+            scale = len(conditions) / len(sample)
+            result = alternate(3, tick=lambda r=runner: r.tick(time.time()),
+                               floor=lambda c=conditions: stat_floor(c),
+                               seed=lambda s=sample: seed_way(s))
+            seed = result["seed"] * scale
+            rows.append([str(jobs), ms(cold), ms(result["tick"]), ms(result["floor"]), ms(seed) + "*",
+                         f"{result['tick'] / result['floor']:.1f}x", f"{seed / result['tick']:.0f}x"])
+            runner.queue.close()
+    out = subprocess.run([sys.executable, __file__, "--rss"], capture_output=True, text=True, check=True)
+    rss = out.stdout.strip()
+    return rows, rss
+
+
+def measure_rss() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        make_queue(root, 10000)
+        runner = Runner(Config(root=root))
+        runner.start(time.time())
+        for _ in range(3):
+            runner.tick(time.time())
+        print(f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MB")
+
+
+def latency_rows() -> list[list[str]]:
+    """Real runner processes, --tick 10 as the seed ran: job exit -> successor start, file arrival -> start."""
+    succ, arrive = [], []
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "queue").mkdir()
+        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(1)
+            for i in range(5):
+                stamps = root / f"stamps{i}"
+                (root / "queue" / f"{i}a-gpu.job").write_text(f"# LANE=gpu\nsleep 0.3\ndate +%s.%N >> {stamps}\n")
+                (root / "queue" / f"{i}b-gpu.job").write_text(f"# LANE=gpu\ndate +%s.%N >> {stamps}\n")
+                os.rename(root / "queue" / f"{i}a-gpu.job", root / "queue" / f"{i}a-gpu.job")
+                deadline = time.time() + 30
+                while time.time() < deadline and not (stamps.exists() and len(stamps.read_text().split()) == 2):
+                    time.sleep(0.05)
+                a, b = (float(x) for x in stamps.read_text().split())
+                succ.append(b - a)
+                arrived = time.time()
+                mark = root / f"arrive{i}"
+                (root / "queue" / f".{i}c.tmp").write_text(f"# LANE=cpu\ndate +%s.%N > {mark}\n")
+                os.rename(root / "queue" / f".{i}c.tmp", root / "queue" / f"{i}c-cpu.job")
+                while time.time() < deadline and not (mark.exists() and mark.read_text().strip()):
+                    time.sleep(0.05)
+                arrive.append(float(mark.read_text()) - arrived)
+        finally:
+            proc.terminate()
+            proc.wait()
+    succ.sort()
+    arrive.sort()
+    return [["job exit -> lane successor start", ms(succ[len(succ) // 2]), ms(max(succ)), "up to 10 s (one tick)"],
+            ["job file arrives -> start (tick 10 s)", ms(arrive[len(arrive) // 2]), ms(max(arrive)),
+             "up to 10 s (one tick)"]]
+
+
+def main() -> None:
+    if "--rss" in sys.argv:
+        measure_rss()
+        return
+    rows, rss = tick_rows()
+    print(f"machine: {machine()}\n")
+    print(table("runner tick, queued jobs with test -f REQUIRES chains",
+                ["queued", "first tick (parse)", "tick", "stat floor", "seed's way", "vs floor", "faster than seed"],
+                rows))
+    print("* the seed's way timed on 1 000 conditions and scaled to all of them\n")
+    print(f"runner RSS after 3 ticks at 10 000 queued jobs: {rss}\n")
+    print(table("start latency (real runner, --tick 10)", ["what", "median", "max", "seed"], latency_rows()))
+
+
+if __name__ == "__main__":
+    main()
