@@ -2,7 +2,6 @@
 start latency of a lane successor and of a newly arrived job."""
 from __future__ import annotations
 
-import json
 import os
 import resource
 import subprocess

@@ -206,6 +206,123 @@ def status(root, request):
             "parked": _read_json(os.path.join(root, "parked.json"))}
 
 
+def park(root, request):
+    path = os.path.join(root, "parked.json")
+    if request.get("parked") is None:
+        existed = os.path.exists(path)
+        if existed:
+            os.unlink(path)
+        return {"unparked": existed}
+    _atomic(path, (json.dumps(request["parked"]) + "\n").encode())
+    if request.get("requeue_running"):
+        os.makedirs(os.path.join(root, "control"), exist_ok=True)
+        _atomic(os.path.join(root, "control", "requeue-running"), json.dumps({"by": request["parked"]["by"]}).encode())
+    return {"parked": request["parked"]}
+
+
+def _where(root, job):
+    for state in STATES:
+        if os.path.exists(os.path.join(root, state, job)):
+            return state
+    return None
+
+
+def control(root, request):
+    """Drop a request for the runner and wait (bounded) until it has been taken."""
+    job, action = request["job"], request["action"]
+    if "/" in job or job.startswith("."):
+        return {"error": "bad job name %r" % job}
+    before = _where(root, job)
+    os.makedirs(os.path.join(root, "control"), exist_ok=True)
+    path = os.path.join(root, "control", "%s-%s" % (action, job))
+    _atomic(path, json.dumps({"by": request.get("by", "?")}).encode())
+    deadline = time.time() + float(request.get("wait_s", 30))
+    while time.time() < deadline and os.path.exists(path):
+        time.sleep(0.05)
+    taken = not os.path.exists(path)
+    return {"taken": taken, "before": before, "after": _where(root, job)}
+
+
+def logs(root, request):
+    job = request["job"]
+    if "/" in job or job.startswith("."):
+        return {"error": "bad job name %r" % job}
+    path = os.path.join(root, "logs", job + ".log")
+    state = _where(root, job)
+    offset = int(request.get("offset", -1))
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return {"state": state, "text": "", "offset": 0, "exists": False}
+    if offset < 0:
+        text, size = _tail(path, int(request.get("max_bytes", 65536)))
+        lines = text.splitlines()[-int(request.get("lines", 40)):]
+        return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
+    if offset > size:
+        offset = 0
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read(int(request.get("max_bytes", 1 << 20)))
+    return {"state": state, "text": data.decode("utf-8", "replace"), "offset": offset + len(data), "exists": True}
+
+
+def bootstrap(root, request):
+    import shutil
+    import subprocess
+
+    done = {"written": [], "unchanged": [], "commands": [], "systemd": False, "heartbeat": False}
+    lib = os.path.join(root, ".plan-runner")
+    for rel, text in sorted(request["files"].items()):
+        path = os.path.join(lib, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = text.encode("utf-8")
+        try:
+            with open(path, "rb") as handle:
+                same = handle.read() == data
+        except OSError:
+            same = False
+        if same:
+            done["unchanged"].append(rel)
+        else:
+            _atomic(path, data)
+            done["written"].append(rel)
+    for state in (*STATES, "logs", "control"):
+        os.makedirs(os.path.join(root, state), exist_ok=True)
+    user_unit = bool(request.get("user_unit"))
+    unit_dir = os.path.expanduser("~/.config/systemd/user") if user_unit else "/etc/systemd/system"
+    unit_path = os.path.join(unit_dir, request["unit_name"])
+    done["unit_path"] = unit_path
+    ctl = ["systemctl", "--user"] if user_unit else ["systemctl"]
+    run = "PYTHONPATH=%s %s -u -m runner run --root %s" % (lib, request.get("python", "python3"), root)
+    has_systemd = shutil.which("systemctl") is not None and os.path.isdir("/run/systemd/system")
+    try:
+        os.makedirs(unit_dir, exist_ok=True)
+        _atomic(unit_path, request["unit"].encode())
+        done["written"].append(unit_path)
+    except OSError as exc:
+        done["unit_error"] = str(exc)
+    if not has_systemd:
+        done["commands"] = ["# systemd is not running here; start the runner yourself, e.g. under tmux:", run]
+        return done
+    done["systemd"] = True
+    started = time.time()
+    for args in (["daemon-reload"], ["enable", "--now", request["unit_name"]], ["restart", request["unit_name"]]):
+        proc = subprocess.run(ctl + args, capture_output=True, text=True)
+        done["commands"].append(" ".join(ctl + args) + " -> exit %d %s" % (proc.returncode, proc.stderr.strip()))
+        if proc.returncode != 0:
+            return done
+    deadline = time.time() + float(request.get("wait_s", 30))
+    while time.time() < deadline:
+        st = _read_json(os.path.join(root, "status.json")) or {}
+        if float(st.get("runner", {}).get("heartbeat", 0)) >= started:
+            done["heartbeat"] = True
+            break
+        time.sleep(0.5)
+    if user_unit:
+        done["commands"].append("# a --user unit stops at logout unless lingering is on: loginctl enable-linger $USER")
+    return done
+
+
 def main(argv):
     mode, root = argv[1], os.path.expanduser(argv[2])
     raw = sys.stdin.read()
@@ -214,7 +331,8 @@ def main(argv):
         out = {"error": "no queue at %s (the directory does not exist)" % root}
     else:
         try:
-            handler = {"probe": probe, "install": install, "status": status}[mode]
+            handler = {"probe": probe, "install": install, "status": status, "park": park, "control": control,
+                       "logs": logs, "bootstrap": bootstrap}[mode]
             out = handler(root, request)
         except Exception as exc:  # reported as a value: the probe reached the host
             out = {"error": "%s: %s" % (type(exc).__name__, exc)}

@@ -37,9 +37,9 @@ class GraphFormat(str, Enum):
     mermaid = "mermaid"
 
 
-SetOpt = Annotated[list[str] | None, typer.Option(  # noqa: UP007 - typer needs Optional
+SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", metavar="KEY=VALUE", help="override a plan var (repeatable), e.g. --set work=/tmp/demo")]
-TemplatesOpt = Annotated[list[Path] | None, typer.Option(  # noqa: UP007
+TemplatesOpt = Annotated[list[Path] | None, typer.Option(
     "--templates", metavar="DIR", help="look for templates here first (repeatable); then templates/ beside the plan")]
 PlansArg = Annotated[list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)",
                                                 metavar="PLAN...")]
@@ -153,7 +153,7 @@ def schema() -> None:
     typer.echo(json.dumps(Plan.model_json_schema(by_alias=True), indent=1))
 
 
-HostsOpt = Annotated[Path | None, typer.Option(  # noqa: UP007
+HostsOpt = Annotated[Path | None, typer.Option(
     "--hosts", metavar="FILE", help="hosts file (default $PLAN_HOSTS, else plans/hosts.yaml)")]
 HostArg = Annotated[str, typer.Argument(help="a name from the hosts file, a path (./q, /srv/jobs), or DEST:PATH",
                                         metavar="HOST")]
@@ -238,7 +238,7 @@ def push(
 @app.command("run")
 def run_plan(
     plan: PlanArg,
-    root: Annotated[Path | None, typer.Option("--root", help="local queue root (default .plan/<plan name>)")] = None,  # noqa: UP007
+    root: Annotated[Path | None, typer.Option("--root", help="local queue root (default .plan/<plan name>)")] = None,
     set_: SetOpt = None,
     templates: TemplatesOpt = None,
     tick: Annotated[float, typer.Option("--tick", help="runner tick in seconds")] = 0.5,
@@ -304,9 +304,9 @@ def watch(
     interval: Annotated[float, typer.Option("--interval", help="seconds between probes")] = 120.0,
     once: Annotated[bool, typer.Option("--once", help="probe once and exit (for cron)")] = False,
     probe_timeout: Annotated[float, typer.Option("--probe-timeout", help="seconds one probe may take in all")] = 60.0,
-    wake_on: Annotated[list[str] | None, typer.Option("--wake-on", help="also alert on these event kinds, "  # noqa: UP007
+    wake_on: Annotated[list[str] | None, typer.Option("--wake-on", help="also alert on these event kinds, "
                                                         "e.g. --wake-on done")] = None,
-    events: Annotated[str | None, typer.Option("--events", help="comma-separated event kinds that alert "  # noqa: UP007
+    events: Annotated[str | None, typer.Option("--events", help="comma-separated event kinds that alert "
                                                   "(replaces the default list)")] = None,
     stall: Annotated[float, typer.Option("--stall", help="seconds a net job may run before STALL")] = 3600.0,
     idle: Annotated[float, typer.Option("--idle", help="seconds of nothing running before IDLE")] = 600.0,
@@ -314,14 +314,14 @@ def watch(
     unreachable: Annotated[int, typer.Option("--unreachable", help="failed probes in a row before UNREACHABLE")] = 5,
     parked_repeat: Annotated[float, typer.Option("--parked-repeat", help="seconds before a lasting park is "
                                                  "reported again")] = 7200.0,
-    on_alert: Annotated[str | None, typer.Option("--on-alert", help="run CMD for each alert (alert JSON on "  # noqa: UP007
+    on_alert: Annotated[str | None, typer.Option("--on-alert", help="run CMD for each alert (alert JSON on "
                                                     "stdin, kind in $PLAN_ALERT_KIND) and keep watching")] = None,
     realert: Annotated[float, typer.Option("--realert", help="with --on-alert: seconds before the same alert "
                                            "is sent again")] = 3600.0,
     hook_timeout: Annotated[float, typer.Option("--hook-timeout", help="seconds --on-alert/--ping may run")] = 30.0,
-    ping: Annotated[str | None, typer.Option("--ping", help="run CMD after every successful probe "  # noqa: UP007
+    ping: Annotated[str | None, typer.Option("--ping", help="run CMD after every successful probe "
                                                 "(a dead-man's switch for the watcher itself)")] = None,
-    state: Annotated[Path | None, typer.Option("--state", help="state file (event offset, counters); default "  # noqa: UP007
+    state: Annotated[Path | None, typer.Option("--state", help="state file (event offset, counters); default "
                                                   "under ~/.local/state/plancompiler")] = None,
 ) -> None:
     """Probe HOST every --interval seconds; on an alert print `KIND: detail` lines and exit.
@@ -375,10 +375,10 @@ def report(
     source: Annotated[str, typer.Argument(help="an events.jsonl file, or a HOST (name, path or DEST:PATH)",
                                           metavar="HOST|EVENTS")],
     hosts: HostsOpt = None,
-    since: Annotated[str | None, typer.Option("--since", help="start, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,  # noqa: UP007
-    until: Annotated[str | None, typer.Option("--until", help="end, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,  # noqa: UP007
+    since: Annotated[str | None, typer.Option("--since", help="start, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="end, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
-    html_file: Annotated[Path | None, typer.Option("--html", metavar="FILE",  # noqa: UP007
+    html_file: Annotated[Path | None, typer.Option("--html", metavar="FILE",
                                                       help="also write a self-contained HTML timeline")] = None,
 ) -> None:
     """Where each lane's time went: busy, idle, and idle with work waiting, split by cause.
@@ -407,6 +407,144 @@ def report(
     if html_file:
         html_file.write_text(render_html(result))
         typer.echo(f"wrote {html_file}", err=True)
+
+
+JobArg = Annotated[str, typer.Argument(help="the job's name (with or without .job)", metavar="JOB")]
+
+
+@app.command()
+def park(
+    host: HostArg,
+    hosts: HostsOpt = None,
+    reason: Annotated[str, typer.Option("--reason", help="why: shown in status, events and by watch")] = "",
+    now: Annotated[bool, typer.Option("--now", help="also end running jobs and put them back in queue/ "
+                                      "(no attempt used)")] = False,
+) -> None:
+    """Stop HOST's runner from starting new jobs (running jobs finish unless --now), e.g. for reboot-per-side work.
+
+    `plan watch` reports PARKED once, and again while the park lasts; lift it with `plan unpark`.
+    """
+    from plancompiler.operate import park_request
+
+    target = _host(host, hosts)
+    _call(target, "park", park_request(reason, now))
+    typer.echo(f"parked {target.describe()}" + (f": {reason}" if reason else ""))
+
+
+@app.command()
+def unpark(host: HostArg, hosts: HostsOpt = None) -> None:
+    """Let HOST's runner start jobs again."""
+    target = _host(host, hosts)
+    result = _call(target, "park", {"parked": None})
+    typer.echo(f"unparked {target.describe()}" if result.get("unparked") else f"{target.describe()} was not parked")
+
+
+def _control(host: str, hosts: Path | None, action: str, job: str, wait: float) -> dict:
+    from plancompiler.operate import control_request
+
+    target = _host(host, hosts)
+    result = _call(target, "control", {**control_request(action, job), "wait_s": wait}, wait + 30)
+    if not result.get("taken"):
+        typer.echo(f"plan: the request is queued on {target.name}, but no runner took it within {wait:g}s: "
+                   "is the runner running?", err=True)
+        raise typer.Exit(1)
+    return result
+
+
+@app.command()
+def retry(
+    host: HostArg, job: JobArg, hosts: HostsOpt = None,
+    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
+) -> None:
+    """Move JOB from failed/ back to queue/ with its attempts reset; the runner does it and logs `retry`."""
+    result = _control(host, hosts, "retry", job, wait)
+    if result.get("before") != "failed":
+        raise _fail(f"{job} was not in failed/ (it is {result.get('before') or 'nowhere'}): nothing retried", 1)
+    typer.echo(f"{job}: failed -> {result.get('after')}")
+
+
+@app.command()
+def cancel(
+    host: HostArg, job: JobArg, hosts: HostsOpt = None,
+    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
+) -> None:
+    """Remove a queued JOB, or end a running one's whole tree and file it in failed/ (`cancelled` event)."""
+    result = _control(host, hosts, "cancel", job, wait)
+    before = result.get("before")
+    if before not in ("queue", "running"):
+        raise _fail(f"{job} is neither queued nor running (it is {before or 'nowhere'}): nothing cancelled", 1)
+    typer.echo(f"{job}: {before} -> {result.get('after') or 'removed'}")
+
+
+@app.command()
+def logs(
+    host: HostArg, job: JobArg, hosts: HostsOpt = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing until the job ends or Ctrl-C")] = False,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="lines of the end of the log to show first")] = 40,
+    interval: Annotated[float, typer.Option("--interval", help="seconds between reads with -f")] = 1.0,
+) -> None:
+    """Print JOB's log (running or ended), bounded to its last --lines; -f follows it until the job ends."""
+    target = _host(host, hosts)
+    name = job if job.endswith(".job") else f"{job}.job"
+    answer = _call(target, "logs", {"job": name, "lines": lines})
+    if not answer.get("exists") and not answer.get("state"):
+        raise _fail(f"no job {name} and no log for it on {target.name}", 1)
+    typer.echo(answer.get("text", ""), nl=False)
+    offset = answer.get("offset", 0)
+    try:
+        while follow and answer.get("state") in ("running", "queue"):
+            time.sleep(interval)
+            answer = _call(target, "logs", {"job": name, "offset": offset})
+            typer.echo(answer.get("text", ""), nl=False)
+            offset = answer.get("offset", offset)
+    except KeyboardInterrupt:
+        pass
+    if follow:
+        typer.echo(f"-- {name} is {answer.get('state') or 'gone'}", err=True)
+
+
+@app.command()
+def bootstrap(
+    host: HostArg, hosts: HostsOpt = None,
+    user_unit: Annotated[bool, typer.Option("--user", help="a systemd --user unit instead of a system one")] = False,
+    run_as: Annotated[str | None, typer.Option("--run-as", help="User= of a system unit (default: ssh user)")] = None,
+    python: Annotated[str, typer.Option("--python", help="interpreter on the host")] = "/usr/bin/python3",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would be done and change nothing")] = False,
+    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner's first heartbeat")] = 30.0,
+) -> None:
+    """Install the standard-library runner under HOST's queue root and its systemd unit, then wait for a heartbeat.
+
+    Idempotent. Where systemd is not running, it says exactly what to run instead.
+    """
+    import getpass
+
+    from plancompiler.operate import runner_files, unit_for
+
+    target = _host(host, hosts)
+    files = runner_files()
+    unit_name = "plan-runner.service"
+    user = run_as or (None if user_unit else (target.ssh.split("@")[0] if target.ssh and "@" in target.ssh
+                                              else getpass.getuser()))
+    unit = unit_for(target.root, python, user_unit, user)
+    typer.echo(f"bootstrap {target.describe()}:")
+    typer.echo(f"  copy the runner ({len(files)} files) to {target.root}/.plan-runner/runner/")
+    typer.echo(f"  write the {'user' if user_unit else 'system'} unit {unit_name}; enable and start it")
+    if dry_run:
+        typer.echo(unit)
+        typer.echo("dry run: nothing was changed", err=True)
+        return
+    result = _call(target, "bootstrap", {"files": files, "unit": unit, "unit_name": unit_name,
+                                         "user_unit": user_unit, "python": python, "wait_s": wait,
+                                         "create": True}, wait + 60)
+    typer.echo(f"  wrote {len(result.get('written', []))} files, {len(result.get('unchanged', []))} unchanged")
+    if result.get("unit_error"):
+        typer.echo(f"  could not write {result.get('unit_path')}: {result['unit_error']}", err=True)
+    for command in result.get("commands", []):
+        typer.echo(f"  {command}")
+    if result.get("systemd") and not result.get("heartbeat"):
+        raise _fail(f"the unit was started but no heartbeat came within {wait:g}s: journalctl -u {unit_name}", 1)
+    if result.get("heartbeat"):
+        typer.echo("  runner is ticking")
 
 
 @hooks_app.command("install")

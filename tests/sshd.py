@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-
 SSHD = "/usr/sbin/sshd"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -1,0 +1,166 @@
+"""Operating a box: park/unpark, bootstrap, the runner check on push, logs -f, retry and cancel."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plancompiler.cli import app
+from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.sshd import Sshd
+
+cli = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def plan(*args: str) -> tuple[int, str]:
+    result = cli.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_park_starts_nothing_reports_parked_then_resumes(tmp_path: Path, queue_root: Path,
+                                                          runner: RunnerProcess) -> None:
+    runner.start()
+    code, out = plan("park", str(queue_root), "--reason", "IOMMU A/B, reboot per side")
+    assert code == 0, out
+    runner.wait_event("parked")
+    write_job(queue_root, "1-gpu-bench.job", f"# LANE=gpu\ntouch {tmp_path}/ran\n")
+    wait_for(lambda: any(q["job"] == "1-gpu-bench.job" for q in runner.status()["queued"]))
+    reason = next(q for q in runner.status()["queued"] if q["job"] == "1-gpu-bench.job")
+    assert reason["reason"] == "parked" and "IOMMU A/B" in reason["detail"]
+    assert not (tmp_path / "ran").exists()
+    state = tmp_path / "w.json"
+    code, out = plan("watch", str(queue_root), "--once", "--state", str(state), "--idle", "0")
+    assert code == 17 and out.startswith("PARKED: ") and "IDLE" not in out
+    code, out = plan("watch", str(queue_root), "--once", "--state", str(state), "--idle", "0")
+    assert code == 0, "PARKED is reported once, not on every probe"
+    status = plan("status", str(queue_root))[1]
+    assert "PARKED: parked since" in status
+    assert plan("unpark", str(queue_root))[0] == 0
+    runner.wait_event("unparked")
+    runner.wait_event("done", job="1-gpu-bench.job")
+
+
+def test_park_now_requeues_running_without_an_attempt(queue_root: Path, runner: RunnerProcess) -> None:
+    write_job(queue_root, "1-gpu-long.job", "# LANE=gpu\nsleep 300\n")
+    runner.start()
+    runner.wait_event("start")
+    assert plan("park", str(queue_root), "--now")[0] == 0
+    recovered = runner.wait_event("recovered", job="1-gpu-long.job")
+    assert "parked --now" in recovered["why"]
+    wait_for(lambda: (queue_root / "queue/1-gpu-long.job").exists())
+    time.sleep(0.5)
+    assert len(runner.events("start")) == 1
+    assert json.loads((queue_root / "state.json").read_text())["attempts"]["1-gpu-long.job"] == 0
+
+
+def _bootstrap_and_start(host_args: list[str], root: Path) -> None:
+    code, out = plan("bootstrap", *host_args, "--python", sys.executable)
+    assert code == 0, out
+    assert (root / ".plan-runner/runner/core.py").exists()
+    command = next(line.strip() for line in out.splitlines() if "-m runner run --root" in line)
+    proc = subprocess.Popen(command, shell=True, start_new_session=True, env={"PATH": os.environ["PATH"]},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (root / "status.json").exists(), 15)
+        status = json.loads((root / "status.json").read_text())
+        assert status["runner"]["format_version"] == 1
+        assert str(root / ".plan-runner") in Path(f"/proc/{status['runner']['pid']}/environ").read_text()
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait()
+    from plancompiler.operate import runner_files
+
+    again = plan("bootstrap", *host_args, "--python", sys.executable)[1]
+    assert f"wrote 1 files, {len(runner_files())} unchanged" in again  # idempotent: only the unit is rewritten
+
+
+def test_bootstrap_into_an_empty_directory(tmp_path: Path) -> None:
+    root = tmp_path / "box"
+    code, out = plan("bootstrap", str(root), "--dry-run")
+    assert code == 0 and "Restart=always" in out and not root.exists()
+    unit = out[out.index("[Unit]"):]
+    for line in ("KillMode=control-group", "LimitMEMLOCK=infinity", f"--root {root}"):
+        assert line in unit
+    if shutil.which("systemd-analyze"):
+        path = tmp_path / "plan-runner.service"
+        path.write_text(unit)
+        check = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+        assert "Unknown key" not in check.stderr and "Invalid" not in check.stderr, check.stderr
+    _bootstrap_and_start([str(root)], root)
+
+
+def test_bootstrap_over_ssh(tmp_path: Path, sshd: Sshd) -> None:
+    root = tmp_path / "remote-box"
+    hosts = sshd.hosts_file(root)
+    _bootstrap_and_start(["testbox", "--hosts", str(hosts), "--user"], root)
+
+
+def test_push_refuses_an_old_format_and_warns_on_a_stale_heartbeat(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    for state in ("queue", "running", "done", "failed"):
+        (root / state).mkdir(parents=True)
+    plan_file = tmp_path / "p.yaml"
+    plan_file.write_text("plan: p\njobs:\n  - name: a\n    run: echo a\n")
+    status = {"runner": {"pid": 1, "format_version": 0, "heartbeat": time.time()}}
+    (root / "status.json").write_text(json.dumps(status))
+    code, out = plan("push", str(root), str(plan_file))
+    assert code == 1 and "reads job-file format 0" in out and "plan bootstrap" in out
+    assert not os.listdir(root / "queue")
+    status["runner"].update(format_version=1, heartbeat=time.time() - 3 * 3600)
+    (root / "status.json").write_text(json.dumps(status))
+    code, out = plan("push", str(root), str(plan_file))
+    assert code == 0 and "1 jobs queued on" in out and "no runner has ticked there for 3h00m" in out
+
+
+def test_logs_follow_ends_when_the_job_ends(queue_root: Path, runner: RunnerProcess) -> None:
+    write_job(queue_root, "1-cpu-talk.job", "for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done\n")
+    runner.start()
+    runner.wait_event("start")
+    started = time.monotonic()
+    code, out = plan("logs", str(queue_root), "1-cpu-talk", "-f", "--interval", "0.2")
+    assert code == 0
+    assert [ln for ln in out.splitlines() if ln.startswith("line")] == [f"line {i}" for i in range(1, 6)]
+    assert "1-cpu-talk.job is done" in out and time.monotonic() - started < 10
+    code, out = plan("logs", str(queue_root), "1-cpu-talk", "-n", "2")
+    assert out.splitlines() == ["line 4", "line 5"]
+    assert plan("logs", str(queue_root), "nope")[0] == 1
+
+
+def test_retry_and_cancel_race_a_fast_tick(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    for i in range(20):
+        write_job(queue_root, f"{i:02d}-cpu-fail.job", "exit 1\n", state="failed")
+    write_job(queue_root, "50-gpu-long.job", "# LANE=gpu\nsleep 300 &\nwait\n")
+    write_job(queue_root, "60-gpu-queued.job", "# LANE=gpu\necho never\n")
+    runner.start("--tick", "0.1")
+    runner.wait_event("start", job="50-gpu-long.job")
+    for i in range(20):
+        code, out = plan("retry", str(queue_root), f"{i:02d}-cpu-fail")
+        assert code == 0, out
+    code, out = plan("cancel", str(queue_root), "60-gpu-queued")
+    assert code == 0 and "queue -> removed" in out
+    code, out = plan("cancel", str(queue_root), "50-gpu-long.job")
+    assert code == 0 and "running -> failed" in out
+    wait_for(lambda: len([e for e in runner.events("failed")]) == 20, 20)
+    events = runner.events()
+    retries = [e for e in events if e["event"] == "retry" and e.get("by")]
+    assert len(retries) == 20 and all("@" in e["by"] for e in retries)
+    starts = [e["job"] for e in events if e["event"] == "start"]
+    assert sorted(starts) == sorted([f"{i:02d}-cpu-fail.job" for i in range(20)] + ["50-gpu-long.job"])
+    assert sorted(os.listdir(queue_root / "failed")) == sorted([f"{i:02d}-cpu-fail.job" for i in range(20)]
+                                                               + ["50-gpu-long.job"])
+    cancelled = [e for e in events if e["event"] == "cancelled"]
+    assert {e["job"]: e["was"] for e in cancelled} == {"60-gpu-queued.job": "queued", "50-gpu-long.job": "running"}
+    assert not os.listdir(queue_root / "queue") and not os.listdir(queue_root / "running")
