@@ -331,8 +331,10 @@ def main(argv):
         out = {"error": "no queue at %s (the directory does not exist)" % root}
     else:
         try:
-            handler = {"probe": probe, "install": install, "status": status, "park": park, "control": control,
-                       "logs": logs, "bootstrap": bootstrap}[mode]
+            handlers = {"probe": probe, "install": install, "status": status, "park": park, "control": control,
+                        "logs": logs, "bootstrap": bootstrap}
+            handlers.update(globals().get("EXTRA_HANDLERS", {}))  # slurm_agent.py, when sent ahead of this
+            handler = handlers[mode]
             out = handler(root, request)
         except Exception as exc:  # reported as a value: the probe reached the host
             out = {"error": "%s: %s" % (type(exc).__name__, exc)}

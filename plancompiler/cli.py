@@ -213,6 +213,10 @@ def push(
     if code:
         typer.echo(f"plan: push refused: {plan} has errors; nothing was sent to {target.name}", err=True)
         raise typer.Exit(code)
+    if target.backend == "slurm":
+        _push_slurm(compiled, target, dry_run=dry_run, retry_failed=retry_failed, prune=not no_prune,
+                    verify_external=not no_verify_external, as_json=as_json)
+        return
     external = [] if no_verify_external else list(compiled.graph.external if compiled.graph else [])
     probe = _call(target, "probe", {"external": external, "allow_missing": True})
     diff = plan_push(compiled, target, probe, retry_failed=retry_failed, prune=not no_prune,
@@ -233,6 +237,30 @@ def push(
         typer.echo(f"note: {state}/{name} had already moved when the push tried to remove it", err=True)
     typer.echo(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed",
                err=True)
+
+
+def _push_slurm(compiled, target, *, dry_run: bool, retry_failed: bool, prune: bool,  # noqa: ANN001
+                verify_external: bool, as_json: bool) -> None:
+    """Slurm: the diff is computed on the submit host and shown; then the same request submits."""
+    from plancompiler.slurm import as_push_plan, push_request
+
+    request = push_request(compiled, target, retry_failed=retry_failed, prune=prune,
+                           verify_external=verify_external, dry_run=True)
+    diff = as_push_plan(compiled, target, _call(target, "push", request, 300))
+    typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
+    if diff.errors:
+        typer.echo("plan: push refused; nothing was submitted", err=True)
+        raise typer.Exit(1)
+    if dry_run:
+        typer.echo("dry run: nothing was submitted", err=True)
+        return
+    answer = _call(target, "push", {**request, "dry_run": False}, 600)
+    if answer.get("error"):
+        raise _fail(answer["error"], 1)
+    submitted = answer.get("submitted", {})
+    for name, slurm_id in submitted.items():
+        typer.echo(f"  submitted {name}.job as {slurm_id}")
+    typer.echo(f"pushed: {len(submitted)} submitted", err=True)
 
 
 @app.command("run")

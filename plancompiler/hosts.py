@@ -56,6 +56,14 @@ class Host:
     def call(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """Run the agent in MODE on this host's queue: one round trip, JSON in and out."""
         source = Path(agent.__file__).read_text()
+        if self.backend == "slurm":
+            from plancompiler import slurm_agent
+
+            # The Slurm handlers go first; agent.py's helpers and main() follow and run them.
+            source = Path(slurm_agent.__file__).read_text().replace("from __future__ import annotations\n", "") \
+                + "\n" + source.replace("from __future__ import annotations\n", "")
+            mode = {"status": "slurm-status", "push": "slurm-push"}.get(mode, mode)
+            request = {**request, "slurm_conf": self.extra.get("slurm_conf")}
         payload = json.dumps(request)
         limit = timeout or self.timeout
         if self.local:
@@ -76,6 +84,8 @@ class Host:
             result = json.loads(out)
         except ValueError as exc:
             raise RemoteFailed(f"{self.describe()}: the host's answer is not JSON: {out[:200]!r}") from exc
+        if "controller_down" in result:
+            raise Unreachable(f"{self.describe()}: the Slurm controller did not answer: {result['controller_down']}")
         return result
 
 

@@ -1,0 +1,73 @@
+"""`plan push` to a host with `backend: slurm`: each job becomes a batch script submitted with afterok
+dependencies on its producers; lanes map to GRES and licenses (see README, "The Slurm backend")."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from plancompiler.compile import Compiled
+from plancompiler.hosts import Host
+from plancompiler.push import MARKS, Change, PushPlan
+from runner.durations import parse_duration
+
+# gpu -> a GPU by GRES; net -> a license; lanes exclusive with each other share one more license.
+DEFAULT_LANES: dict[str, dict[str, Any]] = {"gpu": {"gres": "gpu:1"}, "net": {"licenses": ["net:1"]}, "cpu": {}}
+DEFAULT_EXCLUSIVE = ("net", "gpu")
+DEFAULT_SHARED_LICENSE = "netgpu:1"
+
+
+def sbatch_args(host: Host, lane: str) -> list[str]:
+    """#SBATCH options for a job in LANE on HOST, from its `lanes:` mapping and defaults."""
+    lanes = {**DEFAULT_LANES, **(host.extra.get("lanes") or {})}
+    spec = dict(lanes.get(lane) or {})
+    args: list[str] = []
+    partition = spec.get("partition", host.extra.get("partition"))
+    account = spec.get("account", host.extra.get("account"))
+    if partition:
+        args.append(f"--partition={partition}")
+    if account:
+        args.append(f"--account={account}")
+    if spec.get("gres"):
+        args.append(f"--gres={spec['gres']}")
+    licenses = list(spec.get("licenses") or [])
+    exclusive = host.extra.get("exclusive", list(DEFAULT_EXCLUSIVE))
+    shared = host.extra.get("exclusive_license", DEFAULT_SHARED_LICENSE)
+    if lane in exclusive and shared:
+        licenses.append(shared)
+    if licenses:
+        args.append("--licenses=" + ",".join(licenses))
+    args += [str(a) for a in spec.get("extra", [])]
+    return args
+
+
+def push_request(compiled: Compiled, host: Host, *, retry_failed: bool, prune: bool, verify_external: bool,
+                 dry_run: bool) -> dict[str, Any]:
+    assert compiled.graph is not None
+    graph = compiled.graph
+    by_name = {job.name: job for job in compiled.jobs}
+    jobs = []
+    for name in graph.order():
+        job = by_name[name]
+        parsed_done = next((ln[len("# DONE_IF="):] for ln in job.text.splitlines()[:job.header_lines]
+                            if ln.startswith("# DONE_IF=")), None)
+        spec = job.job.job
+        jobs.append({
+            "name": name, "text": job.text, "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],
+            "deps": list(graph.deps.get(name, [])), "lane": spec.lane, "done_if": parsed_done,
+            "retries": spec.retries, "timeout_s": parse_duration(spec.timeout) if spec.timeout else None,
+            "sbatch": sbatch_args(host, spec.lane),
+        })
+    return {"plan": compiled.name, "jobs": jobs, "external": list(graph.external) if verify_external else [],
+            "retry_failed": retry_failed, "prune": prune, "dry_run": dry_run, "verify_external": verify_external,
+            "create": True}
+
+
+def as_push_plan(compiled: Compiled, host: Host, answer: dict[str, Any]) -> PushPlan:
+    changes = [Change(mark, f"{name}.job", None, note) for mark, name, note in answer.get("changes", [])
+               if mark in MARKS]
+    result = PushPlan(host.describe(), compiled.name, changes)
+    for path in answer.get("external_missing", []):
+        result.errors.append(f"external path {path} does not exist on the submit host of {host.name}")
+    if answer.get("error"):
+        result.errors.append(answer["error"])
+    return result

@@ -1,0 +1,162 @@
+"""A single-node Slurm cluster on 127.0.0.1 (munged, slurmctld, slurmd) with a fake GPU and licenses."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.sshd import IN_CI
+
+
+@dataclass
+class Slurm:
+    directory: Path
+    conf: Path
+    pids: dict[str, int]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def hosts_file(self, root: Path, name: str = "cluster") -> Path:
+        path = self.directory / f"hosts-{name}.yaml"
+        path.write_text(f"hosts:\n  {name}:\n    backend: slurm\n    root: {root}\n    slurm_conf: {self.conf}\n")
+        return path
+
+    def squeue(self) -> list[dict[str, str]]:
+        out = subprocess.run(["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%r|%k|%E"], capture_output=True,
+                             text=True, env=self.env, check=True).stdout
+        keys = ["id", "name", "state", "reason", "comment", "dependency"]
+        return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines()]
+
+
+def _free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in ports and port + 0 not in (6817, 6818):
+            ports.append(port)
+    return ports
+
+
+def _pid(path: Path, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    raise RuntimeError(f"no pid file {path}")
+
+
+def start_slurm(d: Path) -> Slurm:
+    tools = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"]
+    if any(shutil.which(t) is None and not os.path.exists(f"/usr/sbin/{t}") for t in tools):
+        if IN_CI:
+            pytest.fail("Slurm or munge missing in CI: .ci/run must install slurmctld slurmd slurm-client munge")
+        pytest.skip("slurmctld/slurmd/munge not installed")
+    for sub in ("state", "spool", "dev"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    # munged wants every directory above its socket searchable by all; pytest's tmp dirs are 0700.
+    munge = Path(tempfile.mkdtemp(prefix="plan-munge-"))
+    os.chmod(munge, 0o755)
+    (d / "munge").symlink_to(munge)
+    subprocess.run(["mknod", "-m", "666", str(d / "dev/gpu0"), "c", "1", "3"], check=True)
+    subprocess.run(["mungekey", "--create", f"--keyfile={d / 'munge/munge.key'}"], check=True, capture_output=True)
+    sock = munge / "sock"
+    subprocess.run(["munged", f"--key-file={d / 'munge/munge.key'}", f"--socket={sock}",
+                    f"--pid-file={d / 'munge/pid'}", f"--log-file={d / 'munge/log'}",
+                    f"--seed-file={d / 'munge/seed'}"], check=True)
+    pids = {"munged": _pid(d / "munge/pid")}
+    ctld_port, slurmd_port = _free_ports(2)
+    conf = d / "slurm.conf"
+    conf.write_text(f"""ClusterName=plantest
+SlurmctldHost=localhost
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+AuthInfo=socket={sock}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
+ReturnToService=2
+MailProg=/bin/true
+GresTypes=gpu
+Licenses=net:1,netgpu:1
+MinJobAge=3600
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+""")
+    (d / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={d}/dev/gpu0\n")
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    subprocess.run(["slurmctld", "-c", "-f", str(conf)], check=True, env=env)
+    pids["slurmctld"] = _pid(d / "slurmctld.pid")
+    subprocess.run(["slurmd", "-N", "localhost", "-f", str(conf)], check=True, env=env)
+    pids["slurmd"] = _pid(d / "slurmd.pid")
+    cluster = Slurm(d, conf, pids)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=env).stdout
+        if out.strip() == "idle":
+            return cluster
+        time.sleep(0.2)
+    stop_slurm(cluster)
+    pytest.fail(f"the Slurm node did not become idle: {out!r}")
+
+
+def stop_slurm(cluster: Slurm) -> None:
+    subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], env=cluster.env, capture_output=True)
+    subprocess.run(["scancel", "-u", "root"], env=cluster.env, capture_output=True)
+    time.sleep(0.5)
+    for name in ("slurmd", "slurmctld", "munged"):
+        pid = cluster.pids.get(name)
+        if pid is None:
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            continue
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.1)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    shutil.rmtree((cluster.directory / "munge").resolve(), ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
+    cluster = start_slurm(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    stop_slurm(cluster)
