@@ -221,12 +221,7 @@ def push(
     probe = _call(target, "probe", {"external": external, "allow_missing": True})
     diff = plan_push(compiled, target, probe, retry_failed=retry_failed, prune=not no_prune,
                      verify_external=not no_verify_external)
-    typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
-    if diff.errors:
-        typer.echo("plan: push refused; nothing was changed", err=True)
-        raise typer.Exit(1)
-    if dry_run:
-        typer.echo("dry run: nothing was changed", err=True)
+    if not _show_diff(diff, as_json, dry_run, "changed"):
         return
     if not diff.has_work():
         typer.echo("nothing to push", err=True)
@@ -239,6 +234,18 @@ def push(
                err=True)
 
 
+def _show_diff(diff, as_json: bool, dry_run: bool, verb: str) -> bool:  # noqa: ANN001
+    """Print the diff; refuse (exit 1) on its errors; False when --dry-run stops here."""
+    typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
+    if diff.errors:
+        typer.echo(f"plan: push refused; nothing was {verb}", err=True)
+        raise typer.Exit(1)
+    if dry_run:
+        typer.echo(f"dry run: nothing was {verb}", err=True)
+        return False
+    return True
+
+
 def _push_slurm(compiled, target, *, dry_run: bool, retry_failed: bool, prune: bool,  # noqa: ANN001
                 verify_external: bool, as_json: bool) -> None:
     """Slurm: the diff is computed on the submit host and shown; then the same request submits."""
@@ -247,12 +254,7 @@ def _push_slurm(compiled, target, *, dry_run: bool, retry_failed: bool, prune: b
     request = push_request(compiled, target, retry_failed=retry_failed, prune=prune,
                            verify_external=verify_external, dry_run=True)
     diff = as_push_plan(compiled, target, _call(target, "push", request, 300))
-    typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
-    if diff.errors:
-        typer.echo("plan: push refused; nothing was submitted", err=True)
-        raise typer.Exit(1)
-    if dry_run:
-        typer.echo("dry run: nothing was submitted", err=True)
+    if not _show_diff(diff, as_json, dry_run, "submitted"):
         return
     answer = _call(target, "push", {**request, "dry_run": False}, 600)
     if answer.get("error"):
@@ -425,6 +427,10 @@ def report(
         target = _host(source, hosts)
         answer = _call(target, "status", {"offset": 0, "max_bytes": 1 << 30}, 300)
         text = "\n".join(json.dumps(e) for e in answer.get("events", []))
+        if target.backend == "slurm":
+            typer.echo("note: Slurm accounting (sacct) is not read; this report is built from the state changes "
+                       "that `plan status`/`plan watch` recorded on the submit host, so it is as complete as "
+                       "their probes were frequent", err=True)
     try:
         start = parse_ts(since) if since else None
         end = parse_ts(until) if until else None

@@ -34,24 +34,7 @@ def runner_files() -> dict[str, str]:
 
 
 def unit_for(root: str, python: str, user_unit: bool, user: str | None) -> str:
-    lib = f"{root.rstrip('/')}/.plan-runner"
-    who_line = "" if user_unit else f"User={user}\n" if user else ""
-    wanted = "default.target" if user_unit else "multi-user.target"
-    return f"""[Unit]
-Description=plancompiler queue runner ({root})
-Wants=network-online.target
-After=network-online.target
+    from runner.unit import unit_text
 
-[Service]
-{who_line}Environment=PYTHONPATH={lib}
-ExecStart={python} -u -m runner run --root {root} --tick 10
-Restart=always
-RestartSec=15
-KillMode=control-group
-TimeoutStopSec=30
-LimitMEMLOCK=infinity
-Delegate=yes
-
-[Install]
-WantedBy={wanted}
-"""
+    return unit_text(root, python, f"{root.rstrip('/')}/.plan-runner", None if user_unit else user,
+                     wanted_by="default.target" if user_unit else "multi-user.target")

@@ -124,29 +124,6 @@ def config_from(args: argparse.Namespace) -> Config:
     )
 
 
-def unit_text(root: Path, user: str, python: str, tick: str) -> str:
-    package_parent = Path(__file__).resolve().parent.parent
-    return f"""[Unit]
-Description=plancompiler queue runner ({root})
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-User={user}
-Environment=PYTHONPATH={package_parent}
-ExecStart={python} -u -m runner run --root {root} --tick {tick}
-Restart=always
-RestartSec=15
-KillMode=control-group
-TimeoutStopSec=30
-LimitMEMLOCK=infinity
-Delegate=yes
-
-[Install]
-WantedBy=multi-user.target
-"""
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
@@ -175,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(json.dumps(status, indent=1) if args.json else render_status(status, time.time()))
         return 0
-    print(unit_text(args.root.resolve(), args.user, args.python, args.tick), end="")
+    from runner.unit import unit_text
+
+    package_parent = str(Path(__file__).resolve().parent.parent)
+    print(unit_text(str(args.root.resolve()), args.python, package_parent, args.user, args.tick), end="")
     return 0
 
 

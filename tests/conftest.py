@@ -121,5 +121,5 @@ def kill_quietly(pid: int) -> None:
         pass
 
 
-from tests.sshd import IN_CI, sshd  # noqa: E402,F401 - the session fixture, shared by push/status/watch tests
 from tests.slurm import slurm  # noqa: E402,F401 - the session fixture for the Slurm backend tests
+from tests.sshd import IN_CI, sshd  # noqa: E402,F401 - the session fixture, shared by push/status/watch tests

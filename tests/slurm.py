@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import tempfile
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
