@@ -174,8 +174,13 @@ def status(root, request):
     except OSError:
         size = 0
     events, new_offset, rotated = [], size, False
+    head = ""
+    if size:
+        with open(events_path, "rb") as handle:
+            head = hashlib.sha256(handle.read(256)).hexdigest()[:16]
     if offset >= 0:
-        if offset > size:
+        # A file truncated or replaced since the last probe starts with other bytes: read it all.
+        if offset > size or (request.get("head") and request["head"] != head and offset > 0):
             offset, rotated = 0, True
         limit = int(request.get("max_bytes", 1 << 20))
         with open(events_path, "rb") if size else open(os.devnull, "rb") as handle:
@@ -201,7 +206,7 @@ def status(root, request):
         logs[run.get("job")] = {"tail": text, "size": log_size}
     counts = {s: len([n for n in _listdir(os.path.join(root, s)) if n.endswith(".job") and not n.startswith(".")])
               for s in STATES}
-    return {"status": st, "events": events, "offset": new_offset, "rotated": rotated, "logs": logs,
+    return {"status": st, "events": events, "offset": new_offset, "rotated": rotated, "head": head, "logs": logs,
             "counts": counts, "runner_alive": _runner_alive(st), "now": time.time(),
             "parked": _read_json(os.path.join(root, "parked.json"))}
 

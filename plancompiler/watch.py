@@ -47,6 +47,7 @@ class WatchState:
     """Kept per host between probes and restarts, so old events are never replayed."""
 
     offset: int = -1
+    head: str = ""  # fingerprint of the events file's first bytes: a rotated file has another
     failures: int = 0
     idle_since: float | None = None
     parked_alerted: float | None = None
@@ -74,7 +75,7 @@ def state_path(host: Host) -> Path:
 def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> list[Alert]:
     """One bounded probe: alerts for what it saw, or for what it could not see."""
     try:
-        answer = host.call("status", {"offset": state.offset}, timeout)
+        answer = host.call("status", {"offset": state.offset, "head": state.head}, timeout)
     except Unreachable as exc:
         state.failures += 1
         if state.failures >= rules.unreachable_n:
@@ -88,6 +89,7 @@ def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = N
         return [Alert("ERROR", f"reached {host.name}, but could not read the queue: {answer['error']}", "ERROR")]
     first = state.offset < 0
     state.offset = answer["offset"]
+    state.head = answer.get("head", "")
     return evaluate(answer, state, rules, replay=not first, host=host.name)
 
 

@@ -73,7 +73,10 @@ class RunnerProcess:
         return wait_for(found, timeout)  # type: ignore[return-value]
 
     def status(self) -> dict:
-        return json.loads((self.root / "status.json").read_text())
+        """status.json, waiting for the runner's first one (it is replaced atomically, never partial)."""
+        path = self.root / "status.json"
+        wait_for(path.exists, 10)
+        return json.loads(path.read_text())
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.proc is None:

@@ -157,3 +157,20 @@ def test_progress_parsers() -> None:
         "64% (33.95G) at 2.72MB/s, ETA 1h 55m"
     assert parse_progress("PROGRESS: 3/4 MB\nother line") == "75% (3/4 MB)"
     assert parse_progress("no progress here") is None
+
+
+def test_truncated_events_file_is_read_from_its_start(tmp_path: Path, queue_root: Path,
+                                                      runner: RunnerProcess) -> None:
+    state = tmp_path / "w.json"
+    runner.start()
+    write_job(queue_root, "1-cpu-ok.job", "echo ok\n")
+    runner.wait_event("done")
+    assert watch(str(queue_root), state, "--idle", "3600")[0] == 0
+    runner.stop()
+    (queue_root / "events.jsonl").write_text("")  # rotated away by the owner
+    runner._skip = 0
+    runner.start()
+    write_job(queue_root, "2-cpu-bad.job", "exit 4\n")
+    runner.wait_event("failed")
+    code, out = watch(str(queue_root), state, "--idle", "3600")
+    assert code == 10 and "failed 2-cpu-bad.job" in out
