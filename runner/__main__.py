@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="differently named jobs failing with the same line that raise correlated-failure "
                      f"(default {d.correlate_min})")
 
+    run.add_argument("--cgroup", default=None, metavar="DIR|auto",
+                     help="a cgroup v2 directory the runner may create children in (one per job, ended by "
+                     "cgroup.kill): the stronger form of process ownership; 'auto' uses the runner's own cgroup "
+                     "(a unit with Delegate=yes). Default: none; the environment tag and subreaper are used")
     status = sub.add_parser("status", help="print what runs and why each queued job waits",
                             description="Read ROOT/status.json and print it; --json prints it raw.")
     status.add_argument("--root", required=True, type=Path, help="queue root")
@@ -121,7 +125,31 @@ def config_from(args: argparse.Namespace) -> Config:
         stall_repeat_s=args.stall_repeat,
         correlate_window_s=args.correlate_window,
         correlate_min=args.correlate_min,
+        cgroup=_cgroup(args.cgroup),
     )
+
+
+def _cgroup(value: str | None) -> str | None:
+    """The cgroup for job children; with 'auto', the runner first moves itself into a leaf of its own cgroup."""
+    from runner import procs
+
+    if not value:
+        return None
+    path = procs.own_cgroup() if value == "auto" else value
+    if not path or not procs.cgroup_usable(path):
+        print(f"runner: --cgroup {value}: not a writable cgroup v2 directory with cgroup.kill; "
+              "using the environment tag and subreaper only", file=sys.stderr)
+        return None
+    if value == "auto":
+        leaf = os.path.join(path, "runner")
+        try:
+            os.makedirs(leaf, exist_ok=True)
+            with open(os.path.join(leaf, "cgroup.procs"), "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as exc:
+            print(f"runner: --cgroup auto: cannot move into {leaf}: {exc}", file=sys.stderr)
+            return None
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,3 +31,4 @@ class Config:
     correlate_window_s: float = 6 * 3600.0
     correlate_min: int = 2
     tail_lines: int = 5
+    cgroup: str | None = None  # a delegated cgroup v2 directory: one child per job, ended by cgroup.kill

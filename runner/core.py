@@ -39,6 +39,7 @@ class Running:
     tag: str
     log_size: int = 0
     log_grew_at: float = 0.0
+    cgroup: str | None = None
     timed_out: bool = False
     announced: dict[str, float] = field(default_factory=dict)
 
@@ -92,6 +93,13 @@ class Runner:
             procs.end_processes([p.pid for p in leftovers], self.config.kill_grace_s, self.reap)
             self.queue.emit(now, "-", "orphans-killed", why="left by an earlier runner life",
                             pids=[p.pid for p in leftovers], cmds=[p.cmdline[:200] for p in leftovers])
+        if self.config.cgroup:
+            for name in sorted(os.listdir(self.config.cgroup)):
+                if name.startswith("job-"):
+                    killed = procs.cgroup_kill(os.path.join(self.config.cgroup, name), 5.0, self.reap)
+                    if killed:
+                        self.queue.emit(now, name[4:], "orphans-killed", why="left in its cgroup by an earlier "
+                                        "runner life", pids=killed, cgroup=True)
         for filename in self.queue.list_all("running"):
             self.queue.move(filename, "running", "queue")
             self._refund(filename)
@@ -408,7 +416,9 @@ class Runner:
         return users
 
     def _is_ours(self, proc: procs.Proc) -> bool:
-        return bool(proc.tag and proc.tag.startswith(self.root_id + ":"))
+        if proc.tag and proc.tag.startswith(self.root_id + ":"):
+            return True
+        return any(run.cgroup and proc.pid in procs.cgroup_pids(run.cgroup) for run in self.running.values())
 
     def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
         first = users[0]
@@ -499,24 +509,47 @@ class Runner:
             env = dict(os.environ)
             env[procs.TAG_VAR] = tag
             env[procs.JOB_VAR] = filename
-            pid = procs.spawn(["bash", str(self.queue.dir("running") / filename)], env, self.root, fd)
+            script = str(self.queue.dir("running") / filename)
+            cgroup = self._job_cgroup(filename)
+            if cgroup:
+                # The job's bash moves itself into its cgroup before it runs anything, so nothing escapes.
+                argv = ["bash", "-c", 'echo $$ >"$1" 2>/dev/null; exec bash "$2"', "plan-job",
+                        os.path.join(cgroup, "cgroup.procs"), script]
+            else:
+                argv = ["bash", script]
+            pid = procs.spawn(argv, env, self.root, fd)
         finally:
             os.close(fd)
         self.running[job.lane] = Running(filename, job, pid, job.lane, attempt, now, offset, tag,
-                                         log_size=offset, log_grew_at=now)
+                                         log_size=offset, log_grew_at=now, cgroup=cgroup)
         self.reasons.pop(filename, None)
         self.state["backoff_until"].pop(filename, None)
         self.queue.emit(now, filename, "start", lane=job.lane, pid=pid, attempt=attempt)
 
+    def _job_cgroup(self, filename: str) -> str | None:
+        base = self.config.cgroup
+        if not base:
+            return None
+        path = os.path.join(base, f"job-{filename}")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            return None
+        return path
+
     def _tree(self, run: Running) -> list[procs.Proc]:
-        """Every live process of RUN: carrying its tag, or still in its session."""
+        """Every live process of RUN: in its cgroup, carrying its tag, or still in its session."""
+        in_cgroup = set(procs.cgroup_pids(run.cgroup)) if run.cgroup else set()
         return [p for p in procs.all_procs()
-                if p.state not in ("Z", "X") and p.pid != os.getpid() and (p.tag == run.tag or p.sid == run.pid)]
+                if p.state not in ("Z", "X") and p.pid != os.getpid()
+                and (p.tag == run.tag or p.sid == run.pid or p.pid in in_cgroup)]
 
     def _end_tree(self, run: Running) -> list[procs.Proc]:
         tree = self._tree(run)
         if tree:
             procs.end_processes([p.pid for p in tree], self.config.kill_grace_s, self.reap)
+        if run.cgroup:
+            procs.cgroup_kill(run.cgroup, 5.0, self.reap)
         self.reap()
         return tree
 
@@ -541,7 +574,9 @@ class Runner:
             if left:
                 procs.end_processes([p.pid for p in left], self.config.kill_grace_s, self.reap)
                 self.queue.emit(now, run.filename, "orphans-killed", pids=[p.pid for p in left],
-                                cmds=[p.cmdline[:200] for p in left])
+                                cmds=[p.cmdline[:200] for p in left], cgroup=bool(run.cgroup))
+            if run.cgroup:
+                procs.cgroup_kill(run.cgroup, 5.0, self.reap)
             self._finish(now, run, rc)
 
     def _finish(self, now: float, run: Running, rc: int) -> None:

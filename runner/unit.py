@@ -14,7 +14,7 @@ After=network-online.target
 
 [Service]
 {user_line}Environment=PYTHONPATH={pythonpath}
-ExecStart={python} -u -m runner run --root {root} --tick {tick}
+ExecStart={python} -u -m runner run --root {root} --tick {tick} --cgroup auto
 Restart=always
 RestartSec=15
 KillMode=control-group

@@ -299,3 +299,40 @@ def test_help_explains_every_flag() -> None:
     for flag in ("--tick", "--requires-warn", "--idle", "--stall", "--kill-grace", "--backoff-base", "--gpu-device"):
         assert flag in run_help
     assert "default 6h00m" in run_help
+
+
+def _cgroup_base() -> Path | None:
+    from runner import procs
+
+    for mount in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        if procs.cgroup_usable(mount):
+            return Path(mount)
+    return None
+
+
+def test_cgroup_catches_what_escapes_tag_and_session(tmp_path: Path, queue_root: Path,
+                                                     runner: RunnerProcess) -> None:
+    base = _cgroup_base()
+    if base is None:
+        pytest.skip("no writable cgroup v2 hierarchy with cgroup.kill on this machine")
+    cgroup = base / f"plantest-{os.getpid()}-{time.monotonic_ns()}"
+    cgroup.mkdir()
+    try:
+        # env -i drops the tag and setsid leaves the session: only the cgroup still knows this process.
+        write_job(queue_root, "65-gpu-intake.job",
+                  f"# LANE=gpu\nenv -i setsid sleep 301 >/dev/null 2>&1 < /dev/null &\necho $! > {tmp_path}/pid\n"
+                  "sleep 0.2\n")
+        runner.start("--cgroup", str(cgroup))
+        killed = runner.wait_event("orphans-killed", job="65-gpu-intake.job")
+        pid = int((tmp_path / "pid").read_text())
+        assert killed["cgroup"] is True and any("sleep 301" in c for c in killed["cmds"])
+        wait_for(lambda: not pid_alive(pid), 5)
+        runner.wait_event("done", job="65-gpu-intake.job")
+        wait_for(lambda: not (cgroup / "job-65-gpu-intake.job").exists(), 5)
+    finally:
+        runner.stop()
+        for child in cgroup.glob("job-*"):
+            (child / "cgroup.kill").write_text("1")
+            time.sleep(0.1)
+            child.rmdir()
+        cgroup.rmdir()
