@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"lane that waits for foreign GPU users (default {d.gpu_lane})")
     run.add_argument("--gpu-names", type=_csv, default=d.gpu_names,
                      help=f"process names that count as GPU users (default {','.join(d.gpu_names)})")
+    run.add_argument("--unreadable-gpu", choices=("report", "block"), default=d.unreadable_gpu,
+                     help="a process whose open files this runner cannot read (another user's, when not root) "
+                     "may be using the GPU: 'report' lists it in status.json as an unknown GPU user, 'block' also "
+                     f"holds the gpu lane for it (default {d.unreadable_gpu})")
     run.add_argument("--gpu-device", action="append", default=[], metavar="PATH",
                      help="an extra path that counts as a GPU device node when a process has it open (repeatable)")
     add("--condition-timeout", d.condition_timeout_s,
@@ -109,6 +113,7 @@ def config_from(args: argparse.Namespace) -> Config:
         gpu_lane=args.gpu_lane,
         gpu_names=args.gpu_names,
         gpu_devices=tuple(args.gpu_device),
+        unreadable_gpu=args.unreadable_gpu,
         condition_timeout_s=args.condition_timeout,
         kill_grace_s=args.kill_grace,
         backoff_base_s=args.backoff_base,

@@ -14,6 +14,9 @@ class Config:
     gpu_lane: str = "gpu"
     gpu_names: tuple[str, ...] = ("llama-server", "llama-bench", "llama-cli", "flm")
     gpu_devices: tuple[str, ...] = ()  # extra device paths that count as GPU nodes
+    # A process whose open files this runner may not read (another user's, when not root) could be
+    # using the GPU: "report" lists it in status.json; "block" makes it hold the gpu lane like a foreign user.
+    unreadable_gpu: str = "report"
     condition_timeout_s: float = 10.0  # a REQUIRES/DONE_IF run in bash is killed after this
     kill_grace_s: float = 5.0  # TERM, then this long, then KILL
     backoff_base_s: float = 30.0  # retry n waits base * 2**(n-1) ...

@@ -71,7 +71,7 @@ class Runner:
         self.failures: list[tuple[float, str, str, str]] = []  # (time, job, signature, line)
         self.correlated: dict[str, int] = {}
         self.idle_since: float | None = None
-        self.gpu_unreadable = 0
+        self.gpu_unknown: list[procs.GpuUser] = []
         self.started_at = 0.0
         self.ticks = 0
         self.stopping = False
@@ -412,7 +412,14 @@ class Runner:
 
     def _gpu_users(self) -> list[procs.GpuUser]:
         users, unreadable = procs.gpu_users(self.config.gpu_names, self.config.gpu_devices, self._is_ours)
-        self.gpu_unreadable = len(unreadable)
+        self.gpu_unknown = []
+        for pid in unreadable:
+            proc = procs.read_proc(pid)
+            if proc is not None:
+                self.gpu_unknown.append(procs.GpuUser(pid, proc.ppid, proc.cmdline,
+                                                      "unknown: its open files cannot be read by this runner"))
+        if self.config.unreadable_gpu == "block":
+            users = users + self.gpu_unknown
         return users
 
     def _is_ours(self, proc: procs.Proc) -> bool:
@@ -786,7 +793,8 @@ class Runner:
             "running": running,
             "queued": waiting,
             "parked": self._parked() or None,
-            "gpu_unreadable": self.gpu_unreadable,
+            "gpu_unknown": {"count": len(self.gpu_unknown), "policy": self.config.unreadable_gpu,
+                            "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in self.gpu_unknown[:20]]},
             "counts": {s: len(self.queue.jobs(s)) for s in ("queue", "running", "done", "failed")},
         }
         write_json(self.queue.status_path, status)

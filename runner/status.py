@@ -16,6 +16,10 @@ def render_status(status: dict[str, Any], now: float) -> str:
              f"  tick {runner.get('tick')}  root {runner.get('root')}"]
     if status.get("parked"):
         lines.append(f"PARKED: {status['parked']}")
+    unknown = status.get("gpu_unknown") or {}
+    if unknown.get("count"):
+        lines.append(f"gpu: {unknown['count']} processes whose open files this runner cannot read are unknown "
+                     f"GPU users ({'they hold the gpu lane' if unknown.get('policy') == 'block' else 'reported only'})")
     counts = status.get("counts", {})
     lines.append("jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()))
     lines.append("")

@@ -174,3 +174,16 @@ def test_generated_week_reports_every_job() -> None:
     for lane, row in totals.items():
         covered = row["busy_s"] + row["idle_s"] + row["waiting_s"] + row["down_s"]
         assert abs(covered - span) < 2, lane
+
+
+def test_since_and_until_clip_the_window(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in evening_of_15_october()) + "\n")
+    result = cli.invoke(app, ["report", str(path), "--json", "--since", "2026-10-15 21:25:23",
+                              "--until", "2026-10-15 22:25:23"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["lanes"]["gpu"]["causes"] == {"exclusive: held by 92c-net-mai-code.job": 3600}
+    assert data["lanes"]["net"]["busy_s"] == 3600
+    bad = cli.invoke(app, ["report", str(path), "--since", "yesterday"])
+    assert bad.exit_code == 2 and "not a time" in bad.output

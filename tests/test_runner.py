@@ -336,3 +336,40 @@ def test_cgroup_catches_what_escapes_tag_and_session(tmp_path: Path, queue_root:
             time.sleep(0.1)
             child.rmdir()
         cgroup.rmdir()
+
+
+def test_unreadable_processes_are_unknown_gpu_users_never_skipped(tmp_path: Path) -> None:
+    """A runner that is not root cannot read root's open files: those processes are listed as unknown GPU
+    users, and with --unreadable-gpu block they hold the gpu lane."""
+    import shutil as sh
+    import tempfile
+
+    if os.geteuid() != 0 or sh.which("setpriv") is None or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root and setpriv to run the runner as another user")
+    secret = subprocess.Popen(["sleep", "300"])  # root's, so its fds are unreadable to nobody
+    root = Path(tempfile.mkdtemp(prefix="plan-nobody-"))
+    try:
+        (root / "queue").mkdir()
+        (root / "queue/1-gpu-a.job").write_text("# LANE=gpu\necho a\n")
+        subprocess.run(["chown", "-R", "nobody:nogroup", str(root)], check=True)
+        proc = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                                 "/usr/bin/python3", "-m", "runner", "run", "--root", str(root), "--tick", "0.2",
+                                 "--unreadable-gpu", "block"], cwd=REPO, env={"PATH": os.environ["PATH"],
+                                                                              "PYTHONPATH": str(REPO)})
+        try:
+            wait_for(lambda: (root / "status.json").exists(), 10)
+            wait_for(lambda: '"event": "gpu-wait"' in (root / "events.jsonl").read_text(), 10)
+            status = json.loads((root / "status.json").read_text())
+            unknown = status["gpu_unknown"]
+            assert unknown["policy"] == "block" and unknown["count"] >= 1
+            assert secret.pid in [p["pid"] for p in unknown["processes"]] or unknown["count"] > 20
+            reason = status["queued"][0]
+            assert reason["reason"] == "gpu-foreign" and "unknown" in reason["detail"]
+            assert not (root / "done/1-gpu-a.job").exists()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    finally:
+        secret.kill()
+        secret.wait()
+        sh.rmtree(root, ignore_errors=True)
