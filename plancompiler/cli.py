@@ -362,42 +362,17 @@ def watch(
     row), ERROR 16 (reached the host but could not read the queue), PARKED 17. Exit 0 when --once finds
     nothing. With --on-alert the watcher runs CMD instead of exiting and keeps watching.
     """
-    from plancompiler.watch import DEFAULT_EVENTS, EXIT_CODES, Rules, WatchState, probe, run_hook, state_path
+    from plancompiler.watch import DEFAULT_EVENTS, Rules, WatchOptions, state_path, watch_loop
 
     target = _host(host, hosts)
     kinds = tuple(e.strip() for e in events.split(",") if e.strip()) if events else DEFAULT_EVENTS
     kinds += tuple(wake_on or ())
     rules = Rules(events=kinds, net_stall_s=stall, idle_s=idle, dead_s=dead, unreachable_n=unreachable,
                   parked_repeat_s=parked_repeat)
-    path = state or state_path(target)
-    watch_state = WatchState.load(path)
-    while True:
-        started = time.monotonic()
-        alerts = probe(target, watch_state, rules, probe_timeout)
-        watch_state.save(path)
-        if watch_state.failures == 0 and ping:
-            problem = run_hook(ping, None, hook_timeout)
-            if problem:
-                typer.echo(f"plan watch: --ping failed: {problem}", err=True)
-        if alerts and not on_alert:
-            for alert in alerts:
-                typer.echo(alert.line())
-            raise typer.Exit(EXIT_CODES[alerts[0].kind])
-        now = time.time()
-        for alert in alerts:
-            last = watch_state.alerted.get(alert.key)
-            if last is not None and now - last < realert:
-                continue
-            watch_state.alerted[alert.key] = now
-            typer.echo(alert.line())
-            problem = run_hook(on_alert or "", alert, hook_timeout)
-            if problem:
-                typer.echo(f"plan watch: --on-alert failed: {problem}", err=True)
-        watch_state.alerted = {k: v for k, v in watch_state.alerted.items() if now - v < realert}
-        watch_state.save(path)
-        if once:
-            raise typer.Exit(EXIT_CODES[alerts[0].kind] if alerts else 0)
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    options = WatchOptions(interval=interval, once=once, probe_timeout=probe_timeout, on_alert=on_alert,
+                           realert=realert, hook_timeout=hook_timeout, ping=ping)
+    raise typer.Exit(watch_loop(target, rules, state or state_path(target), options,
+                                echo=typer.echo, warn=lambda m: typer.echo(m, err=True)))
 
 
 @app.command()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,50 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
         else:
             alerts.append(Alert("IDLE", f"nothing running for {idle}, nothing queued", "IDLE"))
     return alerts
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    interval: float = 120.0
+    once: bool = False
+    probe_timeout: float = 60.0
+    on_alert: str | None = None
+    realert: float = 3600.0
+    hook_timeout: float = 30.0
+    ping: str | None = None
+
+
+def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo: Callable[[str], None],
+               warn: Callable[[str], None]) -> int:
+    """Probe until an alert (its exit code), or forever with --on-alert; --once probes once."""
+    state = WatchState.load(path)
+    while True:
+        started = time.monotonic()
+        alerts = probe(host, state, rules, options.probe_timeout)
+        state.save(path)
+        if state.failures == 0 and options.ping:
+            problem = run_hook(options.ping, None, options.hook_timeout)
+            if problem:
+                warn(f"plan watch: --ping failed: {problem}")
+        if alerts and not options.on_alert:
+            for alert in alerts:
+                echo(alert.line())
+            return EXIT_CODES[alerts[0].kind]
+        now = time.time()
+        for alert in alerts:
+            last = state.alerted.get(alert.key)
+            if last is not None and now - last < options.realert:
+                continue
+            state.alerted[alert.key] = now
+            echo(alert.line())
+            problem = run_hook(options.on_alert or "", alert, options.hook_timeout)
+            if problem:
+                warn(f"plan watch: --on-alert failed: {problem}")
+        state.alerted = {k: v for k, v in state.alerted.items() if now - v < options.realert}
+        state.save(path)
+        if options.once:
+            return EXIT_CODES[alerts[0].kind] if alerts else 0
+        time.sleep(max(0.0, options.interval - (time.monotonic() - started)))
 
 
 def _event_text(event: dict[str, Any]) -> str:

@@ -2,58 +2,26 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import select
 import signal
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runner import FORMAT_VERSION, __version__, jobfile, logs, procs
+from runner import __version__, jobfile, logs, procs
+from runner.announce import Announcements
 from runner.conditions import Condition, compile_condition, evaluate
 from runner.config import Config
-from runner.progress import parse_progress
-from runner.queue import Queue, timestamp, write_json
+from runner.controls import Controls
+from runner.queue import Queue, timestamp
+from runner.reasons import Reasons
+from runner.records import Parsed, Reason, Running
 
 
-@dataclass(slots=True)
-class Parsed:
-    key: tuple[int, int, int]
-    job: jobfile.JobFile | jobfile.Invalid
-    requires: Condition | None = None
-    done_if: Condition | None = None
-
-
-@dataclass
-class Running:
-    filename: str
-    job: jobfile.JobFile
-    pid: int
-    lane: str
-    attempt: int
-    started: float
-    log_offset: int
-    tag: str
-    log_size: int = 0
-    log_grew_at: float = 0.0
-    cgroup: str | None = None
-    timed_out: bool = False
-    announced: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class Reason:
-    reason: str
-    since: float
-    detail: str = ""
-    blocker: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class Runner:
+class Runner(Controls, Reasons, Announcements):
     def __init__(self, config: Config) -> None:
         self.config = config
         self.queue = Queue(config.root)
@@ -195,79 +163,6 @@ class Runner:
         except ChildProcessError:
             return False
 
-    def _controls(self, now: float) -> None:
-        """Requests dropped in control/ by `plan` (retry, cancel, park --now, push --retry-failed), applied here
-        so that they follow the runner's own rules while it ticks."""
-        control = self.queue.root / "control"
-        try:
-            names = sorted(n for n in os.listdir(control) if not n.startswith(".") and "-" in n)
-        except FileNotFoundError:
-            names = []
-        for name in names:
-            action, _, job = name.partition("-")  # <action>-<job file name>, JSON inside
-            try:
-                request = json.loads((control / name).read_text() or "{}")
-            except (OSError, ValueError):
-                request = {}
-            by = str(request.get("by", "?"))
-            if action == "reset":
-                self._reset(job)
-            elif action == "retry":
-                self._retry(now, job, by)
-            elif action == "cancel":
-                self._cancel(now, job, by)
-            elif action == "requeue" and job == "running":
-                self._requeue_running(now, by)
-            try:
-                os.unlink(control / name)
-            except OSError:
-                pass
-        parked = self._parked()
-        if bool(parked) != self._was_parked:
-            self._was_parked = bool(parked)
-            if parked:
-                self.queue.emit(now, "-", "parked", why=parked)
-            else:
-                self.queue.emit(now, "-", "unparked")
-
-    def _reset(self, job: str) -> None:
-        for key in ("attempts", "backoff_until", "last_failure", "waiting_since"):
-            self.state[key].pop(job, None)
-
-    def _retry(self, now: float, job: str, by: str) -> None:
-        if not (self.queue.dir("failed") / job).exists():
-            self.queue.emit(now, job, "retry", by=by, note="not in failed/: nothing to retry")
-            return
-        self._reset(job)
-        self.queue.move(job, "failed", "queue")
-        self.queue.emit(now, job, "retry", by=by, note="re-queued from failed/, attempts reset")
-
-    def _cancel(self, now: float, job: str, by: str) -> None:
-        for lane, run in list(self.running.items()):
-            if run.filename == job:
-                tree = self._end_tree(run)
-                self.running.pop(lane)
-                self.exited.pop(run.pid, None)
-                self.queue.move(job, "running", "failed")
-                self.state["last_failure"][job] = {"ts": timestamp(now), "rc": None, "summary": f"cancelled by {by}"}
-                self.queue.emit(now, job, "cancelled", by=by, was="running", pids=[p.pid for p in tree])
-                return
-        if (self.queue.dir("queue") / job).exists():
-            os.unlink(self.queue.dir("queue") / job)
-            self._forget(job)
-            self.queue.emit(now, job, "cancelled", by=by, was="queued")
-            return
-        self.queue.emit(now, job, "cancelled", by=by, was="neither queued nor running: nothing done")
-
-    def _requeue_running(self, now: float, by: str) -> None:
-        for lane, run in list(self.running.items()):
-            self._end_tree(run)
-            self.running.pop(lane)
-            self.exited.pop(run.pid, None)
-            self.queue.move(run.filename, "running", "queue")
-            self._refund(run.filename)
-            self.queue.emit(now, run.filename, "recovered", why=f"parked --now by {by}")
-
     # -- scanning and parsing ------------------------------------------------------------------
     def _scan(self, now: float) -> list[tuple[str, Parsed]]:
         queued = []
@@ -388,119 +283,6 @@ class Runner:
             if other != lane and other in self.running:
                 return self.running[other]
         return None
-
-    def _parked(self) -> str:
-        park = self.queue.root / "parked.json"
-        if not park.exists():
-            return ""
-        try:
-            info = json.loads(park.read_text())
-            return f"parked since {info.get('since', '?')}: {info.get('reason', '')}".strip()
-        except (OSError, ValueError):
-            return "parked"
-
-    def _reason(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
-        current = self.reasons.get(filename)
-        if current and current.reason == reason and current.blocker == blocker:
-            current.detail = detail
-            current.extra = extra
-            return
-        since = now
-        if reason == "requires":
-            since = self.state["waiting_since"].get(filename, now)
-        self.reasons[filename] = Reason(reason, since, detail, blocker, extra)
-
-    def _gpu_users(self) -> list[procs.GpuUser]:
-        users, unreadable = procs.gpu_users(self.config.gpu_names, self.config.gpu_devices, self._is_ours)
-        self.gpu_unknown = []
-        for pid in unreadable:
-            proc = procs.read_proc(pid)
-            if proc is not None:
-                self.gpu_unknown.append(procs.GpuUser(pid, proc.ppid, proc.cmdline,
-                                                      "unknown: its open files cannot be read by this runner"))
-        if self.config.unreadable_gpu == "block":
-            users = users + self.gpu_unknown
-        return users
-
-    def _is_ours(self, proc: procs.Proc) -> bool:
-        if proc.tag and proc.tag.startswith(self.root_id + ":"):
-            return True
-        return any(run.cgroup and proc.pid in procs.cgroup_pids(run.cgroup) for run in self.running.values())
-
-    def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
-        first = users[0]
-        self._reason(now, filename, "gpu-foreign", f"pid {first.pid} ({first.why}): {first.cmd[:120]}",
-                     f"pid {first.pid}", pid=first.pid, cmd=first.cmd[:200])
-        key = ("gpu-wait", f"{filename}:{first.pid}")
-        last = self.announced.get(key)
-        if last is None or now - last >= self.config.gpu_wait_repeat_s:
-            self.announced[key] = now
-            waited = now - self.reasons[filename].since
-            self.queue.emit(now, filename, "gpu-wait", pid=first.pid, ppid=str(first.ppid), cmd=first.cmd[:200],
-                            why=first.why, waited_s=int(waited), others=len(users) - 1)
-
-    def _requires_false(self, now: float, filename: str, job: jobfile.JobFile, why: str) -> None:
-        since = self.state["waiting_since"].setdefault(filename, now)
-        blocked = self._blocked(filename)
-        if blocked:
-            path, producer, failure = blocked
-            self._reason(now, filename, "blocked", failure, producer or path, path=path, producer=producer)
-            self.reasons[filename].since = min(self.reasons[filename].since, now)
-            return
-        self._reason(now, filename, "requires", job.requires or "", job.requires or "", why=why)
-        self.reasons[filename].since = since
-
-    def _blocked(self, filename: str) -> tuple[str, str, str] | None:
-        """(path, producer, why) when the manifest shows a REQUIRES path can never appear."""
-        manifest = self._manifest()
-        if not manifest:
-            return None
-        entry = manifest.get("jobs", {}).get(filename)
-        if not entry:
-            return None
-        external = set(manifest.get("external", []))
-        failed, present = self._presence()
-        for path in entry.get("requires", []):
-            full = os.path.join(self.root, path)
-            if os.path.exists(full) or path in external:
-                continue
-            producers = manifest.get("producers", {}).get(path, [])
-            if not producers:
-                return path, "", f"no job produces {path}"
-            if any(p in present for p in producers):
-                continue
-            producer = producers[0]
-            if producer in failed:
-                failure = self.state["last_failure"].get(producer, {})
-                summary = failure.get("summary", "failed")
-                return path, producer, f"{path} is produced by {producer}, which failed: {summary}"
-            return path, producer, f"{path} is produced by {producer}, which is not on this host"
-        return None
-
-    def _manifest(self) -> dict[str, Any] | None:
-        if self._manifest_tick == self.ticks:
-            return self._manifest_cache[1] if self._manifest_cache else None
-        self._manifest_tick = self.ticks
-        try:
-            st = os.stat(self.queue.manifest_path)
-        except OSError:
-            self._manifest_cache = None
-            return None
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if self._manifest_cache is None or self._manifest_cache[0] != key:
-            self._manifest_cache = (key, self.queue.read_manifest())
-        return self._manifest_cache[1]
-
-    def _presence(self) -> tuple[set[str], set[str]]:
-        """(failed, queued-running-or-done) job files, listed once per tick."""
-        if self._presence_tick != self.ticks:
-            self._presence_tick = self.ticks
-            self._presence_sets = (
-                set(self.queue.list_all("failed")),
-                set(self.queue.list_all("queue")) | set(self.queue.list_all("running"))
-                | set(self.queue.list_all("done")),
-            )
-        return self._presence_sets
 
     # -- running jobs --------------------------------------------------------------------------
     def _start(self, now: float, filename: str, job: jobfile.JobFile) -> None:
@@ -635,170 +417,11 @@ class Runner:
                 missing.append({"path": path, "closest": logs.closest_names(full)})
         return missing
 
-    def _correlate(self, now: float, filename: str, lines: list[str]) -> None:
-        if not lines:
-            return
-        line = lines[-1]
-        sig = logs.signature(line, filename)
-        window = self.config.correlate_window_s
-        self.failures = [f for f in self.failures if now - f[0] <= window]
-        self.failures.append((now, filename, sig, line))
-        jobs = sorted({f[1] for f in self.failures if f[2] == sig})
-        if len(jobs) >= self.config.correlate_min and len(jobs) > self.correlated.get(sig, 0):
-            self.correlated[sig] = len(jobs)
-            self.queue.emit(now, "-", "correlated-failure", jobs=jobs, line=line[:300], signature=sig,
-                            message=f"{len(jobs)} jobs failed with: {line[:200]}")
-
-    def _watch_running(self, now: float) -> None:
-        cfg = self.config
-        for run in self.running.values():
-            path = self.queue.log_path(run.filename)
-            try:
-                size = path.stat().st_size
-            except OSError:
-                size = run.log_size
-            if size != run.log_size:
-                run.log_size, run.log_grew_at = size, now
-                run.announced.pop("stalled", None)
-            warn = run.job.warn_after_s or cfg.warn_after.get(run.lane)
-            elapsed = now - run.started
-            if warn and elapsed >= warn and self._due(run.announced, "long-running", now, cfg.long_running_repeat_s):
-                self.queue.emit(now, run.filename, "long-running", lane=run.lane, elapsed_s=int(elapsed),
-                                warn_after_s=warn, last_line=logs.last_line(path), progress=self._progress(path))
-            silent = now - run.log_grew_at
-            if silent >= cfg.stall_s and self._due(run.announced, "stalled", now, cfg.stall_repeat_s):
-                self.queue.emit(now, run.filename, "stalled", lane=run.lane, silent_s=int(silent),
-                                log_size=size, last_line=logs.last_line(path), progress=self._progress(path))
-
-    @staticmethod
-    def _progress(path: Path) -> str | None:
-        return parse_progress("\n".join(logs.tail_lines(path, 20)))
-
-    @staticmethod
-    def _due(announced: dict[str, float], key: str, now: float, repeat: float) -> bool:
-        last = announced.get(key)
-        if last is not None and now - last < repeat:
-            return False
-        announced[key] = now
-        return True
-
-    # -- waiting announcements -----------------------------------------------------------------
-    def _announce_waits(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        cfg = self.config
-        for filename, reason in self.reasons.items():
-            if reason.reason == "requires":
-                waited = now - reason.since
-                key = ("requires-wait", filename)
-                if waited >= cfg.requires_warn_s and self._due_global(key, now, cfg.requires_repeat_s):
-                    self.queue.emit(now, filename, "requires-wait", requires=reason.detail, waited_s=int(waited))
-            elif reason.reason == "blocked":
-                key = ("blocked", filename + "|" + reason.detail)
-                if self._due_global(key, now, cfg.blocked_repeat_s):
-                    self.queue.emit(now, filename, "blocked", path=reason.extra.get("path"),
-                                    producer=reason.extra.get("producer") or None, why=reason.detail,
-                                    waited_s=int(now - reason.since))
-
-    def _due_global(self, key: tuple[str, str], now: float, repeat: float) -> bool:
-        last = self.announced.get(key)
-        if last is not None and now - last < repeat:
-            return False
-        self.announced[key] = now
-        return True
-
-    def _lane_view(self, lane: str, queued: list[tuple[str, Parsed]]) -> tuple[str, str, str, str]:
-        if lane in self.running:
-            return ("busy", self.running[lane].filename, "", "")
-        waiting = [(f, self.reasons.get(f)) for f, p in queued
-                   if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and f in self.reasons]
-        if not waiting:
-            return ("idle", "", "", "")
-        # The job that would run but for something outside it names the lane's cause.
-        for f, reason in waiting:
-            if reason and reason.reason not in ("requires", "blocked", "order", "lane-busy"):
-                return ("waiting", f, reason.reason, reason.blocker)
-        f, reason = waiting[0]
-        assert reason is not None
-        return ("waiting", f, reason.reason, reason.blocker)
-
-    def _update_lanes(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        for lane in self.config.lanes:
-            view = self._lane_view(lane, queued)
-            self._set_lane(now, lane, view)
-            if view[0] == "waiting" and now - self.lane_since[lane] >= self.config.idle_s:
-                if self._due_global(("idle-lane", lane), now, self.config.idle_repeat_s):
-                    self.queue.emit(now, "-", "idle", lane=lane, idle_s=int(now - self.lane_since[lane]),
-                                    waiting=view[1], reason=view[2], blocker=view[3])
-            elif view[0] != "waiting":
-                self.announced.pop(("idle-lane", lane), None)
-
-    def _set_lane(self, now: float, lane: str, view: tuple[str, str, str, str]) -> None:
-        if self.lane_state.get(lane) == view:
-            return
-        self.lane_state[lane] = view
-        self.lane_since[lane] = now
-        state, job, reason, blocker = view
-        details: dict[str, Any] = {"lane": lane, "state": state}
-        if reason:
-            details["reason"] = reason
-        if blocker:
-            details["blocker"] = blocker
-        self.queue.emit(now, job or "-", "lane", **details)
-
-    def _check_idle(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        if self.running or not queued:
-            self.idle_since = None
-            self.announced.pop(("idle", "-"), None)
-            return
-        if self.idle_since is None:
-            self.idle_since = now
-        idle = now - self.idle_since
-        if idle >= self.config.idle_s and self._due_global(("idle", "-"), now, self.config.idle_repeat_s):
-            waiting = {f: f"{r.reason}: {r.detail}" for f, r in self.reasons.items()}
-            self.queue.emit(now, "-", "idle", idle_s=int(idle), queued=len(queued), waiting=waiting)
-
     # -- bookkeeping ---------------------------------------------------------------------------
     def _refund(self, filename: str) -> None:
         attempts = self.state["attempts"]
         if attempts.get(filename, 0) > 0:
             attempts[filename] -= 1
-
-    def _write_status(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        running = []
-        for run in self.running.values():
-            path = self.queue.log_path(run.filename)
-            running.append({
-                "job": run.filename, "lane": run.lane, "pid": run.pid, "attempt": run.attempt,
-                "started": run.started, "elapsed_s": round(now - run.started, 1), "log": str(path),
-                "log_size": run.log_size, "log_grew_at": run.log_grew_at,
-                "timeout_s": run.job.timeout_s,
-                "warn_after_s": run.job.warn_after_s or self.config.warn_after.get(run.lane),
-                "last_line": logs.last_line(path),
-                "progress": self._progress(path),
-            })
-        waiting = []
-        for filename, parsed in queued:
-            reason = self.reasons.get(filename)
-            if reason is None:
-                continue
-            waiting.append({"job": filename, "lane": parsed.job.lane,  # type: ignore[union-attr]
-                            "reason": reason.reason, "detail": reason.detail, "blocker": reason.blocker,
-                            "since": reason.since})
-        status = {
-            "runner": {"pid": os.getpid(), "version": __version__, "format_version": FORMAT_VERSION,
-                       "instance": self.instance, "root": self.root, "started": self.started_at,
-                       "heartbeat": now, "heartbeat_ts": timestamp(now), "tick": self.ticks,
-                       "tick_s": self.config.tick_s},
-            "lanes": {lane: {"state": v[0], "job": v[1], "reason": v[2], "blocker": v[3],
-                             "since": self.lane_since.get(lane)} for lane, v in self.lane_state.items()},
-            "running": running,
-            "queued": waiting,
-            "parked": self._parked() or None,
-            "gpu_unknown": {"count": len(self.gpu_unknown), "policy": self.config.unreadable_gpu,
-                            "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in self.gpu_unknown[:20]]},
-            "counts": {s: len(self.queue.jobs(s)) for s in ("queue", "running", "done", "failed")},
-        }
-        write_json(self.queue.status_path, status)
-
 
 DIR_POLL_S = 0.5
 

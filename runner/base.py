@@ -1,0 +1,45 @@
+"""What the runner's parts share: the attributes Runner.__init__ sets, declared once for the mixins."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runner import procs
+from runner.config import Config
+from runner.queue import Queue
+from runner.records import Reason, Running
+
+
+class RunnerBase:
+    """Declarations only: Controls, Reasons and Announcements are mixed into Runner, which sets these."""
+
+    config: Config
+    queue: Queue
+    root: str
+    root_id: str
+    state: dict[str, Any]
+    running: dict[str, Running]
+    exited: dict[int, int]
+    reasons: dict[str, Reason]
+    lane_state: dict[str, tuple[str, str, str, str]]
+    lane_since: dict[str, float]
+    announced: dict[tuple[str, str], float]
+    failures: list[tuple[float, str, str, str]]
+    correlated: dict[str, int]
+    idle_since: float | None
+    gpu_unknown: list[procs.GpuUser]
+    ticks: int
+    instance: str
+    started_at: float
+    _manifest_cache: tuple[tuple[int, int, int], dict[str, Any] | None] | None
+    _manifest_tick: int
+    _presence_tick: int
+    _presence_sets: tuple[set[str], set[str]]
+    _was_parked: bool
+
+
+    # Methods one part calls on another.
+    _end_tree: Callable[[Running], list[procs.Proc]]
+    _forget: Callable[[str], None]
+    _refund: Callable[[str], None]
+    _parked: Callable[[], str]

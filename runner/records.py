@@ -1,0 +1,42 @@
+"""The runner's records of jobs: a parsed queue file, a running job, a waiting job's reason."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner import jobfile
+from runner.conditions import Condition
+
+
+@dataclass(slots=True)
+class Parsed:
+    key: tuple[int, int, int]
+    job: jobfile.JobFile | jobfile.Invalid
+    requires: Condition | None = None
+    done_if: Condition | None = None
+
+
+@dataclass
+class Running:
+    filename: str
+    job: jobfile.JobFile
+    pid: int
+    lane: str
+    attempt: int
+    started: float
+    log_offset: int
+    tag: str
+    log_size: int = 0
+    log_grew_at: float = 0.0
+    cgroup: str | None = None
+    timed_out: bool = False
+    announced: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Reason:
+    reason: str
+    since: float
+    detail: str = ""
+    blocker: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
