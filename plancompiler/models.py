@@ -20,6 +20,30 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+_TEST_OPS = {"path": "f", "nonempty": "s", "dir": "d", "exists": "e"}
+
+
+def _short_form(data: Any, kinds: tuple[str, ...], forms: str, what: str) -> Any:
+    """`P` is {kind: path, value: P}; `{nonempty: P}` is {kind: nonempty, value: P}; anything else is explained."""
+    if isinstance(data, str):
+        return {"kind": "path", "value": data}
+    if not isinstance(data, dict) or "kind" in data:
+        return data
+    keys = [k for k in data if k != "external"]
+    if len(keys) != 1 or keys[0] not in kinds:
+        bad = keys[0] if keys else "?"
+        hint = difflib.get_close_matches(str(bad), kinds, n=1)
+        suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+        raise ValueError(f"unknown {what} form {data!r}{suggestion}; use {forms}")
+    value = data[keys[0]]
+    if not isinstance(value, str):
+        raise ValueError(f"{keys[0]}: expected a string, got {type(value).__name__}")
+    result = {"kind": keys[0], "value": value}
+    if "external" in data:
+        result["external"] = data["external"]  # an Output has no `external`: strict validation says so
+    return result
+
+
 class Requirement(Strict):
     """One gate: `path` is a file (test -f), `nonempty` (test -s), `dir` (test -d), `exists` (test -e),
     `after` another job's outputs, `sh` raw shell (allowed only with external: true)."""
@@ -31,23 +55,10 @@ class Requirement(Strict):
     @model_validator(mode="before")
     @classmethod
     def _from_short_form(cls, data: Any) -> Any:
-        if isinstance(data, str):
-            return {"kind": "path", "value": data}
-        if isinstance(data, dict) and "kind" not in data:
-            keys = [k for k in data if k != "external"]
-            if len(keys) != 1 or keys[0] not in REQUIREMENT_KINDS[1:]:
-                bad = keys[0] if keys else "?"
-                hint = difflib.get_close_matches(str(bad), REQUIREMENT_KINDS[1:], n=1)
-                suggestion = f" (did you mean {hint[0]}?)" if hint else ""
-                raise ValueError(f"unknown requirement form {data!r}{suggestion}; use {_FORMS}")
-            value = data[keys[0]]
-            if not isinstance(value, str):
-                raise ValueError(f"{keys[0]}: expected a string, got {type(value).__name__}")
-            return {"kind": keys[0], "value": value, "external": bool(data.get("external", False))}
-        return data
+        return _short_form(data, REQUIREMENT_KINDS[1:], _FORMS, "requirement")
 
     def test_op(self) -> str | None:
-        return {"path": "f", "nonempty": "s", "dir": "d", "exists": "e"}.get(self.kind)
+        return _TEST_OPS.get(self.kind)
 
 
 class Output(Strict):
@@ -59,17 +70,10 @@ class Output(Strict):
     @model_validator(mode="before")
     @classmethod
     def _from_short_form(cls, data: Any) -> Any:
-        if isinstance(data, str):
-            return {"kind": "path", "value": data}
-        if isinstance(data, dict) and "kind" not in data:
-            if len(data) != 1 or next(iter(data)) not in ("nonempty", "dir", "exists"):
-                raise ValueError(f"unknown output form {data!r}; use {_OUTPUT_FORMS}")
-            key, value = next(iter(data.items()))
-            return {"kind": key, "value": value}
-        return data
+        return _short_form(data, ("nonempty", "dir", "exists"), _OUTPUT_FORMS, "output")
 
     def test_op(self) -> str:
-        return {"path": "f", "nonempty": "s", "dir": "d", "exists": "e"}[self.kind]
+        return _TEST_OPS[self.kind]
 
 
 def _check_duration(value: str | None) -> str | None:

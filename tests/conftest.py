@@ -108,6 +108,23 @@ def runner(queue_root: Path) -> Iterator[RunnerProcess]:
     proc.stop()
 
 
+def plan_cli(*args: str) -> tuple[int, str]:
+    """`plan ARGS...` through typer's runner: (exit code, stdout and stderr)."""
+    from typer.testing import CliRunner
+
+    from plancompiler.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def plan_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No hosts file from the environment, and a shellcheck cache of the test's own."""
+    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:

@@ -12,22 +12,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from plancompiler.cli import app
-from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.conftest import RunnerProcess, plan_cli, wait_for, write_job
 from tests.sshd import Sshd
 
 cli = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PLAN_HOSTS", raising=False)
-    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def plan(*args: str) -> tuple[int, str]:
-    result = cli.invoke(app, list(args))
-    return result.exit_code, result.output
+pytestmark = pytest.mark.usefixtures("plan_env")
+plan = plan_cli
 
 
 def test_park_starts_nothing_reports_parked_then_resumes(tmp_path: Path, queue_root: Path,

@@ -11,21 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
-from tests.conftest import REPO, wait_for
+from tests.conftest import REPO, plan_cli, wait_for
 from tests.slurm import Slurm
 
 cli = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PLAN_HOSTS", raising=False)
-    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def plan(*args: str) -> tuple[int, str]:
-    result = cli.invoke(app, list(args))
-    return result.exit_code, result.output
+pytestmark = pytest.mark.usefixtures("plan_env")
+plan = plan_cli
 
 
 def jobs_of(slurm: Slurm, plan_name: str) -> dict[str, dict[str, str]]:
