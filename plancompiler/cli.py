@@ -1,9 +1,11 @@
 """The `plan` command: parses arguments, calls one stage function, prints, returns an exit code."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -168,15 +170,22 @@ def _host(spec: str, hosts: Path | None):  # noqa: ANN202
         raise _fail(str(exc)) from exc
 
 
-def _call(host, mode: str, request: dict, timeout: float | None = None) -> dict:  # noqa: ANN001
+@contextlib.contextmanager
+def _host_errors() -> Iterator[None]:
+    """A host that cannot be reached exits 3; a command that failed there exits 1."""
     from plancompiler.hosts import RemoteFailed, Unreachable
 
     try:
-        result = host.call(mode, request, timeout)
+        yield
     except Unreachable as exc:
         raise _fail(f"unreachable: {exc}", 3) from exc
     except RemoteFailed as exc:
         raise _fail(str(exc), 1) from exc
+
+
+def _call(host, mode: str, request: dict, timeout: float | None = None) -> dict:  # noqa: ANN001
+    with _host_errors():
+        result = host.call(mode, request, timeout)
     if "error" in result:
         raise _fail(f"{host.describe()}: {result['error']}", 1)
     return result
@@ -205,7 +214,8 @@ def push(
     r retried (--retry-failed), > running (left alone), >~ running but changed (reported), d done.
     Nothing is sent unless the whole plan checks clean. Exit 0 ok, 1 refused, 3 host unreachable.
     """
-    from plancompiler.push import plan_push
+    from plancompiler.push import PushOptions
+    from plancompiler.push import push as push_plan
 
     target = _host(host, hosts)
     compiled = _compile(plan, set_, templates)
@@ -213,56 +223,18 @@ def push(
     if code:
         typer.echo(f"plan: push refused: {plan} has errors; nothing was sent to {target.name}", err=True)
         raise typer.Exit(code)
-    if target.backend == "slurm":
-        _push_slurm(compiled, target, dry_run=dry_run, retry_failed=retry_failed, prune=not no_prune,
-                    verify_external=not no_verify_external, as_json=as_json)
-        return
-    external = [] if no_verify_external else list(compiled.graph.external if compiled.graph else [])
-    probe = _call(target, "probe", {"external": external, "allow_missing": True})
-    diff = plan_push(compiled, target, probe, retry_failed=retry_failed, prune=not no_prune,
-                     verify_external=not no_verify_external)
-    if not _show_diff(diff, as_json, dry_run, "changed"):
-        return
-    if not diff.has_work():
-        typer.echo("nothing to push", err=True)
-        return
-    result = _call(target, "install", {**diff.request, "create": True})
-    gone = result.get("gone", [])
-    for state, name in gone:
-        typer.echo(f"note: {state}/{name} had already moved when the push tried to remove it", err=True)
-    typer.echo(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed",
-               err=True)
+    options = PushOptions(dry_run=dry_run, retry_failed=retry_failed, prune=not no_prune,
+                          verify_external=not no_verify_external)
 
+    def show(diff) -> None:  # noqa: ANN001
+        typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
 
-def _show_diff(diff, as_json: bool, dry_run: bool, verb: str) -> bool:  # noqa: ANN001
-    """Print the diff; refuse (exit 1) on its errors; False when --dry-run stops here."""
-    typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
-    if diff.errors:
-        typer.echo(f"plan: push refused; nothing was {verb}", err=True)
+    with _host_errors():
+        outcome = push_plan(compiled, target, options, show)
+    for note in outcome.notes:
+        typer.echo(note, err=not note.startswith("  submitted"))
+    if outcome.diff.errors:
         raise typer.Exit(1)
-    if dry_run:
-        typer.echo(f"dry run: nothing was {verb}", err=True)
-        return False
-    return True
-
-
-def _push_slurm(compiled, target, *, dry_run: bool, retry_failed: bool, prune: bool,  # noqa: ANN001
-                verify_external: bool, as_json: bool) -> None:
-    """Slurm: the diff is computed on the submit host and shown; then the same request submits."""
-    from plancompiler.slurm import as_push_plan, push_request
-
-    request = push_request(compiled, target, retry_failed=retry_failed, prune=prune,
-                           verify_external=verify_external, dry_run=True)
-    diff = as_push_plan(compiled, target, _call(target, "push", request, 300))
-    if not _show_diff(diff, as_json, dry_run, "submitted"):
-        return
-    answer = _call(target, "push", {**request, "dry_run": False}, 600)
-    if answer.get("error"):
-        raise _fail(answer["error"], 1)
-    submitted = answer.get("submitted", {})
-    for name, slurm_id in submitted.items():
-        typer.echo(f"  submitted {name}.job as {slurm_id}")
-    typer.echo(f"pushed: {len(submitted)} submitted", err=True)
 
 
 @app.command("run")
@@ -280,7 +252,8 @@ def run_plan(
     """
     from plancompiler.hosts import Host
     from plancompiler.localrun import run_queue
-    from plancompiler.push import plan_push
+    from plancompiler.push import PushOptions
+    from plancompiler.push import push as push_plan
 
     compiled = _compile(plan, set_, templates)
     code = _report([compiled], Format.text, False)
@@ -289,15 +262,15 @@ def run_plan(
         raise typer.Exit(code)
     queue_root = (root or Path(".plan") / compiled.name).resolve()
     target = Host(name=str(queue_root), root=str(queue_root))
-    probe = _call(target, "probe", {"external": list(compiled.graph.external if compiled.graph else []),
-                                    "allow_missing": True})
-    diff = plan_push(compiled, target, probe, retry_failed=retry_failed)
-    diff.warnings = [w for w in diff.warnings if "no runner" not in w]  # we start one now
-    typer.echo(diff.text())
-    if diff.errors:
+
+    def show(diff) -> None:  # noqa: ANN001
+        diff.warnings = [w for w in diff.warnings if "no runner" not in w]  # we start one now
+        typer.echo(diff.text())
+
+    with _host_errors():
+        outcome = push_plan(compiled, target, PushOptions(retry_failed=retry_failed), show)
+    if outcome.diff.errors:
         raise typer.Exit(1)
-    if diff.has_work():
-        _call(target, "install", {**diff.request, "create": True})
     summary = run_queue(queue_root, [j.filename for j in compiled.jobs], tick=tick, echo=typer.echo)
     typer.echo("")
     typer.echo(summary.table())

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -155,3 +156,44 @@ def _check_runner(result: PushPlan, host: Host, probe: dict[str, Any]) -> None:
 def apply(push_plan: PushPlan, host: Host) -> dict[str, Any]:
     """Install: files staged under a dot-directory of the root, then renamed into queue/ one by one."""
     return host.call("install", {**push_plan.request, "create": True})
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    dry_run: bool = False
+    retry_failed: bool = False
+    prune: bool = True
+    verify_external: bool = True
+
+
+@dataclass
+class PushOutcome:
+    diff: PushPlan
+    applied: bool = False
+    notes: list[str] = field(default_factory=list)  # what happened, a line each, for stderr
+
+
+def push(compiled: Compiled, host: Host, options: PushOptions, show: Callable[[PushPlan], None]) -> PushOutcome:
+    """Read the host's queue (one round trip), SHOW the diff, then install it (one more) unless refused or dry.
+
+    Unreachable and RemoteFailed from the host propagate to the caller."""
+    if host.backend == "slurm":
+        from plancompiler.slurm import push_slurm
+
+        return push_slurm(compiled, host, options, show)
+    external = list(compiled.graph.external) if options.verify_external and compiled.graph else []
+    probe = host.call("probe", {"external": external, "allow_missing": True})
+    diff = plan_push(compiled, host, probe, retry_failed=options.retry_failed, prune=options.prune,
+                     verify_external=options.verify_external)
+    show(diff)
+    if diff.errors:
+        return PushOutcome(diff, notes=["plan: push refused; nothing was changed"])
+    if options.dry_run:
+        return PushOutcome(diff, notes=["dry run: nothing was changed"])
+    if not diff.has_work():
+        return PushOutcome(diff, notes=["nothing to push"])
+    result = apply(diff, host)
+    notes = [f"note: {state}/{name} had already moved when the push tried to remove it"
+             for state, name in result.get("gone", [])]
+    notes.append(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed")
+    return PushOutcome(diff, True, notes)

@@ -3,11 +3,12 @@ dependencies on its producers; lanes map to GRES and licenses (see README, "The 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from plancompiler.compile import Compiled
 from plancompiler.hosts import Host
-from plancompiler.push import MARKS, Change, PushPlan
+from plancompiler.push import MARKS, Change, PushOptions, PushOutcome, PushPlan
 from runner.durations import parse_duration
 
 # gpu -> a GPU by GRES; net -> a license; lanes exclusive with each other share one more license.
@@ -71,3 +72,23 @@ def as_push_plan(compiled: Compiled, host: Host, answer: dict[str, Any]) -> Push
     if answer.get("error"):
         result.errors.append(answer["error"])
     return result
+
+
+def push_slurm(compiled: Compiled, host: Host, options: PushOptions, show: Callable[[PushPlan], None]) -> PushOutcome:
+    """The diff is computed on the submit host and shown; then the same request, not dry, submits."""
+    request = push_request(compiled, host, retry_failed=options.retry_failed, prune=options.prune,
+                           verify_external=options.verify_external, dry_run=True)
+    diff = as_push_plan(compiled, host, host.call("push", request, 300))
+    show(diff)
+    if diff.errors:
+        return PushOutcome(diff, notes=["plan: push refused; nothing was submitted"])
+    if options.dry_run:
+        return PushOutcome(diff, notes=["dry run: nothing was submitted"])
+    answer = host.call("push", {**request, "dry_run": False}, 600)
+    submitted = answer.get("submitted", {})
+    notes = [f"  submitted {name}.job as {slurm_id}" for name, slurm_id in submitted.items()]
+    if answer.get("error"):
+        diff.errors.append(answer["error"])
+        notes.append(f"plan: {answer['error']}")
+    notes.append(f"pushed: {len(submitted)} submitted")
+    return PushOutcome(diff, not answer.get("error"), notes)
