@@ -16,7 +16,9 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """Short human form: 45s, 12m05s, 3h32m, 2d04h."""
+    """Short human form: 0.4s, 45s, 12m05s, 3h32m, 2d04h."""
+    if 0 < seconds < 9.95 and seconds != int(seconds):
+        return f"{seconds:.1f}s"
     s = int(round(seconds))
     if s < 60:
         return f"{s}s"
