@@ -156,3 +156,16 @@ def test_retry_and_cancel_race_a_fast_tick(tmp_path: Path, queue_root: Path, run
     cancelled = [e for e in events if e["event"] == "cancelled"]
     assert {e["job"]: e["was"] for e in cancelled} == {"60-gpu-queued.job": "queued", "50-gpu-long.job": "running"}
     assert not os.listdir(queue_root / "queue") and not os.listdir(queue_root / "running")
+
+
+def test_park_and_unpark_over_ssh(tmp_path: Path, queue_root: Path, runner: RunnerProcess, sshd: Sshd) -> None:
+    hosts = sshd.hosts_file(queue_root)
+    runner.start()
+    code, out = plan("park", "testbox", "--hosts", str(hosts), "--reason", "kernel A/B")
+    assert code == 0, out
+    parked = runner.wait_event("parked")
+    assert "kernel A/B" in parked["why"]
+    assert json.loads((queue_root / "parked.json").read_text())["reason"] == "kernel A/B"
+    code, out = plan("unpark", "testbox", "--hosts", str(hosts))
+    assert code == 0 and "unparked" in out
+    runner.wait_event("unparked")

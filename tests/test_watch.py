@@ -174,3 +174,12 @@ def test_truncated_events_file_is_read_from_its_start(tmp_path: Path, queue_root
     runner.wait_event("failed")
     code, out = watch(str(queue_root), state, "--idle", "3600")
     assert code == 10 and "failed 2-cpu-bad.job" in out
+
+
+def test_empty_queue_is_idle_with_nothing_queued(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start()
+    state = tmp_path / "w.json"
+    assert watch(str(queue_root), state, "--idle", "0.5")[0] == 0
+    time.sleep(0.7)
+    code, out = watch(str(queue_root), state, "--idle", "0.5")
+    assert code == 12 and out.startswith("IDLE: nothing running for") and "nothing queued" in out
