@@ -6,7 +6,9 @@ import os
 import secrets
 import select
 import signal
+import sys
 import time
+import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -111,7 +113,13 @@ class Runner(Controls, Reasons, Announcements):
             # Taken before the tick: a file that lands during the tick is seen at once afterwards
             # (the tick's own moves cost one extra tick, which then finds nothing to do).
             seen = _mtime(queue_dir)
-            self.tick(time.time())
+            try:
+                self.tick(time.time())
+            except OSError as exc:
+                # A disk full or a permission changed under us: say so and try again next tick, rather than
+                # die and be restarted in a loop. status.json stops being rewritten, so `plan watch` sees DEAD.
+                traceback.print_exc()
+                print(f"runner: tick failed: {exc}", file=sys.stderr, flush=True)
             next_tick = time.monotonic() + self.config.tick_s
             _drain(rfd)
             # Between ticks, wake at once for a child's exit and within DIR_POLL_S for a new job file
@@ -131,6 +139,7 @@ class Runner(Controls, Reasons, Announcements):
     # -- the tick ------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         self.ticks += 1
+        self.queue.reopen_if_rotated()
         self.reap()
         self._controls(now)
         self._finish_exited(now)
@@ -196,8 +205,8 @@ class Runner(Controls, Reasons, Announcements):
                     parsed.done_if = compile_condition(job.done_if) if job.done_if else None
                 self.parsed[filename] = parsed
             if isinstance(parsed.job, jobfile.Invalid):
-                self.queue.move(filename, "queue", "failed")
-                self.queue.emit(now, filename, "invalid", reason=str(parsed.job))
+                if self.queue.move(filename, "queue", "failed"):
+                    self.queue.emit(now, filename, "invalid", reason=str(parsed.job))
                 self._forget(filename)
                 continue
             queued.append((filename, parsed))
@@ -235,8 +244,8 @@ class Runner(Controls, Reasons, Announcements):
                 assert isinstance(job, jobfile.JobFile)
                 done, _ = self._holds(parsed.done_if) if parsed.done_if else (False, "")
                 if done:
-                    self.queue.move(filename, "queue", "done")
-                    self.queue.emit(now, filename, "skipped", note="DONE_IF already true")
+                    if self.queue.move(filename, "queue", "done"):
+                        self.queue.emit(now, filename, "skipped", note="DONE_IF already true")
                     self._forget(filename)
                     continue
                 until = self.state["backoff_until"].get(filename, 0)
@@ -269,8 +278,8 @@ class Runner(Controls, Reasons, Announcements):
                     if gpu_users:
                         self._gpu_wait(now, filename, gpu_users)
                         continue
-                self._start(now, filename, job)
-                started_here = filename
+                if self._start(now, filename, job):
+                    started_here = filename
         # The gpu-wait repeat is per foreign process; forget those that went away.
         if gpu_users is not None and not gpu_users:
             for key in [k for k in self.announced if k[0] == "gpu-wait"]:
@@ -285,10 +294,11 @@ class Runner(Controls, Reasons, Announcements):
         return None
 
     # -- running jobs --------------------------------------------------------------------------
-    def _start(self, now: float, filename: str, job: jobfile.JobFile) -> None:
+    def _start(self, now: float, filename: str, job: jobfile.JobFile) -> bool:
         attempt = int(self.state["attempts"].get(filename, 0)) + 1
+        if not self.queue.move(filename, "queue", "running"):
+            return False  # removed between the scan and now (a push retiring it, a person): nothing to start
         self.state["attempts"][filename] = attempt
-        self.queue.move(filename, "queue", "running")
         log_path = self.queue.log_path(filename)
         tag = f"{self.root_id}:{self.instance}:{filename}"
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -314,6 +324,7 @@ class Runner(Controls, Reasons, Announcements):
         self.reasons.pop(filename, None)
         self.state["backoff_until"].pop(filename, None)
         self.queue.emit(now, filename, "start", lane=job.lane, pid=pid, attempt=attempt)
+        return True
 
     def _job_cgroup(self, filename: str) -> str | None:
         base = self.config.cgroup

@@ -102,9 +102,25 @@ class Queue:
         except FileNotFoundError:
             return []
 
-    def move(self, filename: str, src: str, dst: str) -> None:
-        os.replace(self.dir(src) / filename, self.dir(dst) / filename)
+    def move(self, filename: str, src: str, dst: str) -> bool:
+        """Rename FILENAME from SRC to DST; False when it is no longer in SRC (someone moved or removed it)."""
+        try:
+            os.replace(self.dir(src) / filename, self.dir(dst) / filename)
+        except FileNotFoundError:
+            return False
         _fsync_dir(self.dir(dst))
+        return True
+
+    def reopen_if_rotated(self) -> None:
+        """events.jsonl moved or deleted under us (log rotation): start a new file instead of writing to the old."""
+        if self._events_fd is None:
+            return
+        try:
+            same = os.stat(self.events_path).st_ino == os.fstat(self._events_fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            self.close()
 
     def log_path(self, job: str) -> Path:
         return self.logs / f"{job}.log"

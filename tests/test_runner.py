@@ -373,3 +373,12 @@ def test_unreadable_processes_are_unknown_gpu_users_never_skipped(tmp_path: Path
         secret.kill()
         secret.wait()
         sh.rmtree(root, ignore_errors=True)
+
+
+def test_rotated_events_file_gets_a_new_one(queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start()
+    os.rename(queue_root / "events.jsonl", queue_root / "events.jsonl.1")
+    write_job(queue_root, "1-cpu-after.job", "echo after\n")
+    wait_for(lambda: (queue_root / "events.jsonl").exists()
+             and '"event": "done"' in (queue_root / "events.jsonl").read_text(), 10)
+    assert '"event": "done"' not in (queue_root / "events.jsonl.1").read_text()
