@@ -23,6 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: paragraphs re-wrapped, [brackets] shown as written
 )
 hooks_app = typer.Typer(help="Git hooks that run `plan check` before a push.", no_args_is_help=True)
 app.add_typer(hooks_app, name="hooks")
