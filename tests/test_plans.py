@@ -19,9 +19,10 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
 
 
-@pytest.mark.parametrize("name", ["a9", "demo"])
+@pytest.mark.parametrize("name", ["a9.yaml", "demo.yaml", "a9_intakes.py"])
 def test_plan_checks_clean_and_matches_golden(name: str) -> None:
-    compiled = compile_plan(REPO / "plans" / f"{name}.yaml")
+    compiled = compile_plan(REPO / "plans" / name)
+    name = name.split(".")[0]
     assert compiled.clean(strict=True), [d.text() for d in compiled.diagnostics]
     golden = GOLDEN / name
     if os.environ.get("UPDATE_GOLDEN"):
@@ -52,3 +53,14 @@ def test_a9_intakes_end_by_killing_their_own_server() -> None:
     assert len(intakes) >= 5
     for job in intakes:
         assert "trap stop_server EXIT" in job.text and 'kill -9 "$server"' in job.text
+
+
+def test_a9_intakes_roster_refuses_the_seed_launch_flag(tmp_path: Path) -> None:
+    text = (REPO / "plans/a9_intakes.py").read_text()
+    bad = tmp_path / "a9_intakes.py"
+    bad.write_text(text.replace('"--batch-size", "2048"', '"-b", "2048"'))
+    compiled = compile_plan(bad)
+    assert [d.code for d in compiled.diagnostics] == ["P004"]
+    line = bad.read_text().splitlines()[compiled.diagnostics[0].line - 1]
+    assert line.strip().startswith('Model(name="mai-code-1.1-flash"')  # the roster entry with the flag
+    assert "unsupported sampler flag: -b" in compiled.diagnostics[0].message
