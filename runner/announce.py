@@ -162,6 +162,7 @@ class Announcements(RunnerBase):
                        "instance": self.instance, "root": self.root, "started": self.started_at,
                        "heartbeat": now, "heartbeat_ts": timestamp(now), "tick": self.ticks,
                        "tick_s": self.config.tick_s},
+            "lane_order": list(self.config.lanes),
             "lanes": {lane: {"state": v[0], "job": v[1], "reason": v[2], "blocker": v[3],
                              "since": self.lane_since.get(lane)} for lane, v in self.lane_state.items()},
             "running": running,

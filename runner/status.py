@@ -25,7 +25,9 @@ def render_status(status: dict[str, Any], now: float) -> str:
     lines.append("")
     lanes = status.get("lanes", {})
     running = {r["lane"]: r for r in status.get("running", [])}
-    for lane, view in lanes.items():
+    order = status.get("lane_order") or sorted(lanes)
+    for lane in [*order, *(name for name in sorted(lanes) if name not in order)]:
+        view = lanes.get(lane, {})
         run = running.get(lane)
         if run:
             grew = format_duration(now - float(run.get("log_grew_at") or now))
