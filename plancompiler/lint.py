@@ -8,6 +8,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +50,11 @@ def lint_jobs(jobs: Sequence[RenderedJob], source: Source, use_cache: bool = Tru
         findings.extend(text_findings)
         if not text_findings:
             clean.append(job)
-    findings.extend(_bash_n(clean, workers))
-    findings.extend(_shellcheck(clean, use_cache, workers))
+    # bash -n (a subprocess) runs while shellcheck's processes do: it costs no wall time of its own.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        syntax = pool.submit(_bash_n, clean, workers)
+        findings.extend(_shellcheck(clean, use_cache, workers))
+        findings.extend(syntax.result())
     return _map(findings, source)
 
 
@@ -87,8 +91,6 @@ def _bash_n(jobs: Sequence[RenderedJob], workers: int | None) -> list[Finding]:
             path = Path(scratch) / job.filename
             path.write_text(job.text)
             paths[str(path)] = job
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
             results = list(pool.map(lambda p: (p, run_command(["bash", "-n", p], timeout=60)), paths))
         for path, (rc, _, err) in results:
