@@ -374,12 +374,19 @@ def report(
         text = path.read_text(errors="replace")
     else:
         target = _host(source, hosts)
-        answer = _call(target, "status", {"offset": 0, "max_bytes": 1 << 30}, 300)
-        text = "\n".join(json.dumps(e) for e in answer.get("events", []))
-        if target.backend == "slurm":
-            typer.echo("note: Slurm accounting (sacct) is not read; this report is built from the state changes "
-                       "that `plan status`/`plan watch` recorded on the submit host, so it is as complete as "
-                       "their probes were frequent", err=True)
+        history = _call(target, "history", {"since": since}, 300) if target.backend == "slurm" else {}
+        if history.get("accounting"):
+            from plancompiler.slurm import sacct_events
+
+            typer.echo("note: read from Slurm accounting (sacct)", err=True)
+            text = "\n".join(json.dumps(e) for e in sacct_events(history.get("lines", [])))
+        else:
+            answer = _call(target, "status", {"offset": 0, "max_bytes": 1 << 30}, 300)
+            text = "\n".join(json.dumps(e) for e in answer.get("events", []))
+        if target.backend == "slurm" and not history.get("accounting"):
+            typer.echo(f"note: Slurm accounting is off here ({history.get('why', 'sacct failed')}); this report is "
+                       "built from the state changes `plan status`/`plan watch` recorded on the submit host, so "
+                       "it is as complete as their probes were frequent", err=True)
     try:
         start = parse_ts(since) if since else None
         end = parse_ts(until) if until else None

@@ -62,7 +62,7 @@ class Host:
             # The Slurm handlers go first; agent.py's helpers and main() follow and run them.
             source = Path(slurm_agent.__file__).read_text().replace("from __future__ import annotations\n", "") \
                 + "\n" + source.replace("from __future__ import annotations\n", "")
-            mode = {"status": "slurm-status", "push": "slurm-push"}.get(mode, mode)
+            mode = {"status": "slurm-status", "push": "slurm-push", "history": "slurm-history"}.get(mode, mode)
             request = {**request, "slurm_conf": self.extra.get("slurm_conf")}
         payload = json.dumps(request)
         limit = timeout or self.timeout

@@ -92,3 +92,33 @@ def push_slurm(compiled: Compiled, host: Host, options: PushOptions, show: Calla
         notes.append(f"plan: {answer['error']}")
     notes.append(f"pushed: {len(submitted)} submitted")
     return PushOutcome(diff, not answer.get("error"), notes)
+
+
+_SACCT_EVENT = {"COMPLETED": "done", "FAILED": "failed", "TIMEOUT": "timeout", "OUT_OF_MEMORY": "failed",
+                "NODE_FAIL": "failed", "CANCELLED": "cancelled"}
+_LANE_BY_OPTION = {"gpu": "gpu", "net": "net"}
+
+
+def sacct_events(lines: list[str], lanes: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """`sacct -P -n -X --format=JobID,JobName,State,Start,End,Comment,ExitCode,Reason` lines of plan jobs as
+    runner-vocabulary events (start, done, failed, timeout, cancelled), for `plan report`."""
+    events: list[dict[str, Any]] = []
+    for line in lines:
+        parts = line.split("|")
+        if len(parts) < 8 or not parts[5].startswith("plan="):
+            continue
+        job_id, name, state, start, end, _comment, exit_code, reason = parts[:8]
+        state = state.split()[0]
+        job = f"{name}.job"
+        lane = (lanes or {}).get(name, "cpu")
+        if start and start not in ("Unknown", "None"):
+            events.append({"ts": start.replace("T", " "), "job": job, "event": "start", "lane": lane,
+                           "slurm_id": int(job_id.split("_")[0].split(".")[0])})
+        kind = _SACCT_EVENT.get(state)
+        if kind and end and end not in ("Unknown", "None"):
+            if state == "CANCELLED" and reason == "DependencyNeverSatisfied":
+                kind = "blocked"
+            rc = int(exit_code.split(":")[0]) if exit_code.split(":")[0].isdigit() else None
+            events.append({"ts": end.replace("T", " "), "job": job, "event": kind, "rc": rc, "state": state})
+    events.sort(key=lambda e: e["ts"])
+    return events

@@ -280,4 +280,20 @@ def _slurm_event(root, now, filename, cur, before):
         os.fsync(handle.fileno())
 
 
-EXTRA_HANDLERS = {"slurm-push": slurm_push, "slurm-status": slurm_status}
+SACCT_FORMAT = "JobID,JobName,State,Start,End,Comment,ExitCode,Reason"
+
+
+def slurm_history(root, request):
+    """Job history from sacct where accounting is on; {"accounting": False, "why": ...} where it is not."""
+    env = _slurm_env(request)
+    argv = ["sacct", "-P", "-n", "-X", "--format=" + SACCT_FORMAT, "-S", request.get("since") or "now-30days"]
+    try:
+        rc, out, err = _slurm(argv, env, timeout=120)
+    except ControllerDown as exc:
+        return {"accounting": False, "why": str(exc)}
+    if rc != 0:
+        return {"accounting": False, "why": (err.strip() or "sacct exited %d" % rc).splitlines()[-1]}
+    return {"accounting": True, "lines": out.splitlines()}
+
+
+EXTRA_HANDLERS = {"slurm-push": slurm_push, "slurm-status": slurm_status, "slurm-history": slurm_history}

@@ -151,3 +151,32 @@ def test_repush_resubmits_only_the_changed_job_and_dry_run_submits_nothing(tmp_p
         assert "requires" in out and "b.job" in out
     finally:
         cancel_plan(slurm, "rp")
+
+
+SACCT = """\
+101|10-fetch|COMPLETED|2026-10-15T20:00:00|2026-10-15T20:10:00|plan=p@aa|0:0|None
+102|20-intake|FAILED|2026-10-15T20:10:05|2026-10-15T20:12:00|plan=p@bb|1:0|NonZeroExitCode
+103|30-bench|CANCELLED by 0|2026-10-15T20:12:01|2026-10-15T20:12:01|plan=p@cc|0:0|DependencyNeverSatisfied
+104|other|COMPLETED|2026-10-15T20:00:00|2026-10-15T20:01:00||0:0|None
+"""
+
+
+def test_sacct_history_becomes_report_events() -> None:
+    from plancompiler.report import build_report
+    from plancompiler.slurm import sacct_events
+
+    events = sacct_events(SACCT.splitlines(), {"10-fetch": "net", "20-intake": "gpu"})
+    kinds = [(e["job"], e["event"]) for e in events]
+    assert ("10-fetch.job", "done") in kinds and ("20-intake.job", "failed") in kinds
+    assert ("30-bench.job", "blocked") in kinds and not any(j == "other.job" for j, _ in kinds)
+    report = build_report(events)
+    assert report.jobs["10-fetch.job"].outcome == "done" and report.jobs["10-fetch.job"].durations == [600.0]
+    assert report.totals()["net"]["busy_s"] == 600
+
+
+def test_report_on_a_cluster_without_accounting_says_so(tmp_path: Path, slurm: Slurm) -> None:
+    hosts = slurm.hosts_file(tmp_path / "submit")
+    (tmp_path / "submit").mkdir()
+    result = cli.invoke(app, ["report", "cluster", "--hosts", str(hosts), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "Slurm accounting is off here" in result.output
