@@ -180,3 +180,24 @@ def test_report_on_a_cluster_without_accounting_says_so(tmp_path: Path, slurm: S
     result = cli.invoke(app, ["report", "cluster", "--hosts", str(hosts), "--json"])
     assert result.exit_code == 0, result.output
     assert "Slurm accounting is off here" in result.output
+
+
+def test_push_to_a_cluster_through_its_login_node_over_ssh(tmp_path: Path, slurm: Slurm, sshd) -> None:  # noqa: ANN001
+    import sys
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"hosts:\n  login:\n    backend: slurm\n    ssh: testbox\n    root: {tmp_path / 'submit'}\n"
+                     f"    slurm_conf: {slurm.conf}\n    python: {sys.executable}\n"
+                     f"    ssh_options: [-F, {sshd.config}]\n")
+    marker = tmp_path / "made-by-slurm"
+    p = write_plan(tmp_path / "ssh.yaml", "viassh", f"  - name: touch\n    lane: cpu\n    run: touch {marker}\n"
+                   f"    outputs: ['{marker}']\n")
+    code, out = plan("push", "login", str(p), "--hosts", str(hosts))
+    assert code == 0 and "submitted touch.job as" in out, out
+    try:
+        wait_for(lambda: jobs_of(slurm, "viassh").get("touch", {}).get("state") == "COMPLETED", 60, 0.5)
+    finally:
+        cancel_plan(slurm, "viassh")
+    assert marker.exists()
+    code, out = plan("status", "login", "--hosts", str(hosts))
+    assert code == 0 and "slurm" in out
