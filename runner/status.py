@@ -12,8 +12,11 @@ _REASON_ORDER = ("blocked", "gpu-foreign", "exclusive", "parked", "backoff", "re
 def render_status(status: dict[str, Any], now: float) -> str:
     runner = status.get("runner", {})
     beat = now - float(runner.get("heartbeat", 0) or 0)
-    lines = [f"runner pid {runner.get('pid')} v{runner.get('version')}  heartbeat {format_duration(beat)} ago"
-             f"  tick {runner.get('tick')}  root {runner.get('root')}"]
+    if runner.get("backend") == "slurm":
+        lines = [f"Slurm (squeue, read {format_duration(beat)} ago)  submit root {runner.get('root')}"]
+    else:
+        lines = [f"runner pid {runner.get('pid')} v{runner.get('version')}  heartbeat {format_duration(beat)} ago"
+                 f"  tick {runner.get('tick')}  root {runner.get('root')}"]
     if status.get("parked"):
         lines.append(f"PARKED: {status['parked']}")
     unknown = status.get("gpu_unknown") or {}

@@ -200,4 +200,4 @@ def test_push_to_a_cluster_through_its_login_node_over_ssh(tmp_path: Path, slurm
         cancel_plan(slurm, "viassh")
     assert marker.exists()
     code, out = plan("status", "login", "--hosts", str(hosts))
-    assert code == 0 and "slurm" in out
+    assert code == 0 and out.startswith("Slurm (squeue, read")
