@@ -5,8 +5,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-SEVERITIES = ("error", "warning", "info")
-
 
 @dataclass(frozen=True, order=True)
 class Diagnostic:

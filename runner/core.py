@@ -44,7 +44,6 @@ class Runner(Controls, Reasons, Announcements):
         self.gpu_unknown: list[procs.GpuUser] = []
         self.started_at = 0.0
         self.ticks = 0
-        self.stopping = False
         self._manifest_cache: tuple[tuple[int, int, int], dict[str, Any] | None] | None = None
         self._presence_tick = -1
         self._manifest_tick = -1

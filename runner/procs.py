@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import shutil
 import signal
@@ -201,7 +202,8 @@ def gpu_users(
 
 def _nvml_users(is_ours: Callable[[Proc], bool], seen: set[int]) -> list[GpuUser]:
     try:
-        import pynvml  # optional: nvidia-ml-py
+        # Optional and looked up at run time: the runner itself needs nothing outside the standard library.
+        pynvml = importlib.import_module("pynvml")  # from nvidia-ml-py, where installed
     except ImportError:
         return []
     users: list[GpuUser] = []
