@@ -129,9 +129,16 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 
 
 def stop_slurm(cluster: Slurm) -> None:
-    subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], env=cluster.env, capture_output=True)
+    # Jobs first: slurmstepd and job processes outlive slurmd. Wait until none runs, then the daemons.
     subprocess.run(["scancel", "-u", "root"], env=cluster.env, capture_output=True)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-t", "running,completing,pending", "-o", "%i"],
+                             env=cluster.env, capture_output=True, text=True).stdout
+        if not out.strip():
+            break
+        time.sleep(0.2)
+    steps = _stepds(cluster)
     for name in ("slurmd", "slurmctld", "munged"):
         pid = cluster.pids.get(name)
         if pid is None:
@@ -152,7 +159,27 @@ def stop_slurm(cluster: Slurm) -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+    for pid in steps:  # a step daemon that outlived its job and slurmd: ours, by the cluster's SLURM_CONF
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     shutil.rmtree((cluster.directory / "munge").resolve(), ignore_errors=True)
+
+
+def _stepds(cluster: Slurm) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if comm == "slurmstepd" and f"SLURM_CONF={cluster.conf}".encode() in env:
+            found.append(int(entry))
+    return found
 
 
 @pytest.fixture(scope="session")
