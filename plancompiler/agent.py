@@ -114,8 +114,14 @@ def install(root, request):
                 result["removed"].append([state, name])
             except FileNotFoundError:
                 result["gone"].append([state, name])
+        replacing = set(request.get("replace", []))
         for name in sorted(request.get("files", {})):
-            os.replace(os.path.join(stage, name), os.path.join(root, "queue", name))
+            target = os.path.join(root, "queue", name)
+            if name in replacing and not os.path.exists(target):
+                # The runner started the old version after the diff was made: do not queue it a second time.
+                result["gone"].append(["queue", name])
+                continue
+            os.replace(os.path.join(stage, name), target)
             result["installed"].append(name)
         _fsync_dir(os.path.join(root, "queue"))
         if request.get("manifest") is not None:

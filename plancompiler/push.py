@@ -76,7 +76,7 @@ def plan_push(compiled: Compiled, host: Host, probe: dict[str, Any], *, retry_fa
         for name, info in files.get(state_dir, {}).items():
             where[name] = (state_dir, info["sha"])
     changes: list[Change] = []
-    request: dict[str, Any] = {"files": {}, "remove": [], "resets": []}
+    request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": []}
     ours = {job.filename for job in compiled.jobs}
     for job in compiled.jobs:
         name, sha = job.filename, _sha(job.text)
@@ -95,6 +95,7 @@ def plan_push(compiled: Compiled, host: Host, probe: dict[str, Any], *, retry_fa
             else:
                 changes.append(Change("~", name, state))
                 request["files"][name] = job.text
+                request["replace"].append(name)
         elif state == "done":
             if same:
                 changes.append(Change("d", name, state))
@@ -193,7 +194,7 @@ def push(compiled: Compiled, host: Host, options: PushOptions, show: Callable[[P
     if not diff.has_work():
         return PushOutcome(diff, notes=["nothing to push"])
     result = apply(diff, host)
-    notes = [f"note: {state}/{name} had already moved when the push tried to remove it"
+    notes = [f"note: {state}/{name} had already moved (the runner took it) when the push came to change it"
              for state, name in result.get("gone", [])]
     notes.append(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed")
     return PushOutcome(diff, True, notes)

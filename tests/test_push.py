@@ -213,3 +213,18 @@ def test_runner_ticking_during_50_pushes_never_sees_a_partial_job(tmp_path: Path
     assert not [e for e in events if e["event"] == "invalid"]
     starts = [e["job"] for e in events if e["event"] == "start"]
     assert len(starts) == len(set(starts)) == 200
+
+
+def test_a_changed_job_the_runner_started_meanwhile_is_not_queued_again(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    plan = make_plan(tmp_path, {"a": "echo one"})
+    assert push(str(root), str(plan))[0] == 0
+    plan = make_plan(tmp_path, {"a": "echo two"})
+    compiled = compile_plan(plan)
+    host = Host(name=str(root), root=str(root))
+    diff = plan_push(compiled, host, host.call("probe", {"allow_missing": True}))
+    assert [c.mark for c in diff.changes] == ["~"]
+    os.replace(root / "queue/a.job", root / "running/a.job")  # the runner starts the old version now
+    result = apply(diff, host)
+    assert result["installed"] == [] and result["gone"] == [["queue", "a.job"]]
+    assert not (root / "queue/a.job").exists()
