@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import RunnerProcess, wait_for, write_job
 
 
@@ -136,3 +138,14 @@ def test_lane_events_cover_the_run_without_gaps(tmp_path: Path, queue_root: Path
                    for a, b in pairs), "a lane event must be a change"
     gpu = [(e["state"], e.get("reason")) for e in events if e["event"] == "lane" and e["lane"] == "gpu"]
     assert gpu[:3] == [("waiting", "exclusive"), ("busy", None), ("idle", None)]
+
+
+def test_seed_requires_warn_s_environment_variable_is_honoured(tmp_path: Path, queue_root: Path,
+                                                               runner: RunnerProcess,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REQUIRES_WARN_S", "1")
+    write_job(queue_root, "84c-gpu-demo.job", "# LANE=gpu\n# REQUIRES=test -f /nonexistent/strata-qwen-q2_0.json\n"
+              "echo never\n")
+    runner.start()
+    event = runner.wait_event("requires-wait", timeout=5)
+    assert event["requires"] == "test -f /nonexistent/strata-qwen-q2_0.json" and event["waited_s"] >= 1
