@@ -69,7 +69,9 @@ def _compile(path: Path, sets: list[str] | None, templates: list[Path] | None, n
     from plancompiler.compile import compile_plan
 
     try:
-        return compile_plan(path, _overrides(sets), templates or [], lint=lint, use_cache=not no_cache)
+        progress = (lambda m: typer.echo(f"{path}: {m}", err=True)) if sys.stderr.isatty() else None
+        return compile_plan(path, _overrides(sets), templates or [], lint=lint, use_cache=not no_cache,
+                            progress=progress)
     except PlanError as exc:
         raise _fail(str(exc)) from exc
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,8 @@ def display_path(path: Path) -> str:
 
 
 def compile_plan(path: Path, overrides: Mapping[str, str] | None = None, templates: Sequence[Path] = (),
-                 lint: bool = True, use_cache: bool = True) -> Compiled:
+                 lint: bool = True, use_cache: bool = True,
+                 progress: Callable[[str], None] | None = None) -> Compiled:
     loaded = load_plan(path, display_path(path))
     result = Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
     if loaded.plan is None:
@@ -68,7 +69,7 @@ def compile_plan(path: Path, overrides: Mapping[str, str] | None = None, templat
                                      template_dirs(path, templates))
     result.diagnostics += found
     if lint:
-        result.diagnostics += lint_jobs(result.jobs, loaded.source, use_cache=use_cache)
+        result.diagnostics += lint_jobs(result.jobs, loaded.source, use_cache=use_cache, progress=progress)
     return result
 
 

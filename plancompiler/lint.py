@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,7 @@ def cache_dir() -> Path:
 
 
 def lint_jobs(jobs: Sequence[RenderedJob], source: Source, use_cache: bool = True,
-              workers: int | None = None) -> list[Diagnostic]:
+              workers: int | None = None, progress: Callable[[str], None] | None = None) -> list[Diagnostic]:
     findings: list[Finding] = []
     clean: list[RenderedJob] = []
     for job in jobs:
@@ -53,7 +53,7 @@ def lint_jobs(jobs: Sequence[RenderedJob], source: Source, use_cache: bool = Tru
     # bash -n (a subprocess) runs while shellcheck's processes do: it costs no wall time of its own.
     with ThreadPoolExecutor(max_workers=1) as pool:
         syntax = pool.submit(_bash_n, clean, workers)
-        findings.extend(_shellcheck(clean, use_cache, workers))
+        findings.extend(_shellcheck(clean, use_cache, workers, progress))
         findings.extend(syntax.result())
     return _map(findings, source)
 
@@ -139,7 +139,8 @@ def _ask_version(exe: str) -> str:
 _SHELLCHECK_ARGS = ["--format=json1", "--shell=bash", "--severity=warning", "--norc"]
 
 
-def _shellcheck(jobs: Sequence[RenderedJob], use_cache: bool, workers: int | None) -> list[Finding]:
+def _shellcheck(jobs: Sequence[RenderedJob], use_cache: bool, workers: int | None,
+                progress: Callable[[str], None] | None = None) -> list[Finding]:
     if not jobs:
         return []
     version = _shellcheck_version()
@@ -161,6 +162,8 @@ def _shellcheck(jobs: Sequence[RenderedJob], use_cache: bool, workers: int | Non
         found.extend(_findings(job, comments))
     if not todo:
         return found
+    if progress:
+        progress(f"shellcheck: {len(todo)} of {len(jobs)} jobs (the others are cached)")
     with tempfile.TemporaryDirectory(prefix="plan-shellcheck-") as scratch:
         files = []
         for filename, (job, _) in todo.items():
