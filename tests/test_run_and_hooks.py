@@ -54,6 +54,7 @@ def test_pre_push_hook_refuses_a_plan_with_errors(tmp_path: Path) -> None:
     (repo / "plans").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / "plans/good.yaml").write_text("plan: good\njobs:\n  - name: a\n    run: echo a\n")
+    (repo / "plans/hosts.yaml").write_text("hosts:\n  a9: {ssh: a9, root: /home/user/jobs}\n")  # not a plan
     install = subprocess.run([sys.executable, "-m", "plancompiler.cli", "hooks", "install", "--repo", str(repo)],
                              capture_output=True, text=True, env=_env(tmp_path))
     assert install.returncode == 0, install.stderr
