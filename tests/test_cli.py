@@ -126,3 +126,9 @@ def _path() -> str:
     import os
 
     return os.environ["PATH"]
+
+
+def test_check_of_plans_glob_skips_the_hosts_file() -> None:
+    result = cli.invoke(app, ["check", str(REPO / "plans/hosts.yaml"), str(REPO / "plans/demo.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "info[P006]: a hosts file, not a plan: skipped" in result.stdout
