@@ -170,7 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
             return 2
-        return Runner(config_from(args)).serve()
+        from runner.core import AlreadyRunning
+
+        try:
+            return Runner(config_from(args)).serve()
+        except AlreadyRunning as exc:
+            print(f"runner: {exc}", file=sys.stderr)
+            return 3
     if args.command == "status":
         from runner.status import render_status
 

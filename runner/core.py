@@ -1,6 +1,7 @@
 """The runner: `tick(now)` moves jobs between the queue's states; `serve()` calls it on every tick and child exit."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import secrets
@@ -21,6 +22,10 @@ from runner.controls import Controls
 from runner.queue import Queue, timestamp
 from runner.reasons import Reasons
 from runner.records import Parsed, Reason, Running
+
+
+class AlreadyRunning(Exception):
+    pass
 
 
 class Runner(Controls, Reasons, Announcements):
@@ -49,10 +54,12 @@ class Runner(Controls, Reasons, Announcements):
         self._manifest_tick = -1
         self._was_parked = False
         self._presence_sets: tuple[set[str], set[str]] = (set(), set())
+        self._lock_fd: int | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, now: float) -> None:
         self.queue.ensure()
+        self._lock()
         self.state = self.queue.load_state()
         self.started_at = now
         procs.set_child_subreaper()
@@ -74,6 +81,20 @@ class Runner(Controls, Reasons, Announcements):
             self._refund(filename)
             self.queue.emit(now, filename, "recovered")
         self.queue.save_state(self.state)
+
+    def _lock(self) -> None:
+        """One runner per queue root: a second would end the first one's jobs as leftovers of an earlier life."""
+        path = self.queue.root / ".runner.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise AlreadyRunning(f"another runner (pid {holder}) already serves {self.root}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd  # held, never closed, for the life of the process
 
     def stop(self, now: float, why: str = "SIGTERM") -> None:
         """End every job's tree and put the jobs back in queue/ without using an attempt."""
@@ -432,6 +453,7 @@ class Runner(Controls, Reasons, Announcements):
         attempts = self.state["attempts"]
         if attempts.get(filename, 0) > 0:
             attempts[filename] -= 1
+
 
 DIR_POLL_S = 0.5
 

@@ -382,3 +382,14 @@ def test_rotated_events_file_gets_a_new_one(queue_root: Path, runner: RunnerProc
     wait_for(lambda: (queue_root / "events.jsonl").exists()
              and '"event": "done"' in (queue_root / "events.jsonl").read_text(), 10)
     assert '"event": "done"' not in (queue_root / "events.jsonl.1").read_text()
+
+
+def test_a_second_runner_on_the_same_root_refuses(queue_root: Path, runner: RunnerProcess) -> None:
+    write_job(queue_root, "1-gpu-long.job", "# LANE=gpu\nsleep 300\n")
+    runner.start()
+    runner.wait_event("start")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    second = subprocess.run([sys.executable, "-m", "runner", "run", "--root", str(queue_root)], env=env,
+                            capture_output=True, text=True, timeout=30)
+    assert second.returncode == 3 and f"pid {runner.proc.pid}" in second.stderr  # type: ignore[union-attr]
+    assert not runner.events("orphans-killed") and not runner.events("recovered")
