@@ -167,7 +167,7 @@ class Announcements(RunnerBase):
                              "since": self.lane_since.get(lane)} for lane, v in self.lane_state.items()},
             "running": running,
             "queued": waiting,
-            "parked": self._parked() or None,
+            "parked": self.park or None,
             "gpu_unknown": {"count": len(self.gpu_unknown), "policy": self.config.unreadable_gpu,
                             "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in self.gpu_unknown[:20]]},
             "counts": {s: len(self.queue.jobs(s)) for s in ("queue", "running", "done", "failed")},

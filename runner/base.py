@@ -35,7 +35,7 @@ class RunnerBase:
     _manifest_tick: int
     _presence_tick: int
     _presence_sets: tuple[set[str], set[str]]
-    _was_parked: bool
+    park: str  # why the queue is parked, read once a tick; '' when it is not
 
 
     # Methods one part calls on another.

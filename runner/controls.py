@@ -38,9 +38,9 @@ class Controls(RunnerBase):
                 os.unlink(control / name)
             except OSError:
                 pass
-        parked = self._parked()
-        if bool(parked) != self._was_parked:
-            self._was_parked = bool(parked)
+        parked, was_parked = self._parked(), bool(self.park)
+        self.park = parked  # read once a tick; scheduling and status.json use it
+        if bool(parked) != was_parked:
             if parked:
                 self.queue.emit(now, "-", "parked", why=parked)
             else:

@@ -52,7 +52,7 @@ class Runner(Controls, Reasons, Announcements):
         self._manifest_cache: tuple[tuple[int, int, int], dict[str, Any] | None] | None = None
         self._presence_tick = -1
         self._manifest_tick = -1
-        self._was_parked = False
+        self.park = ""
         self._presence_sets: tuple[set[str], set[str]] = (set(), set())
         self._lock_fd: int | None = None
 
@@ -252,7 +252,7 @@ class Runner(Controls, Reasons, Announcements):
 
     # -- scheduling ----------------------------------------------------------------------------
     def _schedule(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        parked = self._parked()
+        parked = self.park
         gpu_users: list[procs.GpuUser] | None = None
         by_lane: dict[str, list[tuple[str, Parsed]]] = {lane: [] for lane in self.config.lanes}
         for item in queued:
