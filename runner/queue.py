@@ -8,16 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner.vocab import EVENT_NAMES
+
 STATES = ("queue", "running", "done", "failed")
-# Contract 3: the closed vocabulary. Seed names first, with their seed fields kept.
-EVENTS = frozenset(
-    {
-        "runner-start", "start", "done", "failed", "retry", "recovered", "skipped", "gpu-wait",
-        "requires-wait", "invalid", "blocked", "timeout", "long-running", "stalled",
-        "orphans-killed", "idle", "correlated-failure", "lane", "runner-stop",
-        "parked", "unparked", "cancelled",
-    }
-)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -127,7 +120,7 @@ class Queue:
 
     def emit(self, now: float, job: str, event: str, **details: Any) -> dict[str, Any]:
         """Append one event (contract 3) and flush it to disk before returning."""
-        if event not in EVENTS:
+        if event not in EVENT_NAMES:
             raise ValueError(f"unknown event {event!r}")
         record = {"ts": timestamp(now), "job": job, "event": event, **details}
         line = (json.dumps(record) + "\n").encode()

@@ -1,0 +1,66 @@
+"""Contract 3's closed vocabularies, defined once: event names and the reasons a queued job waits.
+
+Everything that writes or reads events.jsonl or status.json (the runner, the host agent, and the
+plan side's watch, report and localrun) imports these; nobody keeps a literal list of its own.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Event(str, Enum):
+    """An events.jsonl `event` name. Seed names first, with their seed fields kept."""
+
+    RUNNER_START = "runner-start"
+    START = "start"
+    DONE = "done"
+    FAILED = "failed"
+    RETRY = "retry"
+    RECOVERED = "recovered"
+    SKIPPED = "skipped"
+    GPU_WAIT = "gpu-wait"
+    REQUIRES_WAIT = "requires-wait"
+    INVALID = "invalid"
+    BLOCKED = "blocked"
+    TIMEOUT = "timeout"
+    LONG_RUNNING = "long-running"
+    STALLED = "stalled"
+    ORPHANS_KILLED = "orphans-killed"
+    IDLE = "idle"
+    CORRELATED_FAILURE = "correlated-failure"
+    LANE = "lane"
+    RUNNER_STOP = "runner-stop"
+    PARKED = "parked"
+    UNPARKED = "unparked"
+    CANCELLED = "cancelled"
+    STATE_CORRUPT = "state-corrupt"
+    START_FAILED = "start-failed"
+    HEARTBEAT = "heartbeat"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Reason(str, Enum):
+    """Why a queued job is not running (status.json `reason`), like Slurm's pending REASON."""
+
+    REQUIRES = "requires"
+    BLOCKED = "blocked"
+    LANE_BUSY = "lane-busy"
+    EXCLUSIVE = "exclusive"
+    GPU_FOREIGN = "gpu-foreign"
+    BACKOFF = "backoff"
+    ORDER = "order"
+    PARKED = "parked"
+    SETTLING = "settling"
+    DISK_FULL = "disk-full"
+    STALE = "stale"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+EVENT_NAMES = frozenset(e.value for e in Event)
+REASON_NAMES = frozenset(r.value for r in Reason)
+# Reasons that are the queue working as designed: a job waiting for them is not an incident.
+ORDINARY_REASONS = frozenset({Reason.ORDER.value, Reason.LANE_BUSY.value})
