@@ -1,15 +1,17 @@
-"""`plan check` on generated plans (100, 1000, 5000 jobs): cold vs the naive loop and the shellcheck floor; warm."""
+"""`plan check` as a whole process on generated plans: cold against the naive loop and the shellcheck floor; warm."""
 from __future__ import annotations
 
 import os
-import subprocess
+import shlex
 import sys
 import tempfile
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import alternate, machine, ms, table  # noqa: E402
+from bench.common import PY_ENV, alternate, machine, plan_cli, ratio, run_step, spread, table  # noqa: E402
 from plancompiler.compile import compile_plan  # noqa: E402
 
 TEMPLATES = {
@@ -67,30 +69,37 @@ jobs:
     return path
 
 
-def naive(files: list[Path]) -> None:
-    for f in files:
-        subprocess.run(["bash", "-n", str(f)], capture_output=True)
-        subprocess.run(["shellcheck", "--format=json1", "--shell=bash", "--severity=warning", str(f)],
-                       capture_output=True)
+def change_one_port(plan: Path, text: str, ports: Iterator[int]) -> None:
+    """Give one roster row a new port, which only its intake job uses: one job's text changes."""
+    plan.write_text(text.replace("port: 40000}", f"port: {next(ports)}}}", 1))
 
 
-def floor(files: list[Path]) -> None:
+def naive_argv(files: list[Path]) -> list[str]:
+    """The loop a user would write: `bash -n`, then shellcheck, one process per file per tool."""
+    script = ('for f in "$@"; do bash -n "$f"; '
+              'shellcheck --format=json1 --shell=bash --severity=warning "$f" >/dev/null; done; exit 0')
+    return ["bash", "-c", script, "naive", *map(str, files)]
+
+
+def floor_argv(files: list[Path]) -> list[str]:
+    """shellcheck alone over the rendered files, one process per core: what linting what is rendered costs."""
     cores = os.cpu_count() or 1
-    chunks = [files[i::cores] for i in range(cores)]
-    procs = [subprocess.Popen(["shellcheck", "--format=json1", "--shell=bash", "--severity=warning",
-                               *map(str, chunk)], stdout=subprocess.DEVNULL) for chunk in chunks if chunk]
-    for proc in procs:
-        proc.wait()
+    chunks = [" ".join(shlex.quote(str(f)) for f in files[i::cores]) for i in range(cores)]
+    command = "shellcheck --format=json1 --shell=bash --severity=warning"
+    script = " ".join(f"{command} {c} >/dev/null &" for c in chunks if c)
+    return ["bash", "-c", script + " wait"]
 
 
 def main() -> None:
-    sizes = [int(x) for x in os.environ.get("BENCH_SIZES", "100,1000,5000").split(",")]
+    sizes = [int(x) for x in os.environ.get("BENCH_SIZES", "100,1000").split(",")]
+    runs = int(os.environ.get("BENCH_RUNS", "5"))
+    print(f"machine: {machine()}; {runs} runs of each, alternated\n")
     rows, warm_rows = [], []
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
             plan = make_plan(directory, size)
-            os.environ["PLAN_CACHE_DIR"] = str(directory / "cache")
+            env = dict(PY_ENV, PLAN_CACHE_DIR=str(directory / "cache"))
             compiled = compile_plan(plan, use_cache=False)
             assert compiled.clean(), [d.text() for d in compiled.diagnostics][:5]
             out = directory / "rendered"
@@ -99,29 +108,29 @@ def main() -> None:
             for job in compiled.jobs:
                 (out / job.filename).write_text(job.text)
                 files.append(out / job.filename)
-            runs = 3 if size <= 1000 else 1
-            # The naive loop at 5000 jobs takes minutes: timed on the first 1000 files, scaled.
-            sample = files if size <= 1000 else files[:1000]
+            # The naive loop over more than 1000 files takes minutes: timed on the first 1000, scaled.
+            sample = files[:1000]
             scale = len(files) / len(sample)
-            result = alternate(runs,
-                               check=lambda p=plan: compile_plan(p, use_cache=False),
-                               naive=lambda s=sample: naive(s),
-                               floor=lambda f=files: floor(f))
-            naive_s = result["naive"] * scale
-            rows.append([str(len(compiled.jobs)), ms(result["check"]), ms(naive_s) + ("*" if scale > 1 else ""),
-                         ms(result["floor"]), f"{naive_s / result['check']:.1f}x",
-                         f"{result['check'] / result['floor']:.2f}x"])
-            compile_plan(plan)  # fill the cache
-            warm = alternate(runs, warm=lambda p=plan: compile_plan(p))
+            cold = alternate(runs, {"check": plan_cli("check", str(plan), "--no-cache"),
+                                    "naive": naive_argv(sample), "floor": floor_argv(files)}, env)
+            naive_s = [t * scale for t in cold["naive"]]
+            rows.append([str(len(compiled.jobs)), spread(cold["check"]),
+                         spread(naive_s) + ("*" if scale > 1 else ""), spread(cold["floor"]),
+                         ratio(naive_s, cold["check"]), ratio(cold["check"], cold["floor"])])
+            run_step(plan_cli("check", str(plan)), env)  # fill the cache
+            warm = alternate(runs, {"bare": [sys.executable, "-c", "pass"],
+                                    "warm": plan_cli("check", str(plan))}, env)
             # one job changed: a single roster row gets a new port, which only its intake uses
-            plan.write_text(plan.read_text().replace("port: 40000}", "port: 49999}", 1))
-            one = alternate(1, one_changed=lambda p=plan: compile_plan(p))
-            warm_rows.append([str(len(compiled.jobs)), ms(warm["warm"]), ms(one["one_changed"])])
-    print(f"machine: {machine()}\n")
-    print(table("plan check, cold (no cache)", ["jobs", "plan check", "naive loop", "shellcheck floor",
-                                                "vs naive", "vs floor"], rows))
-    print("* naive loop timed on 1000 of the files and scaled (it takes minutes at this size)\n")
-    print(table("plan check, warm (cache)", ["jobs", "unchanged", "one job changed"], warm_rows))
+            one = alternate(runs, {"one": plan_cli("check", str(plan))}, env,
+                            before_each=partial(change_one_port, plan, plan.read_text(), iter(range(49000, 50000))))
+            warm_rows.append([str(len(compiled.jobs)), spread(warm["bare"]), spread(warm["warm"]),
+                              spread(one["one"]), ratio(warm["warm"], warm["bare"])])
+    print(table("plan check, cold (--no-cache), whole processes", ["jobs", "plan check", "naive loop",
+                                                                   "shellcheck floor", "naive / check",
+                                                                   "check / floor"], rows))
+    print("* naive loop timed on 1000 of the files and scaled. Ratios: of medians (range over paired runs).\n")
+    print(table("plan check, warm (cache), whole processes",
+                ["jobs", "python3 -c pass", "unchanged", "one job changed", "unchanged / bare python"], warm_rows))
 
 
 if __name__ == "__main__":

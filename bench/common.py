@@ -1,26 +1,56 @@
-"""Helpers for the benchmark scripts: alternating A/B timing, medians, ratios, a printed table."""
+"""Helpers for the benchmark scripts: whole-process timings, paired and alternated, printed as min/median/max."""
 from __future__ import annotations
 
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# A benchmark times the checkout it lives in, whatever `plan` on PATH would import.
+PY_ENV = dict(os.environ, PYTHONPATH=str(REPO))
+
+Step = Sequence[str] | Callable[[], object]
 
 
-def timed(fn: Callable[[], object]) -> float:
+def run_step(step: Step, env: Mapping[str, str] | None = None) -> float:
+    """Seconds one whole process (or a callable that starts processes) took; a failing command is an error."""
     start = time.perf_counter()
-    fn()
+    if callable(step):
+        step()
+    else:
+        proc = subprocess.run(list(step), env=dict(env or PY_ENV), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, check=False)
+        if proc.returncode not in (0, 1):  # `plan check` exits 1 on findings; anything else is a broken bench
+            raise RuntimeError(f"{' '.join(step)} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
     return time.perf_counter() - start
 
 
-def alternate(runs: int, **variants: Callable[[], object]) -> dict[str, float]:
-    """Median seconds of each variant, run A, B, C, A, B, C, ... so that noise hits all alike."""
+def alternate(runs: int, variants: Mapping[str, Step], env: Mapping[str, str] | None = None,
+              before_each: Callable[[], object] | None = None) -> dict[str, list[float]]:
+    """Every variant's samples, run A, B, C, A, B, C, ... so that the machine's noise hits all alike."""
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(runs):
-        for name, fn in variants.items():
-            samples[name].append(timed(fn))
-    return {name: statistics.median(values) for name, values in samples.items()}
+        for name, step in variants.items():
+            if before_each is not None:
+                before_each()
+            samples[name].append(run_step(step, env))
+    return samples
+
+
+def spread(values: Sequence[float]) -> str:
+    """min / median / max, the way every figure in bench/README.md is quoted."""
+    return " / ".join(ms(v) for v in (min(values), statistics.median(values), max(values)))
+
+
+def ratio(numerator: Sequence[float], denominator: Sequence[float]) -> str:
+    """The ratio of medians, and its range over the paired runs (run i of one against run i of the other)."""
+    pairs = sorted(n / d for n, d in zip(numerator, denominator, strict=True))
+    return f"{statistics.median(numerator) / statistics.median(denominator):.2f}x ({pairs[0]:.2f}–{pairs[-1]:.2f})"
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:
@@ -37,4 +67,11 @@ def ms(seconds: float) -> str:
 
 
 def machine() -> str:
-    return f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()})"
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}); "
+            f"load average at start {load}")
+
+
+def plan_cli(*args: str) -> list[str]:
+    """argv of the `plan` command of this checkout, as a whole process."""
+    return [sys.executable, "-m", "plancompiler.cli", *args]

@@ -7,21 +7,18 @@ import os
 import stat
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.check_bench import make_plan  # noqa: E402
-from bench.common import alternate, machine, ms, table  # noqa: E402
+from bench.common import PY_ENV, alternate, machine, plan_cli, run_step, spread, table  # noqa: E402
 from bench.gen_events import week_of_events  # noqa: E402
 
 
-def push_rows(directory: Path) -> list[list[str]]:
-    from plancompiler.compile import compile_plan
-    from plancompiler.hosts import resolve
-    from plancompiler.push import apply, plan_push
+def push_rows(directory: Path, runs: int) -> list[list[str]]:
+    """Each run: a first push to an empty queue, an unchanged re-push, a re-push with one job changed."""
     from tests.sshd import start_sshd, stop_sshd
 
     server = start_sshd(directory / "sshd")
@@ -29,58 +26,51 @@ def push_rows(directory: Path) -> list[list[str]]:
     wrapper_dir = directory / "bin"
     wrapper_dir.mkdir()
     count_file = directory / "ssh-count"
-    real_ssh = "/usr/bin/ssh"
     wrapper = wrapper_dir / "ssh"
-    wrapper.write_text(f"#!/bin/sh\necho x >> {count_file}\nexec {real_ssh} \"$@\"\n")
+    wrapper.write_text(f"#!/bin/sh\necho x >> {count_file}\nexec /usr/bin/ssh \"$@\"\n")
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    os.environ["PATH"] = f"{wrapper_dir}{os.pathsep}{os.environ['PATH']}"
-    rows = []
+    env = dict(PY_ENV, PATH=f"{wrapper_dir}{os.pathsep}{os.environ['PATH']}",
+               PLAN_CACHE_DIR=str(directory / "cache"))
+    steps = ("first push", "re-push, unchanged", "re-push, one job changed")
+    times: dict[str, list[float]] = {step: [] for step in steps}
+    connections: dict[str, set[int]] = {step: set() for step in steps}
     try:
-        plan_dir = directory / "plan"
-        plan = make_plan(plan_dir, 1000)
-        os.environ["PLAN_CACHE_DIR"] = str(directory / "cache")
-        hosts = server.hosts_file(directory / "remote-q")
-        host = resolve("testbox", hosts)
-
-        def push_once() -> tuple[float, int, int]:
-            count_file.write_text("")
-            started = time.perf_counter()
-            compiled = compile_plan(plan)
-            probe = host.call("probe", {"external": [], "allow_missing": True})
-            diff = plan_push(compiled, host, probe)
-            if diff.has_work():
-                apply(diff, host)
-            took = time.perf_counter() - started
-            sent = len(diff.request.get("files", {}))
-            return took, len(count_file.read_text().split()), sent
-
-        compile_plan(plan)  # warm the shellcheck cache: push time, not lint time, is measured here
-        for label, change in (("first push", None), ("re-push, unchanged", None),
-                              ("re-push, one job changed", ("port: 40000}", "port: 49999}"))):
-            if change:
-                plan.write_text(plan.read_text().replace(*change, 1))
-            took, connections, sent = push_once()
-            rows.append([label, ms(took), str(connections), str(sent)])
+        plan = make_plan(directory / "plan", 1000)
+        text = plan.read_text()
+        run_step(plan_cli("check", str(plan)), env)  # warm the shellcheck cache: push, not lint, is timed
+        for run in range(runs):
+            hosts = server.hosts_file(directory / f"remote-q{run}")
+            push = plan_cli("push", "testbox", str(plan), "--hosts", str(hosts))
+            plan.write_text(text)
+            for step in steps:
+                if step == "re-push, one job changed":
+                    plan.write_text(text.replace("port: 40000}", f"port: {49000 + run}}}", 1))
+                    run_step(plan_cli("check", str(plan)), env)
+                count_file.write_text("")
+                times[step].append(run_step(push, env))
+                connections[step].add(len(count_file.read_text().split()))
     finally:
+        plan.write_text(text)
         stop_sshd(server)
-    return rows
+    return [[step, spread(times[step]), "/".join(map(str, sorted(connections[step])))] for step in steps]
 
 
-def report_rows() -> list[list[str]]:
-    from plancompiler.report import build_report, read_events
-
+def report_rows(directory: Path, runs: int) -> list[list[str]]:
     events = week_of_events(jobs=200, events=50000)
-    text = "\n".join(json.dumps(e) for e in events)
-    result = alternate(3, report=lambda: build_report(read_events(text)))
-    return [[str(len(events)), "200", ms(result["report"])]]
+    path = directory / "events.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    samples = alternate(runs, {"bare": [sys.executable, "-c", "pass"], "report": plan_cli("report", str(path))})
+    return [[str(len(events)), "200", spread(samples["report"]), spread(samples["bare"])]]
 
 
 def main() -> None:
-    print(f"machine: {machine()}\n")
+    runs = int(os.environ.get("BENCH_RUNS", "5"))
+    print(f"machine: {machine()}; {runs} runs of each\n")
     with tempfile.TemporaryDirectory() as tmp:
-        print(table("plan push of a 1000-job plan over ssh (loopback sshd; plan already checked once)",
-                    ["push", "wall time", "ssh connections", "job files sent"], push_rows(Path(tmp))))
-    print(table("plan report on a generated week", ["events", "jobs", "time (parse + report)"], report_rows()))
+        print(table("plan push of a 1000-job plan over ssh (loopback sshd), whole processes",
+                    ["push", "min / median / max", "ssh connections"], push_rows(Path(tmp), runs)))
+        print(table("plan report on a generated week, whole processes",
+                    ["events", "jobs", "plan report", "python3 -c pass"], report_rows(Path(tmp), runs)))
 
 
 if __name__ == "__main__":
