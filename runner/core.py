@@ -82,9 +82,6 @@ class Runner(Controls, Reasons, Announcements, Scanner):
         self.queue.emit(now, "-", Event.RUNNER_START.value, pid=os.getpid(), version=__version__,
                         instance=self.instance, last_alive=self._last_alive())
         self._report_corrupt(now, "state.json", problems)
-        # Read before anything is ended: a job whose wrapper recorded its exit finished while we were down.
-        running = self.queue.jobs("running")
-        records = {f: r for f in running if (r := wrapper.read_record(self.queue.exit_record(f)))}
         leftovers = [p for p in procs.all_procs() if p.tag and p.tag.startswith(self.root_id + ":")]
         if leftovers:
             procs.end_processes([p.pid for p in leftovers], self.config.kill_grace_s, self.reap)
@@ -97,6 +94,9 @@ class Runner(Controls, Reasons, Announcements, Scanner):
                     if killed:
                         self.queue.emit(now, name[4:], Event.ORPHANS_KILLED.value, why="left in its cgroup by an "
                                         "earlier runner life", pids=killed, cgroup=True)
+        # Read once the leftovers are gone: a wrapper records an exit only when the job ended by itself (one
+        # ended by us records nothing), so a record here is a job that finished while we were down.
+        records = {f: r for f in self.queue.jobs("running") if (r := wrapper.read_record(self.queue.exit_record(f)))}
         for filename in self.queue.list_all("running"):
             if filename in records:
                 self._finish_recorded(now, filename, records[filename])
@@ -152,6 +152,10 @@ class Runner(Controls, Reasons, Announcements, Scanner):
             self._end_tree(run)
             self.running.pop(lane)
             self.exited.pop(run.pid, None)
+            record = wrapper.read_record(self.queue.exit_record(run.filename))
+            if record:  # it finished by itself just before we ended it: recorded as it ended, not re-run
+                self._finish(now, run, record.rc, ended=record.ended)
+                continue
             self._leave_running(run.filename, "queue")
             self._refund(run.filename)
             self.queue.emit(now, run.filename, Event.RECOVERED.value, why=f"runner stopped ({why})")
@@ -224,6 +228,7 @@ class Runner(Controls, Reasons, Announcements, Scanner):
         self.clock = now
         self.queue.reopen_if_rotated()
         self.reap()
+        self._manifest()  # read (and checked) whenever it changes, not only when a reason needs it
         self._controls(now)
         self._finish_exited(now)
         self._enforce_timeouts(now)

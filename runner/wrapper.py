@@ -9,14 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-# $1 the job file, $2 the exit record, $3 a cgroup.procs to join first ('' for none). EPOCHREALTIME is
-# bash 5's clock (no fork); `date` where it is missing; a locale's decimal comma is made a point.
+# $1 the job file, $2 the exit record, $3 a cgroup.procs to join first ('' for none). A TERM to the wrapper
+# means the runner is ending the job (timeout, cancel, stop, a new runner life ending leftovers): then it
+# records nothing, so the job counts as interrupted, not as failed. The trap is ignored from the job's exit
+# on, so a TERM that comes after the job finished cannot cut the record short. EPOCHREALTIME is bash 5's
+# clock (no fork), `date` where it is missing; a locale's decimal comma is made a point.
 SCRIPT = r"""s=${EPOCHREALTIME:-$(date +%s)}
+trap 'x=1' TERM
 if [ -n "$3" ]; then echo $$ >"$3"; fi 2>/dev/null
 bash "$1"
 rc=$?
+trap '' TERM
 e=${EPOCHREALTIME:-$(date +%s)}
-printf '%d %s %s\n' "$rc" "${s/,/.}" "${e/,/.}" >"${2%/*}/.${2##*/}.tmp" && mv -f "${2%/*}/.${2##*/}.tmp" "$2"
+if [ -z "$x" ]; then
+  t="${2%/*}/.${2##*/}.tmp"
+  printf '%d %s %s\n' "$rc" "${s/,/.}" "${e/,/.}" >"$t" && mv -f "$t" "$2"
+fi
 exit "$rc"
 """
 
