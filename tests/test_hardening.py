@@ -321,3 +321,83 @@ def test_runner_start_carries_the_previous_lifes_last_heartbeat(queue_root: Path
         assert starts[0]["last_alive"] is None and starts[1]["last_alive"] == beat
     finally:
         second.stop()
+
+
+# -- thresholds and once-only reports, by driving tick(now) in-process (no jobs end here: the test process
+# -- must not become a subreaper, so start() is not called) ------------------------------------------------
+def _ticking(root: Path, **config: object) -> object:
+    from runner.config import Config
+    from runner.core import Runner
+
+    runner = Runner(Config(root=root, **config))  # type: ignore[arg-type]
+    runner.queue.ensure()
+    runner.state, _ = runner.queue.load_state()
+    return runner
+
+
+def _names(root: Path) -> list[str]:
+    return [e["event"] for e in read_events(root)]
+
+
+def test_heartbeat_event_only_after_a_silence(queue_root: Path) -> None:
+    runner = _ticking(queue_root, heartbeat_event_s=600.0)
+    t0 = time.time()
+    runner.tick(t0)  # type: ignore[attr-defined]
+    runner.tick(t0 + 599)  # type: ignore[attr-defined]
+    assert "heartbeat" not in _names(queue_root)
+    runner.tick(t0 + 600)  # type: ignore[attr-defined]
+    runner.tick(t0 + 601)  # type: ignore[attr-defined]
+    beats = [e for e in read_events(queue_root) if e["event"] == "heartbeat"]
+    assert len(beats) == 1 and beats[0]["job"] == "-"
+    runner.tick(t0 + 1200)  # type: ignore[attr-defined]
+    assert _names(queue_root).count("heartbeat") == 2
+
+
+def test_refused_retry_and_cancel_write_no_event(queue_root: Path) -> None:
+    runner = _ticking(queue_root)
+    (queue_root / "control").mkdir()
+    (queue_root / "control/retry-nothere.job").write_text('{"by": "me"}')
+    (queue_root / "control/cancel-nothere.job").write_text('{"by": "me"}')
+    write_job(queue_root, "9-cpu-x.job", "echo\n", state="failed")
+    (queue_root / "control/retry-9-cpu-x.job").write_text('{"by": "me"}')
+    runner.tick(time.time())  # type: ignore[attr-defined]
+    assert not os.listdir(queue_root / "control")
+    retries = [e for e in read_events(queue_root) if e["event"] in ("retry", "cancelled")]
+    assert [(e["event"], e["job"]) for e in retries] == [("retry", "9-cpu-x.job")]
+
+
+def test_settle_rule_by_tick(queue_root: Path) -> None:
+    runner = _ticking(queue_root, settle_s=1.0)
+    path = write_job(queue_root, "1-cpu-a.job", "# REQUIRES=test -f never\necho\n")
+    mtime = path.stat().st_mtime
+
+    def reason(now: float) -> str:
+        runner.tick(now)  # type: ignore[attr-defined]
+        return runner.reasons["1-cpu-a.job"].reason  # type: ignore[attr-defined]
+
+    assert reason(mtime + 0.5) == "settling"
+    assert reason(mtime + 1.0) == "requires"
+    with open(path, "a") as handle:  # written again in place: settles again, from its new mtime
+        handle.write("echo more\n")
+    mtime = path.stat().st_mtime
+    assert reason(mtime + 0.2) == "settling"
+    # An mtime ahead of our clock (another host's, over NFS): unchanged across scans --settle apart settles it.
+    os.utime(path, (mtime + 3600, mtime + 3600))
+    assert reason(mtime + 1) == "settling" and reason(mtime + 1.9) == "settling"
+    assert reason(mtime + 2.0) == "requires"
+
+
+def test_state_corrupt_is_said_once_per_problem(queue_root: Path) -> None:
+    runner = _ticking(queue_root)
+    (queue_root / "parked.json").write_text("[1, 2]")
+    t0 = time.time()
+    for i in range(3):
+        runner.tick(t0 + i)  # type: ignore[attr-defined]
+    corrupt = [e for e in read_events(queue_root) if e["event"] == "state-corrupt"]
+    assert [(e["file"], e["field"]) for e in corrupt] == [("parked.json", "(whole file)")]
+    assert runner.park == "parked"  # type: ignore[attr-defined]
+    (queue_root / "parked.json").write_text('{"since": 5, "reason": "reboot"}')
+    runner.tick(t0 + 4)  # type: ignore[attr-defined]
+    corrupt = [e for e in read_events(queue_root) if e["event"] == "state-corrupt"]
+    assert [(e["file"], e["field"]) for e in corrupt][1:] == [("parked.json", "since")]
+    assert runner.park == "parked since ?: reboot"  # type: ignore[attr-defined]
