@@ -48,23 +48,44 @@ class Leak:
     group: tuple[int, ...]  # the leak and its descendants
 
 
+def _parents() -> dict[int, tuple[int, str]]:
+    """pid -> (ppid, state) of every process, from /proc/PID/stat alone (this runs at every job's end)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        fields = text[text.rfind(b")") + 2 :].split()
+        try:
+            table[int(entry)] = (int(fields[1]), fields[0].decode())
+        except (IndexError, ValueError):
+            continue
+    return table
+
+
 def find(lifetimes: list[Lifetime], leaders: set[int]) -> list[Leak]:
     """Live children of this process that are not job wrappers in LEADERS, each with its descendants."""
     me = os.getpid()
-    table = [p for p in procs.all_procs() if p.state not in ("Z", "X")]
+    table = {pid: ppid for pid, (ppid, state) in _parents().items() if state not in ("Z", "X")}
     children: dict[int, list[int]] = {}
-    for proc in table:
-        children.setdefault(proc.ppid, []).append(proc.pid)
+    for pid, ppid in table.items():
+        children.setdefault(ppid, []).append(pid)
     leaks = []
-    for proc in table:
-        if proc.ppid != me or proc.pid in leaders:
+    for top in children.get(me, []):
+        if top in leaders:
             continue
-        group, todo = [], [proc.pid]
+        group, todo = [], [top]
         while todo:
             pid = todo.pop()
             group.append(pid)
             todo.extend(children.get(pid, []))
-        leaks.append(Leak(proc.pid, proc.cmdline, owner(lifetimes, start_ticks(proc.pid)), tuple(group)))
+        proc = procs.read_proc(top)
+        cmd = proc.cmdline if proc else "?"
+        leaks.append(Leak(top, cmd, owner(lifetimes, start_ticks(top)), tuple(group)))
     return leaks
 
 
