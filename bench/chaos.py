@@ -33,6 +33,7 @@ exit {rc}
 @dataclass
 class Outcome:
     kills: int = 0
+    kills_mid_plan: int = 0  # kills that fell before every job had ended
     jobs: int = 0
     lost: list[str] = field(default_factory=list)
     double_runs: list[str] = field(default_factory=list)
@@ -46,15 +47,16 @@ class Outcome:
         return not (self.lost or self.double_runs or self.reruns_of_finished or self.leftovers)
 
 
-def make_plan(root: Path, jobs: int, rng: random.Random) -> dict[str, str]:
-    """JOBS job files (renamed into place); every seventh fails. Returns the end state each one must reach."""
+def make_plan(root: Path, jobs: int, rng: random.Random, longest: float) -> dict[str, str]:
+    """JOBS job files (renamed into place), each sleeping up to LONGEST seconds; every seventh fails.
+    Returns the end state each one must reach."""
     (root / "queue").mkdir(parents=True, exist_ok=True)
     want = {}
     for i in range(jobs):
         lane = ("net", "gpu", "cpu")[i % 3]
         name = f"{i:02d}-{lane}-chaos.job"
         fails = i % 7 == 3
-        text = JOB.format(lane=lane, name=name, log=root / "runs.log", seconds=f"{rng.uniform(0.05, 0.5):.2f}",
+        text = JOB.format(lane=lane, name=name, log=root / "runs.log", seconds=f"{rng.uniform(0.05, longest):.2f}",
                           rc=3 if fails else 0, retries="")
         tmp = root / "queue" / f".{name}.tmp"
         tmp.write_text(text)
@@ -110,7 +112,9 @@ def run(kills: int, jobs: int = 30, seed: int = 1, root: Path | None = None) -> 
     base = Path(tempfile.mkdtemp(prefix="plan-chaos-")) if own else root
     assert base is not None
     qroot = base / "q"
-    want = make_plan(qroot, jobs, rng)
+    # Long enough that the kills (about 0.7 s apart) fall while jobs run: net and gpu share one slot, so about
+    # two thirds of the jobs run one after another.
+    want = make_plan(qroot, jobs, rng, longest=max(0.5, 2 * kills * 0.7 / (jobs * 2 / 3)))
     err = base / "runner.err"
     started = time.monotonic()
     out = Outcome(jobs=jobs)
@@ -125,6 +129,8 @@ def run(kills: int, jobs: int = 30, seed: int = 1, root: Path | None = None) -> 
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             out.kills += 1
+            out.kills_mid_plan += any(not ((qroot / "done" / n).exists() or (qroot / "failed" / n).exists())
+                                      for n in want)
             time.sleep(rng.uniform(0.0, 0.4))  # jobs go on (their own sessions); some end while it is down
             proc = _start(qroot, err)
             lives += 1
@@ -190,6 +196,7 @@ def main() -> int:
     for label, value in (("jobs lost", len(out.lost)), ("double runs", len(out.double_runs)),
                          ("re-runs of finished jobs", len(out.reruns_of_finished)),
                          ("leftover processes", len(out.leftovers)),
+                         ("kills that fell before the plan had ended", out.kills_mid_plan),
                          ("interrupted runs re-run (by design)", out.interrupted_reruns),
                          ("ends recorded while the runner was down", out.recorded_while_down)):
         print(f"| {label} | {value} |")
