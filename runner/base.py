@@ -49,6 +49,10 @@ class RunnerBase:
 
     # Methods one part calls on another.
     _end_tree: Callable[[Running], list[procs.Proc]]
+    _tree: Callable[[Running], list[procs.Proc]]
+    reap: Callable[[], None]
+    _holds: Callable[[Any], tuple[bool, str]]
+    _correlate: Callable[[float, str, list[str]], None]
     _forget: Callable[[str], None]
     _refund: Callable[[str], None]
     _parked: Callable[[float], str]
