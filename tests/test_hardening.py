@@ -401,3 +401,19 @@ def test_state_corrupt_is_said_once_per_problem(queue_root: Path) -> None:
     corrupt = [e for e in read_events(queue_root) if e["event"] == "state-corrupt"]
     assert [(e["file"], e["field"]) for e in corrupt][1:] == [("parked.json", "since")]
     assert runner.park == "parked since ?: reboot"  # type: ignore[attr-defined]
+
+
+def test_a_state_file_that_cannot_be_kept_is_said_and_retried(queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start()
+    wait_for(lambda: (queue_root / "state.json").is_file())
+    (queue_root / "state.json").unlink()
+    (queue_root / "state.json").mkdir()  # os.replace onto a non-empty directory fails (EISDIR/ENOTEMPTY)
+    (queue_root / "state.json/x").touch()
+    status = wait_for(lambda: (s := runner.status())["write_errors"].get("state.json") and s)
+    assert "cannot write state.json" in status["write_errors"]["state.json"]
+    ticks = status["runner"]["tick"]
+    wait_for(lambda: runner.status()["runner"]["tick"] > ticks + 3)
+    said = [e for e in runner.events("state-corrupt") if e["file"] == "state.json"]
+    assert len(said) == 1 and said[0]["field"] == "(write)"
+    shutil.rmtree(queue_root / "state.json")
+    wait_for(lambda: not runner.status()["write_errors"] and (queue_root / "state.json").is_file())
