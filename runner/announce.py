@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runner import FORMAT_VERSION, __version__, jobfile, logs
+from runner import FORMAT_VERSION, __version__, jobfile, logs, procs
 from runner.base import RunnerBase
 from runner.progress import parse_progress
 from runner.queue import timestamp, write_json
@@ -176,6 +176,7 @@ class Announcements(RunnerBase):
             "disk_full": self.disk_full or None,
             "write_errors": {**self.write_errors,
                              **({"events.jsonl": self.queue.events_error} if self.queue.events_error else {})},
-            "leaks": [{"pid": pid, "left_by": job} for pid, job in sorted(self.kept_leaks.items())],
+            "leaks": [{"pid": pid, "left_by": job} for pid, job in sorted(self.kept_leaks.items())
+                      if procs.alive(pid)],
         }
         write_json(self.queue.status_path, status)

@@ -89,6 +89,14 @@ def test_a_file_written_in_place_is_never_read_half_written(tmp_path: Path, queu
     assert not (tmp_path / "-").exists() and not Path("-").exists()
 
 
+def test_a_settling_file_is_taken_when_it_settles_not_at_the_next_tick(tmp_path: Path, queue_root: Path,
+                                                                       runner: RunnerProcess) -> None:
+    runner.start("--tick", "60", "--settle", "0.3")
+    time.sleep(0.3)  # past the first tick
+    write_job(queue_root, "1-cpu-a.job", f"touch {tmp_path}/ran\n")
+    runner.wait_event("done", job="1-cpu-a.job", timeout=10)  # a 60 s tick would fail this
+
+
 def test_pushed_file_listed_with_its_hash_needs_no_wait(tmp_path: Path, queue_root: Path,
                                                         runner: RunnerProcess) -> None:
     import hashlib
