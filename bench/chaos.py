@@ -22,10 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Each run appends `start|end|term NAME PID TIME` to runs.log; `end` is the job's last act before it exits.
 JOB = """# LANE={lane}
-{retries}trap 'echo "term {name} $$ $(date +%s.%N)" >> {log}; exit 143' TERM
-echo "start {name} $$ $(date +%s.%N)" >> {log}
+{retries}trap 'echo "term {name} $$ ${{EPOCHREALTIME/,/.}}" >> {log}; exit 143' TERM
+echo "start {name} $$ ${{EPOCHREALTIME/,/.}}" >> {log}
 sleep {seconds} & wait $!
-echo "end {name} $$ $(date +%s.%N)" >> {log}
+echo "end {name} $$ ${{EPOCHREALTIME/,/.}}" >> {log}
 exit {rc}
 """
 
@@ -164,22 +164,21 @@ def _judge(root: Path, want: dict[str, str], out: Outcome) -> None:
         places = [s for s in ("queue", "running", "done", "failed") if (root / s / name).exists()]
         if places != [state]:
             out.lost.append(f"{name}: in {places or 'nowhere'}, want {state}")
-    runs: dict[str, dict[str, list[float]]] = {}
-    order: dict[str, list[tuple[float, str]]] = {}
+    runs: dict[str, dict[str, dict[str, float]]] = {}  # job -> pid -> {kind: time}
     for line in (root / "runs.log").read_text().splitlines():
         kind, name, pid, at = line.split()
-        runs.setdefault(name, {}).setdefault(pid, []).append(float(at))
-        order.setdefault(name, []).append((float(at), kind))
+        runs.setdefault(name, {}).setdefault(pid, {})[kind] = float(at)
     for name, by_pid in runs.items():
-        spans = sorted((min(t), max(t)) for t in by_pid.values())
+        spans = sorted((min(marks.values()), max(marks.values())) for marks in by_pid.values())
         for (_, end_a), (start_b, _) in zip(spans, spans[1:], strict=False):
             if start_b < end_a:
                 out.double_runs.append(name)
-        events = sorted(order[name])
-        ended = [t for t, kind in events if kind == "end"]
-        if ended and any(t > ended[0] and kind == "start" for t, kind in events):
+        # Finished = exited by itself: wrote `end` and was not TERMed (a TERM between its `end` and its exit
+        # is the runner ending a job that was still running: an interruption, whatever it had printed).
+        finished = [marks["end"] for marks in by_pid.values() if "end" in marks and "term" not in marks]
+        if finished and any(marks.get("start", 0) > min(finished) for marks in by_pid.values()):
             out.reruns_of_finished.append(name)
-        out.interrupted_reruns += sum(kind == "term" for _, kind in events)
+        out.interrupted_reruns += sum("term" in marks for marks in by_pid.values())
     out.recorded_while_down = sum(1 for e in _events(root) if e.get("while_down"))
 
 
