@@ -207,6 +207,9 @@ def test_disk_full_reason_in_status_while_it_lasts(tmp_path: Path, queue_root: P
         status = wait_for(lambda: (s := runner.status())["disk_full"] and s)
         assert "ENOSPC" in status["disk_full"]
         assert status["queued"][0]["reason"] == "disk-full"
+        shown = subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root)], text=True,
+                               capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO))).stdout
+        assert "DISK FULL: 1-gpu-a.job could not start: ENOSPC" in shown
         assert len(runner.events("start-failed")) == 1
         filler.unlink()
         runner.wait_event("done", job="1-gpu-a.job")
