@@ -101,7 +101,7 @@ class Runner(Controls, Reasons, Announcements, Scanner, Outcomes):
         for filename in self.queue.list_all("running"):
             if filename in records:
                 self._finish_recorded(now, filename, records[filename])
-            elif not filename.endswith(".exit"):
+            else:
                 self._leave_running(filename, "queue")
                 self._refund(filename)
                 self.queue.emit(now, filename, Event.RECOVERED.value)

@@ -144,7 +144,7 @@ class Scanner(RunnerBase):
                 moved = self.queue.move(filename, "queue", "failed")
             except OSError as exc:
                 moved, why = False, f"{why}; cannot move it to failed/: {exc.strerror}"
-            if moved or filename in (self.queue.list_all("queue")):
+            if moved or os.path.lexists(self.queue.dir("queue") / filename):
                 self.queue.emit(now, filename, Event.INVALID.value, reason=why)
             if moved:
                 self._forget(filename)
