@@ -245,11 +245,13 @@ def test_job_that_ends_while_the_runner_is_down_is_recorded_not_rerun(tmp_path: 
         second.stop()
 
 
-def test_relative_root_runs_jobs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("root", ["q", "qlink"])
+def test_relative_and_symlinked_root_runs_jobs(tmp_path: Path, root: str) -> None:
     (tmp_path / "q/queue").mkdir(parents=True)
+    (tmp_path / "qlink").symlink_to("q")
     (tmp_path / "q/queue/1-cpu-a.job").write_text("mkdir -p /tmp && echo ok\n")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", "q", "--tick", "0.2", "--settle", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", root, "--tick", "0.2", "--settle", "0"],
                             cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: '"event": "done"' in (tmp_path / "q/events.jsonl").read_text()
