@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from pathlib import Path
 
 from runner import jobfile
 from runner.base import RunnerBase
-from runner.queue import timestamp
+from runner.queue import read_regular, timestamp
 from runner.state import Problem, check_park, check_request
 from runner.vocab import Event
 
@@ -16,8 +18,8 @@ class Controls(RunnerBase):
 
     def _controls(self, now: float) -> None:
         """Requests dropped in control/ by `plan` (retry, cancel, park --now, push --retry-failed), applied here
-        so that they follow the runner's own rules while it ticks. Each is removed before it is acted on, so a
-        bad one is reported once (`state-corrupt`) instead of failing every tick."""
+        so that they follow the runner's own rules while it ticks. A bad one is removed first and reported once
+        (`state-corrupt`); a good one is removed once carried out, even if that failed: none is tried every tick."""
         control = self.queue.root / "control"
         try:
             names = sorted(n for n in os.listdir(control) if not n.startswith("."))
@@ -26,27 +28,20 @@ class Controls(RunnerBase):
         for name in names:
             action, _, job = name.partition("-")  # <action>-<job file name>, JSON inside
             path = control / name
-            try:
-                text = path.read_bytes()
-                os.unlink(path)
-            except IsADirectoryError:
-                text = b""
-            except OSError:
-                continue  # gone already, or cannot be removed: not acted on
+            if not os.path.lexists(path):
+                continue  # gone already
+            text = read_regular(str(path))  # never blocks on a FIFO
             request, problems = self._request(name, action, job, text)
-            if request is None:
+            if request is None:  # removed first, then reported: a bad request is said once, never retried
+                _remove(path)
                 self._report_corrupt(now, f"control/{name}", problems)
                 self.corrupt_said.pop(f"control/{name}", None)  # a new request of that name is a new report
                 continue
-            by = request["by"]
-            if action == "reset":
-                self._reset(job)
-            elif action == "retry":
-                self._retry(now, job, by)
-            elif action == "cancel":
-                self._cancel(now, job, by)
-            else:
-                self._requeue_running(now, by)
+            try:
+                self._carry_out(now, action, job, request["by"])
+            finally:
+                _remove(path)  # after the action, so `plan` reads "taken" as "done", and even if it failed
+
         parked, was_parked = self._parked(now), bool(self.park)
         self.park = parked  # read once a tick; scheduling and status.json use it
         if bool(parked) != was_parked:
@@ -55,8 +50,18 @@ class Controls(RunnerBase):
             else:
                 self.queue.emit(now, "-", Event.UNPARKED.value)
 
+    def _carry_out(self, now: float, action: str, job: str, by: str) -> None:
+        if action == "reset":
+            self._reset(job)
+        elif action == "retry":
+            self._retry(now, job, by)
+        elif action == "cancel":
+            self._cancel(now, job, by)
+        else:
+            self._requeue_running(now, by)
+
     @staticmethod
-    def _request(name: str, action: str, job: str, text: bytes) -> tuple[dict[str, str] | None, list[Problem]]:
+    def _request(name: str, action: str, job: str, text: bytes | None) -> tuple[dict[str, str] | None, list[Problem]]:
         if action == "requeue":
             if job != "running":
                 return None, [("(name)", f"unknown request {name!r}: requeue-running is the only requeue")]
@@ -64,6 +69,8 @@ class Controls(RunnerBase):
             return None, [("(name)", f"unknown request {name!r}: want reset-, retry- or cancel-JOB or requeue-running")]
         elif not (job.endswith(".job") and jobfile.NAME_RE.match(jobfile.job_name(job)) and ".." not in job):
             return None, [("(name)", f"request {name!r} does not name a job file: not carried out")]
+        if text is None:
+            return None, [("(whole file)", "not a regular file: request not carried out")]
         try:
             raw = json.loads(text) if text.strip() else None
         except ValueError as exc:
@@ -109,16 +116,25 @@ class Controls(RunnerBase):
 
     def _parked(self, now: float) -> str:
         park = self.queue.root / "parked.json"
-        try:
-            text = park.read_bytes()
-        except FileNotFoundError:
+        if not os.path.lexists(park):
             self._report_corrupt(now, "parked.json", [])
             return ""
-        except OSError as exc:
-            return f"parked (parked.json unreadable: {exc.strerror})"
+        text = read_regular(str(park))
+        if text is None:
+            return "parked (parked.json unreadable)"
         try:
             reason, problems = check_park(json.loads(text))
         except ValueError as exc:
             reason, problems = "parked", [("(whole file)", f"not JSON ({exc}): parked without a reason")]
         self._report_corrupt(now, "parked.json", problems)
         return reason
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except OSError:
+        pass

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -51,11 +52,33 @@ def write_json(path: Path, value: Any) -> None:
     atomic_write(path, (json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n").encode())
 
 
-def read_json(path: Path) -> Any:
+def read_regular(path: str) -> bytes | None:
+    """The bytes of PATH if it is (still) a regular file; None otherwise. Never blocks on a FIFO."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path) -> Any:
+    """PATH's JSON, None when it does not exist; ValueError when it is not JSON or not a regular file."""
+    data = read_regular(str(path))
+    if data is None:
+        if not os.path.lexists(path):
+            return None
+        raise ValueError("not a regular file")
+    return json.loads(data)
 
 
 def timestamp(now: float) -> str:

@@ -15,31 +15,12 @@ from dataclasses import replace
 from runner import jobfile
 from runner.base import RunnerBase
 from runner.conditions import compile_condition
-from runner.queue import timestamp
+from runner.queue import read_regular, timestamp
 from runner.records import Parsed
 from runner.vocab import Event, Reason
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def read_regular(path: str) -> bytes | None:
-    """The bytes of PATH if it is (still) a regular file; None otherwise. Never blocks on a FIFO."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 class Scanner(RunnerBase):

@@ -122,6 +122,7 @@ def test_wrong_types_in_every_state_file_are_reported_not_fatal(queue_root: Path
     (queue_root / "control").mkdir()
     (queue_root / "control/retry-x.job").write_text("[1]")
     (queue_root / "control/cancel-..").write_text("{}")
+    os.mkfifo(queue_root / "control/retry-fifo.job")
     write_job(queue_root, "1-cpu-a.job", f"touch {tmp_path}/a\n")
     for _ in range(2):  # the second life reads the same files: no crash loop
         runner = RunnerProcess(queue_root).start()
@@ -134,7 +135,8 @@ def test_wrong_types_in_every_state_file_are_reported_not_fatal(queue_root: Path
     corrupt = {(e["file"], e["field"]) for e in read_events(queue_root) if e["event"] == "state-corrupt"}
     assert {("manifest.json", "jobs"), ("manifest.json", "producers"), ("manifest.json", "external"),
             ("state.json", "attempts.b.job"), ("state.json", "backoff_until"), ("parked.json", "(whole file)"),
-            ("control/retry-x.job", "(whole file)"), ("control/cancel-..", "(name)")} <= corrupt
+            ("control/retry-x.job", "(whole file)"), ("control/cancel-..", "(name)"),
+            ("control/retry-fifo.job", "(whole file)")} <= corrupt
     assert not os.listdir(queue_root / "control"), "bad requests are removed, once"
     assert not (tmp_path / "a").exists(), "parked.json of the wrong shape still parks"
     (queue_root / "parked.json").unlink()
