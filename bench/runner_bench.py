@@ -2,6 +2,8 @@
 start latency of a lane successor and of a newly arrived job."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +20,13 @@ from runner.config import Config  # noqa: E402
 from runner.core import Runner  # noqa: E402
 
 
+def put_job(root: Path, name: str, text: str) -> None:
+    """Write a job file as contract 1 asks: to a dot-file, then rename it into queue/ (never read half-written)."""
+    tmp = root / "queue" / f".{name}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, root / "queue" / name)
+
+
 def make_queue(root: Path, jobs: int) -> list[str]:
     """JOBS gpu jobs in a REQUIRES chain of test -f (each waits for the previous one's output)."""
     (root / "queue").mkdir(parents=True)
@@ -25,8 +34,7 @@ def make_queue(root: Path, jobs: int) -> list[str]:
     for i in range(jobs):
         requires = f"test -f {root}/out/{i - 1:05d} && test -s {root}/out/{i:05d}.in"
         done_if = f"test -f {root}/out/{i:05d}"
-        (root / "queue" / f"{i:05d}-gpu-job.job").write_text(
-            f"# LANE=gpu\n# REQUIRES={requires}\n# DONE_IF={done_if}\necho {i}\n")
+        put_job(root, f"{i:05d}-gpu-job.job", f"# LANE=gpu\n# REQUIRES={requires}\n# DONE_IF={done_if}\necho {i}\n")
         conditions += [done_if, requires]
     return conditions
 
@@ -54,7 +62,7 @@ def tick_rows() -> tuple[list[list[str]], str]:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             conditions = make_queue(root, jobs)
-            runner = Runner(Config(root=root))
+            runner = Runner(Config(root=root, settle_s=0))  # the files are complete (renamed in)
             runner.start(time.time())
             cold = alternate(1, first=lambda r=runner: r.tick(time.time()))["first"]
             compiled = [compile_condition(c) for c in conditions]
@@ -78,7 +86,7 @@ def measure_rss() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         make_queue(root, 10000)
-        runner = Runner(Config(root=root))
+        runner = Runner(Config(root=root, settle_s=0))
         runner.start(time.time())
         for _ in range(3):
             runner.tick(time.time())
@@ -88,8 +96,9 @@ def measure_rss() -> None:
 
 
 def latency_rows() -> list[list[str]]:
-    """Real runner processes, --tick 10 as the seed ran: job exit -> successor start, file arrival -> start."""
-    succ, arrive = [], []
+    """Real runner processes, --tick 10 as the seed ran: job exit -> successor start; file arrival -> start, for a
+    pushed file (its sha256 in manifest.json: no settle wait) and one renamed in by hand (waits --settle, 1 s)."""
+    succ, pushed, by_hand = [], [], []
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -100,29 +109,35 @@ def latency_rows() -> list[list[str]]:
             time.sleep(1)
             for i in range(5):
                 stamps = root / f"stamps{i}"
-                (root / "queue" / f"{i}a-gpu.job").write_text(f"# LANE=gpu\nsleep 0.3\ndate +%s.%N >> {stamps}\n")
-                (root / "queue" / f"{i}b-gpu.job").write_text(f"# LANE=gpu\ndate +%s.%N >> {stamps}\n")
-                os.rename(root / "queue" / f"{i}a-gpu.job", root / "queue" / f"{i}a-gpu.job")
+                put_job(root, f"{i}a-gpu.job", f"# LANE=gpu\nsleep 0.3\ndate +%s.%N >> {stamps}\n")
+                put_job(root, f"{i}b-gpu.job", f"# LANE=gpu\ndate +%s.%N >> {stamps}\n")
                 deadline = time.time() + 30
                 while time.time() < deadline and not (stamps.exists() and len(stamps.read_text().split()) == 2):
                     time.sleep(0.05)
                 a, b = (float(x) for x in stamps.read_text().split())
                 succ.append(b - a)
-                arrived = time.time()
-                mark = root / f"arrive{i}"
-                (root / "queue" / f".{i}c.tmp").write_text(f"# LANE=cpu\ndate +%s.%N > {mark}\n")
-                os.rename(root / "queue" / f".{i}c.tmp", root / "queue" / f"{i}c-cpu.job")
-                while time.time() < deadline and not (mark.exists() and mark.read_text().strip()):
-                    time.sleep(0.05)
-                arrive.append(float(mark.read_text()) - arrived)
+                for kind, into in (("pushed", pushed), ("by-hand", by_hand)):
+                    mark = root / f"arrive-{kind}{i}"
+                    name, text = f"{i}c-cpu-{kind}.job", f"# LANE=cpu\ndate +%s.%N > {mark}\n"
+                    if kind == "pushed":
+                        manifest = {"jobs": {name: {"sha256": hashlib.sha256(text.encode()).hexdigest()}}}
+                        (root / ".manifest.tmp").write_text(json.dumps(manifest))
+                        os.replace(root / ".manifest.tmp", root / "manifest.json")
+                    arrived = time.time()
+                    put_job(root, name, text)
+                    while time.time() < deadline and not (mark.exists() and mark.read_text().strip()):
+                        time.sleep(0.05)
+                    into.append(float(mark.read_text()) - arrived)
         finally:
             proc.terminate()
             proc.wait()
-    succ.sort()
-    arrive.sort()
-    return [["job exit -> lane successor start", ms(succ[len(succ) // 2]), ms(max(succ)), "up to 10 s (one tick)"],
-            ["job file arrives -> start (tick 10 s)", ms(arrive[len(arrive) // 2]), ms(max(arrive)),
-             "up to 10 s (one tick)"]]
+    rows = []
+    for what, values in (("job exit -> lane successor start", succ),
+                         ("pushed job file arrives -> start", pushed),
+                         ("job file renamed in by hand -> start (--settle 1s)", by_hand)):
+        values.sort()
+        rows.append([what, ms(values[len(values) // 2]), ms(max(values)), "up to 10 s (one tick)"])
+    return rows
 
 
 def main() -> None:

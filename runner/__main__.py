@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="differently named jobs failing with the same line that raise correlated-failure "
                      f"(default {d.correlate_min})")
 
+    add("--settle", d.settle_s, "a job file not listed with its hash in manifest.json is taken once nothing has "
+        "written to it this long (its mtime, or its size and mtime across scans); 0 takes files at once")
+    add("--heartbeat-event-every", d.heartbeat_event_s,
+        "a heartbeat event is written after this long without any other event (for downtime in reports)")
+    run.add_argument("--keep-leaks", action="store_true",
+                     help="let processes that escaped their job (cleared its tag, left its session) outlive it; "
+                     "by default they are ended when the job ends and named in orphans-killed")
     run.add_argument("--cgroup", default=None, metavar="DIR|auto",
                      help="a cgroup v2 directory the runner may create children in (one per job, ended by "
                      "cgroup.kill): the stronger form of process ownership; 'auto' uses the runner's own cgroup "
@@ -130,6 +137,9 @@ def config_from(args: argparse.Namespace) -> Config:
         stall_repeat_s=args.stall_repeat,
         correlate_window_s=args.correlate_window,
         correlate_min=args.correlate_min,
+        settle_s=args.settle,
+        keep_leaks=args.keep_leaks,
+        heartbeat_event_s=args.heartbeat_event_every,
         cgroup=_cgroup(args.cgroup),
     )
 
@@ -167,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         try:
             args.root.mkdir(parents=True, exist_ok=True)
+            args.root = args.root.resolve()  # once: the jobs run with it as their working directory
         except OSError as exc:
             print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
             return 2

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runner import FORMAT_VERSION, __version__, jobfile, logs
+from runner import FORMAT_VERSION, __version__, jobfile, logs, procs
 from runner.base import RunnerBase
 from runner.progress import parse_progress
 from runner.queue import timestamp, write_json
@@ -150,11 +150,13 @@ class Announcements(RunnerBase):
                 "progress": self._progress(path),
             })
         waiting = []
-        for filename, parsed in queued:
+        lanes = {filename: parsed.job.lane for filename, parsed in queued}  # type: ignore[union-attr]
+        # Queued jobs with a reason, then files not yet jobs: settling, or invalid and stuck in queue/.
+        for filename in [f for f, _ in queued] + sorted(f for f in self.reasons if f not in lanes):
             reason = self.reasons.get(filename)
             if reason is None:
                 continue
-            waiting.append({"job": filename, "lane": parsed.job.lane,  # type: ignore[union-attr]
+            waiting.append({"job": filename, "lane": lanes.get(filename),
                             "reason": reason.reason, "detail": reason.detail, "blocker": reason.blocker,
                             "since": reason.since})
         status = {
@@ -171,5 +173,10 @@ class Announcements(RunnerBase):
             "gpu_unknown": {"count": len(self.gpu_unknown), "policy": self.config.unreadable_gpu,
                             "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in self.gpu_unknown[:20]]},
             "counts": {s: len(self.queue.jobs(s)) for s in ("queue", "running", "done", "failed")},
+            "disk_full": self.disk_full or None,
+            "write_errors": {**self.write_errors,
+                             **({"events.jsonl": self.queue.events_error} if self.queue.events_error else {})},
+            "leaks": [{"pid": pid, "left_by": job} for pid, job in sorted(self.kept_leaks.items())
+                      if procs.alive(pid)],
         }
         write_json(self.queue.status_path, status)

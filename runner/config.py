@@ -34,4 +34,7 @@ class Config:
     correlate_window_s: float = 6 * 3600.0
     correlate_min: int = 2
     tail_lines: int = 5
+    settle_s: float = 1.0  # a job file written in place is taken once nothing has written to it this long
+    keep_leaks: bool = False  # let processes that escaped their job outlive it (daemons on purpose)
+    heartbeat_event_s: float = 600.0  # a `heartbeat` event after this long without any other event
     cgroup: str | None = None  # a delegated cgroup v2 directory: one child per job, ended by cgroup.kill

@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from pathlib import Path
 
+from runner import jobfile
 from runner.base import RunnerBase
-from runner.queue import timestamp
+from runner.queue import read_regular, timestamp
+from runner.state import Problem, check_park, check_request
+from runner.vocab import Event
 
 
 class Controls(RunnerBase):
@@ -13,38 +18,64 @@ class Controls(RunnerBase):
 
     def _controls(self, now: float) -> None:
         """Requests dropped in control/ by `plan` (retry, cancel, park --now, push --retry-failed), applied here
-        so that they follow the runner's own rules while it ticks."""
+        so that they follow the runner's own rules while it ticks. A bad one is removed first and reported once
+        (`state-corrupt`); a good one is removed once carried out, even if that failed: none is tried every tick."""
         control = self.queue.root / "control"
         try:
-            names = sorted(n for n in os.listdir(control) if not n.startswith(".") and "-" in n)
+            names = sorted(n for n in os.listdir(control) if not n.startswith("."))
         except FileNotFoundError:
             names = []
         for name in names:
             action, _, job = name.partition("-")  # <action>-<job file name>, JSON inside
+            path = control / name
+            if not os.path.lexists(path):
+                continue  # gone already
+            text = read_regular(str(path))  # never blocks on a FIFO
+            request, problems = self._request(name, action, job, text)
+            if request is None:  # removed first, then reported: a bad request is said once, never retried
+                _remove(path)
+                self._report_corrupt(now, f"control/{name}", problems)
+                self.corrupt_said.pop(f"control/{name}", None)  # a new request of that name is a new report
+                continue
             try:
-                request = json.loads((control / name).read_text() or "{}")
-            except (OSError, ValueError):
-                request = {}
-            by = str(request.get("by", "?"))
-            if action == "reset":
-                self._reset(job)
-            elif action == "retry":
-                self._retry(now, job, by)
-            elif action == "cancel":
-                self._cancel(now, job, by)
-            elif action == "requeue" and job == "running":
-                self._requeue_running(now, by)
-            try:
-                os.unlink(control / name)
-            except OSError:
-                pass
-        parked, was_parked = self._parked(), bool(self.park)
+                self._carry_out(now, action, job, request["by"])
+            finally:
+                _remove(path)  # after the action, so `plan` reads "taken" as "done", and even if it failed
+
+        parked, was_parked = self._parked(now), bool(self.park)
         self.park = parked  # read once a tick; scheduling and status.json use it
         if bool(parked) != was_parked:
             if parked:
-                self.queue.emit(now, "-", "parked", why=parked)
+                self.queue.emit(now, "-", Event.PARKED.value, why=parked)
             else:
-                self.queue.emit(now, "-", "unparked")
+                self.queue.emit(now, "-", Event.UNPARKED.value)
+
+    def _carry_out(self, now: float, action: str, job: str, by: str) -> None:
+        if action == "reset":
+            self._reset(job)
+        elif action == "retry":
+            self._retry(now, job, by)
+        elif action == "cancel":
+            self._cancel(now, job, by)
+        else:
+            self._requeue_running(now, by)
+
+    @staticmethod
+    def _request(name: str, action: str, job: str, text: bytes | None) -> tuple[dict[str, str] | None, list[Problem]]:
+        if action == "requeue":
+            if job != "running":
+                return None, [("(name)", f"unknown request {name!r}: requeue-running is the only requeue")]
+        elif action not in ("reset", "retry", "cancel"):
+            return None, [("(name)", f"unknown request {name!r}: want reset-, retry- or cancel-JOB or requeue-running")]
+        elif not (job.endswith(".job") and jobfile.NAME_RE.match(jobfile.job_name(job)) and ".." not in job):
+            return None, [("(name)", f"request {name!r} does not name a job file: not carried out")]
+        if text is None:
+            return None, [("(whole file)", "not a regular file: request not carried out")]
+        try:
+            raw = json.loads(text) if text.strip() else None
+        except ValueError as exc:
+            return None, [("(whole file)", f"not JSON ({exc}): request not carried out")]
+        return check_request(raw)
 
     def _reset(self, job: str) -> None:
         for key in ("attempts", "backoff_until", "last_failure", "waiting_since"):
@@ -52,8 +83,7 @@ class Controls(RunnerBase):
 
     def _retry(self, now: float, job: str, by: str) -> None:
         if not (self.queue.dir("failed") / job).exists():
-            self.queue.emit(now, job, "retry", by=by, note="not in failed/: nothing to retry")
-            return
+            return  # refused: nothing happened, so no event (`plan retry` tells its caller where the job is)
         self._reset(job)
         self.queue.move(job, "failed", "queue")
         self.queue.emit(now, job, "retry", by=by, note="re-queued from failed/, attempts reset")
@@ -64,32 +94,47 @@ class Controls(RunnerBase):
                 tree = self._end_tree(run)
                 self.running.pop(lane)
                 self.exited.pop(run.pid, None)
-                self.queue.move(job, "running", "failed")
+                self._leave_running(job, "failed")
                 self.state["last_failure"][job] = {"ts": timestamp(now), "rc": None, "summary": f"cancelled by {by}"}
                 self.queue.emit(now, job, "cancelled", by=by, was="running", pids=[p.pid for p in tree])
                 return
-        if (self.queue.dir("queue") / job).exists():
+        try:
             os.unlink(self.queue.dir("queue") / job)
-            self._forget(job)
-            self.queue.emit(now, job, "cancelled", by=by, was="queued")
-            return
-        self.queue.emit(now, job, "cancelled", by=by, was="neither queued nor running: nothing done")
+        except OSError:
+            return  # refused (neither queued nor running): nothing happened, so no event
+        self._forget(job)
+        self.queue.emit(now, job, "cancelled", by=by, was="queued")
 
     def _requeue_running(self, now: float, by: str) -> None:
         for lane, run in list(self.running.items()):
             self._end_tree(run)
             self.running.pop(lane)
             self.exited.pop(run.pid, None)
-            self.queue.move(run.filename, "running", "queue")
+            self._leave_running(run.filename, "queue")
             self._refund(run.filename)
             self.queue.emit(now, run.filename, "recovered", why=f"parked --now by {by}")
 
-    def _parked(self) -> str:
+    def _parked(self, now: float) -> str:
         park = self.queue.root / "parked.json"
-        if not park.exists():
+        if not os.path.lexists(park):
+            self._report_corrupt(now, "parked.json", [])
             return ""
+        text = read_regular(str(park))
+        if text is None:
+            return "parked (parked.json unreadable)"
         try:
-            info = json.loads(park.read_text())
-            return f"parked since {info.get('since', '?')}: {info.get('reason', '')}".strip()
-        except (OSError, ValueError):
-            return "parked"
+            reason, problems = check_park(json.loads(text))
+        except ValueError as exc:
+            reason, problems = "parked", [("(whole file)", f"not JSON ({exc}): parked without a reason")]
+        self._report_corrupt(now, "parked.json", problems)
+        return reason
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except OSError:
+        pass

@@ -1,6 +1,7 @@
 """The runner: `tick(now)` moves jobs between the queue's states; `serve()` calls it on every tick and child exit."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -10,29 +11,37 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runner import __version__, jobfile, logs, procs
+from runner import __version__, jobfile, leaks, procs, wrapper
 from runner.announce import Announcements
-from runner.conditions import Condition, compile_condition, evaluate
+from runner.conditions import Condition, evaluate
 from runner.config import Config
 from runner.controls import Controls
-from runner.queue import Queue, timestamp
+from runner.outcomes import Outcomes
+from runner.queue import Queue, read_json, timestamp
 from runner.reasons import Reasons
 from runner.records import Parsed, Reason, Running
+from runner.scan import Scanner
+from runner.state import Problem
+from runner.vocab import Event
+from runner.vocab import Reason as Why
 
 
 class AlreadyRunning(Exception):
     pass
 
 
-class Runner(Controls, Reasons, Announcements):
+class Runner(Controls, Reasons, Announcements, Scanner, Outcomes):
     def __init__(self, config: Config) -> None:
-        self.config = config
+        # Resolved once: jobs run with the root as their working directory, so a relative --root would
+        # name their scripts relative to the wrong place.
+        self.config = config = replace(config, root=Path(config.root).resolve())
         self.queue = Queue(config.root)
-        self.root = str(Path(config.root).resolve())
+        self.root = str(config.root)
         self.root_id = hashlib.sha1(self.root.encode()).hexdigest()[:12]
         self.instance = secrets.token_hex(4)
         self.state: dict[str, Any] = {}
@@ -55,32 +64,59 @@ class Runner(Controls, Reasons, Announcements):
         self.park = ""
         self._presence_sets: tuple[set[str], set[str]] = (set(), set())
         self._lock_fd: int | None = None
+        self.first_seen: dict[str, tuple[tuple[int, int, int], float]] = {}  # settle rule: key, first scan
+        self.stuck: dict[str, str] = {}  # invalid entries that could not be moved to failed/
+        self.settle_due: float | None = None  # when the next settling file may be taken
+        self.lifetimes: list[leaks.Lifetime] = []  # jobs' start..end in clock ticks, to name a leak's job
+        self.kept_leaks: dict[int, str] = {}  # --keep-leaks: pid -> the job that left it
+        self.write_errors: dict[str, str] = {}  # file -> why the runner cannot keep it now
+        self.disk_full: str = ""  # why jobs cannot start, while the disk is full
+        self.corrupt_said: dict[str, set[Problem]] = {}  # state-corrupt problems already reported, per file
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, now: float) -> None:
         self.queue.ensure()
         self._lock()
-        self.state = self.queue.load_state()
+        self.state, problems = self.queue.load_state()
         self.started_at = now
         procs.set_child_subreaper()
-        self.queue.emit(now, "-", "runner-start", pid=os.getpid(), version=__version__, instance=self.instance)
+        self.queue.emit(now, "-", Event.RUNNER_START.value, pid=os.getpid(), version=__version__,
+                        instance=self.instance, last_alive=self._last_alive())
+        self._report_corrupt(now, "state.json", problems)
         leftovers = [p for p in procs.all_procs() if p.tag and p.tag.startswith(self.root_id + ":")]
         if leftovers:
             procs.end_processes([p.pid for p in leftovers], self.config.kill_grace_s, self.reap)
-            self.queue.emit(now, "-", "orphans-killed", why="left by an earlier runner life",
+            self.queue.emit(now, "-", Event.ORPHANS_KILLED.value, why="left by an earlier runner life",
                             pids=[p.pid for p in leftovers], cmds=[p.cmdline[:200] for p in leftovers])
         if self.config.cgroup:
             for name in sorted(os.listdir(self.config.cgroup)):
                 if name.startswith("job-"):
                     killed = procs.cgroup_kill(os.path.join(self.config.cgroup, name), 5.0, self.reap)
                     if killed:
-                        self.queue.emit(now, name[4:], "orphans-killed", why="left in its cgroup by an earlier "
-                                        "runner life", pids=killed, cgroup=True)
+                        self.queue.emit(now, name[4:], Event.ORPHANS_KILLED.value, why="left in its cgroup by an "
+                                        "earlier runner life", pids=killed, cgroup=True)
+        # Read once the leftovers are gone: a wrapper records an exit only when the job ended by itself (one
+        # ended by us records nothing), so a record here is a job that finished while we were down.
+        records = {f: r for f in self.queue.jobs("running") if (r := wrapper.read_record(self.queue.exit_record(f)))}
         for filename in self.queue.list_all("running"):
-            self.queue.move(filename, "running", "queue")
-            self._refund(filename)
-            self.queue.emit(now, filename, "recovered")
-        self.queue.save_state(self.state)
+            if filename in records:
+                self._finish_recorded(now, filename, records[filename])
+            else:
+                self._leave_running(filename, "queue")
+                self._refund(filename)
+                self.queue.emit(now, filename, Event.RECOVERED.value)
+        for name in os.listdir(self.queue.dir("running")):
+            if name.startswith(".") and name.endswith(".exit") and name[1:-5] not in records:
+                wrapper.clear_record(self.queue.dir("running") / name)  # a record whose job is gone
+        self._save_state(now)
+
+    def _last_alive(self) -> str | None:
+        """The previous life's last heartbeat, from the status.json it left (for downtime in `plan report`)."""
+        try:
+            beat = read_json(self.queue.status_path)["runner"]["heartbeat"]
+            return timestamp(float(beat))
+        except (OSError, ValueError, TypeError, KeyError, OverflowError):
+            return None
 
     def _lock(self) -> None:
         """One runner per queue root: a second would end the first one's jobs as leftovers of an earlier life."""
@@ -102,15 +138,21 @@ class Runner(Controls, Reasons, Announcements):
             self._end_tree(run)
             self.running.pop(lane)
             self.exited.pop(run.pid, None)
-            if (self.queue.dir("running") / run.filename).exists():
-                self.queue.move(run.filename, "running", "queue")
+            record = wrapper.read_record(self.queue.exit_record(run.filename))
+            if record:  # it finished by itself just before we ended it: recorded as it ended, not re-run
+                self._finish(now, run, record.rc, ended=record.ended)
+                continue
+            self._leave_running(run.filename, "queue")
             self._refund(run.filename)
-            self.queue.emit(now, run.filename, "recovered", why=f"runner stopped ({why})")
+            self.queue.emit(now, run.filename, Event.RECOVERED.value, why=f"runner stopped ({why})")
         for lane in self.config.lanes:
             self._set_lane(now, lane, ("stopped", "", "", ""))
-        self.queue.emit(now, "-", "runner-stop", why=why)
-        self.queue.save_state(self.state)
-        self._write_status(now, [])
+        self.queue.emit(now, "-", Event.RUNNER_STOP.value, why=why)
+        self._save_state(now)
+        try:
+            self._write_status(now, [])
+        except OSError:
+            pass
         self.queue.close()
 
     def serve(self) -> int:
@@ -140,7 +182,10 @@ class Runner(Controls, Reasons, Announcements):
                 # die and be restarted in a loop. status.json stops being rewritten, so `plan watch` sees DEAD.
                 traceback.print_exc()
                 print(f"runner: tick failed: {exc}", file=sys.stderr, flush=True)
-            next_tick = time.monotonic() + self.config.tick_s
+            wait = self.config.tick_s
+            if self.settle_due is not None:  # a file being written is taken the moment it has settled
+                wait = min(wait, max(self.settle_due - time.time(), 0.0) + 0.01)
+            next_tick = time.monotonic() + wait
             _drain(rfd)
             # Between ticks, wake at once for a child's exit and within DIR_POLL_S for a new job file
             # (one stat of queue/), so neither waits for the next tick.
@@ -159,8 +204,10 @@ class Runner(Controls, Reasons, Announcements):
     # -- the tick ------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         self.ticks += 1
+        self.clock = now
         self.queue.reopen_if_rotated()
         self.reap()
+        self._manifest()  # read (and checked) whenever it changes, not only when a reason needs it
         self._controls(now)
         self._finish_exited(now)
         self._enforce_timeouts(now)
@@ -170,8 +217,37 @@ class Runner(Controls, Reasons, Announcements):
         self._announce_waits(now, queued)
         self._update_lanes(now, queued)
         self._check_idle(now, queued)
-        self.queue.save_state(self.state)
-        self._write_status(now, queued)
+        self._save_state(now)
+        self._keep(now, "status.json", lambda: self._write_status(now, queued))
+        if now - self.queue.last_written >= self.config.heartbeat_event_s:
+            # Nothing else said we were alive for that long: `plan report` measures downtime from this.
+            self.queue.emit(now, "-", Event.HEARTBEAT.value, tick=self.ticks)
+
+    def _save_state(self, now: float) -> None:
+        self._keep(now, "state.json", lambda: self.queue.save_state(self.state))
+
+    def _keep(self, now: float, name: str, write: Callable[[], None]) -> None:
+        """Write one of the runner's files; one that cannot be written (disk full, permissions) is said once,
+        kept in memory, named in status.json and retried every tick, rather than stopping the runner."""
+        try:
+            write()
+        except OSError as exc:
+            why = f"cannot write {name}: {exc.strerror or exc}; kept in memory, retried every tick"
+            if name not in self.write_errors:
+                self.queue.emit(now, "-", Event.STATE_CORRUPT.value, file=name, field="(write)", why=why)
+            self.write_errors[name] = why
+            return
+        self.write_errors.pop(name, None)
+
+    def _report_corrupt(self, now: float, name: str, problems: list[Problem]) -> None:
+        """One state-corrupt event per wrong field of NAME, not repeated while that file stays the same."""
+        said = self.corrupt_said.setdefault(name, set())
+        for field, why in problems:
+            if (field, why) not in said:
+                said.add((field, why))
+                self.queue.emit(now, "-", Event.STATE_CORRUPT.value, file=name, field=field, why=why)
+        if not problems:
+            said.clear()
 
     def reap(self) -> None:
         """Collect every child that ended: our jobs' codes are kept, orphans are just reaped."""
@@ -193,55 +269,9 @@ class Runner(Controls, Reasons, Announcements):
             return False
 
     # -- scanning and parsing ------------------------------------------------------------------
-    def _scan(self, now: float) -> list[tuple[str, Parsed]]:
-        queued = []
-        qdir = self.queue.dir("queue")
-        try:
-            entries = sorted((e for e in os.scandir(qdir) if e.name.endswith(".job") and not e.name.startswith(".")),
-                             key=lambda e: e.name)
-        except FileNotFoundError:
-            entries = []
-        names = [e.name for e in entries]
-        for entry in entries:
-            filename = entry.name
-            try:
-                st = entry.stat()
-            except FileNotFoundError:
-                continue
-            key = (st.st_mtime_ns, st.st_size, st.st_ino)
-            parsed = self.parsed.get(filename)
-            if parsed is None or parsed.key != key:
-                try:
-                    with open(entry.path, "rb") as handle:
-                        data = handle.read()
-                except OSError:
-                    continue
-                job = jobfile.parse(filename, data, self.config.lanes)
-                if isinstance(job, jobfile.JobFile):
-                    job = replace(job, body="")  # bash reads the file itself; 10 000 bodies need not stay
-                parsed = Parsed(key, job)
-                if isinstance(job, jobfile.JobFile):
-                    parsed.requires = compile_condition(job.requires) if job.requires else None
-                    parsed.done_if = compile_condition(job.done_if) if job.done_if else None
-                self.parsed[filename] = parsed
-            if isinstance(parsed.job, jobfile.Invalid):
-                if self.queue.move(filename, "queue", "failed"):
-                    self.queue.emit(now, filename, "invalid", reason=str(parsed.job))
-                self._forget(filename)
-                continue
-            queued.append((filename, parsed))
-        live = set(names)
-        for filename in list(self.parsed):
-            if filename not in live:
-                self.parsed.pop(filename)
-        for filename in list(self.reasons):
-            if filename not in live:
-                self.reasons.pop(filename)
-        return queued
-
     def _forget(self, filename: str) -> None:
-        self.parsed.pop(filename, None)
-        self.reasons.pop(filename, None)
+        for table in (self.parsed, self.reasons, self.first_seen, self.stuck):
+            table.pop(filename, None)
         self.state["waiting_since"].pop(filename, None)
 
     def _holds(self, cond: Condition | None) -> tuple[bool, str]:
@@ -316,35 +346,64 @@ class Runner(Controls, Reasons, Announcements):
     # -- running jobs --------------------------------------------------------------------------
     def _start(self, now: float, filename: str, job: jobfile.JobFile) -> bool:
         attempt = int(self.state["attempts"].get(filename, 0)) + 1
-        if not self.queue.move(filename, "queue", "running"):
-            return False  # removed between the scan and now (a push retiring it, a person): nothing to start
-        self.state["attempts"][filename] = attempt
-        log_path = self.queue.log_path(filename)
-        tag = f"{self.root_id}:{self.instance}:{filename}"
-        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, f"=== {timestamp(now)} start {filename} attempt {attempt} ===\n".encode())
-            offset = os.fstat(fd).st_size
-            env = dict(os.environ)
-            env[procs.TAG_VAR] = tag
-            env[procs.JOB_VAR] = filename
-            script = str(self.queue.dir("running") / filename)
-            cgroup = self._job_cgroup(filename)
-            if cgroup:
-                # The job's bash moves itself into its cgroup before it runs anything, so nothing escapes.
-                argv = ["bash", "-c", 'echo $$ >"$1" 2>/dev/null; exec bash "$2"', "plan-job",
-                        os.path.join(cgroup, "cgroup.procs"), script]
-            else:
-                argv = ["bash", script]
-            pid = procs.spawn(argv, env, self.root, fd)
-        finally:
-            os.close(fd)
+            moved = self.queue.move(filename, "queue", "running")
+        except OSError as exc:
+            return self._start_failed(now, filename, exc, moved=False)
+        if not moved:
+            return False  # removed between the scan and now (a push retiring it, a person): nothing to start
+        record = self.queue.exit_record(filename)
+        tag = f"{self.root_id}:{self.instance}:{filename}"
+        try:
+            wrapper.clear_record(record)  # one left by an earlier attempt would read as this one's end
+            fd = os.open(self.queue.log_path(filename), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, f"=== {timestamp(now)} start {filename} attempt {attempt} ===\n".encode())
+                offset = os.fstat(fd).st_size
+                env = dict(os.environ)
+                env[procs.TAG_VAR] = tag
+                env[procs.JOB_VAR] = filename
+                cgroup = self._job_cgroup(filename)
+                # The wrapper joins the job's cgroup before it runs anything (so nothing escapes it), runs the
+                # job and records its exit status next to it, which survives a runner killed meanwhile.
+                argv = wrapper.argv(str(self.queue.dir("running") / filename), record,
+                                    os.path.join(cgroup, "cgroup.procs") if cgroup else None)
+                pid = procs.spawn(argv, env, self.root, fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return self._start_failed(now, filename, exc, moved=True)
+        self.state["attempts"][filename] = attempt
         self.running[job.lane] = Running(filename, job, pid, job.lane, attempt, now, offset, tag,
                                          log_size=offset, log_grew_at=now, cgroup=cgroup)
+        self.lifetimes.append(leaks.Lifetime(filename, leaks.start_ticks(pid) or leaks.now_ticks()))
+        del self.lifetimes[:-leaks.LIFETIMES_KEPT]
         self.reasons.pop(filename, None)
         self.state["backoff_until"].pop(filename, None)
-        self.queue.emit(now, filename, "start", lane=job.lane, pid=pid, attempt=attempt)
+        self.announced.pop(("start-failed", filename), None)
+        self.disk_full = ""
+        self.queue.emit(now, filename, Event.START.value, lane=job.lane, pid=pid, attempt=attempt)
         return True
+
+    def _start_failed(self, now: float, filename: str, exc: OSError, moved: bool) -> bool:
+        """The job could not be started (ENOSPC writing its log, no fork): back to queue/, no attempt used, said
+        once per spell; a full disk shows as `disk-full` in status.json while it lasts, and the queue drains by
+        itself once space returns."""
+        if moved:
+            try:
+                self._leave_running(filename, "queue")
+            except OSError:
+                pass  # left in running/: the next runner start puts it back
+        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        why = f"{code}: {exc.strerror or exc}"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            self.disk_full = f"{filename} could not start: {why}"
+            self._reason(now, filename, Why.DISK_FULL.value, why)
+        else:
+            self._reason(now, filename, Why.BACKOFF.value, f"could not start ({why}); tried again next tick")
+        if self._due_global(("start-failed", filename), now, self.config.gpu_wait_repeat_s):
+            self.queue.emit(now, filename, Event.START_FAILED.value, errno=code, error=str(exc.strerror or exc))
+        return False
 
     def _job_cgroup(self, filename: str) -> str | None:
         base = self.config.cgroup
@@ -383,70 +442,6 @@ class Runner(Controls, Reasons, Announcements):
             self.queue.emit(now, run.filename, "timeout", limit_s=limit, elapsed_s=int(now - run.started),
                             pids=[p.pid for p in tree], attempt=run.attempt)
         self._finish_exited(now)
-
-    def _finish_exited(self, now: float) -> None:
-        for lane, run in list(self.running.items()):
-            if run.pid not in self.exited:
-                continue
-            rc = self.exited.pop(run.pid)
-            self.running.pop(lane)
-            left = [p for p in self._tree(run) if p.pid != run.pid]
-            if left:
-                procs.end_processes([p.pid for p in left], self.config.kill_grace_s, self.reap)
-                self.queue.emit(now, run.filename, "orphans-killed", pids=[p.pid for p in left],
-                                cmds=[p.cmdline[:200] for p in left], cgroup=bool(run.cgroup))
-            if run.cgroup:
-                procs.cgroup_kill(run.cgroup, 5.0, self.reap)
-            self._finish(now, run, rc)
-
-    def _finish(self, now: float, run: Running, rc: int) -> None:
-        filename, job = run.filename, run.job
-        parsed_done = compile_condition(job.done_if) if job.done_if else None
-        verified: bool | None = None
-        if parsed_done is not None:
-            verified, _ = self._holds(parsed_done)
-        if rc == 0 and verified is not False and not run.timed_out:
-            self.queue.move(filename, "running", "done")
-            self.queue.emit(now, filename, "done", rc=rc, verified=verified, duration_s=round(now - run.started, 1))
-            self.state["last_failure"].pop(filename, None)
-            return
-        details: dict[str, Any] = {"rc": rc, "attempt": run.attempt, "verified": verified,
-                                   "duration_s": round(now - run.started, 1)}
-        tail = logs.tail_lines(self.queue.log_path(filename), self.config.tail_lines, run.log_offset)
-        if run.timed_out:
-            details["why"] = "timeout"
-            summary = f"timed out after {int(now - run.started)}s"
-        elif rc == 0:
-            missing = self._missing_outputs(job, parsed_done)
-            details["why"] = "exited 0 but DONE_IF is false"
-            details["missing"] = missing
-            names = ", ".join(m["path"] for m in missing) or job.done_if or ""
-            summary = f"exited 0 but DONE_IF is false (missing {names})"
-        else:
-            summary = f"exited {rc}"
-        lines = logs.meaningful(tail)
-        if lines:
-            summary += f": {lines[-1][:200]}"
-        details["tail"] = tail
-        if run.attempt < job.retries:
-            delay = min(self.config.backoff_base_s * 2 ** (run.attempt - 1), self.config.backoff_max_s)
-            self.state["backoff_until"][filename] = now + delay
-            self.queue.move(filename, "running", "queue")
-            self.queue.emit(now, filename, "retry", next_attempt=run.attempt + 1, backoff_s=delay, **details)
-        else:
-            self.queue.move(filename, "running", "failed")
-            self.state["last_failure"][filename] = {"ts": timestamp(now), "rc": rc, "summary": summary}
-            self.queue.emit(now, filename, "failed", **details)
-        self._correlate(now, filename, lines)
-
-    def _missing_outputs(self, job: jobfile.JobFile, done_if: Condition | None) -> list[dict[str, Any]]:
-        paths = list(job.outputs) or list(done_if.paths() if done_if else ())
-        missing = []
-        for path in paths:
-            full = os.path.join(self.root, path)
-            if not os.path.exists(full) or (os.path.isfile(full) and os.path.getsize(full) == 0):
-                missing.append({"path": path, "closest": logs.closest_names(full)})
-        return missing
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _refund(self, filename: str) -> None:

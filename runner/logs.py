@@ -30,6 +30,23 @@ def tail_lines(path: Path, n: int, start: int = 0) -> list[str]:
     return [ln for ln in lines if ln and not ln.startswith("=== ")][-n:]
 
 
+def last_start(path: Path) -> int:
+    """The byte offset just after the last `=== ... start` header the runner wrote into a job's log."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            offset = max(0, size - _TAIL_BYTES)
+            handle.seek(offset)
+            data = handle.read()
+    except OSError:
+        return 0
+    at = data.rfind(b"\n=== ") + 1  # 0 when the header is the first line, or there is none
+    if at == 0 and not data.startswith(b"=== "):
+        return 0
+    end = data.find(b"\n", at)
+    return offset + (end + 1 if end >= 0 else len(data))
+
+
 def last_line(path: Path) -> str:
     lines = tail_lines(path, 1)
     return lines[0][:300] if lines else ""

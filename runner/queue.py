@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from runner.state import Problem, check_manifest, check_state
 from runner.vocab import EVENT_NAMES
 
 STATES = ("queue", "running", "done", "failed")
+PENDING_EVENTS_MAX = 10000
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -49,11 +52,33 @@ def write_json(path: Path, value: Any) -> None:
     atomic_write(path, (json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n").encode())
 
 
-def read_json(path: Path) -> Any:
+def read_regular(path: str) -> bytes | None:
+    """The bytes of PATH if it is (still) a regular file; None otherwise. Never blocks on a FIFO."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path) -> Any:
+    """PATH's JSON, None when it does not exist; ValueError when it is not JSON or not a regular file."""
+    data = read_regular(str(path))
+    if data is None:
+        if not os.path.lexists(path):
+            return None
+        raise ValueError("not a regular file")
+    return json.loads(data)
 
 
 def timestamp(now: float) -> str:
@@ -72,6 +97,9 @@ class Queue:
         self.status_path = self.root / "status.json"
         self.manifest_path = self.root / "manifest.json"
         self._events_fd: int | None = None
+        self._pending: list[bytes] = []  # events not yet written (a full disk): written first next time
+        self.events_error = ""
+        self.last_written = 0.0  # when the last event was emitted (the heartbeat event is due after a silence)
 
     def dir(self, state: str) -> Path:
         return self.root / state
@@ -119,46 +147,71 @@ class Queue:
         return self.logs / f"{job}.log"
 
     def emit(self, now: float, job: str, event: str, **details: Any) -> dict[str, Any]:
-        """Append one event (contract 3) and flush it to disk before returning."""
+        """Append one event (contract 3) and flush it to disk before returning.
+
+        A write that fails (disk full) keeps the line to write first next time, so an event is late, never lost
+        or torn into the next one; `write_error` says why until a write succeeds again."""
         if event not in EVENT_NAMES:
             raise ValueError(f"unknown event {event!r}")
-        record = {"ts": timestamp(now), "job": job, "event": event, **details}
-        line = (json.dumps(record) + "\n").encode()
-        if self._events_fd is None:
-            self._events_fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(self._events_fd, line)
-        os.fsync(self._events_fd)
+        record = {"ts": timestamp(now), "job": job, "event": str(event), **details}
+        self._pending.append((json.dumps(record) + "\n").encode())
+        self.last_written = now
+        del self._pending[:-PENDING_EVENTS_MAX]
+        try:
+            self._flush_events()
+        except OSError as exc:
+            self.events_error = f"cannot append to {self.events_path.name}: {exc.strerror or exc}"
+            self.close()  # reopened (and its last line checked) at the next try
         return record
+
+    def _flush_events(self) -> None:
+        if self._events_fd is None:
+            fd = os.open(self.events_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                # A torn last line (a crash of another writer, a full disk) must not swallow our first event.
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    os.write(fd, b"\n")
+            except OSError:
+                os.close(fd)
+                raise
+            self._events_fd = fd
+        while self._pending:
+            line = self._pending[0]
+            written = os.write(self._events_fd, line)
+            if written < len(line):  # a short write on a full disk: end the torn line's chance to glue
+                raise OSError(28, "No space left on device (short write)")
+            self._pending.pop(0)
+        os.fsync(self._events_fd)
+        self.events_error = ""
 
     def close(self) -> None:
         if self._events_fd is not None:
             os.close(self._events_fd)
             self._events_fd = None
 
-    def load_state(self) -> dict[str, Any]:
-        """state.json; the seed's flat {job: attempts} form is read as attempts."""
+    def load_state(self) -> tuple[dict[str, Any], list[Problem]]:
+        """state.json checked field by field (see runner.state), with what was wrong in it."""
         try:
             raw = read_json(self.state_path)
-        except (OSError, ValueError):
-            raw = None
-        state: dict[str, Any] = {"attempts": {}, "waiting_since": {}, "backoff_until": {}, "last_failure": {}}
-        if isinstance(raw, dict) and "attempts" in raw and isinstance(raw["attempts"], dict):
-            for key in state:
-                if isinstance(raw.get(key), dict):
-                    state[key] = raw[key]
-            for key, value in raw.items():
-                if key not in state:
-                    state[key] = value
-        elif isinstance(raw, dict):
-            state["attempts"] = {k: v for k, v in raw.items() if isinstance(v, int)}
-        return state
+        except OSError as exc:
+            return check_state(None)[0], [("(whole file)", f"unreadable ({exc.strerror}): started from empty state")]
+        except ValueError as exc:
+            return check_state(None)[0], [("(whole file)", f"not JSON ({exc}): started from empty state")]
+        return check_state(raw)
 
     def save_state(self, state: dict[str, Any]) -> None:
         write_json(self.state_path, state)
 
-    def read_manifest(self) -> dict[str, Any] | None:
+    def read_manifest(self) -> tuple[dict[str, Any] | None, list[Problem]]:
         try:
-            value = read_json(self.manifest_path)
-        except (OSError, ValueError):
-            return None
-        return value if isinstance(value, dict) else None
+            raw = read_json(self.manifest_path)
+        except OSError as exc:
+            return None, [("(whole file)", f"unreadable ({exc.strerror}): ignored")]
+        except ValueError as exc:
+            return None, [("(whole file)", f"not JSON ({exc}): ignored")]
+        return check_manifest(raw)
+
+    def exit_record(self, filename: str) -> Path:
+        """Where a job's wrapper records its exit status, next to it in running/ (a dot-file: never a job)."""
+        return self.dir("running") / f".{filename}.exit"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runner import jobfile, procs
+from runner import jobfile, leaks, procs
 from runner.base import RunnerBase
 from runner.records import Reason
 
@@ -42,15 +42,20 @@ class Reasons(RunnerBase):
 
     def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
         first = users[0]
-        self._reason(now, filename, "gpu-foreign", f"pid {first.pid} ({first.why}): {first.cmd[:120]}",
-                     f"pid {first.pid}", pid=first.pid, cmd=first.cmd[:200])
+        left_by = self.kept_leaks.get(first.pid)  # ours after all: escaped a job, which we can name
+        if left_by is None and first.ppid == os.getpid():
+            left_by = leaks.owner(self.lifetimes, leaks.start_ticks(first.pid))
+        origin = f", left by job {left_by}" if left_by else ""
+        self._reason(now, filename, "gpu-foreign", f"pid {first.pid} ({first.why}{origin}): {first.cmd[:120]}",
+                     f"pid {first.pid}", pid=first.pid, cmd=first.cmd[:200], left_by=left_by)
         key = ("gpu-wait", f"{filename}:{first.pid}")
         last = self.announced.get(key)
         if last is None or now - last >= self.config.gpu_wait_repeat_s:
             self.announced[key] = now
             waited = now - self.reasons[filename].since
             self.queue.emit(now, filename, "gpu-wait", pid=first.pid, ppid=str(first.ppid), cmd=first.cmd[:200],
-                            why=first.why, waited_s=int(waited), others=len(users) - 1)
+                            why=first.why, waited_s=int(waited), others=len(users) - 1,
+                            **({"left_by": left_by} if left_by else {}))
 
     def _requires_false(self, now: float, filename: str, job: jobfile.JobFile, why: str) -> None:
         since = self.state["waiting_since"].setdefault(filename, now)
@@ -101,7 +106,9 @@ class Reasons(RunnerBase):
             return None
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         if self._manifest_cache is None or self._manifest_cache[0] != key:
-            self._manifest_cache = (key, self.queue.read_manifest())
+            manifest, problems = self.queue.read_manifest()
+            self._manifest_cache = (key, manifest)
+            self._report_corrupt(self.clock, "manifest.json", problems)
         return self._manifest_cache[1]
 
     def _presence(self) -> tuple[set[str], set[str]]:

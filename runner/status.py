@@ -6,7 +6,8 @@ from typing import Any
 from runner.durations import format_duration
 
 # Worst first: what can never run, then what waits on something outside the plan.
-_REASON_ORDER = ("blocked", "gpu-foreign", "exclusive", "parked", "backoff", "requires", "lane-busy", "order")
+_REASON_ORDER = ("blocked", "disk-full", "gpu-foreign", "exclusive", "parked", "backoff", "requires", "settling",
+                 "lane-busy", "order")
 
 
 def render_status(status: dict[str, Any], now: float) -> str:
@@ -19,6 +20,12 @@ def render_status(status: dict[str, Any], now: float) -> str:
                  f"  tick {runner.get('tick')}  root {runner.get('root')}"]
     if status.get("parked"):
         lines.append(f"PARKED: {status['parked']}")
+    if status.get("disk_full"):
+        lines.append(f"DISK FULL: {status['disk_full']}")
+    for name, why in (status.get("write_errors") or {}).items():
+        lines.append(f"CANNOT WRITE {name}: {why}")
+    for leak in status.get("leaks") or []:
+        lines.append(f"kept leak: pid {leak['pid']} left by {leak['left_by']} (--keep-leaks)")
     unknown = status.get("gpu_unknown") or {}
     if unknown.get("count"):
         lines.append(f"gpu: {unknown['count']} processes whose open files this runner cannot read are unknown "

@@ -49,8 +49,9 @@ class RunnerProcess:
 
     def start(self, *flags: str) -> RunnerProcess:
         self.root.mkdir(parents=True, exist_ok=True)
+        # --settle 0: these tests write a job and start the runner at once; the settle rule has its own tests.
         args = [sys.executable, "-m", "runner", "run", "--root", str(self.root), "--tick", "0.2",
-                "--kill-grace", "1", *flags]
+                "--kill-grace", "1", "--settle", "0", *flags]
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.stderr = open(self.root.parent / f"runner-{time.monotonic_ns()}.err", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(args, env=env, stdout=self.stderr, stderr=self.stderr)

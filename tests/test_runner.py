@@ -296,7 +296,8 @@ def test_help_explains_every_flag() -> None:
         assert "usage:" in out
     run_help = subprocess.run([sys.executable, "-m", "runner", "run", "--help"], capture_output=True, text=True,
                               env=env, check=True).stdout
-    for flag in ("--tick", "--requires-warn", "--idle", "--stall", "--kill-grace", "--backoff-base", "--gpu-device"):
+    for flag in ("--tick", "--requires-warn", "--idle", "--stall", "--kill-grace", "--backoff-base", "--gpu-device",
+                 "--settle", "--keep-leaks", "--heartbeat-event-every"):
         assert flag in run_help
     assert "default 6h00m" in run_help
 

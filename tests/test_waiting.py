@@ -94,9 +94,9 @@ def test_correlated_failure_names_jobs_and_shared_line(queue_root: Path, runner:
                   f"echo 'unsupported sampler flag: -b (arg {i * 7 + 2})'\nexit 1\n")
     runner.start()
     wait_for(lambda: len(runner.events("failed")) == 3)
-    events = runner.events("correlated-failure")
-    assert events
-    last = events[-1]
+    # The third failure's correlated-failure is written just after its `failed` event: wait for it too.
+    last = runner.wait_event("correlated-failure", jobs=sorted(f"65-cpu-intake-{m}.job"
+                                                              for m in ["ling-3.0-q4", "ling-3.0-q8", "kimi-linear-q8"]))
     assert len(last["jobs"]) == 3
     assert last["message"].startswith("3 jobs failed with: unsupported sampler flag: -b")
 

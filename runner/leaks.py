@@ -1,0 +1,96 @@
+"""Processes that escaped their job (env -i, setsid) and came back to the runner, its subreaper; whose they are.
+
+Every process orphaned from a job's tree is re-parented to the runner, so a child of the runner that is not
+a running job's wrapper is a leak from some job. Its start time (/proc/PID/stat, in clock ticks since boot)
+names the job whose lifetime contains it; when none or several do, it is `-`, "left by a job".
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from runner import procs
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+LIFETIMES_KEPT = 200
+
+
+def start_ticks(pid: int) -> int | None:
+    """When PID started, in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read().decode(errors="replace")
+        return int(text[text.rfind(")") + 2 :].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def now_ticks() -> int:
+    try:
+        with open("/proc/uptime") as handle:
+            return int(float(handle.read().split()[0]) * CLK_TCK) + 1
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@dataclass
+class Lifetime:
+    job: str
+    start: int  # clock ticks since boot
+    end: int | None = None  # None while it runs
+
+
+@dataclass(frozen=True)
+class Leak:
+    pid: int
+    cmd: str
+    job: str  # the job whose lifetime holds its start, or "-"
+    group: tuple[int, ...]  # the leak and its descendants
+
+
+def _parents() -> dict[int, tuple[int, str]]:
+    """pid -> (ppid, state) of every process, from /proc/PID/stat alone (this runs at every job's end)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        fields = text[text.rfind(b")") + 2 :].split()
+        try:
+            table[int(entry)] = (int(fields[1]), fields[0].decode())
+        except (IndexError, ValueError):
+            continue
+    return table
+
+
+def find(lifetimes: list[Lifetime], leaders: set[int]) -> list[Leak]:
+    """Live children of this process that are not job wrappers in LEADERS, each with its descendants."""
+    me = os.getpid()
+    table = {pid: ppid for pid, (ppid, state) in _parents().items() if state not in ("Z", "X")}
+    children: dict[int, list[int]] = {}
+    for pid, ppid in table.items():
+        children.setdefault(ppid, []).append(pid)
+    leaks = []
+    for top in children.get(me, []):
+        if top in leaders:
+            continue
+        group, todo = [], [top]
+        while todo:
+            pid = todo.pop()
+            group.append(pid)
+            todo.extend(children.get(pid, []))
+        proc = procs.read_proc(top)
+        cmd = proc.cmdline if proc else "?"
+        leaks.append(Leak(top, cmd, owner(lifetimes, start_ticks(top)), tuple(group)))
+    return leaks
+
+
+def owner(lifetimes: list[Lifetime], started: int | None) -> str:
+    if started is None:
+        return "-"
+    jobs = {life.job for life in lifetimes if life.start <= started and (life.end is None or started <= life.end)}
+    return jobs.pop() if len(jobs) == 1 else "-"

@@ -1,0 +1,134 @@
+"""Reading queue/: only regular files, and only once complete (the settle rule); anything else is invalid.
+
+Nothing in queue/ can block a tick: entries are lstat()ed first and opened O_NONBLOCK, then fstat()ed, so a
+FIFO named x.job is never waited on. The settle rule (README, contract 1): a job file is taken when its
+sha256 is the one manifest.json lists for it (a push), or when nothing has written to it for `--settle`:
+its mtime is that old, or its size, mtime and inode stayed the same across scans that far apart.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import replace
+
+from runner import jobfile
+from runner.base import RunnerBase
+from runner.conditions import compile_condition
+from runner.queue import read_regular, timestamp
+from runner.records import Parsed
+from runner.vocab import Event, Reason
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+class Scanner(RunnerBase):
+    """Mixed into Runner: `_scan` lists queue/ and returns the settled, parsed jobs in name order."""
+
+    def _scan(self, now: float) -> list[tuple[str, Parsed]]:
+        queued = []
+        self.settle_due = None
+        try:
+            entries = sorted((e for e in os.scandir(self.queue.dir("queue"))
+                              if e.name.endswith(".job") and not e.name.startswith(".")), key=lambda e: e.name)
+        except FileNotFoundError:
+            entries = []
+        live = {e.name for e in entries}
+        for entry in entries:
+            filename = entry.name
+            try:
+                st = os.lstat(entry.path)
+                problem = self._not_regular(entry.path, st)
+                if problem is None and stat.S_ISLNK(st.st_mode):
+                    st = os.stat(entry.path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                problem = f"cannot stat it: {exc.strerror}"
+            if problem:
+                self._invalid(now, filename, problem)
+                continue
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            parsed = self.parsed.get(filename)
+            if parsed is None or parsed.key != key:
+                data = read_regular(entry.path)
+                if data is None:
+                    continue  # gone or replaced since the lstat: the next scan sees what it is now
+                if not self._settled(now, filename, key, st.st_mtime, data):
+                    continue
+                parsed = self._parse(filename, key, data)
+            if isinstance(parsed.job, jobfile.Invalid):
+                self._invalid(now, filename, str(parsed.job))
+                continue
+            queued.append((filename, parsed))
+        for table in (self.parsed, self.reasons, self.first_seen, self.stuck):
+            for filename in [f for f in table if f not in live]:
+                table.pop(filename)
+        return queued
+
+    def _not_regular(self, path: str, st: os.stat_result) -> str | None:
+        """Why PATH may not be a job, or None. A symlink is taken only to a regular file inside the root."""
+        if stat.S_ISREG(st.st_mode):
+            return None
+        if not stat.S_ISLNK(st.st_mode):
+            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+            return f"{kind}, not a regular file: never opened as a job"
+        target = os.readlink(path)
+        real = os.path.realpath(path)
+        if not os.path.exists(real):
+            return f"a dangling symlink (to {target})"
+        if not real.startswith(self.root + os.sep):
+            return f"a symlink to {real}, outside the queue root {self.root}: refused"
+        if not stat.S_ISREG(os.stat(real).st_mode):
+            return f"a symlink to {real}, which is not a regular file"
+        return None
+
+    def _settled(self, now: float, filename: str, key: tuple[int, int, int], mtime: float, data: bytes) -> bool:
+        settle = self.config.settle_s
+        seen = self.first_seen.get(filename)
+        if seen is None or seen[0] != key:
+            seen = self.first_seen[filename] = (key, now)
+        if settle <= 0 or now - mtime >= settle or now - seen[1] >= settle:
+            return True
+        want = self._manifest_sha(filename)
+        if want and hashlib.sha256(data).hexdigest() == want:
+            return True  # pushed: the manifest says what the whole file is
+        due = min(mtime + settle, seen[1] + settle)
+        self.settle_due = due if self.settle_due is None else min(self.settle_due, due)
+        self._reason(now, filename, Reason.SETTLING.value,
+                     f"written {max(now - mtime, 0):.1f}s ago: taken once unchanged for {settle:g}s "
+                     f"(at {timestamp(due)})")
+        return False
+
+    def _manifest_sha(self, filename: str) -> str | None:
+        manifest = self._manifest()
+        entry = (manifest or {}).get("jobs", {}).get(filename)
+        return entry.get("sha256") if isinstance(entry, dict) else None
+
+    def _parse(self, filename: str, key: tuple[int, int, int], data: bytes) -> Parsed:
+        job = jobfile.parse(filename, data, self.config.lanes)
+        if isinstance(job, jobfile.JobFile):
+            job = replace(job, body="")  # bash reads the file itself; 10 000 bodies need not stay
+        parsed = Parsed(key, job)
+        if isinstance(job, jobfile.JobFile):
+            parsed.requires = compile_condition(job.requires) if job.requires else None
+            parsed.done_if = compile_condition(job.done_if) if job.done_if else None
+        self.parsed[filename] = parsed
+        return parsed
+
+    def _invalid(self, now: float, filename: str, why: str) -> None:
+        """Never executed: moved to failed/ with one `invalid` event; where it cannot be moved it stays,
+        `blocked` with the reason in status.json, and the event is not repeated."""
+        if filename not in self.stuck:
+            try:
+                moved = self.queue.move(filename, "queue", "failed")
+            except OSError as exc:
+                moved, why = False, f"{why}; cannot move it to failed/: {exc.strerror}"
+            if moved or os.path.lexists(self.queue.dir("queue") / filename):
+                self.queue.emit(now, filename, Event.INVALID.value, reason=why)
+            if moved:
+                self._forget(filename)
+                return
+            self.stuck[filename] = why
+        self._reason(now, filename, Reason.BLOCKED.value, self.stuck[filename], filename)

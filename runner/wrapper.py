@@ -1,0 +1,56 @@
+"""The tiny bash wrapper each job runs under: it records the job's exit status next to it in running/.
+
+The job runs in its own session, so it outlives a runner killed with -9; the wrapper is its session leader
+and parent, and writes `RC STARTED ENDED` to `running/.NAME.exit` (temp file, then rename) when the job
+ends. A runner that starts and finds that record knows the job finished while it was down, and how.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# $1 the job file, $2 the exit record, $3 a cgroup.procs to join first ('' for none). A TERM to the wrapper
+# means the runner is ending the job (timeout, cancel, stop, a new runner life ending leftovers): then it
+# records nothing, so the job counts as interrupted, not as failed. The trap is ignored from the job's exit
+# on, so a TERM that comes after the job finished cannot cut the record short. EPOCHREALTIME is bash 5's
+# clock (no fork), `date` where it is missing; a locale's decimal comma is made a point.
+SCRIPT = r"""s=${EPOCHREALTIME:-$(date +%s)}
+trap 'x=1' TERM
+if [ -n "$3" ]; then echo $$ >"$3"; fi 2>/dev/null
+bash "$1"
+rc=$?
+trap '' TERM
+e=${EPOCHREALTIME:-$(date +%s)}
+if [ -z "$x" ]; then
+  t="${2%/*}/.${2##*/}.tmp"
+  printf '%d %s %s\n' "$rc" "${s/,/.}" "${e/,/.}" >"$t" && mv -f "$t" "$2"
+fi
+exit "$rc"
+"""
+
+
+def argv(script: str, record: Path, cgroup_procs: str | None) -> list[str]:
+    return ["bash", "-c", SCRIPT, "plan-job", script, str(record), cgroup_procs or ""]
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    rc: int
+    started: float
+    ended: float
+
+
+def read_record(path: Path) -> ExitRecord | None:
+    """The recorded exit of a job, or None when there is none (the job never ended, or was ended by us)."""
+    try:
+        rc, started, ended = path.read_text().split()
+        return ExitRecord(int(rc), float(started), float(ended))
+    except (OSError, ValueError):
+        return None
+
+
+def clear_record(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass

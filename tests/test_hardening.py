@@ -1,0 +1,434 @@
+"""Runner hardening (issue 14): each chaos finding reproduced with a real runner process, then held."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, RunnerProcess, kill_quietly, pid_alive, read_events, wait_for, write_job
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(tmp_path: Path, queue_root: Path,
+                                                         runner: RunnerProcess) -> None:
+    q = queue_root / "queue"
+    os.mkfifo(q / "10-fifo.job")
+    (q / "11-dir.job").mkdir()
+    os.symlink(tmp_path / "nowhere", q / "12-dangling.job")
+    os.symlink("/etc/passwd", q / "13-passwd.job")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(q / "14-sock.job"))
+    (queue_root / "jobs").mkdir()
+    (queue_root / "jobs/inside.sh").write_text(f"touch {tmp_path}/inside-ran\n")
+    os.symlink(queue_root / "jobs/inside.sh", q / "15-inside.job")
+    # failed/ already holds a non-empty directory of that name: this one cannot be moved, so it stays.
+    (q / "16-stuck.job").mkdir()
+    (queue_root / "failed/16-stuck.job").mkdir()
+    (queue_root / "failed/16-stuck.job/x").touch()
+    write_job(queue_root, "20-cpu-ok.job", f"touch {tmp_path}/ok-ran\n")
+    runner.start()
+    runner.wait_event("done", job="20-cpu-ok.job")
+    runner.wait_event("done", job="15-inside.job")
+    assert (tmp_path / "inside-ran").exists()
+    invalid = {e["job"]: e["reason"] for e in runner.events("invalid")}
+    assert "FIFO" in invalid["10-fifo.job"] and "directory" in invalid["11-dir.job"]
+    assert "dangling symlink" in invalid["12-dangling.job"]
+    assert "/etc/passwd, outside the queue root" in invalid["13-passwd.job"]
+    assert "socket" in invalid["14-sock.job"]
+    assert "cannot move it to failed/" in invalid["16-stuck.job"]
+    for name in ("10-fifo.job", "11-dir.job", "12-dangling.job", "13-passwd.job", "14-sock.job"):
+        assert os.path.lexists(queue_root / "failed" / name) and not os.path.lexists(q / name)
+    stuck = wait_for(lambda: next((x for x in runner.status()["queued"] if x["job"] == "16-stuck.job"), None))
+    assert stuck["reason"] == "blocked" and "directory" in stuck["detail"]
+    ticks = runner.status()["runner"]["tick"]
+    wait_for(lambda: runner.status()["runner"]["tick"] > ticks + 3)
+    assert [e["job"] for e in runner.events("invalid")].count("16-stuck.job") == 1, "said once, not every tick"
+    started = {e["job"] for e in runner.events("start")}
+    assert started == {"20-cpu-ok.job", "15-inside.job"}
+    t0 = time.monotonic()
+    assert runner.stop() == 0 and time.monotonic() - t0 < 5, "SIGTERM must stop it"
+    sock.close()
+
+
+def test_a_file_written_in_place_is_never_read_half_written(tmp_path: Path, queue_root: Path,
+                                                            runner: RunnerProcess) -> None:
+    runner.start("--settle", "0.5")
+    texts = {}
+    for i in range(10):
+        target = tmp_path / "made" / f"dir-{i}" / "deep"
+        texts[f"{i:02d}-cpu-slow.job"] = (f"# LANE=cpu\n# first a comment that takes a while to arrive\n"
+                                          f"mkdir -p {target}\necho whole > {target}/marker\n")
+
+    def writer() -> None:  # 16-byte chunks, in place, as the seed's scp and hand edits did
+        for name, text in texts.items():
+            with open(queue_root / "queue" / name, "w") as handle:
+                for at in range(0, len(text), 16):
+                    handle.write(text[at:at + 16])
+                    handle.flush()
+                    time.sleep(0.02)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    wait_for(lambda: any(q["reason"] == "settling" for q in runner.status()["queued"]), 5, 0.02)
+    thread.join()
+    wait_for(lambda: len(runner.events("done")) == 10, 20)
+    assert not runner.events("invalid") and not os.listdir(queue_root / "failed")
+    for i in range(10):
+        assert (tmp_path / "made" / f"dir-{i}" / "deep" / "marker").read_text() == "whole\n"
+    assert not (tmp_path / "-").exists() and not Path("-").exists()
+
+
+def test_a_settling_file_is_taken_when_it_settles_not_at_the_next_tick(tmp_path: Path, queue_root: Path,
+                                                                       runner: RunnerProcess) -> None:
+    runner.start("--tick", "60", "--settle", "0.3")
+    time.sleep(0.3)  # past the first tick
+    write_job(queue_root, "1-cpu-a.job", f"touch {tmp_path}/ran\n")
+    runner.wait_event("done", job="1-cpu-a.job", timeout=10)  # a 60 s tick would fail this
+
+
+def test_pushed_file_listed_with_its_hash_needs_no_wait(tmp_path: Path, queue_root: Path,
+                                                        runner: RunnerProcess) -> None:
+    import hashlib
+
+    text = f"# LANE=cpu\ntouch {tmp_path}/ran\n"
+    (queue_root / "manifest.json").write_text(json.dumps(
+        {"plan": "t", "jobs": {"1-cpu-pushed.job": {"requires": [], "outputs": [],
+                                                    "sha256": hashlib.sha256(text.encode()).hexdigest()}},
+         "producers": {}, "external": []}))
+    runner.start("--settle", "1h")
+    write_job(queue_root, "1-cpu-pushed.job", text)
+    write_job(queue_root, "2-cpu-by-hand.job", f"touch {tmp_path}/ran2\n")
+    runner.wait_event("done", job="1-cpu-pushed.job", timeout=5)
+    waiting = wait_for(lambda: next((q for q in runner.status()["queued"] if q["job"] == "2-cpu-by-hand.job"), None))
+    assert waiting["reason"] == "settling"
+    assert not (tmp_path / "ran2").exists()
+
+
+def test_wrong_types_in_every_state_file_are_reported_not_fatal(queue_root: Path, tmp_path: Path) -> None:
+    (queue_root / "manifest.json").write_text(json.dumps({"jobs": [], "producers": [1], "external": "x"}))
+    (queue_root / "state.json").write_text(json.dumps({"attempts": {"b.job": None}, "backoff_until": "soon"}))
+    (queue_root / "parked.json").write_text("[1, 2]")
+    (queue_root / "control").mkdir()
+    (queue_root / "control/retry-x.job").write_text("[1]")
+    (queue_root / "control/cancel-..").write_text("{}")
+    os.mkfifo(queue_root / "control/retry-fifo.job")
+    write_job(queue_root, "1-cpu-a.job", f"touch {tmp_path}/a\n")
+    for _ in range(2):  # the second life reads the same files: no crash loop
+        runner = RunnerProcess(queue_root).start()
+        try:
+            wait_for(lambda r=runner: r.status()["runner"]["tick"] >= 3)
+            assert runner.proc.poll() is None  # type: ignore[union-attr]
+            assert runner.status()["parked"]
+        finally:
+            runner.stop()
+    corrupt = {(e["file"], e["field"]) for e in read_events(queue_root) if e["event"] == "state-corrupt"}
+    assert {("manifest.json", "jobs"), ("manifest.json", "producers"), ("manifest.json", "external"),
+            ("state.json", "attempts.b.job"), ("state.json", "backoff_until"), ("parked.json", "(whole file)"),
+            ("control/retry-x.job", "(whole file)"), ("control/cancel-..", "(name)"),
+            ("control/retry-fifo.job", "(whole file)")} <= corrupt
+    assert not os.listdir(queue_root / "control"), "bad requests are removed, once"
+    assert not (tmp_path / "a").exists(), "parked.json of the wrong shape still parks"
+    (queue_root / "parked.json").unlink()
+    runner = RunnerProcess(queue_root).start()
+    try:
+        runner.wait_event("done", job="1-cpu-a.job")
+    finally:
+        runner.stop()
+
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                                            capture_output=True).returncode != 0:
+        if IN_CI:
+            pytest.fail("CI runs as root and must be able to mount a small tmpfs for the disk-full test")
+        pytest.skip("needs root to mount a small tmpfs (a real full disk)")
+
+
+def _fill(path: Path) -> Path:
+    filler = path / ".filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def test_disk_full_requeues_refunds_and_drains_when_space_returns(tmp_path: Path) -> None:
+    """A real ENOSPC: the queue root is a 1 MiB tmpfs, filled up; jobs gated on a file outside it."""
+    root = tmp_path / "q"
+    _mount_tmpfs(root, "1m")
+    gate = tmp_path / "gate"
+    runner = RunnerProcess(root)
+    try:
+        for i in range(3):
+            write_job(root, f"{i}-cpu-j.job", f"# REQUIRES=test -f {gate}\necho hello {i}\n")
+        runner.start()
+        wait_for(lambda: len(runner.status()["queued"]) == 3)
+        filler = _fill(root)
+        gate.touch()
+        time.sleep(1.5)  # several ticks with the disk full
+        assert runner.proc.poll() is None, "the runner keeps running on a full disk"  # type: ignore[union-attr]
+        assert sorted(os.listdir(root / "queue")) == ["0-cpu-j.job", "1-cpu-j.job", "2-cpu-j.job"]
+        assert not [n for n in os.listdir(root / "running") if not n.startswith(".")]
+        filler.unlink()
+        wait_for(lambda: len(runner.events("done")) == 3, 15)
+        failed = runner.events("start-failed")
+        assert failed and failed[0]["errno"] == "ENOSPC" and failed[0]["job"] == "0-cpu-j.job"
+        writes = {e["file"] for e in runner.events("state-corrupt") if e["field"] == "(write)"}
+        assert "status.json" in writes or "state.json" in writes
+        assert json.loads((root / "state.json").read_text())["attempts"] == {f"{i}-cpu-j.job": 1 for i in range(3)}
+        for line in (root / "events.jsonl").read_text().splitlines():
+            json.loads(line)  # no line torn by the full disk
+    finally:
+        runner.stop()
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def test_disk_full_reason_in_status_while_it_lasts(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    """Only logs/ full (its own small tmpfs): status.json can still say disk-full."""
+    _mount_tmpfs(queue_root / "logs", "256k")
+    try:
+        filler = _fill(queue_root / "logs")
+        write_job(queue_root, "1-gpu-a.job", "echo a\n")
+        runner.start()
+        status = wait_for(lambda: (s := runner.status())["disk_full"] and s)
+        assert "ENOSPC" in status["disk_full"]
+        assert status["queued"][0]["reason"] == "disk-full"
+        shown = subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root)], text=True,
+                               capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO))).stdout
+        assert "DISK FULL: 1-gpu-a.job could not start: ENOSPC" in shown
+        assert len(runner.events("start-failed")) == 1
+        filler.unlink()
+        runner.wait_event("done", job="1-gpu-a.job")
+        wait_for(lambda: runner.status()["disk_full"] is None)
+    finally:
+        runner.stop()
+        subprocess.run(["umount", "-l", str(queue_root / "logs")], check=False)
+
+
+def test_job_that_ends_while_the_runner_is_down_is_recorded_not_rerun(tmp_path: Path, queue_root: Path) -> None:
+    runs = tmp_path / "runs"
+    gate = tmp_path / "gate"
+    write_job(queue_root, "1-cpu-ok.job", f"echo run >> {runs}\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n")
+    write_job(queue_root, "2-gpu-bad.job", f"# LANE=gpu\n# RETRIES=1\necho run >> {runs}.bad\n"
+              f"while [ ! -e {gate} ]; do sleep 0.05; done\necho 'model file truncated'\nexit 4\n")
+    first = RunnerProcess(queue_root).start()
+    first.wait_event("start", job="1-cpu-ok.job")
+    first.wait_event("start", job="2-gpu-bad.job")
+    first.stop(signal.SIGKILL)
+    gate.touch()
+    wait_for(lambda: (queue_root / "running/.1-cpu-ok.job.exit").exists()
+             and (queue_root / "running/.2-gpu-bad.job.exit").exists())
+    second = RunnerProcess(queue_root).start()
+    try:
+        done = second.wait_event("done", job="1-cpu-ok.job")
+        failed = second.wait_event("failed", job="2-gpu-bad.job")
+        assert done["while_down"] is True and failed["rc"] == 4 and failed["attempt"] == 1
+        assert "model file truncated" in failed["tail"]
+        assert runs.read_text() == "run\n" and Path(f"{runs}.bad").read_text() == "run\n"
+        assert not second.events("recovered")
+        assert sorted(os.listdir(queue_root / "running")) == []
+    finally:
+        second.stop()
+
+
+@pytest.mark.parametrize("root", ["q", "qlink"])
+def test_relative_and_symlinked_root_runs_jobs(tmp_path: Path, root: str) -> None:
+    (tmp_path / "q/queue").mkdir(parents=True)
+    (tmp_path / "qlink").symlink_to("q")
+    (tmp_path / "q/queue/1-cpu-a.job").write_text("mkdir -p /tmp && echo ok\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", root, "--tick", "0.2", "--settle", "0"],
+                            cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: '"event": "done"' in (tmp_path / "q/events.jsonl").read_text()
+                 if (tmp_path / "q/events.jsonl").exists() else False)
+        done = [e for e in read_events(tmp_path / "q") if e["event"] == "done"]
+        assert done[0]["rc"] == 0 and "ok" in (tmp_path / "q/logs/1-cpu-a.job.log").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def test_torn_last_line_of_events_is_mended_before_the_first_append(queue_root: Path) -> None:
+    events = queue_root / "events.jsonl"
+    events.write_text('{"ts": "2026-01-01 00:00:00", "job": "-", "event": "do')
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--tick", "0.2"],
+                            env=env, stderr=subprocess.DEVNULL)
+    try:
+        lines = wait_for(lambda: len(events.read_text().splitlines()) >= 2 and events.read_text().splitlines())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    assert lines[0].endswith('"event": "do')
+    assert json.loads(lines[1])["event"] == "runner-start"
+
+
+def _fake_server(tmp_path: Path) -> Path:
+    exe = tmp_path / "bin" / "llama-server"
+    exe.parent.mkdir(exist_ok=True)
+    shutil.copy("/bin/sleep", exe)
+    return exe
+
+
+def test_server_that_escapes_tag_and_session_ends_with_its_job(tmp_path: Path, queue_root: Path,
+                                                               runner: RunnerProcess) -> None:
+    server = _fake_server(tmp_path)
+    write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\nenv -i setsid {server} 302 >/dev/null 2>&1 </dev/null &\n"
+              f"echo $! > {tmp_path}/pid\nsleep 0.2\n")
+    write_job(queue_root, "66-gpu-bench.job", "# LANE=gpu\necho bench\n")
+    runner.start()
+    pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip()))
+    try:
+        killed = runner.wait_event("orphans-killed", job="65-gpu-intake.job")
+        assert killed["pids"] == [pid] and "302" in killed["cmds"][0]
+        assert killed["why"] == "escaped its job's tag and session"
+        wait_for(lambda: not pid_alive(pid), 5)
+        runner.wait_event("done", job="66-gpu-bench.job")
+        assert not runner.events("gpu-wait")
+    finally:
+        kill_quietly(pid)
+
+
+def test_keep_leaks_lets_it_live_and_status_names_the_job_that_left_it(tmp_path: Path, queue_root: Path,
+                                                                       runner: RunnerProcess) -> None:
+    server = _fake_server(tmp_path)
+    write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\nenv -i setsid {server} 303 >/dev/null 2>&1 </dev/null &\n"
+              f"echo $! > {tmp_path}/pid\nsleep 0.2\n")
+    write_job(queue_root, "66-gpu-bench.job", "# LANE=gpu\necho bench\n")
+    runner.start("--keep-leaks")
+    pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip()))
+    try:
+        wait = runner.wait_event("gpu-wait", job="66-gpu-bench.job")
+        assert wait["pid"] == pid and wait["left_by"] == "65-gpu-intake.job"
+        reason = next(q for q in runner.status()["queued"] if q["job"] == "66-gpu-bench.job")
+        assert reason["reason"] == "gpu-foreign" and "left by job 65-gpu-intake.job" in reason["detail"]
+        assert pid_alive(pid) and not runner.events("orphans-killed")
+    finally:
+        kill_quietly(pid)
+    runner.wait_event("done", job="66-gpu-bench.job")
+
+
+def test_runner_start_carries_the_previous_lifes_last_heartbeat(queue_root: Path) -> None:
+    first = RunnerProcess(queue_root).start()
+    wait_for(lambda: first.status()["runner"]["tick"] >= 2)
+    first.stop(signal.SIGKILL)
+    beat = json.loads((queue_root / "status.json").read_text())["runner"]["heartbeat_ts"]
+    second = RunnerProcess(queue_root).start()
+    try:
+        starts = wait_for(lambda: len(second.events("runner-start")) == 2 and second.events("runner-start"))
+        assert starts[0]["last_alive"] is None and starts[1]["last_alive"] == beat
+    finally:
+        second.stop()
+
+
+# -- thresholds and once-only reports, by driving tick(now) in-process (no jobs end here: the test process
+# -- must not become a subreaper, so start() is not called) ------------------------------------------------
+def _ticking(root: Path, **config: object) -> object:
+    from runner.config import Config
+    from runner.core import Runner
+
+    runner = Runner(Config(root=root, **config))  # type: ignore[arg-type]
+    runner.queue.ensure()
+    runner.state, _ = runner.queue.load_state()
+    return runner
+
+
+def _names(root: Path) -> list[str]:
+    return [e["event"] for e in read_events(root)]
+
+
+def test_heartbeat_event_only_after_a_silence(queue_root: Path) -> None:
+    runner = _ticking(queue_root, heartbeat_event_s=600.0)
+    t0 = time.time()
+    runner.tick(t0)  # type: ignore[attr-defined]
+    runner.tick(t0 + 599)  # type: ignore[attr-defined]
+    assert "heartbeat" not in _names(queue_root)
+    runner.tick(t0 + 600)  # type: ignore[attr-defined]
+    runner.tick(t0 + 601)  # type: ignore[attr-defined]
+    beats = [e for e in read_events(queue_root) if e["event"] == "heartbeat"]
+    assert len(beats) == 1 and beats[0]["job"] == "-"
+    runner.tick(t0 + 1200)  # type: ignore[attr-defined]
+    assert _names(queue_root).count("heartbeat") == 2
+
+
+def test_refused_retry_and_cancel_write_no_event(queue_root: Path) -> None:
+    runner = _ticking(queue_root)
+    (queue_root / "control").mkdir()
+    (queue_root / "control/retry-nothere.job").write_text('{"by": "me"}')
+    (queue_root / "control/cancel-nothere.job").write_text('{"by": "me"}')
+    write_job(queue_root, "9-cpu-x.job", "echo\n", state="failed")
+    (queue_root / "control/retry-9-cpu-x.job").write_text('{"by": "me"}')
+    runner.tick(time.time())  # type: ignore[attr-defined]
+    assert not os.listdir(queue_root / "control")
+    retries = [e for e in read_events(queue_root) if e["event"] in ("retry", "cancelled")]
+    assert [(e["event"], e["job"]) for e in retries] == [("retry", "9-cpu-x.job")]
+
+
+def test_settle_rule_by_tick(queue_root: Path) -> None:
+    runner = _ticking(queue_root, settle_s=1.0)
+    path = write_job(queue_root, "1-cpu-a.job", "# REQUIRES=test -f never\necho\n")
+    mtime = path.stat().st_mtime
+
+    def reason(now: float) -> str:
+        runner.tick(now)  # type: ignore[attr-defined]
+        return runner.reasons["1-cpu-a.job"].reason  # type: ignore[attr-defined]
+
+    assert reason(mtime + 0.5) == "settling"
+    assert reason(mtime + 1.0) == "requires"
+    with open(path, "a") as handle:  # written again in place: settles again, from its new mtime
+        handle.write("echo more\n")
+    mtime = path.stat().st_mtime
+    assert reason(mtime + 0.2) == "settling"
+    # An mtime ahead of our clock (another host's, over NFS): unchanged across scans --settle apart settles it.
+    os.utime(path, (mtime + 3600, mtime + 3600))
+    assert reason(mtime + 1) == "settling" and reason(mtime + 1.9) == "settling"
+    assert reason(mtime + 2.0) == "requires"
+
+
+def test_state_corrupt_is_said_once_per_problem(queue_root: Path) -> None:
+    runner = _ticking(queue_root)
+    (queue_root / "parked.json").write_text("[1, 2]")
+    t0 = time.time()
+    for i in range(3):
+        runner.tick(t0 + i)  # type: ignore[attr-defined]
+    corrupt = [e for e in read_events(queue_root) if e["event"] == "state-corrupt"]
+    assert [(e["file"], e["field"]) for e in corrupt] == [("parked.json", "(whole file)")]
+    assert runner.park == "parked"  # type: ignore[attr-defined]
+    (queue_root / "parked.json").write_text('{"since": 5, "reason": "reboot"}')
+    runner.tick(t0 + 4)  # type: ignore[attr-defined]
+    corrupt = [e for e in read_events(queue_root) if e["event"] == "state-corrupt"]
+    assert [(e["file"], e["field"]) for e in corrupt][1:] == [("parked.json", "since")]
+    assert runner.park == "parked since ?: reboot"  # type: ignore[attr-defined]
+
+
+def test_a_state_file_that_cannot_be_kept_is_said_and_retried(queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start()
+    wait_for(lambda: (queue_root / "state.json").is_file())
+    (queue_root / "state.json").unlink()
+    (queue_root / "state.json").mkdir()  # os.replace onto a non-empty directory fails (EISDIR/ENOTEMPTY)
+    (queue_root / "state.json/x").touch()
+    status = wait_for(lambda: (s := runner.status())["write_errors"].get("state.json") and s)
+    assert "cannot write state.json" in status["write_errors"]["state.json"]
+    ticks = status["runner"]["tick"]
+    wait_for(lambda: runner.status()["runner"]["tick"] > ticks + 3)
+    said = [e for e in runner.events("state-corrupt") if e["file"] == "state.json"]
+    assert len(said) == 1 and said[0]["field"] == "(write)"
+    shutil.rmtree(queue_root / "state.json")
+    wait_for(lambda: not runner.status()["write_errors"] and (queue_root / "state.json").is_file())
