@@ -7,6 +7,34 @@ import os
 from runner.base import RunnerBase
 from runner.queue import timestamp
 
+# A control request is the file control/<action>-<target>, JSON {"by": ...} inside. The actions are a
+# closed set with no '-' of their own, so the first '-' ends the action even when the job name has more.
+CONTROL_ACTIONS = ("reset", "retry", "cancel", "requeue")
+REQUEUE_RUNNING = "running"  # the target of `requeue`: every running job (park --now)
+PARK_FILE = "parked.json"
+
+
+def request_name(action: str, target: str) -> str:
+    """The control/ file name of ACTION on TARGET (a job file name, or `running` for requeue)."""
+    if action not in CONTROL_ACTIONS:
+        raise ValueError(f"unknown control action {action!r}")
+    if not target or "/" in target or target.startswith("."):
+        raise ValueError(f"bad control target {target!r}")
+    return f"{action}-{target}"
+
+
+def parse_request_name(name: str) -> tuple[str, str] | None:
+    """(action, target) of a control/ file name; None for anything that is not a request."""
+    action, sep, target = name.partition("-")
+    if not sep or action not in CONTROL_ACTIONS or not target or name.startswith("."):
+        return None
+    return action, target
+
+
+def park_record(reason: str, by: str, since: str) -> dict[str, str]:
+    """The parked.json object `plan park` writes and `_parked` reads."""
+    return {"since": since, "reason": reason, "by": by}
+
 
 class Controls(RunnerBase):
     """Mixed into Runner: control/ requests and the park file."""
@@ -20,7 +48,8 @@ class Controls(RunnerBase):
         except FileNotFoundError:
             names = []
         for name in names:
-            action, _, job = name.partition("-")  # <action>-<job file name>, JSON inside
+            parsed = parse_request_name(name)
+            action, job = parsed if parsed else ("", "")
             try:
                 request = json.loads((control / name).read_text() or "{}")
             except (OSError, ValueError):
@@ -85,7 +114,7 @@ class Controls(RunnerBase):
             self.queue.emit(now, run.filename, "recovered", why=f"parked --now by {by}")
 
     def _parked(self) -> str:
-        park = self.queue.root / "parked.json"
+        park = self.queue.root / PARK_FILE
         if not park.exists():
             return ""
         try:
