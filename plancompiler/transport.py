@@ -1,9 +1,10 @@
 """One bounded call to `python3 -m runner agent` on a host, locally or over ssh, classified by how it ended.
 
 A remote host runs the runner package this workstation has: a zipapp built in memory, cached on the host
-by its content hash (ROOT/.plan-runner/runner-HASH.pyz), so an unchanged runner costs no bytes; or the copy
-`plan bootstrap` installed there when its hash is the same. "Could not reach" (Unreachable, exit 3) and "the
-command there failed" (RemoteFailed) are different outcomes; a queue the agent could not read is an answer.
+by its content hash (ROOT/.plan-runner/runner-HASH.pyz; ~/.cache/plan-runner/ while ROOT does not exist yet),
+so an unchanged runner costs no bytes; or the copy `plan bootstrap` installed there when its hash is the same.
+"Could not reach" (Unreachable, exit 3) and "the command there failed" (RemoteFailed) are different outcomes;
+a queue the agent could not read is an answer.
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ LOADER = r"""
 import hashlib, os, sys
 h, mode, root = sys.argv[1:4]
 root = os.path.expanduser(root)
-bases = [os.path.join(root, ".plan-runner")] if os.path.isdir(root) else []
-bases.append(os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plan-runner"))
+cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plan-runner")
+bases = [os.path.join(root, ".plan-runner")] if os.path.isdir(root) else [cache]
 if mode == "--upload":
     data = sys.stdin.buffer.read()
     if hashlib.sha256(data).hexdigest()[:32] != h:

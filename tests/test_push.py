@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from plancompiler.backends.queue import QueueBackend
 from plancompiler.cli import app
 from plancompiler.compile import compile_plan
-from plancompiler.backends.queue import QueueBackend
 from plancompiler.hosts import Host
 from plancompiler.push import PushOptions
 from plancompiler.push import push as push_to
