@@ -21,7 +21,7 @@ from bench.gen_events import week_of_events  # noqa: E402
 def push_rows(directory: Path) -> list[list[str]]:
     from plancompiler.compile import compile_plan
     from plancompiler.hosts import resolve
-    from plancompiler.push import apply, plan_push
+    from plancompiler.push import PushOptions, push
     from tests.sshd import start_sshd, stop_sshd
 
     server = start_sshd(directory / "sshd")
@@ -46,10 +46,8 @@ def push_rows(directory: Path) -> list[list[str]]:
             count_file.write_text("")
             started = time.perf_counter()
             compiled = compile_plan(plan)
-            probe = host.call("probe", {"external": [], "allow_missing": True})
-            diff = plan_push(compiled, host, probe)
-            if diff.has_work():
-                apply(diff, host)
+            outcome = push(compiled, host, PushOptions(verify_external=False), lambda diff: None)
+            diff = outcome.diff
             took = time.perf_counter() - started
             sent = len(diff.request.get("files", {}))
             return took, len(count_file.read_text().split()), sent
