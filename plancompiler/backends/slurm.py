@@ -14,6 +14,7 @@ from plancompiler.hosts import Host
 from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry
 from runner import jobfile
 from runner.durations import parse_duration
+from runner.vocab import Event
 
 
 def sbatch_args(settings: SlurmHostEntry, lane: str) -> list[str]:
@@ -115,8 +116,8 @@ class SlurmBackend:
         return self.host.call(mode, request, timeout)
 
 
-_SACCT_EVENT = {"COMPLETED": "done", "FAILED": "failed", "TIMEOUT": "timeout", "OUT_OF_MEMORY": "failed",
-                "NODE_FAIL": "failed", "CANCELLED": "cancelled"}
+_SACCT_EVENT = {"COMPLETED": Event.DONE, "FAILED": Event.FAILED, "TIMEOUT": Event.TIMEOUT,
+                "OUT_OF_MEMORY": Event.FAILED, "NODE_FAIL": Event.FAILED, "CANCELLED": Event.CANCELLED}
 
 
 def sacct_events(lines: list[str], lanes: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -132,13 +133,13 @@ def sacct_events(lines: list[str], lanes: dict[str, str] | None = None) -> list[
         job = f"{name}.job"
         lane = (lanes or {}).get(name, "cpu")
         if start and start not in ("Unknown", "None"):
-            events.append({"ts": start.replace("T", " "), "job": job, "event": "start", "lane": lane,
+            events.append({"ts": start.replace("T", " "), "job": job, "event": Event.START.value, "lane": lane,
                            "slurm_id": int(job_id.split("_")[0].split(".")[0])})
         kind = _SACCT_EVENT.get(state)
         if kind and end and end not in ("Unknown", "None"):
             if state == "CANCELLED" and reason == "DependencyNeverSatisfied":
-                kind = "blocked"
+                kind = Event.BLOCKED
             rc = int(exit_code.split(":")[0]) if exit_code.split(":")[0].isdigit() else None
-            events.append({"ts": end.replace("T", " "), "job": job, "event": kind, "rc": rc, "state": state})
+            events.append({"ts": end.replace("T", " "), "job": job, "event": kind.value, "rc": rc, "state": state})
     events.sort(key=lambda e: e["ts"])
     return events
