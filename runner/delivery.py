@@ -53,7 +53,8 @@ def read_manifest(root: str) -> dict[str, Any]:
             plans[raw["plan"]] = {"jobs": raw["jobs"], "producers": raw.get("producers") or {},
                                   "external": raw.get("external") or []}
     generation = raw.get("generation")
-    return {"generation": generation if isinstance(generation, int) else 0, "plans": plans}
+    return {"generation": generation if isinstance(generation, int) else 0, "plans": plans,
+            "plan": raw.get("plan") if isinstance(raw.get("plan"), str) else None}
 
 
 def owners(manifest: dict[str, Any]) -> dict[str, str]:
@@ -232,8 +233,9 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
                 continue
             os.replace(os.path.join(stage, name), target)
             result["installed"].append(name)
-        if request.get("record") is not None:
-            manifest = _record(manifest, request["record"], request.get("take_over", []))
+        if request.get("record") is not None or result["installed"] or result["removed"] or request.get("resets"):
+            # Every install that changed something moves the generation, so a push that looked before it is refused.
+            manifest = _record(manifest, request.get("record"), request.get("take_over", []))
             atomic_write(Path(root) / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         result["generation"] = manifest["generation"]
     finally:
@@ -241,14 +243,17 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _record(manifest: dict[str, Any], record: dict[str, Any], take_over: list[str]) -> dict[str, Any]:
-    """The manifest with RECORD as its plan's entry, TAKE_OVER jobs removed from other plans, unions rebuilt."""
+def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: list[str]) -> dict[str, Any]:
+    """The next manifest: RECORD (if any) as its plan's entry, TAKE_OVER jobs removed from other plans, unions
+    rebuilt, generation + 1."""
     plans = {name: dict(entry) for name, entry in manifest["plans"].items() if isinstance(entry, dict)}
     moved = set(take_over)
     for name, entry in plans.items():
-        if moved and name != record["plan"]:
+        if moved and (record is None or name != record["plan"]):
             entry["jobs"] = {job: spec for job, spec in (entry.get("jobs") or {}).items() if job not in moved}
-    plans[record["plan"]] = {**{k: v for k, v in record.items() if k != "plan"}, "pushed_at": timestamp(time.time())}
+    if record is not None:
+        plans[record["plan"]] = {**{k: v for k, v in record.items() if k != "plan"},
+                                 "pushed_at": timestamp(time.time())}
     jobs: dict[str, Any] = {}
     producers: dict[str, list[str]] = {}
     external: list[str] = []
@@ -258,7 +263,8 @@ def _record(manifest: dict[str, Any], record: dict[str, Any], take_over: list[st
             producers.setdefault(path, [])
             producers[path] += [n for n in names if n not in producers[path]]
         external += [p for p in entry.get("external") or [] if p not in external]
-    return {"version": MANIFEST_VERSION, "generation": manifest["generation"] + 1, "plan": record["plan"],
+    last = record["plan"] if record is not None else manifest.get("plan")
+    return {"version": MANIFEST_VERSION, "generation": manifest["generation"] + 1, "plan": last,
             "plans": plans, "jobs": jobs, "producers": producers, "external": external}
 
 
