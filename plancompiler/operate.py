@@ -1,36 +1,93 @@
-"""Operating a host from the workstation: park, unpark, retry, cancel, logs and bootstrap, as agent requests."""
+"""Operating a host from the workstation: park, unpark, retry, cancel, logs and bootstrap, through its backend."""
 from __future__ import annotations
 
 import getpass
-import socket
 import time
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-import runner as runner_package
+from plancompiler import transport
+from plancompiler.backends import backend_for
+from plancompiler.backends.protocol import who
+from plancompiler.hosts import Host
 
 
-def who() -> str:
+class OperateError(Exception):
+    """The host answered, but the operation did not happen (exit CODE, 1 unless said)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _ask(host: Host, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    result = backend_for(host).operate(mode, request, timeout)
+    if "error" in result:
+        raise OperateError(f"{host.describe()}: {result['error']}")
+    return result
+
+
+def job_file(job: str) -> str:
+    return job if job.endswith(".job") else f"{job}.job"
+
+
+def park(host: Host, reason: str, now: bool) -> str:
+    parked = {"since": time.strftime("%Y-%m-%d %H:%M:%S"), "reason": reason, "by": who()}
+    _ask(host, "park", {"parked": parked, "requeue_running": now})
+    return f"parked {host.describe()}" + (f": {reason}" if reason else "")
+
+
+def unpark(host: Host) -> str:
+    result = _ask(host, "park", {"parked": None})
+    return f"unparked {host.describe()}" if result.get("unparked") else f"{host.describe()} was not parked"
+
+
+def _control(host: Host, action: str, job: str, wait: float) -> dict[str, Any]:
+    result = _ask(host, "control", {"action": action, "job": job_file(job), "by": who(), "wait_s": wait}, wait + 30)
+    if not result.get("taken"):
+        raise OperateError(f"the request is queued on {host.name}, but no runner took it within {wait:g}s: "
+                           "is the runner running?")
+    return result
+
+
+def retry(host: Host, job: str, wait: float) -> str:
+    """Move JOB from failed/ back to queue/ with its attempts reset (the runner does it)."""
+    result = _control(host, "retry", job, wait)
+    if result.get("before") != "failed":
+        raise OperateError(f"{job} was not in failed/ (it is {result.get('before') or 'nowhere'}): nothing retried")
+    return f"{job}: failed -> {result.get('after')}"
+
+
+def cancel(host: Host, job: str, wait: float) -> str:
+    result = _control(host, "cancel", job, wait)
+    before = result.get("before")
+    if before not in ("queue", "running"):
+        raise OperateError(f"{job} is neither queued nor running (it is {before or 'nowhere'}): nothing cancelled")
+    return f"{job}: {before} -> {result.get('after') or 'removed'}"
+
+
+def logs(host: Host, job: str, lines: int, follow: bool, interval: float, echo: Callable[[str], None]) -> str | None:
+    """Print JOB's log tail with ECHO, and with FOLLOW what it adds until the job ends; the job's last state."""
+    name = job_file(job)
+    answer = _ask(host, "logs", {"job": name, "lines": lines})
+    if not answer.get("exists") and not answer.get("state"):
+        raise OperateError(f"no job {name} and no log for it on {host.name}")
+    echo(answer.get("text", ""))
+    offset = answer.get("offset", 0)
     try:
-        return f"{getpass.getuser()}@{socket.gethostname()}"
-    except (OSError, KeyError):
-        return "plan"
+        while follow and answer.get("state") in ("running", "queue"):
+            time.sleep(interval)
+            answer = _ask(host, "logs", {"job": name, "offset": offset})
+            echo(answer.get("text", ""))
+            offset = answer.get("offset", offset)
+    except KeyboardInterrupt:
+        pass
+    state = answer.get("state")
+    return state if isinstance(state, str) else None
 
 
-def park_request(reason: str, now: bool) -> dict[str, Any]:
-    return {"parked": {"since": time.strftime("%Y-%m-%d %H:%M:%S"), "reason": reason, "by": who()},
-            "requeue_running": now}
-
-
-def control_request(action: str, job: str) -> dict[str, Any]:
-    name = job if job.endswith(".job") else f"{job}.job"
-    return {"action": action, "job": name, "by": who()}
-
-
-def runner_files() -> dict[str, str]:
-    """The runner package, file by file: it is standard library only, so a copy is all a host needs."""
-    base = Path(runner_package.__file__).resolve().parent
-    return {f"runner/{p.name}": p.read_text() for p in sorted(base.glob("*.py"))}
+UNIT_NAME = "plan-runner.service"
 
 
 def unit_for(root: str, python: str, user_unit: bool, user: str | None) -> str:
@@ -38,6 +95,40 @@ def unit_for(root: str, python: str, user_unit: bool, user: str | None) -> str:
 
     return unit_text(root, python, f"{root.rstrip('/')}/.plan-runner", None if user_unit else user,
                      wanted_by="default.target" if user_unit else "multi-user.target")
+
+
+@dataclass(frozen=True)
+class BootstrapPlan:
+    files: dict[str, str]
+    unit: str
+    lines: list[str]
+
+
+def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str) -> BootstrapPlan:
+    files = transport.runner_sources()
+    user = run_as or (None if user_unit else (host.ssh.split("@")[0] if host.ssh and "@" in host.ssh
+                                              else getpass.getuser()))
+    unit = unit_for(host.root, python, user_unit, user)
+    return BootstrapPlan(files, unit, [
+        f"bootstrap {host.describe()}:", f"  copy the runner ({len(files)} files) to {host.root}/.plan-runner/runner/",
+        f"  write the {'user' if user_unit else 'system'} unit {UNIT_NAME}; enable and start it"])
+
+
+def bootstrap(host: Host, plan: BootstrapPlan, user_unit: bool, python: str, wait: float) -> list[str]:
+    """Install the runner and its unit; the lines to print. OperateError when the unit started but never ticked."""
+    result = _ask(host, "bootstrap", {"files": plan.files, "content_hash": transport.runner_zip()[0],
+                                      "unit": plan.unit, "unit_name": UNIT_NAME, "user_unit": user_unit,
+                                      "python": python, "wait_s": wait, "create": True}, wait + 60)
+    lines = [f"  wrote {len(result.get('written', []))} files, {len(result.get('unchanged', []))} unchanged"]
+    if result.get("unit_error"):
+        lines.append(f"  could not write {result.get('unit_path')}: {result['unit_error']}")
+    lines += [f"  {command}" for command in result.get("commands", [])]
+    if result.get("systemd") and not result.get("heartbeat"):
+        raise OperateError("\n".join(lines) + f"\nplan: the unit was started but no heartbeat came within "
+                           f"{wait:g}s: journalctl -u {UNIT_NAME}")
+    if result.get("heartbeat"):
+        lines.append("  runner is ticking")
+    return lines
 
 
 def pre_push_hook(python: str, globs: str) -> str:

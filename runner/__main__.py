@@ -1,4 +1,4 @@
-"""`python3 -m runner run|status|unit`: the runner's command line (the only module that imports argparse)."""
+"""`python3 -m runner run|status|unit|agent`: the runner's command line (the only module that imports argparse)."""
 from __future__ import annotations
 
 import argparse
@@ -108,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     unit.add_argument("--user", default=os.environ.get("USER", "root"), help="User= of the unit (default $USER)")
     unit.add_argument("--python", default="/usr/bin/python3", help="interpreter (default /usr/bin/python3)")
     unit.add_argument("--tick", default="10", help="--tick passed to the runner (default 10)")
+
+    agent = sub.add_parser("agent", help="answer one `plan` request on ROOT (JSON on stdin and stdout)",
+                           description="The host side of `plan push/status/watch/park/logs/...`: MODE is the "
+                           "request (probe, install, status, ...; `session` reads one JSON request per line).")
+    agent.add_argument("mode", metavar="MODE")
+    agent.add_argument("root", metavar="ROOT")
     return parser
 
 
@@ -169,6 +175,10 @@ def _cgroup(value: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "agent":
+        from runner.agent import main as agent_main
+
+        return agent_main([args.mode, args.root])
     if args.command == "run":
         from runner.core import Runner
 

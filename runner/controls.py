@@ -12,6 +12,34 @@ from runner.queue import read_regular, timestamp
 from runner.state import Problem, check_park, check_request
 from runner.vocab import Event
 
+# A control request is the file control/<action>-<target>, JSON {"by": ...} inside. The actions are a
+# closed set with no '-' of their own, so the first '-' ends the action even when the job name has more.
+CONTROL_ACTIONS = ("reset", "retry", "cancel", "requeue")
+REQUEUE_RUNNING = "running"  # the target of `requeue`: every running job (park --now)
+PARK_FILE = "parked.json"
+
+
+def request_name(action: str, target: str) -> str:
+    """The control/ file name of ACTION on TARGET (a job file name, or `running` for requeue)."""
+    if action not in CONTROL_ACTIONS:
+        raise ValueError(f"unknown control action {action!r}")
+    if not target or "/" in target or target.startswith("."):
+        raise ValueError(f"bad control target {target!r}")
+    return f"{action}-{target}"
+
+
+def parse_request_name(name: str) -> tuple[str, str] | None:
+    """(action, target) of a control/ file name; None for anything that is not a request."""
+    action, sep, target = name.partition("-")
+    if not sep or action not in CONTROL_ACTIONS or not target or name.startswith("."):
+        return None
+    return action, target
+
+
+def park_record(reason: str, by: str, since: str) -> dict[str, str]:
+    """The parked.json object `plan park` writes and `_parked` reads."""
+    return {"since": since, "reason": reason, "by": by}
+
 
 class Controls(RunnerBase):
     """Mixed into Runner: control/ requests and the park file."""
@@ -26,7 +54,8 @@ class Controls(RunnerBase):
         except FileNotFoundError:
             names = []
         for name in names:
-            action, _, job = name.partition("-")  # <action>-<job file name>, JSON inside
+            parsed = parse_request_name(name)  # <action>-<target>, JSON inside
+            action, job = parsed if parsed else (name.partition("-")[0], name.partition("-")[2])
             path = control / name
             if not os.path.lexists(path):
                 continue  # gone already
@@ -115,9 +144,9 @@ class Controls(RunnerBase):
             self.queue.emit(now, run.filename, "recovered", why=f"parked --now by {by}")
 
     def _parked(self, now: float) -> str:
-        park = self.queue.root / "parked.json"
+        park = self.queue.root / PARK_FILE
         if not os.path.lexists(park):
-            self._report_corrupt(now, "parked.json", [])
+            self._report_corrupt(now, PARK_FILE, [])
             return ""
         text = read_regular(str(park))
         if text is None:

@@ -73,10 +73,10 @@ def _bootstrap_and_start(host_args: list[str], root: Path) -> None:
     finally:
         os.killpg(proc.pid, 15)
         proc.wait()
-    from plancompiler.operate import runner_files
+    from plancompiler.transport import runner_sources
 
     again = plan("bootstrap", *host_args, "--python", sys.executable)[1]
-    assert f"wrote 1 files, {len(runner_files())} unchanged" in again  # idempotent: only the unit is rewritten
+    assert f"wrote 1 files, {len(runner_sources())} unchanged" in again  # idempotent: only the unit is rewritten
 
 
 def test_bootstrap_into_an_empty_directory(tmp_path: Path) -> None:

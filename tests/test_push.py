@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from plancompiler.backends.queue import QueueBackend
 from plancompiler.cli import app
 from plancompiler.compile import compile_plan
 from plancompiler.hosts import Host
-from plancompiler.push import apply, plan_push
+from plancompiler.push import PushOptions
+from plancompiler.push import push as push_to
 from tests.conftest import RunnerProcess, wait_for, write_job
 from tests.sshd import Sshd
 
@@ -197,9 +199,7 @@ def test_runner_ticking_during_50_pushes_never_sees_a_partial_job(tmp_path: Path
     runner = RunnerProcess(root).start("--tick", "0.1")
     try:
         for _ in range(50):
-            probe = host.call("probe", {"allow_missing": True})
-            result = plan_push(compiled, host, probe)
-            apply(result, host)
+            push_to(compiled, host, PushOptions(), lambda diff: None)
         wait_for(lambda: len(os.listdir(root / "done")) == 200, 60)
     finally:
         runner.stop()
@@ -216,9 +216,11 @@ def test_a_changed_job_the_runner_started_meanwhile_is_not_queued_again(tmp_path
     plan = make_plan(tmp_path, {"a": "echo two"})
     compiled = compile_plan(plan)
     host = Host(name=str(root), root=str(root))
-    diff = plan_push(compiled, host, host.call("probe", {"allow_missing": True}))
-    assert [c.mark for c in diff.changes] == ["~"]
-    os.replace(root / "queue/a.job", root / "running/a.job")  # the runner starts the old version now
-    result = apply(diff, host)
-    assert result["installed"] == [] and result["gone"] == [["queue", "a.job"]]
+    with QueueBackend(host).push_session(PushOptions()) as session:
+        diff = session.diff(compiled, PushOptions())
+        assert [c.mark for c in diff.changes] == ["~"]
+        os.replace(root / "queue/a.job", root / "running/a.job")  # the runner starts the old version now
+        outcome = session.apply(diff)
+    assert outcome.notes == ["note: queue/a.job had already moved (the runner took it) when the push came to "
+                             "change it", "pushed: 0 installed, 0 removed"]
     assert not (root / "queue/a.job").exists()

@@ -1,0 +1,129 @@
+"""What push, status, report and the operate commands need from a host, whatever runs its jobs."""
+from __future__ import annotations
+
+import getpass
+import socket
+from collections import Counter
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from plancompiler.compile import Compiled
+from plancompiler.hosts import Host
+
+# What a push does to each job: new, changed, unchanged, retired, held (failed), retried,
+# running (left alone), running but changed (reported, left alone), done (left alone).
+MARKS = {"+": "new", "~": "changed", "=": "unchanged", "-": "retired", "!": "held", "r": "retried",
+         ">": "running", ">~": "running, changed", "d": "done"}
+ORDER = ["+", "~", "r", "-", "!", ">~", ">", "=", "d"]
+
+
+def who() -> str:
+    """user@host of this workstation: recorded with pushes, parks and control requests."""
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except (OSError, KeyError):
+        return "plan"
+
+
+class Refused(Exception):
+    """The host will not take this push now (another push holds its lock, or the queue changed): exit 1."""
+
+
+@dataclass(frozen=True)
+class Change:
+    mark: str
+    job: str
+    state: str | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    dry_run: bool = False
+    retry_failed: bool = False
+    prune: bool = True
+    verify_external: bool = True
+    take_over: bool = False
+    lock_wait_s: float = 60.0
+    dead_s: float = 300.0  # a heartbeat older than this is a dead runner (as `plan watch --dead`)
+    expect_runner: bool = True  # False for `plan run`, which starts one itself
+
+
+@dataclass
+class PushPlan:
+    host: str
+    plan: str
+    changes: list[Change]
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    request: dict[str, Any] = field(default_factory=dict)
+    host_state: dict[str, Any] = field(default_factory=dict)
+
+    def counts(self) -> Counter[str]:
+        return Counter(c.mark for c in self.changes)
+
+    def has_work(self) -> bool:
+        return bool(self.request.get("files") or self.request.get("remove") or self.request.get("resets")
+                    or self.request.get("record") is not None or self.request.get("submit"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "plan": self.plan, "changes": [asdict(c) for c in self.changes],
+                "counts": dict(self.counts()), "warnings": self.warnings, "errors": self.errors,
+                "host_state": self.host_state}
+
+    def text(self) -> str:
+        lines = [f"push {self.plan} -> {self.host}"]
+        for mark in ORDER:
+            for change in (c for c in self.changes if c.mark == mark):
+                if mark in ("=", "d") and not change.note:
+                    continue
+                note = f"  ({change.note})" if change.note else ""
+                lines.append(f"  {mark:<2} {change.job}{note}")
+        counts = self.counts()
+        lines.append("  " + ", ".join(f"{counts[m]} {MARKS[m]}" for m in ORDER if counts[m]))
+        lines += [f"warning: {w}" for w in self.warnings]
+        lines += [f"error: {e}" for e in self.errors]
+        return "\n".join(lines)
+
+
+@dataclass
+class PushOutcome:
+    diff: PushPlan
+    applied: bool = False
+    notes: list[str] = field(default_factory=list)  # what happened, a line each, for stderr
+    results: list[str] = field(default_factory=list)  # what was done, a line each, for stdout
+
+
+@dataclass(frozen=True)
+class ReportSource:
+    """The events a report is built from (JSON lines, runner vocabulary), and notes on where they came from."""
+
+    text: str
+    notes: tuple[str, ...] = ()
+
+
+class PushSession(Protocol):
+    """One push in progress: the host is held (where it can be) from diff to apply."""
+
+    def diff(self, compiled: Compiled, options: PushOptions) -> PushPlan: ...
+
+    def apply(self, diff: PushPlan) -> PushOutcome: ...
+
+
+class Backend(Protocol):
+    host: Host
+
+    def push_session(self, options: PushOptions) -> AbstractContextManager[PushSession]:
+        """Probe to install under the host's push lock (not taken for a dry run)."""
+        ...
+
+    def status(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """The status answer: status.json's shape, an events window from request's offset, counts."""
+        ...
+
+    def report_source(self, since: str | None) -> ReportSource: ...
+
+    def operate(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """park, control (retry, cancel), logs, bootstrap: one request to the host's agent."""
+        ...

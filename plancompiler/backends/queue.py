@@ -1,0 +1,231 @@
+"""A host whose queue directory a stdlib runner serves: the diff rules, plan ownership, and the runner's health."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from plancompiler.backends.protocol import Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
+from plancompiler.compile import Compiled, manifest
+from plancompiler.hosts import Host
+from plancompiler.transport import Session
+from runner import FORMAT_VERSION
+from runner.durations import format_duration
+
+CHANGED = "the queue changed since this push looked at it; run it again"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_record(compiled: Compiled) -> dict[str, Any]:
+    """This plan's entry in manifest.json: its graph, each job's content hash, the plan's hash, who pushed."""
+    graph = manifest(compiled)
+    texts = {job.filename: job.text for job in compiled.jobs}
+    jobs = {name: {**spec, "sha": _sha(texts[name])} for name, spec in graph["jobs"].items()}
+    digest = _sha("\0".join(texts[n] for n in sorted(texts)))[:12]
+    return {"plan": compiled.name, "hash": digest, "by": who(), "jobs": jobs, "producers": graph["producers"],
+            "external": graph["external"]}
+
+
+def busy_message(host: Host, holder: dict[str, Any]) -> str:
+    return (f"another push to {host.name} is in progress (pid {holder.get('pid', '?')}, "
+            f"{holder.get('user', '?')}, since {holder.get('since', '?')}); try again when it is done")
+
+
+def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> PushPlan:
+    """What installing COMPILED would do to the queue PROBE describes, and what refuses it."""
+    files: dict[str, dict[str, dict[str, Any]]] = probe.get("files", {})
+    plan_name = compiled.name
+    where: dict[str, tuple[str, dict[str, Any]]] = {}
+    for state_dir in ("failed", "done", "queue", "running"):  # later states win: running is what matters
+        for name, info in files.get(state_dir, {}).items():
+            where[name] = (state_dir, info)
+    recorded: dict[str, str] = probe.get("owners", {})
+
+    def owner(name: str) -> str | None:
+        """The plan that owns NAME: manifest.json's record, else the PLAN= header the runner reads."""
+        if name in recorded:
+            return recorded[name]
+        header = where[name][1].get("plan") if name in where else None
+        return header.split("@", 1)[0] if header else None
+
+    changes: list[Change] = []
+    errors: list[str] = []
+    request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
+    ours = {job.filename for job in compiled.jobs}
+    for job in compiled.jobs:
+        name, sha = job.filename, _sha(job.text)
+        state, info = where.get(name, (None, {}))
+        held_by = owner(name) if (state or name in recorded) else None
+        taken = ""
+        if held_by != plan_name and (state is not None or held_by is not None):
+            if state is not None and not options.take_over:
+                errors.append(_foreign(name, state, held_by, plan_name, probe))
+                continue
+            taken = f"taken over from {'plan ' + held_by if held_by else 'a hand-written job'}; attempts reset"
+            request["take_over"].append(name)
+            request["resets"].append(name)
+        same = info.get("sha") == sha
+        note = taken
+        if state is None:
+            changes.append(Change("+", name, None, note))
+            request["files"][name] = job.text
+        elif state == "running":
+            changes.append(Change(">" if same else ">~", name, state, "; ".join(filter(None, [
+                taken, "" if same else "running an older version; the new one is not sent"]))))
+        elif state == "queue":
+            changes.append(Change("=" if same else "~", name, state, note))
+            if not same:
+                request["files"][name] = job.text
+                request["replace"].append(name)
+        elif state == "done" and same and not taken:
+            changes.append(Change("d", name, state))
+        elif state == "done":
+            changes.append(Change("~", name, state, note or "done before; content changed, queued again"))
+            request["remove"].append(["done", name])
+            request["files"][name] = job.text
+        elif options.retry_failed or taken:
+            changes.append(Change("r", name, state, note or "attempts reset"))
+            request["remove"].append(["failed", name])
+            if name not in request["resets"]:
+                request["resets"].append(name)
+            request["files"][name] = job.text
+        else:
+            changes.append(Change("!", name, state, "failed; not re-queued without --retry-failed"))
+    for name in sorted(files.get("queue", {})):
+        if name in ours or owner(name) != plan_name:
+            continue  # hand-written jobs and other plans' jobs are never pruned
+        if options.prune:
+            changes.append(Change("-", name, "queue", "no longer in the plan"))
+            request["remove"].append(["queue", name])
+        else:
+            changes.append(Change("=", name, "queue", "no longer in the plan; kept (--no-prune)"))
+    record = plan_record(compiled)
+    before = probe.get("plans", {}).get(plan_name) or {}
+    owned_before = {n for n, p in recorded.items() if p == plan_name}
+    changed_record = before.get("hash") != record["hash"] or owned_before != ours or request["take_over"]
+    request["record"] = record if changed_record else None
+    request["generation"] = probe.get("generation", 0)
+    result = PushPlan(host.describe(), plan_name, changes, errors=errors, request=request)
+    if options.verify_external and probe.get("external_missing"):
+        for path in probe["external_missing"]:
+            result.errors.append(f"external path {path} does not exist on {host.name} "
+                                 "(jobs that require it would wait forever; --no-verify-external to push anyway)")
+    health(result, host, probe, options)
+    return result
+
+
+def _foreign(name: str, state: str, held_by: str | None, plan_name: str, probe: dict[str, Any]) -> str:
+    if held_by is None:
+        return (f"{name} in {state}/ is a hand-written job (no PLAN= header): plan {plan_name} will not replace it; "
+                "rename the job, remove the file, or push with --take-over")
+    pushed = probe.get("plans", {}).get(held_by) or {}
+    by = f", pushed by {pushed['by']} at {pushed['pushed_at']}" if pushed.get("by") and pushed.get("pushed_at") else ""
+    return (f"{name} in {state}/ belongs to plan {held_by}{by}: plan {plan_name} will not replace it; "
+            f"push with --take-over to move it to {plan_name}")
+
+
+def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOptions) -> None:
+    """Warnings (and `host_state` for --json) about the runner that will run what is pushed."""
+    status: dict[str, Any] = probe["status"] if isinstance(probe.get("status"), dict) else {}
+    runner: dict[str, Any] = status["runner"] if isinstance(status.get("runner"), dict) else {}
+    now = float(probe.get("now") or 0)
+    beat = runner.get("heartbeat")
+    age = now - beat if isinstance(beat, (int, float)) else None
+    lifecycle: dict[str, Any] = probe.get("lifecycle") or {}
+    parked: dict[str, Any] | None = probe["parked"] if isinstance(probe.get("parked"), dict) else None
+    version = runner.get("format_version")
+    queued = len(probe.get("files", {}).get("queue", {})) + len(result.request.get("files", {}))
+    if not status:
+        state, why = "never-started", (f"no runner has ever ticked there (no status.json under {host.root}): "
+                                      f"start one with `python3 -m runner run --root {host.root}` or "
+                                      f"`plan bootstrap {host.name}`")
+    elif lifecycle.get("event") == "runner-stop":
+        state, why = "stopped", (f"its runner stopped at {lifecycle.get('ts', '?')} (runner-stop) and has not "
+                                 "started since")
+    elif age is not None and age > options.dead_s:
+        state, why = "dead", f"no runner has ticked there for {format_duration(age)}"
+    elif not probe.get("runner_alive", True):
+        state, why = "dead", f"its runner (pid {runner.get('pid')}) is not running"
+    else:
+        state, why = "running", ""
+    result.host_state = {"runner": state, "heartbeat_age_s": age, "pid": runner.get("pid"),
+                         "format_version": version, "parked": parked}
+    if why and options.expect_runner:
+        result.warnings.append(f"{queued} jobs queued on {host.name}, but {why}")
+    if parked:
+        result.warnings.append(f"{host.name} is parked since {parked.get('since', '?')} by {parked.get('by', '?')}"
+                               f"{': ' + parked['reason'] if parked.get('reason') else ''}; no job starts until "
+                               f"`plan unpark {host.name}`")
+    if isinstance(version, int) and version < FORMAT_VERSION:
+        result.errors.append(f"the runner on {host.name} reads job-file format {version}, this plan needs "
+                             f"{FORMAT_VERSION}: update it with `plan bootstrap {host.name}`")
+    elif isinstance(version, int) and version > FORMAT_VERSION:
+        result.warnings.append(f"the runner on {host.name} reads job-file format {version}, newer than this "
+                               f"plan's {FORMAT_VERSION}: update plancompiler here")
+
+
+class QueuePushSession:
+    """Probe and install through one agent process, which holds ROOT/.push.lock from probe to install."""
+
+    def __init__(self, host: Host, session: Session) -> None:
+        self.host = host
+        self.session = session
+
+    def diff(self, compiled: Compiled, options: PushOptions) -> PushPlan:
+        external = list(compiled.graph.external) if options.verify_external and compiled.graph else []
+        probe = self.session.ask("probe", {**self.host.context(), "external": external, "allow_missing": True})
+        if "error" in probe:
+            raise Refused(f"{self.host.describe()}: {probe['error']}")
+        return diff(compiled, self.host, probe, options)
+
+    def apply(self, plan: PushPlan) -> PushOutcome:
+        result = self.session.ask("install", {**self.host.context(), **plan.request, "create": True,
+                                              "by": who()})
+        if result.get("busy"):
+            raise Refused(busy_message(self.host, result.get("holder") or {}))
+        if result.get("changed"):
+            raise Refused(CHANGED)
+        if "error" in result:
+            raise Refused(f"{self.host.describe()}: {result['error']}")
+        notes = [f"note: {state}/{name} had already moved (the runner took it) when the push came to change it"
+                 for state, name in result.get("gone", [])]
+        notes.append(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed")
+        return PushOutcome(plan, True, notes)
+
+
+class QueueBackend:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    @contextmanager
+    def push_session(self, options: PushOptions) -> Iterator[QueuePushSession]:
+        session = self.host.session()
+        try:
+            if not options.dry_run:
+                got = session.ask("lock", {**self.host.context(), "wait_s": options.lock_wait_s, "by": who(),
+                                           "create": True}, options.lock_wait_s + self.host.timeout)
+                if got.get("busy"):
+                    raise Refused(busy_message(self.host, got.get("holder") or {}))
+                if "error" in got:
+                    raise Refused(f"{self.host.describe()}: {got['error']}")
+            yield QueuePushSession(self.host, session)
+        finally:
+            session.close()
+
+    def status(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        return self.host.call("status", request, timeout)
+
+    def report_source(self, since: str | None) -> ReportSource:
+        import json
+
+        answer = self.host.call("status", {"offset": 0, "max_bytes": 1 << 30}, 300)
+        if "error" in answer:
+            raise Refused(f"{self.host.describe()}: {answer['error']}")
+        return ReportSource("\n".join(json.dumps(e) for e in answer.get("events", [])))
+
+    def operate(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        return self.host.call(mode, request, timeout)

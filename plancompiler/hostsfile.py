@@ -1,0 +1,132 @@
+"""The hosts file as a strict model: every key known, per backend, every mistake located with a suggestion."""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+
+from plancompiler.diagnostics import PlanError
+from plancompiler.load import Source, load_yaml
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostEntry(_Strict):
+    """A host whose queue a stdlib runner serves (the default backend)."""
+
+    backend: Literal["queue"] = "queue"
+    root: str = Field(description="the queue root on the host")
+    ssh: str | None = Field(None, description="ssh destination (an alias from ~/.ssh/config); none for a local queue")
+    ssh_options: list[str] = Field(default_factory=list, description="extra ssh arguments, as a list: [-F, cfg]")
+    connect_timeout: PositiveFloat = Field(10.0, description="seconds for ssh to connect")
+    timeout: PositiveFloat = Field(60.0, description="seconds for a whole round trip")
+    python: str = Field("python3", description="the interpreter on the host")
+
+
+class SlurmLane(_Strict):
+    """How one lane maps to Slurm resources."""
+
+    gres: str | None = None
+    licenses: list[str] = Field(default_factory=list)
+    partition: str | None = None
+    account: str | None = None
+    extra: list[str] = Field(default_factory=list, description="more sbatch options, as a list")
+
+
+DEFAULT_SLURM_LANES = {"gpu": SlurmLane(gres="gpu:1"), "net": SlurmLane(licenses=["net:1"]), "cpu": SlurmLane()}
+
+
+class SlurmHostEntry(HostEntry):
+    """A Slurm cluster, submitting on its login node (or locally)."""
+
+    backend: Literal["slurm"] = "slurm"  # type: ignore[assignment]
+    slurm_conf: str | None = Field(None, description="SLURM_CONF for the client commands")
+    partition: str | None = None
+    account: str | None = None
+    lanes: dict[str, SlurmLane] = Field(default_factory=dict, description="lane -> gres, licenses, partition, ...")
+    exclusive: list[str] = Field(default_factory=lambda: ["net", "gpu"], description="lanes that share a license")
+    exclusive_license: str | None = Field("netgpu:1", description="the license the exclusive lanes share")
+
+
+BACKENDS: dict[str, type[HostEntry]] = {"queue": HostEntry, "slurm": SlurmHostEntry}
+
+
+def _model_for(entry: dict[str, Any]) -> type[HostEntry] | str:
+    backend = entry.get("backend", "queue")
+    if backend in BACKENDS:
+        return BACKENDS[backend]
+    hint = difflib.get_close_matches(str(backend), BACKENDS, n=1)
+    return f"unknown backend {backend!r}" + (f"; did you mean {hint[0]!r}?" if hint else "") + \
+        f" (known: {', '.join(BACKENDS)})"
+
+
+def _fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed at LOC inside MODEL (for did-you-mean)."""
+    if loc and loc[0] == "lanes":
+        return list(SlurmLane.model_fields) if len(loc) == 2 else []
+    return list(model.model_fields)
+
+
+def _located(path: str, source: Source, loc: tuple[Any, ...], message: str, key: bool = False) -> str:
+    line, col = source.key(loc) if key else source.where(loc)
+    return f"{path}:{line}:{col}: error[H001]: {message}"
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def load_hosts(path: Path) -> dict[str, HostEntry]:
+    """Every host of the file at PATH, validated; PlanError (exit 2) listing every mistake with its line."""
+    display = str(path)
+    data, source, problems = load_yaml(path, display)
+    if problems:
+        raise PlanError("\n".join(d.text() for d in problems))
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
+        raise PlanError(f"{display}:1:1: error[H001]: a hosts file is a mapping `hosts:` of name -> host")
+    errors: list[str] = []
+    if "hosts" not in data:
+        raise PlanError(f"{display}:1:1: error[H001]: no `hosts:` mapping in this file")
+    for key in data:
+        if key != "hosts":
+            hint = " ; did you mean 'hosts'?" if difflib.get_close_matches(str(key), ["hosts"], n=1) else ""
+            errors.append(_located(display, source, (key,), f"unknown top-level key {key!r}{hint}", key=True))
+    hosts: dict[str, HostEntry] = {}
+    for name, entry in (data.get("hosts") or {}).items():
+        base = ("hosts", name)
+        if not isinstance(entry, dict):
+            errors.append(_located(display, source, base, f"host {name!r} must be a mapping with at least `root:`"))
+            continue
+        model = _model_for(entry)
+        if isinstance(model, str):
+            errors.append(_located(display, source, (*base, "backend"), f"hosts.{name}.backend: {model}"))
+            continue
+        try:
+            hosts[str(name)] = model.model_validate(entry)
+        except ValidationError as exc:
+            errors += [_error(display, source, base, model, err) for err in exc.errors()]
+    if errors:
+        raise PlanError("\n".join(errors))
+    return hosts
+
+
+def _error(display: str, source: Source, base: tuple[Any, ...], model: type[HostEntry], err: Any) -> str:
+    loc = tuple(err["loc"])
+    where = _dotted(base + loc[:-1]) if loc else _dotted(base)
+    if err["type"] == "extra_forbidden":
+        bad = str(loc[-1])
+        hint = difflib.get_close_matches(bad, _fields(model, loc[:-1]), n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        return _located(display, source, base + loc, f"unknown key {bad!r} in {where}{suggestion}", key=True)
+    if err["type"] == "missing":
+        return _located(display, source, base + loc[:-1], f"{where}: missing required key {loc[-1]!r}")
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "list_type":
+        message += " (write a YAML list, e.g. [-F, ~/.ssh/config.d/box])"
+    return _located(display, source, base + loc, f"{_dotted(base + loc)}: {message}")

@@ -1,0 +1,278 @@
+"""One bounded call to `python3 -m runner agent` on a host, locally or over ssh, classified by how it ended.
+
+A remote host runs the runner package this workstation has: a zipapp built in memory, cached on the host
+by its content hash (ROOT/.plan-runner/runner-HASH.pyz; ~/.cache/plan-runner/ while ROOT does not exist yet),
+so an unchanged runner costs no bytes; or the copy `plan bootstrap` installed there when its hash is the same.
+"Could not reach" (Unreachable, exit 3) and "the command there failed" (RemoteFailed) are different outcomes;
+a queue the agent could not read is an answer.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import os
+import selectors
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import runner as runner_package
+from plancompiler.tools import run_command
+
+SSH_UNREACHABLE = 255
+RUNNER_MISSING = 97  # the loader's exit when this runner's hash is not cached on the host
+
+# Run on the host as `python3 -c LOADER HASH MODE ROOT` (or HASH --upload ROOT with the zip on stdin).
+# It only finds or stores the runner package; everything else is the package's own `runner.agent`.
+LOADER = r"""
+import hashlib, os, sys
+h, mode, root = sys.argv[1:4]
+root = os.path.expanduser(root)
+cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plan-runner")
+bases = [os.path.join(root, ".plan-runner")] if os.path.isdir(root) else [cache]
+if mode == "--upload":
+    data = sys.stdin.buffer.read()
+    if hashlib.sha256(data).hexdigest()[:32] != h:
+        sys.exit("plan: the runner package arrived damaged")
+    for base in bases:
+        try:
+            os.makedirs(base, exist_ok=True)
+            tmp = os.path.join(base, ".runner-%s.%d.tmp" % (h, os.getpid()))
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, os.path.join(base, "runner-%s.pyz" % h))
+            sys.exit(0)
+        except OSError as exc:
+            error = exc
+    sys.exit("plan: cannot store the runner package: %s" % error)
+for base in bases:
+    if os.path.isfile(os.path.join(base, "runner-%s.pyz" % h)):
+        sys.path.insert(0, os.path.join(base, "runner-%s.pyz" % h))
+        break
+    try:
+        with open(os.path.join(base, "runner.hash")) as found:
+            if found.read().strip() == h:
+                sys.path.insert(0, base)
+                break
+    except OSError:
+        pass
+else:
+    sys.exit(97)
+from runner.agent import main
+sys.exit(main([mode, root]))
+"""
+
+
+class Unreachable(Exception):
+    """The host could not be reached (ssh exit 255, the overall timeout, its cluster not answering): exit 3."""
+
+
+class RemoteFailed(Exception):
+    """The host was reached but the command there failed."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a queue root is and how to reach it; `label` names it in messages."""
+
+    label: str
+    root: str
+    ssh: str | None = None
+    ssh_options: tuple[str, ...] = ()
+    connect_timeout: float = 10.0
+    timeout: float = 60.0
+    python: str = "python3"
+
+
+def runner_sources() -> dict[str, str]:
+    """The runner package, file by file: it is standard library only, so a copy is all a host needs."""
+    base = Path(runner_package.__file__).resolve().parent
+    return {f"runner/{p.name}": p.read_text() for p in sorted(base.glob("*.py"))}
+
+
+@functools.lru_cache(maxsize=1)
+def runner_zip() -> tuple[str, bytes]:
+    """(content hash, zipapp bytes) of the runner package; byte-identical for identical sources."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        files = {**runner_sources(), "__main__.py": "import sys\nfrom runner.__main__ import main\nsys.exit(main())\n"}
+        for name, text in sorted(files.items()):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, text)
+    data = buffer.getvalue()
+    return hashlib.sha256(data).hexdigest()[:32], data
+
+
+def _ssh(endpoint: Endpoint, *remote: str) -> list[str]:
+    assert endpoint.ssh is not None
+    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(endpoint.connect_timeout)}",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2", *endpoint.ssh_options, endpoint.ssh,
+            " ".join(shlex.quote(a) for a in remote)]
+
+
+def agent_argv(endpoint: Endpoint, mode: str) -> tuple[list[str], dict[str, str] | None]:
+    """The command that runs the agent in MODE on ENDPOINT's root, and its environment (None: inherited)."""
+    if endpoint.ssh is None:
+        parent = str(Path(runner_package.__file__).resolve().parent.parent)
+        env = {**os.environ, "PYTHONPATH": parent + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        return [sys.executable, "-m", "runner", "agent", mode, endpoint.root], env
+    digest, _ = runner_zip()
+    return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, mode, endpoint.root), None
+
+
+def upload(endpoint: Endpoint, timeout: float | None = None) -> None:
+    """Store this runner package on the host (once per content hash)."""
+    digest, data = runner_zip()
+    argv = _ssh(endpoint, endpoint.python, "-c", LOADER, digest, "--upload", endpoint.root)
+    _check(endpoint, *_timed(argv, timeout or endpoint.timeout, data, None))
+
+
+def _timed(argv: list[str], limit: float, stdin: str | bytes | None,
+           env: dict[str, str] | None) -> tuple[int, str, str, float, float]:
+    started = time.monotonic()
+    rc, out, err = run_command(argv, timeout=limit, stdin=stdin, env=env)
+    return rc, out, err, time.monotonic() - started, limit
+
+
+def _check(endpoint: Endpoint, rc: int, out: str, err: str, took: float, limit: float) -> None:
+    if rc == 124 and took >= limit - 0.5:
+        raise Unreachable(f"{endpoint.label}: no answer within {limit:g}s")
+    if endpoint.ssh is not None and rc == SSH_UNREACHABLE:
+        last = err.strip().splitlines()[-1] if err.strip() else "exit 255"
+        raise Unreachable(f"{endpoint.label}: ssh could not connect: {last}")
+    if rc != 0:
+        raise RemoteFailed(f"{endpoint.label}: the command on the host failed (exit {rc}): {err.strip()[-400:]}")
+
+
+def _decode(endpoint: Endpoint, out: str) -> dict[str, Any]:
+    try:
+        result = json.loads(out)
+    except ValueError as exc:
+        raise RemoteFailed(f"{endpoint.label}: the host's answer is not JSON: {out[:200]!r}") from exc
+    if not isinstance(result, dict):
+        raise RemoteFailed(f"{endpoint.label}: the host's answer is not a JSON object: {out[:200]!r}")
+    if "controller_down" in result:
+        raise Unreachable(f"{endpoint.label}: the Slurm controller did not answer: {result['controller_down']}")
+    return result
+
+
+def call(endpoint: Endpoint, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    """One round trip: the agent answers REQUEST in MODE (two more, once, if the host lacks this runner)."""
+    limit = timeout or endpoint.timeout
+    payload = json.dumps(request)
+    argv, env = agent_argv(endpoint, mode)
+    rc, out, err, took, _ = _timed(argv, limit, payload, env)
+    if rc == RUNNER_MISSING and endpoint.ssh is not None:
+        upload(endpoint, limit)
+        rc, out, err, took, _ = _timed(argv, limit, payload, env)
+    _check(endpoint, rc, out, err, took, limit)
+    return _decode(endpoint, out)
+
+
+class Session:
+    """One agent process answering requests line by line: what it locks stays locked until close()."""
+
+    def __init__(self, endpoint: Endpoint, timeout: float | None = None) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout or endpoint.timeout
+        self.answered = 0
+        self._start()
+
+    def _start(self) -> None:
+        argv, env = agent_argv(self.endpoint, "session")
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                         env=env, start_new_session=True)
+        except FileNotFoundError as exc:
+            from plancompiler.diagnostics import PlanError
+
+            raise PlanError(f"{argv[0]} not found: {exc.strerror}") from exc
+        self._buffer = b""
+        self._eof = False
+
+    def ask(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        limit = timeout or self.timeout
+        started = time.monotonic()
+        line = self._exchange(mode, request, limit)
+        if line is None and self.answered == 0 and self.endpoint.ssh and self._exit_code() == RUNNER_MISSING:
+            self.close()
+            upload(self.endpoint, limit)
+            self._start()
+            line = self._exchange(mode, request, limit)
+        if line is None:
+            rc = self._exit_code()
+            if rc is None:  # no answer in time: the host or the link hangs
+                self.proc.kill()
+                self.proc.wait()
+                rc = 124
+            self._stderr.seek(0)
+            err = self._stderr.read().decode(errors="replace")
+            _check(self.endpoint, rc, "", err, time.monotonic() - started, limit)
+            raise RemoteFailed(f"{self.endpoint.label}: the agent ended without answering: {err.strip()[-400:]}")
+        self.answered += 1
+        return _decode(self.endpoint, line.decode(errors="replace"))
+
+    def _exit_code(self) -> int | None:
+        """The agent's exit status once it has ended (its stdout closed), None while it still runs."""
+        if self._eof:
+            return self.proc.wait()
+        return self.proc.poll()
+
+    def _exchange(self, mode: str, request: dict[str, Any], limit: float) -> bytes | None:
+        """Send one request; its answer line, or None when the process ended or LIMIT passed first."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write((json.dumps({**request, "mode": mode}) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self._eof = True
+            return None
+        deadline = time.monotonic() + limit
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    return None
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    self._eof = True
+                    return None
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def close(self) -> None:
+        """End the agent (it releases its locks as its stdin ends), at worst by killing it."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self._stderr.close()

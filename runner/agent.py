@@ -1,0 +1,231 @@
+"""`python3 -m runner agent MODE ROOT`: the host side of `plan` (push, status, watch, park, logs...), JSON in and out.
+
+The workstation runs it over ssh (or locally) from the runner package it ships, so it reads and writes the
+queue only through runner.jobfile, runner.queue and runner.controls. It exits 0 whenever it ran and reports a
+queue it cannot read as {"error": ...}: "could not reach", "the remote command failed" and "the queue says X"
+never mix. MODE `session` answers one JSON request per line until stdin ends (a push holds its lock so).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runner import delivery, slurm_agent
+from runner.controls import PARK_FILE, park_record, request_name
+from runner.queue import STATES, Queue, atomic_write, read_json
+
+Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+def _read_json(path: str) -> Any:
+    try:
+        return read_json(Path(path))
+    except (OSError, ValueError):
+        return None
+
+
+def tail(path: str, limit: int) -> tuple[str, int]:
+    """The last LIMIT bytes of PATH as text, and its size."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - limit))
+            return handle.read().decode("utf-8", "replace"), size
+    except OSError:
+        return "", 0
+
+
+def read_events(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """A window of events.jsonl: from `offset` (a watcher's place; a rotated file is read from 0), or its tail."""
+    events_path = os.path.join(root, "events.jsonl")
+    offset = int(request.get("offset", -1))
+    try:
+        size = os.path.getsize(events_path)
+    except OSError:
+        size = 0
+    events: list[Any] = []
+    new_offset, rotated, head = size, False, ""
+    if size:
+        with open(events_path, "rb") as handle:
+            head = hashlib.sha256(handle.read(256)).hexdigest()[:16]
+    if offset >= 0:
+        # A file truncated or replaced since the last probe starts with other bytes: read it all.
+        if offset > size or (request.get("head") and request["head"] != head and offset > 0):
+            offset, rotated = 0, True
+        data = b""
+        if size:
+            with open(events_path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(int(request.get("max_bytes", 1 << 20)))
+        cut = data.rfind(b"\n") + 1
+        new_offset = offset + cut
+        lines = data[:cut].splitlines()
+    else:
+        limit = int(request.get("tail_bytes", 16384))
+        text, _ = tail(events_path, limit)
+        lines = [ln.encode() for ln in (text.splitlines()[1:] if len(text) >= limit else text.splitlines())]
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    return {"events": events, "offset": new_offset, "rotated": rotated, "head": head}
+
+
+def counts(root: str) -> dict[str, int]:
+    queue = Queue(Path(root))
+    return {state: len(queue.jobs(state)) for state in STATES}
+
+
+def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    st = _read_json(os.path.join(root, "status.json"))
+    logs = {}
+    for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
+        text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)
+        logs[run.get("job")] = {"tail": text, "size": log_size}
+    return {"status": st, **read_events(root, request), "logs": logs, "counts": counts(root),
+            "runner_alive": delivery.runner_alive(st), "now": time.time(),
+            "parked": _read_json(os.path.join(root, PARK_FILE))}
+
+
+def park(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    path = Path(root) / PARK_FILE
+    parked = request.get("parked")
+    if parked is None:
+        existed = path.exists()
+        if existed:
+            path.unlink()
+        return {"unparked": existed}
+    record = park_record(str(parked.get("reason", "")), str(parked.get("by", "?")),
+                         str(parked.get("since") or time.strftime("%Y-%m-%d %H:%M:%S")))
+    atomic_write(path, (json.dumps(record) + "\n").encode())
+    if request.get("requeue_running"):
+        _drop_request(root, request_name("requeue", "running"), record["by"])
+    return {"parked": record}
+
+
+def _drop_request(root: str, name: str, by: str) -> str:
+    control = os.path.join(root, "control")
+    os.makedirs(control, exist_ok=True)
+    path = os.path.join(control, name)
+    atomic_write(Path(path), json.dumps({"by": by}).encode())
+    return path
+
+
+def where(root: str, job: str) -> str | None:
+    for state in STATES:
+        if os.path.exists(os.path.join(root, state, job)):
+            return state
+    return None
+
+
+def control(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Drop a request for the runner and wait (bounded) until it has been taken."""
+    job, action = str(request["job"]), str(request["action"])
+    try:
+        name = request_name(action, job)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    before = where(root, job)
+    path = _drop_request(root, name, str(request.get("by", "?")))
+    deadline = time.time() + float(request.get("wait_s", 30))
+    while time.time() < deadline and os.path.exists(path):
+        time.sleep(0.05)
+    return {"taken": not os.path.exists(path), "before": before, "after": where(root, job)}
+
+
+def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    job = str(request["job"])
+    if "/" in job or job.startswith("."):
+        return {"error": f"bad job name {job!r}"}
+    path = str(Queue(Path(root)).log_path(job))
+    state = where(root, job)
+    offset = int(request.get("offset", -1))
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return {"state": state, "text": "", "offset": 0, "exists": False}
+    if offset < 0:
+        text, size = tail(path, int(request.get("max_bytes", 65536)))
+        lines = text.splitlines()[-int(request.get("lines", 40)):]
+        return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
+    if offset > size:
+        offset = 0
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read(int(request.get("max_bytes", 1 << 20)))
+    return {"state": state, "text": data.decode("utf-8", "replace"), "offset": offset + len(data), "exists": True}
+
+
+def slurm_status(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """squeue as a status answer, with the events window read exactly as for a queue host."""
+    view = slurm_agent.status(root, request)
+    if "controller_down" in view:
+        return view
+    return {**view, **read_events(root, request), "logs": {}, "parked": None}
+
+
+QUEUE_HANDLERS: dict[str, Handler] = {
+    "probe": delivery.probe, "lock": delivery.lock, "install": delivery.install, "status": status, "park": park,
+    "control": control, "logs": logs, "bootstrap": delivery.bootstrap,
+}
+SLURM_HANDLERS: dict[str, Handler] = {
+    "push": slurm_agent.push, "status": slurm_status, "history": slurm_agent.history, "logs": logs,
+}
+
+
+def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """One request: the backend named in it picks the handler; any failure is reported as a value."""
+    root = os.path.expanduser(root)
+    if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
+        return {"error": f"no queue at {root} (the directory does not exist)"}
+    backend = request.get("backend") or "queue"
+    handlers = SLURM_HANDLERS if backend == "slurm" else QUEUE_HANDLERS
+    handler = handlers.get(mode)
+    if handler is None:
+        return {"error": f"the {backend} backend has no {mode!r} request"}
+    try:
+        return handler(root, request)
+    except Exception as exc:  # noqa: BLE001 - reported as a value: the call reached the host
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def session(root: str) -> int:
+    """One request per stdin line, one answer per stdout line; locks taken here are released when stdin ends."""
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            sys.stdout.write(json.dumps(answer(str(request.pop("mode", "")), root, request)) + "\n")
+            sys.stdout.flush()
+    finally:
+        delivery.release_lock()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """MODE ROOT; the request is JSON on stdin (one per line for `session`)."""
+    if len(argv) != 2:
+        sys.stderr.write("usage: python3 -m runner agent MODE ROOT  (JSON request on stdin)\n")
+        return 2
+    mode, root = argv
+    if mode == "session":
+        return session(root)
+    raw = sys.stdin.read()
+    try:
+        request = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        sys.stdout.write(json.dumps({"error": f"the request is not JSON: {exc}"}))
+        return 0
+    try:
+        sys.stdout.write(json.dumps(answer(mode, root, request)))
+    finally:
+        delivery.release_lock()
+    return 0

@@ -1,0 +1,117 @@
+"""One implementation of each contract: what the plan side writes is what the host side reads, and the
+plan side's modules form no import cycle."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from plancompiler.compile import compile_plan
+from plancompiler.hosts import Host
+from runner import jobfile
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.usefixtures("plan_env")
+
+# Headers where a second parser would disagree with runner.jobfile.parse (the runner's reading wins).
+TRICKY = {
+    "blank-line.job": b"# LANE=cpu\n\n# PLAN=x@1\necho hi\n",  # the blank line ends the header: no PLAN
+    "shebang.job": b"#!/bin/bash\n# PLAN=x@1\necho hi\n",
+    "no-space.job": b"#PLAN=x@1\necho hi\n",
+    "spaced.job": b"# PLAN = x@1\necho hi\n",  # malformed: never run, so never anyone's
+    "crlf.job": b"# PLAN=x@1\r\necho hi\r\n",
+    "unknown-lane.job": b"# LANE=tpu\n# PLAN=x@1\necho hi\n",
+    "body-first.job": b"echo hi\n# PLAN=x@1\n",
+    "header-only.job": b"# LANE=cpu\n# PLAN=x@1\n",
+    "twice.job": b"# PLAN=x@1\n# PLAN=y@2\necho hi\n",
+    "hand.job": b"# LANE=gpu\n# REQUIRES=test -f /x\necho hi\n",
+}
+
+
+def header_fixtures() -> dict[str, bytes]:
+    """Every job text of the suite: the goldens, the example plans compiled, and the tricky headers above."""
+    found = {f"{i:03d}-{p.name}": p.read_bytes() for i, p in enumerate(sorted((REPO / "tests/golden").rglob("*.job")))}
+    for plan in ("demo.yaml", "a9.yaml", "a9_intakes.py"):
+        compiled = compile_plan(REPO / "plans" / plan, lint=False)
+        assert compiled.jobs, plan
+        found.update({f"{plan[:2]}-{job.filename}": job.text.encode() for job in compiled.jobs})
+    found.update(TRICKY)
+    return found
+
+
+def test_the_host_reads_every_header_fixture_as_the_runner_does(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    (root / "queue").mkdir(parents=True)
+    fixtures = header_fixtures()
+    assert len(fixtures) > 30
+    for name, data in fixtures.items():
+        (root / "queue" / name).write_bytes(data)
+    probe = Host(name="q", root=str(root)).call("probe", {})  # the agent, as a real process
+    seen = probe["files"]["queue"]
+    assert set(seen) == set(fixtures)
+    for name, data in fixtures.items():
+        parsed = jobfile.parse(name, data)
+        assert seen[name]["plan"] == (parsed.plan if isinstance(parsed, jobfile.JobFile) else None), name
+    assert seen["blank-line.job"]["plan"] is None and seen["shebang.job"]["plan"] == "x@1"
+    assert seen["no-space.job"]["plan"] == "x@1" and seen["spaced.job"]["plan"] is None
+
+
+def test_what_the_compiler_writes_as_plan_is_what_the_host_reads(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    (root / "queue").mkdir(parents=True)
+    compiled = compile_plan(REPO / "plans/a9.yaml", lint=False)
+    for job in compiled.jobs:
+        (root / "queue" / job.filename).write_text(job.text)
+    seen = Host(name="q", root=str(root)).call("probe", {})["files"]["queue"]
+    for job in compiled.jobs:
+        written = next(ln for ln in job.text.splitlines() if ln.startswith("# PLAN="))[len("# PLAN="):]
+        assert seen[job.filename]["plan"] == written and written.startswith(f"{compiled.name}@")
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The plancompiler modules PATH imports, anywhere in it (function-level imports count too)."""
+    modules = {p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+               for p in (REPO / package).rglob("*.py")}
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in modules:
+                    found.add(full)
+                elif node.module in modules:
+                    found.add(node.module)
+    return found
+
+
+def test_no_import_cycle_in_plancompiler() -> None:
+    graph = {p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__"):
+             _imports(p, "plancompiler") for p in (REPO / "plancompiler").rglob("*.py")}
+    assert "plancompiler.backends.queue" in graph and "plancompiler.push" in graph
+    path: list[str] = []
+    done: set[str] = set()
+
+    def visit(module: str) -> None:
+        if module in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+        if module in done:
+            return
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target != module:
+                visit(target)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_the_box_side_is_one_package_and_the_plan_side_keeps_no_copy_of_its_formats() -> None:
+    for path in (REPO / "plancompiler").rglob("*.py"):
+        text = path.read_text()
+        for copy in ("EXTRA_HANDLERS", "noqa: F821", '"# PLAN="', "b\"# PLAN=\"", 'partition("-")', "parked.json"):
+            assert copy not in text, f"{path.relative_to(REPO)} keeps {copy!r}"

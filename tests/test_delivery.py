@@ -1,0 +1,225 @@
+"""Delivery v2: pushes that serialize and compare-and-swap, plans that own their jobs, pushes that say what the
+host's runner is doing, and the runner package cached on the host by its hash."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from plancompiler.backends.protocol import Refused
+from plancompiler.backends.queue import CHANGED, QueueBackend
+from plancompiler.compile import Compiled, compile_plan
+from plancompiler.hosts import Host, resolve
+from plancompiler.push import PushOptions, push
+from plancompiler.transport import runner_zip
+from tests.conftest import RunnerProcess, plan_cli, write_job
+from tests.sshd import Sshd
+
+pytestmark = pytest.mark.usefixtures("plan_env")
+
+
+def make_plan(path: Path, name: str, jobs: dict[str, str]) -> Path:
+    lines = [f"plan: {name}\njobs:\n"]
+    lines += [f"  - name: {job}\n    run: {json.dumps(body)}\n" for job, body in jobs.items()]
+    path.write_text("".join(lines))
+    return path
+
+
+def as_json(out: str) -> dict:
+    """The --json document in OUT (typer's test runner mixes stderr's summary line in)."""
+    return json.loads(out[out.index("\n{") + 1:out.rindex("}") + 1])
+
+
+def queue_of(root: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((root / "queue").iterdir()) if p.name.endswith(".job")}
+
+
+def _pair_race(tmp_path: Path, host_for: callable, pairs: int) -> None:  # type: ignore[valid-type]
+    """PAIRS times: v1 and v2 of one plan pushed at the same moment; the queue must end as exactly one of them."""
+    v1 = compile_plan(make_plan(tmp_path / "v1.yaml", "p", {"a": "echo v1", "b": "echo v1", "c": "echo v1"}))
+    v2 = compile_plan(make_plan(tmp_path / "v2.yaml", "p", {"b": "echo v2", "c": "echo v2", "d": "echo v2"}))
+    assert v1.clean() and v2.clean()
+    versions = {"v1": {j.filename: j.text for j in v1.jobs}, "v2": {j.filename: j.text for j in v2.jobs}}
+    for i in range(pairs):
+        root = tmp_path / f"race-{i}"
+        host = host_for(root)
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def one(compiled: Compiled, host: Host = host, start: threading.Barrier = start,
+                errors: list[BaseException] = errors) -> None:
+            start.wait()
+            try:
+                outcome = push(compiled, host, PushOptions(), lambda diff: None)
+                assert outcome.applied or outcome.notes == ["nothing to push"], outcome.notes
+            except BaseException as exc:  # noqa: BLE001 - reported below, from the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(c,)) for c in (v1, v2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not errors, errors
+        files = queue_of(root)
+        assert files in (versions["v1"], versions["v2"]), f"pair {i}: mixed queue {sorted(files)}"
+        manifest = json.loads((root / "manifest.json").read_text())
+        assert set(manifest["jobs"]) == set(files) == set(manifest["plans"]["p"]["jobs"])
+        assert manifest["generation"] == 2  # both installed, one after the other
+        assert not [n for n in os.listdir(root) if n.startswith(".plan-stage-")]
+
+
+def test_twenty_simultaneous_push_pairs_never_mix_a_local_queue(tmp_path: Path) -> None:
+    _pair_race(tmp_path, lambda root: Host(name=str(root), root=str(root)), 20)
+
+
+def test_twenty_simultaneous_push_pairs_never_mix_a_queue_over_ssh(tmp_path: Path, sshd: Sshd) -> None:
+    hosts = sshd.hosts_file(tmp_path / "unused")
+    base = resolve("testbox", hosts)
+    _pair_race(tmp_path, lambda root: Host(**{**base.__dict__, "root": str(root)}), 20)
+
+
+def test_a_push_that_looked_at_an_older_queue_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    host = Host(name=str(root), root=str(root))
+    v1 = compile_plan(make_plan(tmp_path / "v1.yaml", "p", {"a": "echo one"}))
+    v2 = compile_plan(make_plan(tmp_path / "v2.yaml", "p", {"a": "echo two", "b": "echo two"}))
+    v3 = compile_plan(make_plan(tmp_path / "v3.yaml", "p", {"a": "echo three"}))
+    push(v1, host, PushOptions(), lambda diff: None)
+    with QueueBackend(host).push_session(PushOptions(dry_run=True)) as session:  # looks, holds no lock
+        stale = session.diff(v2, PushOptions())
+        push(v3, host, PushOptions(), lambda diff: None)  # the queue changes meanwhile
+        with pytest.raises(Refused, match=CHANGED):
+            session.apply(stale)
+    assert queue_of(root) == {"a.job": v3.jobs[0].text}
+
+
+def test_a_second_push_waits_for_the_lock_then_names_its_holder(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    plan = make_plan(tmp_path / "p.yaml", "p", {"a": "true"})
+    host = Host(name=str(root), root=str(root))
+    holder = host.session()
+    try:
+        assert holder.ask("lock", {"wait_s": 1, "by": "ann@box", "create": True}) == {"locked": True}
+        started = time.monotonic()
+        code, out = plan_cli("push", str(root), str(plan), "--lock-wait", "1")
+        assert code == 1 and time.monotonic() - started < 30
+        assert f"another push to {root} is in progress (pid {holder.proc.pid}, ann@box, since 20" in out
+        assert not (root / "queue").exists() or not os.listdir(root / "queue")
+    finally:
+        holder.close()  # its agent ends, and the lock with it
+    code, out = plan_cli("push", str(root), str(plan), "--lock-wait", "1")
+    assert code == 0 and (root / "queue/a.job").exists(), out
+
+
+def test_staging_dirs_of_other_pushes_are_left_alone_until_an_hour_old(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    fresh, old = root / ".plan-stage-4242-fresh", root / ".plan-stage-4243-old"
+    for stage in (fresh, old):
+        stage.mkdir(parents=True)
+        (stage / "x.job").write_text("echo staged\n")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    code, out = plan_cli("push", str(root), str(make_plan(tmp_path / "p.yaml", "p", {"a": "true"})))
+    assert code == 0, out
+    assert (fresh / "x.job").exists() and not old.exists()
+    assert sorted(n for n in os.listdir(root) if n.startswith(".plan-stage-")) == [fresh.name]
+
+
+def test_a_plan_may_not_take_another_plans_job_without_take_over(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    alpha = make_plan(tmp_path / "alpha.yaml", "alpha", {"10-cpu-shared": "echo alpha", "20-cpu-alpha": "true"})
+    beta = make_plan(tmp_path / "beta.yaml", "beta", {"10-cpu-shared": "echo beta"})
+    assert plan_cli("push", str(root), str(alpha))[0] == 0
+    before = queue_of(root)
+    code, out = plan_cli("push", str(root), str(beta))
+    assert code == 1
+    assert "10-cpu-shared.job in queue/ belongs to plan alpha, pushed by " in out and "--take-over" in out
+    assert queue_of(root) == before
+    code, out = plan_cli("push", str(root), str(beta), "--take-over")
+    assert code == 0, out
+    assert "~  10-cpu-shared.job  (taken over from plan alpha; attempts reset)" in out
+    assert "# PLAN=beta@" in (root / "queue/10-cpu-shared.job").read_text()
+    assert (root / "control/reset-10-cpu-shared.job").exists()
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert set(manifest["plans"]["alpha"]["jobs"]) == {"20-cpu-alpha.job"}
+    assert set(manifest["plans"]["beta"]["jobs"]) == {"10-cpu-shared.job"}
+    assert set(manifest["jobs"]) == {"10-cpu-shared.job", "20-cpu-alpha.job"}
+    # alpha pushing again is now the one refused; it keeps its other job, and prunes nothing of beta's
+    code, out = plan_cli("push", str(root), str(alpha))
+    assert code == 1 and "belongs to plan beta" in out
+    code, out = plan_cli("push", str(root), str(make_plan(tmp_path / "alpha.yaml", "alpha", {"20-cpu-alpha": "true"})))
+    assert code == 0 and "10-cpu-shared.job" not in out, out
+    assert set(queue_of(root)) == {"10-cpu-shared.job", "20-cpu-alpha.job"}
+
+
+def test_hand_written_jobs_are_never_replaced_or_pruned(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    # A blank line ends the header: to the runner this job has no PLAN=, so it is hand-written.
+    write_job(root, "a.job", "# LANE=cpu\n\n# PLAN=p@1\necho by hand\n")
+    write_job(root, "b.job", "# PLAN=p@1\necho pushed once\n")
+    code, out = plan_cli("push", str(root), str(make_plan(tmp_path / "p.yaml", "p", {"a": "true"})))
+    assert code == 1 and "a.job in queue/ is a hand-written job (no PLAN= header)" in out
+    assert (root / "queue/a.job").read_text().endswith("echo by hand\n")
+    code, out = plan_cli("push", str(root), str(make_plan(tmp_path / "p.yaml", "p", {"c": "true"})))
+    assert code == 0 and "-  b.job" in out and "a.job" not in out
+    assert set(queue_of(root)) == {"a.job", "c.job"}
+
+
+def test_push_says_when_the_runner_is_not_running_it(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    plan = make_plan(tmp_path / "p.yaml", "p", {"a": "sleep 60"})
+    code, out = plan_cli("push", str(root), str(plan), "--dry-run", "--json")
+    assert code == 0 and as_json(out)["host_state"]["runner"] == "never-started"
+    code, out = plan_cli("push", str(root), str(plan))
+    assert code == 0 and "but no runner has ever ticked there" in out
+    runner = RunnerProcess(root).start()
+    try:
+        code, out = plan_cli("push", str(root), str(plan), "--dry-run")
+        assert code == 0 and "warning:" not in out, out
+        assert plan_cli("park", str(root), "--reason", "BIOS update")[0] == 0
+        code, out = plan_cli("push", str(root), str(plan), "--dry-run")
+        assert f"warning: {root} is parked since " in out and ": BIOS update; no job starts until `plan unpark" in out
+    finally:
+        runner.stop()
+    code, out = plan_cli("push", str(root), str(plan), "--dry-run", "--json")
+    data = as_json(out)
+    assert data["host_state"]["runner"] == "stopped" and data["host_state"]["parked"]["reason"] == "BIOS update"
+    assert any("(runner-stop) and has not started since" in w for w in data["warnings"])
+    # a runner killed without a word: its pid is gone, its heartbeat still fresh
+    status = json.loads((root / "status.json").read_text())
+    status["runner"].update(pid=2 ** 22 + 7, heartbeat=time.time())
+    (root / "status.json").write_text(json.dumps(status))
+    with (root / "events.jsonl").open("a") as events:
+        events.write(json.dumps({"ts": "2099-01-01 00:00:00", "job": "-", "event": "runner-start"}) + "\n")
+    code, out = plan_cli("push", str(root), str(plan), "--dry-run")
+    assert f"its runner (pid {2 ** 22 + 7}) is not running" in out
+    status["runner"]["heartbeat"] = time.time() - 900
+    (root / "status.json").write_text(json.dumps(status))
+    code, out = plan_cli("push", str(root), str(plan), "--dry-run", "--dead", "600")
+    assert "no runner has ticked there for 15m" in out
+
+
+def test_the_runner_package_is_sent_once_per_content_hash(tmp_path: Path, sshd: Sshd) -> None:
+    root = tmp_path / "box"
+    root.mkdir()
+    host = resolve("testbox", sshd.hosts_file(root))
+    digest, data = runner_zip()
+    assert runner_zip()[1] == data  # built the same way every time: the hash is the content
+    assert "error" not in host.call("status", {"offset": -1})
+    cached = root / ".plan-runner" / f"runner-{digest}.pyz"
+    first = cached.stat()
+    assert cached.read_bytes() == data
+    host.call("status", {"offset": -1})
+    assert cached.stat().st_mtime_ns == first.st_mtime_ns and cached.stat().st_ino == first.st_ino
+    # a host where `plan bootstrap` installed this same runner uses that copy: nothing is uploaded
+    code, out = plan_cli("bootstrap", "testbox", "--hosts", str(sshd.hosts_file(root)), "--user")
+    assert code == 0, out
+    cached.unlink()
+    assert (root / ".plan-runner/runner.hash").read_text().strip() == digest
+    assert "error" not in host.call("status", {"offset": -1})
+    assert not cached.exists()
