@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -71,9 +71,22 @@ def _compile(path: Path, sets: list[str] | None, templates: list[Path] | None, n
     try:
         progress = (lambda m: typer.echo(f"{path}: {m}", err=True)) if sys.stderr.isatty() else None
         return compile_plan(path, _overrides(sets), templates or [], lint=lint, use_cache=not no_cache,
-                            progress=progress)
+                            progress=progress, limits=_GLOBAL["limits"])
     except PlanError as exc:
         raise _fail(str(exc)) from exc
+    except (typer.Exit, typer.BadParameter):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: one line, exit 2, the traceback under --debug
+        raise _internal(str(path), exc) from exc
+
+
+def _internal(what: str, exc: BaseException) -> typer.Exit:
+    if _GLOBAL["debug"]:
+        import traceback
+
+        traceback.print_exception(exc)
+    return _fail(f"{what}: internal error, please report ({type(exc).__name__}: {str(exc)[:200]})"
+                 + ("" if _GLOBAL["debug"] else "; run with --debug for the traceback"))
 
 
 def _report(compiled_list, fmt: Format, strict: bool) -> int:  # noqa: ANN001
@@ -81,7 +94,7 @@ def _report(compiled_list, fmt: Format, strict: bool) -> int:  # noqa: ANN001
     text = format_all(diagnostics, fmt.value)
     if text:
         typer.echo(text)
-    jobs = sum(len(c.jobs) for c in compiled_list)
+    jobs = sum(c.job_count for c in compiled_list)
     if fmt is Format.text:
         typer.echo(summary(diagnostics, jobs), err=True)
     if any(d.code == "P000" for d in diagnostics):
@@ -567,12 +580,26 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+_GLOBAL: dict[str, Any] = {"debug": False, "limits": None}
+
+
 @app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="print the version and exit")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="on an internal error, print its traceback")] = False,
+    max_size: Annotated[str | None, typer.Option(
+        "--max-size", metavar="SIZE", help="most bytes one rendered value or job may have (default 1M; "
+        "e.g. 4M) for check, render, push and run")] = None,
 ) -> None:
     """plan: typed job plans in, checked job files out, and the queue they run in."""
+    from plancompiler.sandbox import Limits, parse_size
+
+    _GLOBAL["debug"] = debug
+    try:
+        _GLOBAL["limits"] = Limits(max_size=parse_size(max_size)) if max_size else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--max-size") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -580,6 +607,12 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="plan")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    except Exception as exc:  # noqa: BLE001 - never a traceback and never exit 1 for a bug of ours
+        try:
+            _internal("plan", exc)
+        except Exception:  # noqa: BLE001
+            pass
+        return 2
     return 0
 
 

@@ -1,0 +1,577 @@
+"""Stage 4's escaper: which shell quoting context each `{{ }}` of a job template stands in, and its escape.
+
+A jinja extension scans the template's literal text the way bash would read it (quotes, `$( )`,
+heredocs, comments) and rewrites every `{{ expr }}` to `{{ (expr) | _esc(context, ...) }}`, so that a
+value is data in every context. Where the context cannot be decided (`$(( ))`, backticks, `${ }`,
+`eval`, `bash -c`, `ssh`, `trap`), the template is refused with the expression's line and column.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+from jinja2.ext import Extension
+from jinja2.lexer import Token, TokenStream
+
+EXPR, TAG = "\x00", "\x01"  # placeholders for `{{ }}` and `{% %}` in the scanned text
+# Heredoc values are framed by these (a value can hold neither) so the rendered job can be checked
+# for a line that a value turned into the heredoc's end.
+HEREDOC_OPEN, HEREDOC_CLOSE = "\x02", "\x03"
+
+_SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "mksh", "fish", "su", "python", "python2", "python3", "perl",
+           "ruby", "node", "busybox"}
+_PREFIXES = {"sudo", "env", "exec", "nohup", "command", "time", "nice", "ionice", "stdbuf", "setsid", "builtin"}
+_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time", "fi", "done", "esac"}
+
+
+class ContextError(jinja2.TemplateSyntaxError):
+    """A template whose `{{ }}` stand where no escaping can make a value data; every place is listed."""
+
+    def __init__(self, problems: list[tuple[int, int, str]], name: str | None) -> None:
+        line, col, message = problems[0]
+        super().__init__(message, line, name, None)
+        self.problems = problems
+        self.col = col
+
+
+class ValueRefused(Exception):
+    """A value that cannot be written into its context (NUL, CR, a newline in a comment)."""
+
+    def __init__(self, line: int, col: int, message: str) -> None:
+        super().__init__(message)
+        self.line, self.col = line, col
+
+
+class Shell(str):
+    """A value the template marks as shell code on purpose (`{{ x | sh }}`): written as it is."""
+
+
+@dataclass
+class _Frame:
+    kind: str  # cmd, dq, sq, heredoc, opaque
+    closer: str = ""  # cmd: ")" inside $( ); opaque: what ends it
+    reason: str = ""  # opaque: why a value cannot go here
+    depth: int = 0  # cmd: open ( ; opaque: nesting
+    delim: str = ""  # heredoc
+    dash: bool = False  # heredoc: <<- strips leading tabs
+    quoted: bool = False  # heredoc: <<'EOF' (no expansion)
+    words: list[str] = field(default_factory=list)  # cmd: the current simple command's finished words
+    word: str = ""  # cmd: the word being read
+    comment: bool = False  # cmd: inside a # comment
+    line: str = ""  # heredoc: the current line so far
+    line_expr: bool = False  # heredoc: the current line holds a value
+
+
+@dataclass
+class Site:
+    line: int
+    col: int
+    context: str  # bare, dq, sq, heredoc, qheredoc, comment, sh
+    delim: str = ""
+    dash: bool = False
+
+
+def _signature(stack: list[_Frame], pending: list[tuple[str, bool, bool]]) -> tuple[Any, ...]:
+    return tuple((f.kind, f.closer, f.delim, f.comment, f.quoted) for f in stack) + (tuple(pending),)
+
+
+class _Scanner:
+    """Reads template text as bash would, one character at a time; placeholders stand for jinja parts."""
+
+    def __init__(self) -> None:
+        self.stack: list[_Frame] = [_Frame("cmd")]
+        self.pending: list[tuple[str, bool, bool]] = []  # heredocs whose bodies start at the next newline
+        self.sites: list[Site] = []
+        self.problems: list[tuple[int, int, str]] = []
+
+    # -- the whole text --------------------------------------------------------------------------
+    def scan(self, text: str, places: list[tuple[int, int, bool, Any]]) -> None:
+        """TEXT with one placeholder per entry of PLACES: (line, col, is_sh, tag-info) each."""
+        i, n, k = 0, len(text), 0
+        while i < n:
+            ch = text[i]
+            if ch == EXPR:
+                line, col, is_sh, _ = places[k]
+                k += 1
+                self._expression(line, col, is_sh, text[i - 1] if i else "")
+                i += 1
+                continue
+            if ch == TAG:
+                line, col, _, tag = places[k]
+                k += 1
+                self._tag(line, col, tag)
+                i += 1
+                continue
+            i = self._char(text, i)
+
+    def finish(self, line: int) -> None:
+        top = self.stack[-1]
+        if len(self.stack) > 1 or self.pending:
+            what = {"dq": "a double quote", "sq": "a single quote", "heredoc": f"heredoc {top.delim!r}",
+                    "opaque": top.reason, "cmd": "a $( )"}.get(top.kind, top.kind)
+            if self.sites or self.problems:
+                self.problems.append((line, 1, f"the template ends inside {what}: its values' quoting "
+                                      "cannot be decided"))
+
+    # -- one character ---------------------------------------------------------------------------
+    def _char(self, text: str, i: int) -> int:
+        top = self.stack[-1]
+        ch = text[i]
+        nxt = text[i + 1] if i + 1 < len(text) else ""
+        if top.kind == "sq":
+            if ch == "'":
+                self.stack.pop()
+            return i + 1
+        if top.kind == "dq":
+            if ch == "\\":
+                return i + 2
+            if ch == '"':
+                self.stack.pop()
+                return i + 1
+            return self._dollar(text, i) if ch in "$`" else i + 1
+        if top.kind == "opaque":
+            return self._opaque(top, text, i)
+        if top.kind == "heredoc":
+            return self._heredoc(top, text, i)
+        return self._cmd(top, text, i, ch, nxt)
+
+    def _dollar(self, text: str, i: int) -> int:
+        """`$(`, `$((`, `${`, `$'`, `` ` `` in any context that expands them."""
+        ch, rest = text[i], text[i + 1:i + 3]
+        if ch == "`":
+            self.stack.append(_Frame("opaque", "`", "backticks"))
+            return i + 1
+        if rest.startswith("(("):
+            self.stack.append(_Frame("opaque", "))", "$(( )) arithmetic"))
+            return i + 3
+        if rest.startswith("("):
+            self.stack.append(_Frame("cmd", ")"))
+            return i + 2
+        if rest.startswith("{"):
+            self.stack.append(_Frame("opaque", "}", "a ${ } parameter expansion"))
+            return i + 2
+        if rest.startswith("'") and self.stack[-1].kind == "cmd":
+            self.stack.append(_Frame("opaque", "'", "$' ' quoting"))
+            return i + 2
+        return i + 1
+
+    def _opaque(self, top: _Frame, text: str, i: int) -> int:
+        ch = text[i]
+        if ch == "\\":
+            return i + 2
+        if top.closer == "))":
+            if ch == "(":
+                top.depth += 1
+            elif ch == ")":
+                if top.depth:
+                    top.depth -= 1
+                elif text.startswith("))", i):
+                    self.stack.pop()
+                    return i + 2
+            return i + 1
+        if top.closer == "}" and ch == "{":
+            top.depth += 1
+        elif ch == top.closer:
+            if top.depth:
+                top.depth -= 1
+            else:
+                self.stack.pop()
+        return i + 1
+
+    def _heredoc(self, top: _Frame, text: str, i: int) -> int:
+        ch = text[i]
+        if ch == "\n":
+            line = top.line.lstrip("\t") if top.dash else top.line
+            if line == top.delim and not top.line_expr:
+                self.stack.pop()
+            top.line, top.line_expr = "", False
+            return i + 1
+        top.line += ch
+        if not top.quoted:
+            if ch == "\\":
+                if i + 1 < len(text) and text[i + 1] not in (EXPR, TAG):
+                    top.line += text[i + 1]
+                return i + 2
+            if ch in "$`":
+                return self._dollar(text, i)
+        return i + 1
+
+    def _cmd(self, top: _Frame, text: str, i: int, ch: str, nxt: str) -> int:
+        if top.comment:
+            if ch == "\n":
+                top.comment = False
+                return self._newline(top, i)
+            return i + 1
+        if ch == "\\":
+            if nxt == "\n":
+                return i + 2
+            top.word += ch + nxt
+            return i + 2
+        if ch in " \t":
+            self._end_word(top)
+            return i + 1
+        if ch == "\n":
+            self._end_word(top)
+            top.words = []
+            return self._newline(top, i)
+        if ch == "#" and not top.word:
+            top.comment = True
+            return i + 1
+        if ch == "'":
+            self.stack.append(_Frame("sq"))
+            top.word += ch
+            return i + 1
+        if ch == '"':
+            self.stack.append(_Frame("dq"))
+            top.word += ch
+            return i + 1
+        if ch in "$`":
+            top.word += ch
+            return self._dollar(text, i)
+        if ch in "<>" and nxt == "(":
+            self.stack.append(_Frame("cmd", ")"))
+            top.word += ch
+            return i + 2
+        if ch == "<" and nxt == "<":
+            return self._heredoc_op(top, text, i)
+        if ch == "(":
+            if text.startswith("((", i) and not top.word and not top.words:
+                self.stack.append(_Frame("opaque", "))", "(( )) arithmetic"))
+                return i + 2
+            top.depth += 1
+            self._end_word(top)
+            top.words = []
+            return i + 1
+        if ch == ")":
+            self._end_word(top)
+            top.words = []
+            if top.depth:
+                top.depth -= 1
+            elif top.closer == ")":
+                self.stack.pop()
+            return i + 1
+        if ch in ";&|":
+            self._end_word(top)
+            top.words = []
+            return i + 1
+        top.word += ch
+        return i + 1
+
+    def _end_word(self, top: _Frame) -> None:
+        if top.word:
+            word = top.word
+            top.word = ""
+            if not top.words and (word in _KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word)):
+                return  # a keyword or an assignment before the command: the command is still to come
+            if top.closer == ")" and word == "case":
+                self.problems.append((0, 0, "`case` inside $( ): its patterns' ) cannot be told from the end"))
+            top.words.append(word)
+
+    def _newline(self, top: _Frame, i: int) -> int:
+        if self.pending:
+            # Bodies follow in the order their operators appeared; the first one read is on top.
+            for delim, dash, quoted in reversed(self.pending):
+                self.stack.append(_Frame("heredoc", delim=delim, dash=dash, quoted=quoted))
+            self.pending = []
+        return i + 1
+
+    def _heredoc_op(self, top: _Frame, text: str, i: int) -> int:
+        j = i + 2
+        if text.startswith("<", j):
+            top.word += "<<<"
+            return j + 1  # a here-string: the next word is an ordinary word
+        dash = text.startswith("-", j)
+        j += dash
+        while j < len(text) and text[j] in " \t":
+            j += 1
+        start = j
+        while j < len(text) and text[j] not in " \t\n;&|<>()" + EXPR + TAG:
+            j += 1
+        word = text[start:j]
+        if j < len(text) and text[j] in (EXPR, TAG) or not word:
+            self.problems.append((0, 0, "a heredoc delimiter must be written in the template, not a value"))
+            return j
+        quoted = any(c in word for c in "'\"\\")
+        self.pending.append((word.replace("'", "").replace('"', "").replace("\\", ""), dash, quoted))
+        self._end_word(top)
+        return j
+
+    # -- placeholders ----------------------------------------------------------------------------
+    def _expression(self, line: int, col: int, is_sh: bool, before: str) -> None:
+        stack = self.stack
+        top = stack[-1]
+        cmd = next(f for f in reversed(stack) if f.kind == "cmd")
+        if top.kind == "heredoc":
+            top.line_expr = True
+        if is_sh:
+            self.sites.append(Site(line, col, "sh"))
+            return
+        if top.kind == "opaque":
+            self.problems.append((line, col, f"a value inside {top.reason} would be read as shell code; "
+                                  "pass it through a variable (x={{ v }}, then \"$x\") or mark code with | sh"))
+            self.sites.append(Site(line, col, "sh"))
+            return
+        if before == "$" or (before == "\\" and top.kind in ("cmd", "dq", "heredoc") and not top.quoted):
+            self.problems.append((line, col, f"a value right after {before!r} cannot be escaped: the {before} would "
+                                  "join the value's quoting"))
+        if top.kind == "cmd" and top.comment:
+            self.sites.append(Site(line, col, "comment"))
+            return
+        if top.kind != "heredoc" or not top.quoted:
+            code = self._code_position(cmd)
+            if code:
+                self.problems.append((line, col, f"a value {code} is run as shell code; pass it as an argument "
+                                      "(bash -c '... \"$1\"' _ {{ v }}) or mark code on purpose with | sh"))
+        if top.kind == "heredoc":
+            self.sites.append(Site(line, col, "qheredoc" if top.quoted else "heredoc", top.delim, top.dash))
+        elif top.kind in ("dq", "sq"):
+            self.sites.append(Site(line, col, top.kind))
+        else:
+            self.sites.append(Site(line, col, "bare"))
+
+    @staticmethod
+    def _code_position(cmd: _Frame) -> str:
+        words = [os.path.basename(w.strip("'\"")) for w in cmd.words]
+        while words and words[0] in _PREFIXES:
+            words.pop(0)
+            while words and (words[0].startswith("-") or re.fullmatch(r"[\d.]+[smhd]?|\w+=.*", words[0])):
+                words.pop(0)
+        if not words:
+            return ""
+        if words[0] == "eval":
+            return "in an eval"
+        if words[0] == "ssh":
+            return "in an ssh command"
+        if words[0] in ("trap", "alias", "watch") and len(words) == 1:
+            return f"as {words[0]}'s first argument"
+        if re.fullmatch(r"-[A-Za-z]*c", words[-1]) and any(w in _SHELLS for w in words[:-1]):
+            return f"after {words[-1]}"
+        return ""
+
+    def _tag(self, line: int, col: int, tag: tuple[str, bool, Any]) -> None:
+        name, has_assign, saved = tag
+        if name in ("if", "for", "block", "with"):
+            saved.append(("open", name, self._state()))
+            return
+        if name in ("elif", "else"):
+            if saved and saved[-1][0] == "open":
+                self._check_same(saved[-1][2], line, col, name)
+                self._restore(saved[-1][2])
+            return
+        if name in ("endif", "endfor", "endblock", "endwith"):
+            if saved and saved[-1][0] == "open":
+                self._check_same(saved.pop()[2], line, col, name)
+            return
+        if name in ("macro", "call") or (name == "set" and not has_assign):
+            saved.append(("fragment", name, self._state()))
+            self.stack, self.pending = [_Frame("cmd")], []
+            return
+        if name in ("endmacro", "endcall", "endset"):
+            if saved and saved[-1][0] == "fragment":
+                if len(self.stack) > 1 or self.pending or self.stack[0].comment:
+                    self.problems.append((line, col, f"the {{% {saved[-1][1]} %}} body ends inside quotes or a "
+                                          "heredoc"))
+                self._restore(saved.pop()[2])
+            return
+        if name == "include":
+            top = self.stack[-1]
+            if len(self.stack) > 1 or self.pending or top.comment or top.word:
+                self.problems.append((line, col, "include a template only where a command may start"))
+            return
+        if name in ("set", "do", "import", "from", "raw", "endraw"):
+            return
+        self.problems.append((line, col, f"{{% {name} %}} is not allowed in a job template: its output could "
+                              "undo the escaping of values"))
+
+    def _state(self) -> tuple[list[_Frame], list[tuple[str, bool, bool]]]:
+        return copy.deepcopy(self.stack), list(self.pending)
+
+    def _restore(self, state: tuple[list[_Frame], list[tuple[str, bool, bool]]]) -> None:
+        self.stack, self.pending = copy.deepcopy(state[0]), list(state[1])
+
+    def _check_same(self, state: tuple[list[_Frame], list[tuple[str, bool, bool]]], line: int, col: int,
+                    name: str) -> None:
+        if _signature(state[0], state[1]) != _signature(self.stack, self.pending):
+            self.problems.append((line, col, f"the quoting at {{% {name} %}} differs from where the block opened: "
+                                  "open and close quotes and heredocs inside each branch"))
+
+
+def _columns(source: str) -> dict[int, list[int]]:
+    """1-based columns of each `{{`/`{%` on each line, in order, for locating placeholders."""
+    found: dict[int, list[int]] = {}
+    for number, line in enumerate(source.split("\n"), 1):
+        found[number] = [m.start() + 1 for m in re.finditer(r"\{\{|\{%", line)]
+    return found
+
+
+class ShellContext(Extension):
+    """Rewrites each `{{ expr }}` to `{{ (expr) | _esc(context, line, col, delim, dash) }}`."""
+
+    def filter_stream(self, stream: TokenStream) -> Iterator[Token]:
+        tokens = list(stream)
+        source = self._source(stream.name)
+        columns = _columns(source) if source is not None else {}
+        used: dict[int, int] = {}
+
+        def col_of(line: int) -> int:
+            cols = columns.get(line, [])
+            k = used.get(line, 0)
+            used[line] = k + 1
+            return cols[k] if k < len(cols) else 1
+
+        text: list[str] = []
+        places: list[tuple[int, int, bool, Any]] = []
+        exprs: list[tuple[int, int]] = []  # token index ranges of each {{ }}
+        saved: list[Any] = []
+        i = 0
+        while i < len(tokens):
+            tok = tokens[i]
+            if tok.type == "data":
+                text.append(tok.value.replace(EXPR, " ").replace(TAG, " "))
+            elif tok.type == "variable_begin":
+                j = i
+                while tokens[j].type != "variable_end":
+                    j += 1
+                inner = tokens[i + 1:j]
+                is_sh = len(inner) >= 2 and inner[-2].type == "pipe" and inner[-1].test("name:sh")
+                places.append((tok.lineno, col_of(tok.lineno), is_sh, None))
+                exprs.append((i, j))
+                text.append(EXPR)
+                i = j
+            elif tok.type == "block_begin":
+                name = tokens[i + 1].value if i + 1 < len(tokens) else ""
+                j = i
+                while tokens[j].type != "block_end":
+                    j += 1
+                has_assign = any(t.type == "assign" for t in tokens[i:j])
+                places.append((tok.lineno, col_of(tok.lineno), False, (name, has_assign, saved)))
+                text.append(TAG)
+            i += 1
+        scanner = _Scanner()
+        scanner.scan("".join(text), places)
+        last = tokens[-1].lineno if tokens else 1
+        scanner.finish(last)
+        if scanner.problems:
+            problems = [(ln or last, col or 1, msg) for ln, col, msg in scanner.problems]
+            raise ContextError(sorted(set(problems)), stream.name)
+        yield from self._rewrite(tokens, exprs, scanner.sites)
+
+    def _source(self, name: str | None) -> str | None:
+        loader = self.environment.loader
+        if loader is None or name is None:
+            return None
+        try:
+            return loader.get_source(self.environment, name)[0]
+        except jinja2.TemplateNotFound:
+            return None
+
+    @staticmethod
+    def _rewrite(tokens: list[Token], exprs: list[tuple[int, int]], sites: list[Site]) -> Iterator[Token]:
+        starts = {begin: (end, site) for (begin, end), site in zip(exprs, sites, strict=True)}
+        i = 0
+        while i < len(tokens):
+            if i not in starts:
+                yield tokens[i]
+                i += 1
+                continue
+            end, site = starts[i]
+            ln = tokens[i].lineno
+            yield tokens[i]
+            yield Token(ln, "lparen", "(")
+            yield from tokens[i + 1:end]
+            yield Token(ln, "rparen", ")")
+            yield Token(ln, "pipe", "|")
+            yield Token(ln, "name", "_esc")
+            yield Token(ln, "lparen", "(")
+            args: tuple[Any, ...] = (site.context, site.line, site.col, site.delim, int(site.dash))
+            for n, value in enumerate(args):
+                if n:
+                    yield Token(ln, "comma", ",")
+                yield Token(ln, "string" if isinstance(value, str) else "integer", value)
+            yield Token(ln, "rparen", ")")
+            yield tokens[end]
+            i = end + 1
+
+
+class Escaped(str):
+    """Text already escaped for its place in the job: the only kind the renderer writes."""
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return " ".join(_text(v) for v in value)
+    return str(value)
+
+
+def escape(value: Any, context: str, line: int, col: int, delim: str = "", dash: int = 0) -> Escaped:
+    """VALUE written so that bash reads it back byte for byte in CONTEXT (or as code, for | sh)."""
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # StrictUndefined raises here, at the template's line
+    words = value if isinstance(value, (list, tuple)) and not isinstance(value, Shell) else [value]
+    texts = [_text(w) for w in words] if context == "bare" else [_text(value)]
+    for text in texts:
+        for bad, what in (("\0", "a NUL byte"), ("\r", "a carriage return (CRLF)"),
+                          (HEREDOC_OPEN, "a control character"), (HEREDOC_CLOSE, "a control character")):
+            if bad in text:
+                raise ValueRefused(line, col, f"the value holds {what}, which a job file cannot carry: "
+                                   f"{_preview(text)}")
+    if context == "sh" or isinstance(value, Shell):
+        return Escaped(texts[0])
+    if context == "bare":
+        return Escaped(" ".join(shlex.quote(t) for t in texts))
+    text = texts[0]
+    if context == "dq":
+        return Escaped(re.sub(r'([\\$`"])', r"\\\1", text))
+    if context == "sq":
+        return Escaped(text.replace("'", "'\\''"))
+    if context == "comment":
+        if "\n" in text:
+            raise ValueRefused(line, col, f"a value with a newline cannot go in a # comment: {_preview(text)}")
+        return Escaped(text)
+    if context in ("heredoc", "qheredoc"):
+        body = re.sub(r"([\\$`])", r"\\\1", text) if context == "heredoc" else text
+        return Escaped(f"{HEREDOC_OPEN}{int(dash)}{line}:{col}:{delim}{HEREDOC_CLOSE}{body}{HEREDOC_CLOSE}")
+    raise ValueError(f"unknown quoting context {context!r}")
+
+
+def _preview(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+_FRAME = re.compile(HEREDOC_OPEN + r"([01])(\d+):(\d+):([^" + HEREDOC_CLOSE + "]*)" + HEREDOC_CLOSE + "(.*?)"
+                    + HEREDOC_CLOSE, re.S)
+
+
+def finish_heredocs(body: str) -> tuple[str, tuple[int, int, str] | None]:
+    """BODY without the heredoc frames, and (line, col, problem) if a value made a line that ends its heredoc."""
+    if HEREDOC_OPEN not in body:
+        return body, None
+    out: list[str] = []
+    spans: list[tuple[int, int, str, bool, int, int]] = []  # where each value landed in the clean text
+    size = last = 0
+    for match in _FRAME.finditer(body):
+        out.append(body[last:match.start()])
+        size += match.start() - last
+        dash, line, col, delim, value = match.groups()
+        spans.append((size, size + len(value), delim, dash == "1", int(line), int(col)))
+        out.append(value)
+        size += len(value)
+        last = match.end()
+    out.append(body[last:])
+    text = "".join(out)
+    for start, end, delim, dash, line_no, col in spans:
+        first = text.rfind("\n", 0, start) + 1
+        stop = text.find("\n", end)
+        for line in text[first: len(text) if stop == -1 else stop].split("\n"):
+            if (line.lstrip("\t") if dash else line) == delim:
+                return text, (line_no, col, f"the value makes the line {delim!r}, which would end its heredoc "
+                              "early and run the rest as commands")
+    return text, None
