@@ -85,6 +85,8 @@ class _Scanner:
     """Reads template text as bash would, one character at a time; placeholders stand for jinja parts."""
 
     def __init__(self) -> None:
+        self.places: list[tuple[int, int, bool, Any]] = []
+        self.k = 0
         self.stack: list[_Frame] = [_Frame("cmd")]
         self.pending: list[tuple[str, bool, bool]] = []  # heredocs whose bodies start at the next newline
         self.sites: list[Site] = []
@@ -93,22 +95,30 @@ class _Scanner:
     # -- the whole text --------------------------------------------------------------------------
     def scan(self, text: str, places: list[tuple[int, int, bool, Any]]) -> None:
         """TEXT with one placeholder per entry of PLACES: (line, col, is_sh, tag-info) each."""
-        i, n, k = 0, len(text), 0
+        i, n = 0, len(text)
+        self.places, self.k = places, 0
         while i < n:
             ch = text[i]
             if ch == EXPR:
-                line, col, is_sh, _ = places[k]
-                k += 1
-                self._expression(line, col, is_sh, text[i - 1] if i else "")
+                line, col, is_sh, _ = places[self.k]
+                self.k += 1
+                self._expression(line, col, is_sh, text[max(0, i - 80):i])
                 i += 1
                 continue
             if ch == TAG:
-                line, col, _, tag = places[k]
-                k += 1
+                line, col, _, tag = places[self.k]
+                self.k += 1
                 self._tag(line, col, tag)
                 i += 1
                 continue
             i = self._char(text, i)
+
+    def _here(self) -> tuple[int, int]:
+        """The place of the next placeholder (or the last one): where a problem in plain text is reported."""
+        if not self.places:
+            return 0, 0
+        line, col, _, _ = self.places[min(self.k, len(self.places) - 1)]
+        return line, col
 
     def finish(self, line: int) -> None:
         top = self.stack[-1]
@@ -130,7 +140,7 @@ class _Scanner:
             return i + 1
         if top.kind == "dq":
             if ch == "\\":
-                return i + 2
+                return _skip(text, i)
             if ch == '"':
                 self.stack.pop()
                 return i + 1
@@ -164,7 +174,7 @@ class _Scanner:
     def _opaque(self, top: _Frame, text: str, i: int) -> int:
         ch = text[i]
         if ch == "\\":
-            return i + 2
+            return _skip(text, i)
         if top.closer == "))":
             if ch == "(":
                 top.depth += 1
@@ -211,8 +221,8 @@ class _Scanner:
         if ch == "\\":
             if nxt == "\n":
                 return i + 2
-            top.word += ch + nxt
-            return i + 2
+            top.word += ch
+            return _skip(text, i)
         if ch in " \t":
             self._end_word(top)
             return i + 1
@@ -270,7 +280,8 @@ class _Scanner:
             if not top.words and (word in _KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word)):
                 return  # a keyword or an assignment before the command: the command is still to come
             if top.closer == ")" and word == "case":
-                self.problems.append((0, 0, "`case` inside $( ): its patterns' ) cannot be told from the end"))
+                self.problems.append((*self._here(), "`case` inside $( ): its patterns' ) cannot be told from the "
+                                      "end"))
             top.words.append(word)
 
     def _newline(self, top: _Frame, i: int) -> int:
@@ -295,7 +306,8 @@ class _Scanner:
             j += 1
         word = text[start:j]
         if j < len(text) and text[j] in (EXPR, TAG) or not word:
-            self.problems.append((0, 0, "a heredoc delimiter must be written in the template, not a value"))
+            self.problems.append((*self._here(), "a heredoc delimiter must be written in the template, not a "
+                                  "value"))
             return j
         quoted = any(c in word for c in "'\"\\")
         self.pending.append((word.replace("'", "").replace('"', "").replace("\\", ""), dash, quoted))
@@ -303,7 +315,7 @@ class _Scanner:
         return j
 
     # -- placeholders ----------------------------------------------------------------------------
-    def _expression(self, line: int, col: int, is_sh: bool, before: str) -> None:
+    def _expression(self, line: int, col: int, is_sh: bool, preceding: str) -> None:
         stack = self.stack
         top = stack[-1]
         cmd = next(f for f in reversed(stack) if f.kind == "cmd")
@@ -317,9 +329,15 @@ class _Scanner:
                                   "pass it through a variable (x={{ v }}, then \"$x\") or mark code with | sh"))
             self.sites.append(Site(line, col, "sh"))
             return
-        if before == "$" or (before == "\\" and top.kind in ("cmd", "dq", "heredoc") and not top.quoted):
+        expands = top.kind in ("cmd", "dq") or (top.kind == "heredoc" and not top.quoted)
+        before = preceding[-1:]
+        if expands and (before == "$" or before == "\\"):
             self.problems.append((line, col, f"a value right after {before!r} cannot be escaped: the {before} would "
                                   "join the value's quoting"))
+        name = re.search(r"(?<!\\)\$([A-Za-z_][A-Za-z0-9_]*)$", preceding)
+        if expands and name:
+            self.problems.append((line, col, f"a value right after ${name.group(1)} would lengthen the variable's "
+                                  f"name; write ${{{name.group(1)}}}"))
         if top.kind == "cmd" and top.comment:
             self.sites.append(Site(line, col, "comment"))
             return
@@ -400,6 +418,11 @@ class _Scanner:
         if _signature(state[0], state[1]) != _signature(self.stack, self.pending):
             self.problems.append((line, col, f"the quoting at {{% {name} %}} differs from where the block opened: "
                                   "open and close quotes and heredocs inside each branch"))
+
+
+def _skip(text: str, i: int) -> int:
+    """Past the backslash at I and the character it escapes, unless that is a placeholder."""
+    return i + 1 if i + 1 < len(text) and text[i + 1] in (EXPR, TAG) else i + 2
 
 
 def _columns(source: str) -> dict[int, list[int]]:
@@ -570,8 +593,14 @@ def finish_heredocs(body: str) -> tuple[str, tuple[int, int, str] | None]:
     for start, end, delim, dash, line_no, col in spans:
         first = text.rfind("\n", 0, start) + 1
         stop = text.find("\n", end)
+        at = first
         for line in text[first: len(text) if stop == -1 else stop].split("\n"):
             if (line.lstrip("\t") if dash else line) == delim:
                 return text, (line_no, col, f"the value makes the line {delim!r}, which would end its heredoc "
                               "early and run the rest as commands")
+            tabs = len(line) - len(line.lstrip("\t"))
+            if dash and tabs and at + tabs > start and at < end:
+                return text, (line_no, col, "the value puts a tab at the start of a line of a <<- heredoc, "
+                              "which bash would remove")
+            at += len(line) + 1
     return text, None

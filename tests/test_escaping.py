@@ -1,0 +1,193 @@
+"""Every quoting context × a seeded corpus of hostile values, rendered and run by real bash: byte-exact, inert."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from plancompiler.compile import compile_plan
+
+FRAGMENTS = ["$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "&& touch PWNED", "| tee PWNED", "'", '"',
+             "\\", "\\\\", "\n", "${IFS}", "!", "*", "?", "EOF", "\nEOF\n", "EOF\n", "\t", " ", "  ", "$HOME",
+             "~", "#", "{a,b}", "\\n", "$'x'", "%s", "-n", "--", ")", "(", "<", ">", ">PWNED", "$((1+1))",
+             "'$(touch PWNED)'", "\"$(touch PWNED)\"", "\\\"; touch PWNED; \\\"", "'\\''", "é", "\x01", "$", "`",
+             "Q", "\nQ\n", "x=1", "$1", "$@", "\\$(touch PWNED)"]
+
+
+def corpus(seed: int = 13, count: int = 40) -> list[str]:
+    rng = random.Random(seed)
+    values = [f for f in FRAGMENTS]
+    while len(values) < len(FRAGMENTS) + count:
+        values.append("".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(2, 5))))
+    return values
+
+
+def _lines_of(prefix: str, value: str, suffix: str) -> list[str]:
+    return (prefix + value + suffix).split("\n")
+
+
+# name: (bash that prints the value, what it prints, whether the value must be refused instead)
+Context = tuple[str, Callable[[str], str], Callable[[str], bool]]
+CONTEXTS: dict[str, Context] = {
+    "bare": ("printf '%s' {{ v }}", lambda v: v, lambda v: False),
+    "bare-joined": ("printf '%s' x{{ v }}=y{{ v }}", lambda v: f"x{v}=y{v}", lambda v: False),
+    "assignment": ("x={{ v }}\nprintf '%s' \"$x\"", lambda v: v, lambda v: False),
+    "double": ('printf \'%s\' "{{ v }}"', lambda v: v, lambda v: False),
+    "double-inside": ('printf \'%s\' "<{{ v }}|${HOME_UNSET}{{ v }}>"', lambda v: f"<{v}|{v}>", lambda v: False),
+    "single": ("printf '%s' '{{ v }}'", lambda v: v, lambda v: False),
+    "single-inside": ("printf '%s' '<{{ v }}>'\"{{ v }}\"", lambda v: f"<{v}>{v}", lambda v: False),
+    "heredoc": ("cat <<EOF\n{{ v }}\nEOF", lambda v: v + "\n", lambda v: "EOF" in v.split("\n")),
+    "heredoc-framed": ("cat <<EOF\n<{{ v }}> $HOME_UNSET\nEOF", lambda v: f"<{v}> \n",
+                       lambda v: "EOF" in _lines_of("<", v, "> $HOME_UNSET")),
+    "heredoc-quoted": ("cat <<'Q'\n{{ v }}\nQ", lambda v: v + "\n", lambda v: "Q" in v.split("\n")),
+    "heredoc-dash": ("cat <<-EOF\n\t{{ v }}\n\tEOF", lambda v: v + "\n",
+                     lambda v: any(ln.lstrip("\t") == "EOF" or ln.startswith("\t") for ln in ("\t" + v).split("\n")[1:])
+                     or v.startswith("\t") or v.lstrip("\t") == "EOF" or v.split("\n")[0].lstrip("\t") == "EOF"),
+    "cmdsub-in-double": ('x="$(printf \'%s\' {{ v }}; printf x)"\nprintf \'%s\' "${x%x}"', lambda v: v,
+                         lambda v: False),
+    "double-in-cmdsub": ('x="$(printf \'%s\' "{{ v }}"; printf x)"\nprintf \'%s\' "${x%x}"', lambda v: v,
+                         lambda v: False),
+    "procsub": ("cat <(printf '%s' {{ v }})", lambda v: v, lambda v: False),
+    "herestring": ("cat <<<{{ v }}", lambda v: v + "\n", lambda v: False),
+    "if-block": ("if true; then\n  printf '%s' {{ v }}\nfi", lambda v: v, lambda v: False),
+    "for-list": ("for w in {{ v }} {{ v }}; do printf '%s|' \"$w\"; done", lambda v: f"{v}|{v}|", lambda v: False),
+    "case": ("case {{ v }} in\n  {{ v }}) printf '%s' {{ v }};;\nesac", lambda v: v, lambda v: False),
+    "comment": ("# note: {{ v }}\nprintf ok", lambda v: "ok", lambda v: "\n" in v),
+    "function-arg": ("show() { printf '%s' \"$1\"; }\nshow {{ v }}", lambda v: v, lambda v: False),
+    "bash-c-argument": ("bash -c 'printf \"%s\" \"$1\"' _ {{ v }}", lambda v: v, lambda v: False),
+}
+
+
+def _plan(tmp_path: Path, values: list[str]) -> Path:
+    jobs = []
+    for name, (body, _, _) in CONTEXTS.items():
+        run = textwrap.indent(body.replace("{{ v }}", "{{ values[i] }}"), "      ")
+        jobs.append(f"  - name: \"{name}-{{{{ i }}}}\"\n    foreach: {{i: {list(range(len(values)))}}}\n"
+                    f"    run: |\n{run}\n")
+    plan = tmp_path / "escape.yaml"
+    plan.write_text("plan: escape\nvars:\n  values: " + json.dumps(values) + "\njobs:\n" + "".join(jobs))
+    return plan
+
+
+def test_every_context_prints_every_hostile_value_byte_exact_and_runs_none(tmp_path: Path) -> None:
+    values = corpus()
+    compiled = compile_plan(_plan(tmp_path, values), lint=False)
+    refused = {(d.line, d.message.split(":")[0]) for d in compiled.diagnostics}
+    assert all(d.code == "R006" for d in compiled.diagnostics), [d.text() for d in compiled.diagnostics][:5]
+    rendered = {job.name: job for job in compiled.jobs}
+    work = tmp_path / "work"
+    out = tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    script = []
+    expected: dict[str, str] = {}
+    for name, (_, prints, must_refuse) in CONTEXTS.items():
+        for i, value in enumerate(values):
+            job = rendered.get(f"{name}-{i}")
+            if must_refuse(value):
+                assert job is None, f"{name} should refuse {value!r}:\n{job.text if job else ''}"
+                continue
+            assert job is not None, f"{name} refused {value!r}: {sorted(refused)[:3]}"
+            body = job.text.split("\n", job.header_lines)[-1]
+            # Each case in its own subshell, its stdout to its own file: one bash process runs them all.
+            script.append(f"(\n{body}\n) >{out}/{name}-{i} 2>{out}/{name}-{i}.err\n")
+            expected[f"{name}-{i}"] = prints(value)
+    assert len(expected) >= 600
+    (tmp_path / "cases.sh").write_text("".join(script))
+    run = subprocess.run(["bash", str(tmp_path / "cases.sh")], cwd=work, capture_output=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent-home"})
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    wrong = {case: (json.dumps(want), (out / case).read_bytes()) for case, want in expected.items()
+             if (out / case).read_bytes() != want.encode()}
+    assert not wrong, list(wrong.items())[:5]
+    errors = {case: (out / f"{case}.err").read_text() for case in expected if (out / f"{case}.err").stat().st_size}
+    assert not errors, list(errors.items())[:5]
+    assert sorted(p.name for p in work.iterdir()) == []  # nothing was created: no value ran
+
+
+@pytest.mark.parametrize("value, what", [("a\0b", "a NUL byte"), ("a\r\nb", "a carriage return"),
+                                         ("ok\r", "a carriage return")])
+def test_nul_and_cr_are_refused_in_every_context_with_the_place(tmp_path: Path, value: str, what: str) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: t\nvars:\n  v: " + json.dumps(value) + "\njobs:\n" + "".join(
+        f"  - name: j{i}\n    run: |\n{textwrap.indent(body, '      ')}\n"
+        for i, (body, _, _) in enumerate(CONTEXTS.values())))
+    compiled = compile_plan(plan, lint=False)
+    assert not compiled.jobs
+    assert len(compiled.diagnostics) == len(CONTEXTS)
+    for d in compiled.diagnostics:
+        assert d.code == "R006" and what in d.message
+        line = plan.read_text().split("\n")[d.line - 1]
+        assert line[d.col - 1:].startswith("{{ v }}"), (d.text(), line)
+
+
+UNDECIDABLE = [
+    ("echo $(( {{ n }} + 1 ))", "$(( )) arithmetic"),
+    ("(( {{ n }} > 1 )) && echo big", "(( )) arithmetic"),
+    ("echo `echo {{ n }}`", "backticks"),
+    ('echo "${x:-{{ n }}}"', "${ } parameter expansion"),
+    ("eval echo {{ n }}", "in an eval"),
+    ('bash -c "echo {{ n }}"', "after -c"),
+    ("sh -c {{ n }}", "after -c"),
+    ("sudo -u nobody bash -lc 'echo {{ n }}'", "after -lc"),
+    ("ssh host echo {{ n }}", "in an ssh command"),
+    ("trap 'echo {{ n }}' EXIT", "as trap's first argument"),
+    ("echo ${{ n }}", "right after '$'"),
+    ('echo "$HOME{{ n }}"', "would lengthen the variable's name; write ${HOME}"),
+    ('echo "\\{{ n }}"', "right after '\\\\'"),
+    ("cat <<{{ n }}\nx\n", "heredoc delimiter"),
+    ("echo $'{{ n }}'", "$' ' quoting"),
+    ('{% filter upper %}echo {{ n }}{% endfilter %}', "filter"),
+    ('echo "{% if n %}{% endif %}\n{% if n %}"{% endif %}{{ n }}', "differs from where the block opened"),
+]
+
+
+@pytest.mark.parametrize("body, why", UNDECIDABLE)
+def test_undecidable_contexts_are_errors_at_the_expression(tmp_path: Path, body: str, why: str) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: t\njobs:\n  - name: a\n    with: {n: 1}\n    run: |\n"
+                    + textwrap.indent(body, "      ") + "\n")
+    compiled = compile_plan(plan, lint=False)
+    assert not compiled.jobs
+    assert [d.code for d in compiled.diagnostics] and {d.code for d in compiled.diagnostics} == {"R005"}
+    assert any(why in d.message for d in compiled.diagnostics), [d.text() for d in compiled.diagnostics]
+    first = compiled.diagnostics[0]
+    text = plan.read_text().split("\n")[first.line - 1]
+    assert text[first.col - 1:].startswith(("{{", "{%")), (first.text(), text)
+
+
+def test_sh_is_the_one_way_to_write_code_on_purpose(tmp_path: Path) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text(textwrap.dedent("""\
+        plan: t
+        jobs:
+          - name: a
+            with: {n: "2 * 3", cmd: "printf '%s' done", words: [a, "b c"]}
+            run: |
+              echo $(( {{ n | sh }} ))
+              {{ cmd | sh }}
+              printf '<%s>' {{ words }}
+              printf '[%s]' "{{ words }}"
+        """))
+    compiled = compile_plan(plan)
+    assert compiled.clean(), [d.text() for d in compiled.diagnostics]
+    body = compiled.jobs[0].text.split("\n", compiled.jobs[0].header_lines)[-1]
+    out = subprocess.run(["bash", "-c", body], capture_output=True, text=True, check=True).stdout
+    assert out == "6\ndone<a><b c>[a b c]"
+
+
+def test_a_body_comment_is_never_read_as_a_header_key(tmp_path: Path) -> None:
+    from runner import jobfile
+
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: t\njobs:\n  - name: a\n    with: {note: 'REQUIRES=touch PWNED'}\n"
+                    "    run: |\n      # {{ note }}\n      echo ok\n")
+    compiled = compile_plan(plan)
+    assert compiled.clean()
+    parsed = jobfile.parse("a.job", compiled.jobs[0].text.encode())
+    assert isinstance(parsed, jobfile.JobFile) and parsed.requires is None
