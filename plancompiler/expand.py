@@ -69,11 +69,14 @@ def _names_in(value: Any, limits: Limits) -> set[str]:
         if "{" not in value:
             return set()
         try:
-            return set(meta.find_undeclared_variables(jinja2.Environment().parse(value)))
+            # Parsed in the sandbox: a plain environment would fold `'a' * 10**10` while reading it.
+            return set(meta.find_undeclared_variables(_env(limits).parse(value)))
         except jinja2.TemplateSyntaxError as exc:
             raise _RenderError(f"template syntax error: {exc.message}") from exc
         except RecursionError as exc:
             raise _RenderError("template nested too deeply to read") from exc
+        except (jinja2.TemplateError, LimitExceeded) as exc:
+            raise _RenderError(str(exc)) from exc
     if isinstance(value, Mapping):
         return set().union(*(_names_in(v, limits) for v in value.values())) if value else set()
     if isinstance(value, list):

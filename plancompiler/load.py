@@ -183,7 +183,7 @@ def load_yaml(path: Path, display: str) -> tuple[Any, Source, list[Diagnostic]]:
 
 def _clean_loc(loc: Loc) -> Loc:
     # pydantic adds union member names to locations; they are not in the data.
-    return tuple(p for p in loc if isinstance(p, int) or (isinstance(p, str) and "[" not in p and p not in (
+    return tuple(p for p in loc if not isinstance(p, str) or ("[" not in p and p not in (
         "Requirement", "Output", "function-after", "function-before")))
 
 
@@ -198,7 +198,7 @@ def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnos
     found = []
     for err in exc.errors():
         loc = _clean_loc(err["loc"])
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and loc:
             line, col = source.key(loc)
             bad = str(loc[-1])
             hint = difflib.get_close_matches(bad, fields_of(loc[:-1]), n=1)
@@ -209,7 +209,7 @@ def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnos
         line, col = source.where(loc)
         message = err["msg"].removeprefix("Value error, ")
         code = "P004"
-        if err["type"] == "missing":
+        if err["type"] == "missing" and loc:
             line, col = source.where(loc[:-1])
             message = f"missing required key {loc[-1]!r}"
         found.append(error(source.path, line, col, code, f"{_dotted(loc)}: {message}"))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from jinja2 import meta
+from jinja2 import meta, nodes
 from jinja2.sandbox import SecurityError
 
 from plancompiler.diagnostics import Diagnostic, error, warning
@@ -77,6 +77,8 @@ class Renderer:
         return None
 
     def template_path(self, name: str) -> Path | None:
+        if not name or name.startswith("/") or ".." in Path(name).parts:
+            return None  # templates are found under the template directories, nowhere else
         for directory in self.template_dirs:
             if (directory / name).is_file():
                 return directory / name
@@ -89,18 +91,22 @@ class Renderer:
         result: set[str] | None
         try:
             source = self.env.loader.get_source(self.env, name)[0]  # type: ignore[union-attr]
-            tree = jinja2.Environment().parse(source)
-            result = set(meta.find_undeclared_variables(tree))
+            # Only parsed, never compiled: jinja folds constants when it compiles (`'a' * 10**10` too).
+            tree = _PARSER.parse(source)
+            result = {n.name for n in tree.find_all(nodes.Name) if n.ctx == "load"}
             for ref in meta.find_referenced_templates(tree):
                 inner = None if ref is None or ref in seen else self.names_used(ref, seen | {name})
                 if inner is None:
                     result = None
                     break
                 result |= inner
-        except (jinja2.TemplateError, RecursionError, OSError):
+        except (jinja2.TemplateError, LimitExceeded, RecursionError, OSError):
             result = None
         self._names[name] = result
         return result
+
+
+_PARSER = jinja2.Environment()
 
 
 def _written(value: Any) -> Any:
@@ -140,8 +146,8 @@ def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_
     diagnostics: list[Diagnostic] = []
     comment = f"generated from {Path(source.path).name} by plan; do not edit"
     for job in jobs:
-        name = job.job.template or f"{_INLINE}{job.index}"
-        if job.job.template:
+        name = job.job.template if job.job.template is not None else f"{_INLINE}{job.index}"
+        if job.job.template is not None:
             path = renderer.template_path(job.job.template)
             if path is None:
                 line, col = source.where(("jobs", job.index, "template"))
@@ -213,12 +219,19 @@ def _render_one(job: ExpandedJob, name: str, renderer: Renderer,
         template = renderer.env.get_template(name)
     except ContextError as exc:
         return None, [error(*place.at(line, col), "R005", msg) for line, col, msg in exc.problems]
+    except jinja2.TemplateNotFound as exc:
+        return None, [error(*place.at(1, 1), "R001", f"template {exc.name!r} not found")]
     except jinja2.TemplateSyntaxError as exc:
         return None, [error(*place.at(exc.lineno or 1, 1), "R003", f"template syntax error: {exc.message}")]
     except RecursionError:
         return None, [error(*place.at(1, 1), "R003", "template nested too deeply to read")]
+    except LimitExceeded as exc:
+        return None, [error(*place.at(1, 1), "R007", f"{who}: {exc}")]
     try:
         body = renderer.env.render_bounded(template, job.context, f"{who}'s body")
+    except jinja2.TemplateNotFound as exc:
+        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R001",
+                            f"{who}: template {exc.name!r} not found")]
     except jinja2.UndefinedError as exc:
         line = _template_line(exc, name, renderer)
         return None, [error(*place.at(line, _name_col(renderer, name, line, exc.message)), "R002",

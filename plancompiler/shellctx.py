@@ -459,8 +459,11 @@ class ShellContext(Extension):
                 text.append(tok.value.replace(EXPR, " ").replace(TAG, " "))
             elif tok.type == "variable_begin":
                 j = i
-                while tokens[j].type != "variable_end":
+                while j < len(tokens) and tokens[j].type != "variable_end":
                     j += 1
+                if j == len(tokens):
+                    yield from tokens  # unclosed: jinja's parser reports it, with its line
+                    return
                 inner = tokens[i + 1:j]
                 is_sh = len(inner) >= 2 and inner[-2].type == "pipe" and inner[-1].test("name:sh")
                 places.append((tok.lineno, col_of(tok.lineno), is_sh, None))
@@ -470,8 +473,11 @@ class ShellContext(Extension):
             elif tok.type == "block_begin":
                 name = tokens[i + 1].value if i + 1 < len(tokens) else ""
                 j = i
-                while tokens[j].type != "block_end":
+                while j < len(tokens) and tokens[j].type != "block_end":
                     j += 1
+                if j == len(tokens):
+                    yield from tokens
+                    return
                 has_assign = any(t.type == "assign" for t in tokens[i:j])
                 places.append((tok.lineno, col_of(tok.lineno), False, (name, has_assign, saved)))
                 text.append(TAG)
