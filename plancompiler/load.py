@@ -51,7 +51,7 @@ class Loaded:
 
 
 MAX_DEPTH = 100  # nesting of mappings and lists: plans need a handful; C libyaml crashes past ~100,000
-MAX_NODES = 2_000_000  # values built, aliases counted each time they are used (a billion laughs stops here)
+MAX_NODES = 500_000  # values built, aliases counted each time they are used (a billion laughs stops here)
 
 
 class _Refused(Exception):
