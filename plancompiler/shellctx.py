@@ -87,6 +87,7 @@ class _Scanner:
     def __init__(self) -> None:
         self.places: list[tuple[int, int, bool, Any]] = []
         self.k = 0
+        self.confused = False
         self.stack: list[_Frame] = [_Frame("cmd")]
         self.pending: list[tuple[str, bool, bool]] = []  # heredocs whose bodies start at the next newline
         self.sites: list[Site] = []
@@ -280,8 +281,7 @@ class _Scanner:
             if not top.words and (word in _KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word)):
                 return  # a keyword or an assignment before the command: the command is still to come
             if top.closer == ")" and word == "case":
-                self.problems.append((*self._here(), "`case` inside $( ): its patterns' ) cannot be told from the "
-                                      "end"))
+                self.confused = True  # a pattern's `)` would read as the end of the $( ): values after it are unsure
             top.words.append(word)
 
     def _newline(self, top: _Frame, i: int) -> int:
@@ -324,6 +324,9 @@ class _Scanner:
         if is_sh:
             self.sites.append(Site(line, col, "sh"))
             return
+        if self.confused:
+            self.problems.append((line, col, "a value after `case` inside $( ): the patterns' ) cannot be told "
+                                  "from the end of the $( ); set a variable with the case outside it"))
         if top.kind == "opaque":
             self.problems.append((line, col, f"a value inside {top.reason} would be read as shell code; "
                                   "pass it through a variable (x={{ v }}, then \"$x\") or mark code with | sh"))

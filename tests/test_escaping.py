@@ -191,3 +191,15 @@ def test_a_body_comment_is_never_read_as_a_header_key(tmp_path: Path) -> None:
     assert compiled.clean()
     parsed = jobfile.parse("a.job", compiled.jobs[0].text.encode())
     assert isinstance(parsed, jobfile.JobFile) and parsed.requires is None
+
+
+def test_templates_without_values_are_never_refused_and_case_in_cmdsub_only_refuses_values(tmp_path: Path) -> None:
+    plan = tmp_path / "p.yaml"
+    body = "x=$(case a in a) echo A;; esac)\necho $(( 1 << 2 )) `date` \"${x:-y}\"\neval true\n"
+    plan.write_text("plan: t\njobs:\n  - name: a\n    run: |\n" + textwrap.indent(body, "      ")
+                    + "  - name: b\n    with: {v: 1}\n    run: |\n"
+                    + textwrap.indent(body + "echo {{ v }}\n", "      "))
+    compiled = compile_plan(plan, lint=False)
+    assert [j.name for j in compiled.jobs] == ["a"]
+    assert [(d.code, d.line) for d in compiled.diagnostics] == [("R005", 14)]
+    assert "after `case` inside $( )" in compiled.diagnostics[0].message
