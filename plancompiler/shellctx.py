@@ -167,7 +167,7 @@ def escape(value: Any, context: str, line: int, col: int, delim: str = "", dash:
     if isinstance(value, jinja2.Undefined):
         str(value)  # StrictUndefined raises here, at the template's line
     words = value if isinstance(value, (list, tuple)) and not isinstance(value, Shell) else [value]
-    texts = [_text(w) for w in words] if context == "bare" else [_text(value)]
+    texts = [_text(w) for w in words] if context in ("bare", "cond") else [_text(value)]
     for text in texts:
         for bad, what in (("\0", "a NUL byte"), ("\r", "a carriage return (CRLF)"),
                           (HEREDOC_OPEN, "a control character"), (HEREDOC_CLOSE, "a control character")):
@@ -178,6 +178,8 @@ def escape(value: Any, context: str, line: int, col: int, delim: str = "", dash:
         return Escaped(texts[0])
     if context == "bare":
         return Escaped(" ".join(shlex.quote(t) for t in texts))
+    if context == "cond":
+        return Escaped(" ".join("'" + t.replace("'", "'\\''") + "'" for t in texts))
     text = texts[0]
     if context == "dq":
         return Escaped(re.sub(r'([\\$`"])', r"\\\1", text))

@@ -14,9 +14,13 @@ from typing import Any
 
 EXPR, TAG = "\x00", "\x01"  # placeholders for `{{ }}` and `{% %}` in the scanned text
 
-_SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "mksh", "fish", "su", "python", "python2", "python3", "perl",
-           "ruby", "node", "busybox"}
+_SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "mksh", "fish", "su", "python", "python2", "python3", "busybox"}
 _PREFIXES = {"sudo", "env", "exec", "nohup", "command", "time", "nice", "ionice", "stdbuf", "setsid", "builtin"}
+_ARITH_OPS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
+_PROGRAMS = {"awk": ({"-F", "-v"}, None), "gawk": ({"-F", "-v"}, None), "mawk": ({"-F", "-v"}, None),
+             "nawk": ({"-F", "-v"}, None), "sed": ({"-l"}, "-e"), "jq": ({"--indent", "--tab"}, None),
+             "perl": (set(), "-e"), "ruby": (set(), "-e"), "node": (set(), "-e")}
+_INT_FORMAT = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[diouxXc]")
 _KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time", "fi", "done", "esac"}
 
 
@@ -32,6 +36,9 @@ class _Frame:
     words: list[str] = field(default_factory=list)  # cmd: the current simple command's finished words
     word: str = ""  # cmd: the word being read
     comment: bool = False  # cmd: inside a # comment
+    code: str = ""  # heredoc: why its body is code (the command it feeds is an interpreter)
+    word_expr: tuple[int, int] | None = None  # cmd: where a value stands in the word being read
+    last_expr: tuple[int, int] | None = None  # cmd: where a value stood in the last finished word
     line: str = ""  # heredoc: the current line so far
     line_expr: bool = False  # heredoc: the current line holds a value
 
@@ -45,7 +52,7 @@ class Site:
     dash: bool = False
 
 
-def _signature(stack: list[_Frame], pending: list[tuple[str, bool, bool]]) -> tuple[Any, ...]:
+def _signature(stack: list[_Frame], pending: list[tuple[str, bool, bool, str]]) -> tuple[Any, ...]:
     return tuple((f.kind, f.closer, f.delim, f.comment, f.quoted) for f in stack) + (tuple(pending),)
 
 
@@ -57,7 +64,7 @@ class Scanner:
         self.k = 0
         self.confused = False
         self.stack: list[_Frame] = [_Frame("cmd")]
-        self.pending: list[tuple[str, bool, bool]] = []  # heredocs whose bodies start at the next newline
+        self.pending: list[tuple[str, bool, bool, str]] = []  # heredocs whose bodies start at the next newline
         self.sites: list[Site] = []
         self.problems: list[tuple[int, int, str]] = []
 
@@ -103,6 +110,8 @@ class Scanner:
         top = self.stack[-1]
         ch = text[i]
         nxt = text[i + 1] if i + 1 < len(text) else ""
+        if top.kind in ("sq", "dq") and len(self.stack) > 1 and self.stack[-2].kind == "cmd":
+            self.stack[-2].word += ch  # quoted text is part of the command's word (`printf '%d'`, `-c 'x'`)
         if top.kind == "sq":
             if ch == "'":
                 self.stack.pop()
@@ -246,6 +255,10 @@ class Scanner:
         if top.word:
             word = top.word
             top.word = ""
+            last, top.last_expr, top.word_expr = top.last_expr, top.word_expr, None
+            if top.words and top.words[0] == "[[" and word in _ARITH_OPS and last:
+                self.problems.append((*last, f"a value before {word} inside [[ ]] is evaluated as arithmetic, "
+                                      "which runs $( ) in it; compare strings with ==, or check it is a number"))
             if not top.words and (word in _KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word)):
                 return  # a keyword or an assignment before the command: the command is still to come
             if top.closer == ")" and word == "case":
@@ -255,8 +268,8 @@ class Scanner:
     def _newline(self, top: _Frame, i: int) -> int:
         if self.pending:
             # Bodies follow in the order their operators appeared; the first one read is on top.
-            for delim, dash, quoted in reversed(self.pending):
-                self.stack.append(_Frame("heredoc", delim=delim, dash=dash, quoted=quoted))
+            for delim, dash, quoted, why in reversed(self.pending):
+                self.stack.append(_Frame("heredoc", delim=delim, dash=dash, quoted=quoted, code=why))
             self.pending = []
         return i + 1
 
@@ -278,7 +291,9 @@ class Scanner:
                                   "value"))
             return j
         quoted = any(c in word for c in "'\"\\")
-        self.pending.append((word.replace("'", "").replace('"', "").replace("\\", ""), dash, quoted))
+        command = _command(top.words)
+        why = f"in a heredoc that {command[0]} reads as code" if command and command[0] in _INTERPRETERS else ""
+        self.pending.append((word.replace("'", "").replace('"', "").replace("\\", ""), dash, quoted, why))
         self._end_word(top)
         return j
 
@@ -289,6 +304,9 @@ class Scanner:
         cmd = next(f for f in reversed(stack) if f.kind == "cmd")
         if top.kind == "heredoc":
             top.line_expr = True
+        elif not cmd.comment:
+            cmd.word_expr = (line, col)
+            cmd.word += EXPR  # the word holds a value: it is not empty, and not a comment's start
         if is_sh:
             self.sites.append(Site(line, col, "sh"))
             return
@@ -312,35 +330,62 @@ class Scanner:
         if top.kind == "cmd" and top.comment:
             self.sites.append(Site(line, col, "comment"))
             return
-        if top.kind != "heredoc" or not top.quoted:
-            code = self._code_position(cmd)
-            if code:
-                self.problems.append((line, col, f"a value {code} is run as shell code; pass it as an argument "
-                                      "(bash -c '... \"$1\"' _ {{ v }}) or mark code on purpose with | sh"))
+        code = top.code if top.kind == "heredoc" else self._code_position(cmd)
+        if code:
+            self.problems.append((line, col, f"a value {code} would be read as code, not data; pass it as an "
+                                  "argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on purpose with | sh"))
         if top.kind == "heredoc":
             self.sites.append(Site(line, col, "qheredoc" if top.quoted else "heredoc", top.delim, top.dash))
         elif top.kind in ("dq", "sq"):
             self.sites.append(Site(line, col, top.kind))
+        elif _command(cmd.words)[:1] == ["[["]:
+            self.sites.append(Site(line, col, "cond"))  # always quoted: a bare -n would be read as an operator
         else:
             self.sites.append(Site(line, col, "bare"))
 
     @staticmethod
     def _code_position(cmd: _Frame) -> str:
-        words = [os.path.basename(w.strip("'\"")) for w in cmd.words]
-        while words and words[0] in _PREFIXES:
-            words.pop(0)
-            while words and (words[0].startswith("-") or re.fullmatch(r"[\d.]+[smhd]?|\w+=.*", words[0])):
-                words.pop(0)
+        """Why a value in CMD's current word would be run or evaluated, or "" when it is an ordinary argument."""
+        words = _command(cmd.words)
         if not words:
+            if re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
+                return "in an array subscript, which is evaluated as arithmetic,"
             return ""
-        if words[0] == "eval":
+        name, args = words[0], words[1:]
+        if re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
+            return "in an array subscript, which is evaluated as arithmetic,"
+        if cmd.word.startswith("<<<") and name in _INTERPRETERS:
+            return f"in a here-string that {name} reads as code"
+        if name == "eval":
             return "in an eval"
-        if words[0] == "ssh":
-            return "in an ssh command"
-        if words[0] in ("trap", "alias", "watch") and len(words) == 1:
-            return f"as {words[0]}'s first argument"
-        if re.fullmatch(r"-[A-Za-z]*c", words[-1]) and any(w in _SHELLS for w in words[:-1]):
-            return f"after {words[-1]}"
+        if name == "ssh":
+            return "in an ssh command (the remote shell reads it)"
+        if name == "let":
+            return "in let's arithmetic"
+        if name in ("declare", "typeset", "local", "export", "readonly") and any(
+                re.fullmatch(r"-[A-Za-z]*i[A-Za-z]*", w) for w in args):
+            return "in an integer (-i) assignment, which is evaluated as arithmetic,"
+        if name == "[[" and args and args[-1] in _ARITH_OPS:
+            return f"after {args[-1]} inside [[ ]], which is evaluated as arithmetic,"
+        if name == "printf":
+            rest = args[args.index("-v") + 2:] if "-v" in args else [w for w in args if not w.startswith("-")]
+            if rest and _INT_FORMAT.search(rest[0]):  # the format is written: the value is one of its arguments
+                return "as an argument of a printf integer format (%d), which is evaluated as arithmetic,"
+        if name in ("trap", "alias", "watch") and not args:
+            return f"as {name}'s first argument"
+        if args and re.fullmatch(r"-[A-Za-z]*c", args[-1]) and any(w in _SHELLS for w in [name, *args[:-1]]):
+            return f"after {args[-1]}"
+        if name in _PROGRAMS:
+            takes, program_flag = _PROGRAMS[name]
+            if program_flag and args and args[-1] == program_flag:
+                return f"as {name}'s program"
+            if program_flag == "-e" and name in ("perl", "ruby", "node"):
+                return ""
+            if "-f" in args or (program_flag and program_flag in args):
+                return ""
+            positional = [w for i, w in enumerate(args) if not w.startswith("-") and not (i and args[i - 1] in takes)]
+            if not positional:
+                return f"as {name}'s program"
         return ""
 
     def _tag(self, line: int, col: int, tag: tuple[str, bool, Any]) -> None:
@@ -378,17 +423,32 @@ class Scanner:
         self.problems.append((line, col, f"{{% {name} %}} is not allowed in a job template: its output could "
                               "undo the escaping of values"))
 
-    def _state(self) -> tuple[list[_Frame], list[tuple[str, bool, bool]]]:
+    def _state(self) -> tuple[list[_Frame], list[tuple[str, bool, bool, str]]]:
         return copy.deepcopy(self.stack), list(self.pending)
 
-    def _restore(self, state: tuple[list[_Frame], list[tuple[str, bool, bool]]]) -> None:
+    def _restore(self, state: tuple[list[_Frame], list[tuple[str, bool, bool, str]]]) -> None:
         self.stack, self.pending = copy.deepcopy(state[0]), list(state[1])
 
-    def _check_same(self, state: tuple[list[_Frame], list[tuple[str, bool, bool]]], line: int, col: int,
+    def _check_same(self, state: tuple[list[_Frame], list[tuple[str, bool, bool, str]]], line: int, col: int,
                     name: str) -> None:
         if _signature(state[0], state[1]) != _signature(self.stack, self.pending):
             self.problems.append((line, col, f"the quoting at {{% {name} %}} differs from where the block opened: "
                                   "open and close quotes and heredocs inside each branch"))
+
+
+_INTERPRETERS = _SHELLS | {"ssh", "eval", "source", "."} | set(_PROGRAMS)
+
+
+def _command(words: list[str]) -> list[str]:
+    """WORDS without the wrappers before the real command (sudo -u x, env A=b, timeout 5, nohup ...)."""
+    found = [os.path.basename(w.strip("'\"")) if i == 0 else w.strip("'\"") for i, w in enumerate(words)]
+    while found and found[0] in _PREFIXES:
+        found.pop(0)
+        while found and (found[0].startswith("-") or re.fullmatch(r"[\d.]+[smhd]?|\w+=.*", found[0])):
+            found.pop(0)
+        if found:
+            found[0] = os.path.basename(found[0])
+    return found
 
 
 def skip(text: str, i: int) -> int:

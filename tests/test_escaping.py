@@ -60,6 +60,10 @@ CONTEXTS: dict[str, Context] = {
     "comment": ("# note: {{ v }}\nprintf ok", lambda v: "ok", lambda v: "\n" in v),
     "function-arg": ("show() { printf '%s' \"$1\"; }\nshow {{ v }}", lambda v: v, lambda v: False),
     "bash-c-argument": ("bash -c 'printf \"%s\" \"$1\"' _ {{ v }}", lambda v: v, lambda v: False),
+    "printf-string-format": ("printf '%s|%s' {{ v }} 1", lambda v: f"{v}|1", lambda v: False),
+    "string-compare": ("[[ {{ v }} == {{ v }} ]] && printf '%s' {{ v }}", lambda v: v, lambda v: False),
+    "awk-variable": ("awk -v x=1 'BEGIN { printf \"%s\", ARGV[1] }' {{ v }}", lambda v: v, lambda v: False),
+    "sed-file-argument": ("printf '%s' {{ v }} >f\nsed -n p f\nrm f", lambda v: v, lambda v: False),
 }
 
 
@@ -143,6 +147,20 @@ UNDECIDABLE = [
     ("cat <<{{ n }}\nx\n", "heredoc delimiter"),
     ("echo $'{{ n }}'", "$' ' quoting"),
     ('{% filter upper %}echo {{ n }}{% endfilter %}', "filter"),
+    ("bash <<EOF\necho {{ n }}\nEOF", "in a heredoc that bash reads as code"),
+    ("ssh host bash <<'EOF'\necho {{ n }}\nEOF", "in a heredoc that ssh reads as code"),
+    ("python3 - <<'PY'\nprint({{ n }})\nPY", "in a heredoc that python3 reads as code"),
+    ("bash <<<{{ n }}", "in a here-string that bash reads as code"),
+    ("[[ 1 -eq {{ n }} ]]", "after -eq inside [[ ]], which is evaluated as arithmetic"),
+    ("[[ {{ n }} -gt 1 ]] && echo big", "before -gt inside [[ ]] is evaluated as arithmetic"),
+    ("let x={{ n }}+1", "in let's arithmetic"),
+    ("declare -i x={{ n }}", "in an integer (-i) assignment"),
+    ("arr[{{ n }}]=1", "in an array subscript"),
+    ("printf '%05d\\n' {{ n }}", "printf integer format"),
+    ("awk '{print \"{{ n }}\"}' file", "as awk's program"),
+    ("sed -e 's/a/{{ n }}/' file", "as sed's program"),
+    ("perl -e 'print \"{{ n }}\"'", "as perl's program"),
+    ("jq '.a == \"{{ n }}\"' f.json", "as jq's program"),
     ('echo "{% if n %}{% endif %}\n{% if n %}"{% endif %}{{ n }}', "differs from where the block opened"),
 ]
 
