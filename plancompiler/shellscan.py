@@ -144,6 +144,9 @@ class Scanner:
         if rest.startswith("{"):
             self.stack.append(_Frame("opaque", "}", "a ${ } parameter expansion"))
             return i + 2
+        if rest.startswith("["):
+            self.stack.append(_Frame("opaque", "]", "$[ ] arithmetic"))
+            return i + 2
         if rest.startswith("'") and self.stack[-1].kind == "cmd":
             self.stack.append(_Frame("opaque", "'", "$' ' quoting"))
             return i + 2
@@ -229,7 +232,7 @@ class Scanner:
         if ch == "<" and nxt == "<":
             return self._heredoc_op(top, text, i)
         if ch == "(":
-            if text.startswith("((", i) and not top.word and not top.words:
+            if text.startswith("((", i) and not top.word and (not top.words or top.words == ["for"]):
                 self.stack.append(_Frame("opaque", "))", "(( )) arithmetic"))
                 return i + 2
             top.depth += 1

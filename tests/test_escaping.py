@@ -133,6 +133,8 @@ def test_nul_and_cr_are_refused_in_every_context_with_the_place(tmp_path: Path, 
 UNDECIDABLE = [
     ("echo $(( {{ n }} + 1 ))", "$(( )) arithmetic"),
     ("(( {{ n }} > 1 )) && echo big", "(( )) arithmetic"),
+    ("for ((i = 0; i < {{ n }}; i++)); do echo $i; done", "(( )) arithmetic"),
+    ("echo $[ {{ n }} + 1 ]", "$[ ] arithmetic"),
     ("echo `echo {{ n }}`", "backticks"),
     ('echo "${x:-{{ n }}}"', "${ } parameter expansion"),
     ("eval echo {{ n }}", "in an eval"),
