@@ -15,6 +15,7 @@ from plancompiler.diagnostics import Diagnostic, error
 from plancompiler.load import Source
 from plancompiler.models import Job, Output, Plan, Requirement
 from plancompiler.sandbox import BoundedSandbox, LimitExceeded, Limits
+from plancompiler.shellctx import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner.jobfile import NAME_RE
 
 # Names every job's template gets from the compiler; a `with:` or foreach key may not replace them.
@@ -95,6 +96,25 @@ def _template(source: str, env: BoundedSandbox) -> jinja2.Template:
     return template
 
 
+def _failure(exc: Exception) -> _RenderError:
+    """What went wrong rendering a value, in the words of a finding; a bug of ours is raised as it is."""
+    if isinstance(exc, _RenderError):
+        return exc
+    if isinstance(exc, jinja2.UndefinedError):
+        return _RenderError(f"undefined variable: {exc.message}")
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return _RenderError(f"template syntax error: {exc.message}")
+    if isinstance(exc, SecurityError):
+        return _RenderError(f"not allowed in a plan: {exc}")
+    if isinstance(exc, (jinja2.TemplateError, LimitExceeded, ValueRefused)):
+        return _RenderError(str(exc))
+    if isinstance(exc, RecursionError):
+        return _RenderError("recursion too deep")
+    if isinstance(exc, (ArithmeticError, LookupError, TypeError, ValueError, AttributeError)):
+        return _RenderError(f"{type(exc).__name__}: {exc}")
+    raise exc
+
+
 def render_value(value: Any, context: Any, limits: Limits | None = None) -> Any:
     """VALUE with every string rendered in the sandbox over CONTEXT (undefined names are errors)."""
     if isinstance(value, str):
@@ -103,18 +123,8 @@ def render_value(value: Any, context: Any, limits: Limits | None = None) -> Any:
         env = _env(limits or Limits())
         try:
             return env.render_bounded(_template(value, env), context, "the value")
-        except jinja2.UndefinedError as exc:
-            raise _RenderError(f"undefined variable: {exc.message}") from exc
-        except jinja2.TemplateSyntaxError as exc:
-            raise _RenderError(f"template syntax error: {exc.message}") from exc
-        except SecurityError as exc:
-            raise _RenderError(f"not allowed in a plan: {exc}") from exc
-        except (jinja2.TemplateError, LimitExceeded) as exc:
-            raise _RenderError(str(exc)) from exc
-        except RecursionError as exc:
-            raise _RenderError("recursion too deep") from exc
-        except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as exc:
-            raise _RenderError(f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - each kind of failure is told apart by _failure
+            raise _failure(exc) from exc
     if isinstance(value, Mapping):
         return {k: render_value(v, context, limits) for k, v in value.items()}
     if isinstance(value, list):
@@ -288,16 +298,39 @@ def _short(text: str) -> str:
     return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
-def _path(value: Any) -> str:
-    """A rendered path as it will go into a header: one non-empty line."""
+def _path(value: Any, kind: str = "path") -> str:
+    """A rendered path (or `sh:` command) as it will go into a header: one non-empty line."""
+    noun = "command" if kind == "sh" else "path"
     if not isinstance(value, str):
-        raise _RenderError(f"a path must be a string, not {type(value).__name__}")
+        raise _RenderError(f"a {noun} must be a string, not {type(value).__name__}")
     for bad, what in (("\n", "a newline"), ("\r", "a carriage return"), ("\0", "a NUL byte")):
         if bad in value:
-            raise _RenderError(f"the path {_short(value)} holds {what}: a job header cannot carry it")
+            raise _RenderError(f"the {noun} {_short(value)} holds {what}: a job header cannot carry it")
     if not value.strip():
-        raise _RenderError("the path is empty")
+        raise _RenderError(f"the {noun} is empty")
     return value
+
+
+_SHELL_ENVS: dict[Limits, BoundedSandbox] = {}
+
+
+def render_shell(text: str, context: Mapping[str, Any], limits: Limits) -> str:
+    """A `sh:` requirement: shell code written in the plan, so its values are escaped as in a job body."""
+    if "{" not in text:
+        return text
+    env = _SHELL_ENVS.get(limits)
+    if env is None:
+        env = _SHELL_ENVS[limits] = shell_environment(limits)
+        env.compiled = {}  # type: ignore[attr-defined]
+    try:
+        body, problem = finish_heredocs(env.render_bounded(_template(text, env), context, "the command"))
+    except ContextError as exc:
+        raise _RenderError(exc.problems[0][2]) from exc
+    except Exception as exc:  # noqa: BLE001 - told apart by _failure
+        raise _failure(exc) from exc
+    if problem is not None:
+        raise _RenderError(problem[2])
+    return body
 
 
 def _expand_one(plan: Plan, job: Job, index: int, line: int, row: dict[str, Any],
@@ -308,8 +341,10 @@ def _expand_one(plan: Plan, job: Job, index: int, line: int, row: dict[str, Any]
         except _RenderError as exc:
             raise _LocatedError(("jobs", index, *loc), f"{'.'.join(map(str, loc))}: {exc}") from exc
 
-    def path(value: str, loc: tuple[Any, ...], context: Mapping[str, Any]) -> str:
+    def path(value: str, loc: tuple[Any, ...], context: Mapping[str, Any], kind: str = "path") -> str:
         try:
+            if kind == "sh":
+                return _path(render_shell(value, context, limits), kind)
             return _path(render(value, loc, context))
         except _RenderError as exc:
             raise _LocatedError(("jobs", index, *loc), f"{'.'.join(map(str, loc))}: {exc}") from exc
@@ -322,14 +357,15 @@ def _expand_one(plan: Plan, job: Job, index: int, line: int, row: dict[str, Any]
     name = render(job.name, ("name",), context)
     if not isinstance(name, str):
         raise _LocatedError(("jobs", index, "name"), "name: must be a string")
-    requires = tuple(r.model_copy(update={"value": path(r.value, ("requires", i), context)})
+    requires = tuple(r.model_copy(update={"value": path(r.value, ("requires", i), context, r.kind)})
                      for i, r in enumerate(job.requires))
     outputs = tuple(o.model_copy(update={"value": path(o.value, ("outputs", i), context)})
                     for i, o in enumerate(job.outputs))
     done_if: tuple[Requirement, ...] | None = None
     if job.done_if is not None:
         items = job.done_if if isinstance(job.done_if, list) else [job.done_if]
-        done_if = tuple(r.model_copy(update={"value": path(r.value, ("done_if",), context)}) for r in items)
+        done_if = tuple(r.model_copy(update={"value": path(r.value, ("done_if",), context, r.kind)})
+                        for r in items)
     context.update({"name": name, "lane": job.lane, "plan": plan.plan,
                     "job_outputs": [o.value for o in outputs]})
     return ExpandedJob(name, index, line, job, context, requires, outputs, done_if, row)

@@ -22,8 +22,8 @@ from plancompiler.expand import RESERVED, ExpandedJob
 from plancompiler.graph import Graph
 from plancompiler.load import Source
 from plancompiler.models import Requirement
-from plancompiler.sandbox import BoundedSandbox, LimitExceeded, Limits
-from plancompiler.shellctx import ContextError, Escaped, Shell, ShellContext, ValueRefused, escape, finish_heredocs
+from plancompiler.sandbox import LimitExceeded, Limits
+from plancompiler.shellctx import ContextError, ValueRefused, escape, finish_heredocs, shell_environment
 from runner import jobfile
 
 _INLINE = "inline:"
@@ -63,12 +63,8 @@ class Renderer:
             jinja2.FunctionLoader(self._inline_source),
             jinja2.FileSystemLoader([str(d) for d in self.template_dirs]),
         ])
-        self.env = BoundedSandbox(limits, loader=loader, extensions=[ShellContext], finalize=_written,
-                                  auto_reload=False, cache_size=-1)
-        self.env.filters["sh"] = lambda value: Shell(" ".join(map(str, value)) if isinstance(value, (list, tuple))
-                                                     else str(value))
-        self.env.filters["q"] = lambda value: value  # every value is quoted for its place; kept for old templates
-        self.env.filters["_esc"] = escape
+        self.loader = loader
+        self.env = shell_environment(limits, loader=loader)
         self._names: dict[str, set[str] | None] = {}
 
     def _inline_source(self, name: str) -> tuple[str, str, Any] | None:
@@ -90,7 +86,7 @@ class Renderer:
             return self._names[name]
         result: set[str] | None
         try:
-            source = self.env.loader.get_source(self.env, name)[0]  # type: ignore[union-attr]
+            source = self.loader.get_source(self.env, name)[0]
             # Only parsed, never compiled: jinja folds constants when it compiles (`'a' * 10**10` too).
             tree = _PARSER.parse(source)
             result = {n.name for n in tree.find_all(nodes.Name) if n.ctx == "load"}
@@ -107,13 +103,6 @@ class Renderer:
 
 
 _PARSER = jinja2.Environment()
-
-
-def _written(value: Any) -> Any:
-    """Every `{{ }}` is rewritten to pass through the escaper; anything else reaching here is a bug."""
-    if isinstance(value, Escaped):
-        return value
-    raise RuntimeError(f"internal error: an unescaped value reached a job: {value!r}")
 
 
 def _display(path: Path) -> str:
@@ -265,7 +254,7 @@ def _name_col(renderer: Renderer, name: str, line: int, message: str | None) -> 
     if not match:
         return 1
     try:
-        text = renderer.env.loader.get_source(renderer.env, name)[0].split("\n")[line - 1]  # type: ignore[union-attr]
+        text = renderer.loader.get_source(renderer.env, name)[0].split("\n")[line - 1]
     except (jinja2.TemplateError, IndexError):
         return 1
     for expr in re.finditer(r"\{[{%].*?[}%]\}", text):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,7 +184,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
         return checked
 
-    def render_bounded(self, template: jinja2.Template, context: dict[str, Any], what: str = "") -> str:
+    def render_bounded(self, template: jinja2.Template, context: Mapping[str, Any], what: str = "") -> str:
         """TEMPLATE over CONTEXT, stopped as soon as its output passes the size limit."""
         self.budget.reset()
         limit = self.limits.max_size

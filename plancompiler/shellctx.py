@@ -16,6 +16,7 @@ import jinja2
 from jinja2.ext import Extension
 from jinja2.lexer import Token, TokenStream
 
+from plancompiler.sandbox import BoundedSandbox, Limits
 from plancompiler.shellscan import EXPR, TAG, Scanner, Site
 
 # Heredoc values are framed by these (a value can hold neither) so the rendered job can be checked
@@ -234,3 +235,21 @@ def finish_heredocs(body: str) -> tuple[str, tuple[int, int, str] | None]:
                               "which bash would remove")
             at += len(line) + 1
     return text, None
+
+
+def _written(value: Any) -> Any:
+    """Every `{{ }}` is rewritten to pass through the escaper; anything else reaching here is a bug."""
+    if isinstance(value, Escaped):
+        return value
+    raise RuntimeError(f"internal error: an unescaped value reached a job: {value!r}")
+
+
+def shell_environment(limits: Limits | None = None, **kwargs: Any) -> BoundedSandbox:
+    """The sandbox that renders shell text (job bodies, `sh:` requirements) with every value escaped."""
+    env = BoundedSandbox(limits, extensions=[ShellContext], finalize=_written, auto_reload=False, cache_size=-1,
+                         **kwargs)
+    env.filters["sh"] = lambda value: Shell(" ".join(map(str, value)) if isinstance(value, (list, tuple))
+                                            else str(value))
+    env.filters["q"] = lambda value: value  # every value is quoted for its place; kept for old templates
+    env.filters["_esc"] = escape
+    return env

@@ -223,3 +223,25 @@ def test_templates_without_values_are_never_refused_and_case_in_cmdsub_only_refu
     assert [j.name for j in compiled.jobs] == ["a"]
     assert [(d.code, d.line) for d in compiled.diagnostics] == [("R005", 14)]
     assert "after `case` inside $( )" in compiled.diagnostics[0].message
+
+
+def test_values_in_an_sh_requirement_are_escaped_like_a_job_body(tmp_path: Path) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text(textwrap.dedent("""\
+        plan: t
+        vars: {evil: "x'; touch PWNED; '"}
+        jobs:
+          - name: a
+            run: echo a
+            requires: [{sh: "grep -q {{ evil }} /etc/hostname", external: true}]
+          - name: b
+            run: echo b
+            requires: [{sh: "test $(( {{ evil }} )) -gt 0", external: true}]
+        """))
+    compiled = compile_plan(plan, lint=False)
+    assert [(d.code, d.line) for d in compiled.diagnostics] == [("P011", 9)]
+    assert "$(( )) arithmetic" in compiled.diagnostics[0].message
+    header = compiled.jobs[0].text.splitlines()[1]
+    assert header == "# REQUIRES=grep -q 'x'\"'\"'; touch PWNED; '\"'\"'' /etc/hostname"
+    subprocess.run(["bash", "-c", header.removeprefix("# REQUIRES=")], cwd=tmp_path)
+    assert not (tmp_path / "PWNED").exists()
