@@ -29,7 +29,6 @@ def _env(limits: Limits) -> BoundedSandbox:
     env = _ENVS.get(limits)
     if env is None:
         env = _ENVS[limits] = BoundedSandbox(limits)
-        env.compiled = {}  # type: ignore[attr-defined]
     return env
 
 
@@ -87,7 +86,7 @@ def _names_in(value: Any, limits: Limits) -> set[str]:
 
 def _template(source: str, env: BoundedSandbox) -> jinja2.Template:
     """Each distinct field text is compiled once: foreach rows render the same text many times."""
-    compiled: dict[str, jinja2.Template] = env.compiled  # type: ignore[attr-defined]
+    compiled = env.compiled
     template = compiled.get(source)
     if template is None:
         if len(compiled) > 20000:
@@ -321,7 +320,6 @@ def render_shell(text: str, context: Mapping[str, Any], limits: Limits) -> str:
     env = _SHELL_ENVS.get(limits)
     if env is None:
         env = _SHELL_ENVS[limits] = shell_environment(limits)
-        env.compiled = {}  # type: ignore[attr-defined]
     try:
         body, problem = finish_heredocs(env.render_bounded(_template(text, env), context, "the command"))
     except ContextError as exc:

@@ -1,4 +1,4 @@
-"""Stage 4, render: jinja2 bodies with every value shell-quoted, headers by runner.jobfile.format."""
+"""Stage 4, render: sandboxed jinja2 bodies, each value escaped for its quoting context; headers by jobfile."""
 from __future__ import annotations
 
 import difflib
@@ -23,15 +23,10 @@ from plancompiler.graph import Graph
 from plancompiler.load import Source
 from plancompiler.models import Requirement
 from plancompiler.sandbox import LimitExceeded, Limits
-from plancompiler.shellctx import ContextError, ValueRefused, escape, finish_heredocs, shell_environment
+from plancompiler.shellctx import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner import jobfile
 
 _INLINE = "inline:"
-
-
-def shell_quote(value: Any) -> str:
-    """What a bare `{{ value }}` writes into a job: one quoted word, or quoted words for a list."""
-    return str(escape(value, "bare", 0, 0))
 
 
 @dataclass(frozen=True)

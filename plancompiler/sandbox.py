@@ -93,6 +93,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         super().__init__(undefined=jinja2.StrictUndefined, autoescape=False,
                          keep_trailing_newline=True, **kwargs)
         self.budget = _Budget(limits or Limits())
+        self.compiled: dict[str, jinja2.Template] = {}  # each distinct value's text, compiled once
         # cycler, joiner, lipsum and namespace are left out: none is needed to write a path or a job,
         # and namespace is the one way to mutate state across loop turns.
         self.globals = {"range": self._range, "dict": dict, "_plan_loop": self.budget.loop,
