@@ -188,7 +188,7 @@ class Scanner:
             if ch == "\\":
                 if i + 1 < len(text) and text[i + 1] not in (EXPR, TAG):
                     top.line += text[i + 1]
-                return i + 2
+                return skip(text, i)
             if ch in "$`":
                 return self._dollar(text, i)
         return i + 1
@@ -322,14 +322,8 @@ class Scanner:
             self.sites.append(Site(line, col, "sh"))
             return
         expands = top.kind in ("cmd", "dq") or (top.kind == "heredoc" and not top.quoted)
-        before = preceding[-1:]
-        if expands and (before == "$" or before == "\\"):
-            self.problems.append((line, col, f"a value right after {before!r} cannot be escaped: the {before} would "
-                                  "join the value's quoting"))
-        name = re.search(r"(?<!\\)\$([A-Za-z_][A-Za-z0-9_]*)$", preceding)
-        if expands and name:
-            self.problems.append((line, col, f"a value right after ${name.group(1)} would lengthen the variable's "
-                                  f"name; write ${{{name.group(1)}}}"))
+        if expands:
+            self._check_before(line, col, preceding)
         if top.kind == "cmd" and top.comment:
             self.sites.append(Site(line, col, "comment"))
             return
@@ -345,6 +339,22 @@ class Scanner:
             self.sites.append(Site(line, col, "cond"))  # always quoted: a bare -n would be read as an operator
         else:
             self.sites.append(Site(line, col, "bare"))
+
+    def _check_before(self, line: int, col: int, preceding: str) -> None:
+        """A `$`, `$NAME` or lone backslash right before a value would join it (`${{ v }}` is `$'...'`)."""
+        slashes = len(preceding) - len(preceding.rstrip("\\"))
+        if slashes % 2:
+            self.problems.append((line, col, "a value right after a backslash cannot be escaped: the backslash would "
+                                  "join the value's quoting"))
+            return
+        name = re.search(r"(\\*)\$([A-Za-z_][A-Za-z0-9_]*)?$", preceding)
+        if name and len(name.group(1)) % 2 == 0:  # the $ is not itself escaped
+            if name.group(2):
+                self.problems.append((line, col, f"a value right after ${name.group(2)} would lengthen the "
+                                      f"variable's name; write ${{{name.group(2)}}}"))
+            else:
+                self.problems.append((line, col, "a value right after '$' cannot be escaped: the $ would join "
+                                      "the value's quoting"))
 
     @staticmethod
     def _code_position(cmd: _Frame) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import textwrap
 from collections.abc import Callable
@@ -145,7 +146,7 @@ UNDECIDABLE = [
     ("trap 'echo {{ n }}' EXIT", "as trap's first argument"),
     ("echo ${{ n }}", "right after '$'"),
     ('echo "$HOME{{ n }}"', "would lengthen the variable's name; write ${HOME}"),
-    ('echo "\\{{ n }}"', "right after '\\\\'"),
+    ('echo "\\{{ n }}"', "right after a backslash"),
     ("cat <<{{ n }}\nx\n", "heredoc delimiter"),
     ("echo $'{{ n }}'", "$' ' quoting"),
     ('{% filter upper %}echo {{ n }}{% endfilter %}', "filter"),
@@ -245,3 +246,68 @@ def test_values_in_an_sh_requirement_are_escaped_like_a_job_body(tmp_path: Path)
     assert header == "# REQUIRES=grep -q 'x'\"'\"'; touch PWNED; '\"'\"'' /etc/hostname"
     subprocess.run(["bash", "-c", header.removeprefix("# REQUIRES=")], cwd=tmp_path)
     assert not (tmp_path / "PWNED").exists()
+
+
+def test_an_escaped_dollar_or_backslash_before_a_value_is_fine(tmp_path: Path) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: t\njobs:\n  - name: a\n    with: {v: \"$(touch PWNED)\"}\n    run: |\n"
+                    "      printf '%s|' \"\\${{ v }}\" \"\\\\{{ v }}\" \\\\{{ v }} \"\\$x{{ v }}\"\n")
+    compiled = compile_plan(plan, lint=False)
+    assert compiled.clean(), [d.text() for d in compiled.diagnostics]
+    body = compiled.jobs[0].text.split("\n", compiled.jobs[0].header_lines)[-1]
+    out = subprocess.run(["bash", "-c", body], cwd=tmp_path, capture_output=True, text=True).stdout
+    assert out == "$$(touch PWNED)|\\$(touch PWNED)|\\$(touch PWNED)|$x$(touch PWNED)|"
+    assert not (tmp_path / "PWNED").exists()
+
+
+HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "'; touch PWNED; '", "\"; touch PWNED; \"", "\nEOF\ntouch PWNED\n",
+           "a[$(touch PWNED)]", "\\\"; touch PWNED #", "x\ntouch PWNED", "\n\tEOF\ntouch PWNED\n", ")$(touch PWNED)(",
+           "} ; touch PWNED ; {", "esac; touch PWNED; case x in x)", "EOF", "-n", "\\", "!$(touch PWNED)"]
+
+
+class _Grammar:
+    """Random but well-formed job bodies: commands, quotes, $( ), blocks, case, heredocs, each with values."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def pick(self, *options: str) -> str:
+        return self.rng.choice(options)
+
+    def dq(self, d: int) -> str:
+        parts = ["text ", "{{ v }}", "$x", "${x}", "\\$", '\\"', "-", "'"] + (["$(" + self.stmt(d + 1) + ")"] if d < 3 else [])
+        return '"' + "".join(self.rng.choice(parts) for _ in range(self.rng.randint(1, 3))) + '"'
+
+    def arg(self, d: int) -> str:
+        sq = "'" + self.pick("text", "{{ v }}", '"', "$x") + "'"
+        return self.pick("word", self.dq(d), sq, "pre{{ v }}post", "x={{ v }}", "{{ v }}",
+                         "$(" + self.stmt(d + 1) + ")" if d < 3 else "{{ v }}")
+
+    def stmt(self, d: int = 0) -> str:
+        simple = self.pick("echo", "printf '%s\\n'", ":", "test -n", "export") + " " + " ".join(
+            self.arg(d) for _ in range(self.rng.randint(1, 3)))
+        if d > 2:
+            return simple
+        body = "\n".join(self.pick("line {{ v }}", "{{ v }}", "$x {{ v }}", "plain") for _ in range(2))
+        return self.pick(simple, simple, "if true; then " + self.stmt(d + 1) + "; fi", "{ " + self.stmt(d + 1) + "; }",
+                         "for i in 1; do " + self.stmt(d + 1) + "; done", "case x in x) " + self.stmt(d + 1) + " ;; esac",
+                         "cat <<EOF\n" + body + "\nEOF", "cat <<'EOF'\n" + body + "\nEOF", "x=" + self.dq(d) + "; " + simple)
+
+
+def test_random_well_formed_templates_never_run_a_value(tmp_path: Path) -> None:
+    rng = random.Random(13)
+    grammar = _Grammar(rng)
+    cases = [("x=1\n" + "\n".join(grammar.stmt() for _ in range(rng.randint(1, 3))) + "\n# {{ v }}\n",
+              rng.choice(HOSTILE)) for _ in range(150)]
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: t\njobs:\n" + "".join(f"  - name: j{i}\n    with: {{v: {json.dumps(v)}}}\n    run: "
+                                                 f"{json.dumps(t)}\n" for i, (t, v) in enumerate(cases)))
+    compiled = compile_plan(plan, lint=False)
+    assert {d.code for d in compiled.diagnostics} <= {"R005", "R006"}
+    assert len(compiled.jobs) > 60  # most well-formed templates render; the rest are refused with a place
+    work = tmp_path / "work"
+    for job in compiled.jobs:
+        work.mkdir()
+        subprocess.run(["bash", "-c", job.text], cwd=work, capture_output=True, timeout=20, stdin=subprocess.DEVNULL)
+        assert not (work / "PWNED").exists(), (cases[int(job.name[1:])], job.text)
+        shutil.rmtree(work)
