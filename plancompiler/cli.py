@@ -76,16 +76,16 @@ def _compile(path: Path, sets: list[str] | None, templates: list[Path] | None, n
         raise _fail(str(exc)) from exc
     except (typer.Exit, typer.BadParameter):
         raise
-    except Exception as exc:  # noqa: BLE001 - a bug of ours: one line, exit 2, the traceback under --debug
+    except Exception as exc:  # a bug of ours: one line, exit 2, the traceback under --debug
         raise _internal(str(path), exc) from exc
 
 
-def _internal(what: str, exc: BaseException) -> typer.Exit:
+def _internal(what: str | None, exc: BaseException) -> typer.Exit:
     if _GLOBAL["debug"]:
         import traceback
 
         traceback.print_exception(exc)
-    return _fail(f"{what}: internal error, please report ({type(exc).__name__}: {str(exc)[:200]})"
+    return _fail(f"{what + ': ' if what else ''}internal error, please report ({type(exc).__name__}: {str(exc)[:200]})"
                  + ("" if _GLOBAL["debug"] else "; run with --debug for the traceback"))
 
 
@@ -607,11 +607,8 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="plan")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    except Exception as exc:  # noqa: BLE001 - never a traceback and never exit 1 for a bug of ours
-        try:
-            _internal("plan", exc)
-        except Exception:  # noqa: BLE001
-            pass
+    except Exception as exc:  # never a traceback and never exit 1 for a bug of ours
+        _internal(None, exc)
         return 2
     return 0
 

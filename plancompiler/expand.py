@@ -122,7 +122,7 @@ def render_value(value: Any, context: Any, limits: Limits | None = None) -> Any:
         env = _env(limits or Limits())
         try:
             return env.render_bounded(_template(value, env), context, "the value")
-        except Exception as exc:  # noqa: BLE001 - each kind of failure is told apart by _failure
+        except Exception as exc:  # each kind of failure is told apart by _failure
             raise _failure(exc) from exc
     if isinstance(value, Mapping):
         return {k: render_value(v, context, limits) for k, v in value.items()}
@@ -324,7 +324,7 @@ def render_shell(text: str, context: Mapping[str, Any], limits: Limits) -> str:
         body, problem = finish_heredocs(env.render_bounded(_template(text, env), context, "the command"))
     except ContextError as exc:
         raise _RenderError(exc.problems[0][2]) from exc
-    except Exception as exc:  # noqa: BLE001 - told apart by _failure
+    except Exception as exc:  # told apart by _failure
         raise _failure(exc) from exc
     if problem is not None:
         raise _RenderError(problem[2])

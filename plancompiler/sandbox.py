@@ -162,7 +162,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_format(left, _PRINTF_WIDTH, limit)
         return self.budget.charge(super().call_binop(context, operator, left, right))
 
-    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any,  # noqa: N805
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any,
              **kwargs: Any) -> Any:
         budget = __self.budget
         budget.check_args(args)
