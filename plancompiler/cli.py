@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -70,9 +70,22 @@ def _compile(path: Path, sets: list[str] | None, templates: list[Path] | None, n
     try:
         progress = (lambda m: typer.echo(f"{path}: {m}", err=True)) if sys.stderr.isatty() else None
         return compile_plan(path, _overrides(sets), templates or [], lint=lint, use_cache=not no_cache,
-                            progress=progress)
+                            progress=progress, limits=_GLOBAL["limits"])
     except PlanError as exc:
         raise _fail(str(exc)) from exc
+    except (typer.Exit, typer.BadParameter):
+        raise
+    except Exception as exc:  # a bug of ours: one line, exit 2, the traceback under --debug
+        raise _internal(str(path), exc) from exc
+
+
+def _internal(what: str | None, exc: BaseException) -> typer.Exit:
+    if _GLOBAL["debug"]:
+        import traceback
+
+        traceback.print_exception(exc)
+    return _fail(f"{what + ': ' if what else ''}internal error, please report ({type(exc).__name__}: {str(exc)[:200]})"
+                 + ("" if _GLOBAL["debug"] else "; run with --debug for the traceback"))
 
 
 def _report(compiled_list, fmt: Format, strict: bool) -> int:  # noqa: ANN001
@@ -80,7 +93,7 @@ def _report(compiled_list, fmt: Format, strict: bool) -> int:  # noqa: ANN001
     text = format_all(diagnostics, fmt.value)
     if text:
         typer.echo(text)
-    jobs = sum(len(c.jobs) for c in compiled_list)
+    jobs = sum(c.job_count for c in compiled_list)
     if fmt is Format.text:
         typer.echo(summary(diagnostics, jobs), err=True)
     if any(d.code == "P000" for d in diagnostics):
@@ -552,12 +565,26 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+_GLOBAL: dict[str, Any] = {"debug": False, "limits": None}
+
+
 @app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="print the version and exit")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="on an internal error, print its traceback")] = False,
+    max_size: Annotated[str | None, typer.Option(
+        "--max-size", metavar="SIZE", help="most bytes one rendered value or job may have (default 1M; "
+        "e.g. 4M) for check, render, push and run")] = None,
 ) -> None:
     """plan: typed job plans in, checked job files out, and the queue they run in."""
+    from plancompiler.sandbox import Limits, parse_size
+
+    _GLOBAL["debug"] = debug
+    try:
+        _GLOBAL["limits"] = Limits(max_size=parse_size(max_size)) if max_size else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--max-size") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -565,6 +592,9 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="plan")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    except Exception as exc:  # never a traceback and never exit 1 for a bug of ours
+        _internal(None, exc)
+        return 2
     return 0
 
 

@@ -14,6 +14,7 @@ from plancompiler.lint import lint_jobs
 from plancompiler.load import Source, load_plan
 from plancompiler.models import Plan
 from plancompiler.render import RenderedJob, render_jobs
+from plancompiler.sandbox import Limits
 
 
 @dataclass
@@ -25,6 +26,11 @@ class Compiled:
     graph: Graph | None = None
     jobs: list[RenderedJob] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def job_count(self) -> int:
+        """Every job the plan describes, rendered or not (what `plan check` counts)."""
+        return self.expanded.attempted if self.expanded else len(self.jobs)
 
     def clean(self, strict: bool = False) -> bool:
         return self.plan is not None and not has_errors(self.diagnostics, strict)
@@ -56,17 +62,17 @@ def display_path(path: Path) -> str:
 
 def compile_plan(path: Path, overrides: Mapping[str, str] | None = None, templates: Sequence[Path] = (),
                  lint: bool = True, use_cache: bool = True,
-                 progress: Callable[[str], None] | None = None) -> Compiled:
+                 progress: Callable[[str], None] | None = None, limits: Limits | None = None) -> Compiled:
     loaded = load_plan(path, display_path(path))
     result = Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
     if loaded.plan is None:
         return result
-    result.expanded = expand(loaded.plan, loaded.source, overrides)
+    result.expanded = expand(loaded.plan, loaded.source, overrides, limits)
     result.diagnostics += result.expanded.diagnostics
     result.graph, found = build_graph(result.expanded, loaded.source)
     result.diagnostics += found
     result.jobs, found = render_jobs(result.expanded.jobs, result.graph, loaded.source, loaded.plan.plan,
-                                     template_dirs(path, templates))
+                                     template_dirs(path, templates), limits)
     result.diagnostics += found
     if lint:
         result.diagnostics += lint_jobs(result.jobs, loaded.source, use_cache=use_cache, progress=progress)

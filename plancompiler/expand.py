@@ -2,19 +2,34 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
 from jinja2 import meta
+from jinja2.sandbox import SecurityError
 
 from plancompiler.diagnostics import Diagnostic, error
 from plancompiler.load import Source
 from plancompiler.models import Job, Output, Plan, Requirement
+from plancompiler.sandbox import BoundedSandbox, LimitExceeded, Limits
+from plancompiler.shellctx import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner.jobfile import NAME_RE
 
-_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+# Names every job's template gets from the compiler; a `with:` or foreach key may not replace them.
+RESERVED = ("name", "lane", "plan", "plan_name", "job_outputs")
+MAX_JOBS = 100_000
+_ENVS: dict[Limits, BoundedSandbox] = {}
+
+
+def _env(limits: Limits) -> BoundedSandbox:
+    """The sandbox YAML values render in, one per set of limits; it keeps each field's compiled form."""
+    env = _ENVS.get(limits)
+    if env is None:
+        env = _ENVS[limits] = BoundedSandbox(limits)
+    return env
 
 
 @dataclass(frozen=True)
@@ -42,67 +57,88 @@ class Expanded:
     jobs: list[ExpandedJob]
     diagnostics: list[Diagnostic]
     external: list[str] = field(default_factory=list)
+    attempted: int = 0  # every job the plan describes, also those that failed to expand
 
 
 class _RenderError(Exception):
     pass
 
 
-def _names_in(value: Any) -> set[str]:
+def _names_in(value: Any, limits: Limits) -> set[str]:
     if isinstance(value, str):
         if "{" not in value:
             return set()
         try:
-            return set(meta.find_undeclared_variables(_ENV.parse(value)))
+            # Parsed in the sandbox: a plain environment would fold `'a' * 10**10` while reading it.
+            return set(meta.find_undeclared_variables(_env(limits).parse(value)))
         except jinja2.TemplateSyntaxError as exc:
             raise _RenderError(f"template syntax error: {exc.message}") from exc
+        except RecursionError as exc:
+            raise _RenderError("template nested too deeply to read") from exc
+        except (jinja2.TemplateError, LimitExceeded) as exc:
+            raise _RenderError(str(exc)) from exc
     if isinstance(value, Mapping):
-        return set().union(*(_names_in(v) for v in value.values())) if value else set()
+        return set().union(*(_names_in(v, limits) for v in value.values())) if value else set()
     if isinstance(value, list):
-        return set().union(*(_names_in(v) for v in value)) if value else set()
+        return set().union(*(_names_in(v, limits) for v in value)) if value else set()
     return set()
 
 
-_COMPILED: dict[str, jinja2.Template] = {}
-
-
-def _template(source: str) -> jinja2.Template:
+def _template(source: str, env: BoundedSandbox) -> jinja2.Template:
     """Each distinct field text is compiled once: foreach rows render the same text many times."""
-    template = _COMPILED.get(source)
+    compiled = env.compiled
+    template = compiled.get(source)
     if template is None:
-        if len(_COMPILED) > 20000:
-            _COMPILED.clear()
-        template = _COMPILED[source] = _ENV.from_string(source)
+        if len(compiled) > 20000:
+            compiled.clear()
+        template = compiled[source] = env.from_string(source)
     return template
 
 
-def render_value(value: Any, context: Mapping[str, Any]) -> Any:
-    """VALUE with every string rendered as a jinja2 template over CONTEXT (undefined names are errors)."""
+def _failure(exc: Exception) -> _RenderError:
+    """What went wrong rendering a value, in the words of a finding; a bug of ours is raised as it is."""
+    if isinstance(exc, _RenderError):
+        return exc
+    if isinstance(exc, jinja2.UndefinedError):
+        return _RenderError(f"undefined variable: {exc.message}")
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return _RenderError(f"template syntax error: {exc.message}")
+    if isinstance(exc, SecurityError):
+        return _RenderError(f"not allowed in a plan: {exc}")
+    if isinstance(exc, (jinja2.TemplateError, LimitExceeded, ValueRefused)):
+        return _RenderError(str(exc))
+    if isinstance(exc, RecursionError):
+        return _RenderError("recursion too deep")
+    if isinstance(exc, (ArithmeticError, LookupError, TypeError, ValueError, AttributeError)):
+        return _RenderError(f"{type(exc).__name__}: {exc}")
+    raise exc
+
+
+def render_value(value: Any, context: Any, limits: Limits | None = None) -> Any:
+    """VALUE with every string rendered in the sandbox over CONTEXT (undefined names are errors)."""
     if isinstance(value, str):
         if "{" not in value:
             return value
+        env = _env(limits or Limits())
         try:
-            return _template(value).render(context)
-        except jinja2.UndefinedError as exc:
-            raise _RenderError(f"undefined variable: {exc.message}") from exc
-        except jinja2.TemplateSyntaxError as exc:
-            raise _RenderError(f"template syntax error: {exc.message}") from exc
-        except jinja2.TemplateError as exc:
-            raise _RenderError(str(exc)) from exc
+            return env.render_bounded(_template(value, env), context, "the value")
+        except Exception as exc:  # each kind of failure is told apart by _failure
+            raise _failure(exc) from exc
     if isinstance(value, Mapping):
-        return {k: render_value(v, context) for k, v in value.items()}
+        return {k: render_value(v, context, limits) for k, v in value.items()}
     if isinstance(value, list):
-        return [render_value(v, context) for v in value]
+        return [render_value(v, context, limits) for v in value]
     return value
 
 
-def resolve_vars(raw: Mapping[str, Any], source: Source) -> tuple[dict[str, Any], list[Diagnostic]]:
+def resolve_vars(raw: Mapping[str, Any], source: Source,
+                 limits: Limits | None = None) -> tuple[dict[str, Any], list[Diagnostic]]:
     """Vars in dependency order; a cycle or an undefined name is a located error."""
     diagnostics: list[Diagnostic] = []
     deps: dict[str, set[str]] = {}
     for name, value in raw.items():
         try:
-            deps[name] = _names_in(value) & set(raw)
+            deps[name] = _names_in(value, limits or Limits()) & set(raw)
         except _RenderError as exc:
             line, col = source.where(("vars", name))
             diagnostics.append(error(source.path, line, col, "P011", f"var {name!r}: {exc}"))
@@ -129,7 +165,7 @@ def resolve_vars(raw: Mapping[str, Any], source: Source) -> tuple[dict[str, Any]
             broken.add(name)
             return
         try:
-            resolved[name] = render_value(raw[name], resolved)
+            resolved[name] = render_value(raw[name], resolved, limits)
         except _RenderError as exc:
             line, col = source.where(("vars", name))
             diagnostics.append(error(source.path, line, col, "P011", f"var {name!r}: {exc}"))
@@ -162,12 +198,23 @@ def _rows(job: Job, index: int, variables: Mapping[str, Any], source: Source) ->
             if not isinstance(values, list):
                 raise _LocatedError((*where, key), f"foreach.{key} must be a list")
             lists.append(values)
-        return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*lists)]
-    rows = []
-    for i, row in enumerate(spec):
-        if not isinstance(row, dict):
-            raise _LocatedError((*where, i), "each foreach row must be a mapping")
-        rows.append(row)
+        count = math.prod(len(v) for v in lists)
+        if count > MAX_JOBS:
+            raise _LocatedError(where, f"foreach makes {count:,} jobs, more than the {MAX_JOBS:,} a plan may have")
+        rows = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*lists)]
+    else:
+        rows = []
+        for i, row in enumerate(spec):
+            if not isinstance(row, dict):
+                raise _LocatedError((*where, i), "each foreach row must be a mapping")
+            rows.append(row)
+    for i, row in enumerate(rows[:1] if isinstance(spec, dict) else rows):
+        for key in row:
+            if not isinstance(key, str) or not key.isidentifier():
+                raise _LocatedError((*where, i), f"foreach key {key!r} must be a name (letters, digits, _)")
+            if key in RESERVED:
+                raise _LocatedError((*where, i), f"foreach key {key!r} would replace the built-in {key!r}; "
+                                    "rename it")
     return rows
 
 
@@ -177,31 +224,47 @@ class _LocatedError(Exception):
         self.loc = loc
 
 
-def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = None) -> Expanded:
+def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = None,
+           limits: Limits | None = None) -> Expanded:
+    limits = limits or Limits()
     raw = dict(plan.vars)
     raw.update(overrides or {})
-    variables, diagnostics = resolve_vars(raw, source)
+    variables, diagnostics = resolve_vars(raw, source, limits)
     variables.setdefault("plan_name", plan.plan)
     external = []
     for i, path in enumerate(plan.external):
         try:
-            external.append(render_value(path, variables))
-        except _RenderError as exc:
+            external.append(_path(render_value(path, variables, limits)))
+        except (_RenderError, _LocatedError) as exc:
             pos = source.where(("external", i))
             diagnostics.append(error(source.path, pos[0], pos[1], "P011", f"external[{i}]: {exc}"))
     jobs: list[ExpandedJob] = []
     seen: dict[str, int] = {}
+    attempted = 0
     for index, job in enumerate(plan.jobs):
         line = source.job_line(index)
+        for key in job.with_:
+            if key in RESERVED:
+                pos = source.key(("jobs", index, "with", key))
+                diagnostics.append(error(source.path, pos[0], pos[1], "P023",
+                                         f"with: {key!r} would replace the built-in {key!r} (the job's own "
+                                         f"{key.replace('_', ' ')}); rename it"))
         try:
             rows = _rows(job, index, variables, source)
         except _LocatedError as exc:
+            attempted += 1
             pos = source.where(exc.loc)
             diagnostics.append(error(source.path, pos[0], pos[1], "P012", str(exc)))
             continue
+        if attempted + len(rows) > MAX_JOBS:
+            pos = source.where(("jobs", index))
+            diagnostics.append(error(source.path, pos[0], pos[1], "P012",
+                                     f"the plan makes more than {MAX_JOBS:,} jobs"))
+            break
+        attempted += len(rows)
         for row in rows:
             try:
-                item = _expand_one(plan, job, index, line, row, variables, source)
+                item = _expand_one(plan, job, index, line, row, variables, limits)
             except _LocatedError as exc:
                 pos = source.where(exc.loc)
                 diagnostics.append(error(source.path, pos[0], pos[1], "P011", str(exc)))
@@ -212,26 +275,75 @@ def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = Non
                                          f"duplicate job name {item.name!r} (also made by the job on line "
                                          f"{seen[item.name]})"))
                 continue
-            if not NAME_RE.match(item.name) or ".." in item.name:
+            if not NAME_RE.match(item.name) or ".." in item.name or len(item.name) > 200:
                 diagnostics.append(error(source.path, name_pos[0], name_pos[1], "P021",
-                                         f"job name {item.name!r}: use letters, digits, '.', '_' and '-', "
-                                         "starting with a letter or digit"))
+                                         f"job name {_short(item.name)}: use letters, digits, '.', '_' and '-', "
+                                         "starting with a letter or digit, at most 200 characters"))
                 continue
+            seen[item.name] = line
             if item.job.lane not in plan.lanes:
                 lane_pos = source.where(("jobs", index, "lane"))
                 diagnostics.append(error(source.path, lane_pos[0], lane_pos[1], "P022",
                                          f"lane {item.job.lane!r} is not one of the plan's lanes: "
                                          f"{', '.join(plan.lanes)}"))
-            seen[item.name] = line
+                continue  # never rendered: a job file cannot carry that lane
             jobs.append(item)
-    return Expanded(variables, jobs, diagnostics, external)
+    if any(d.code == "P023" for d in diagnostics):
+        jobs = [j for j in jobs if not set(j.job.with_) & set(RESERVED)]
+    return Expanded(variables, jobs, diagnostics, external, attempted)
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _path(value: Any, kind: str = "path") -> str:
+    """A rendered path (or `sh:` command) as it will go into a header: one non-empty line."""
+    noun = "command" if kind == "sh" else "path"
+    if not isinstance(value, str):
+        raise _RenderError(f"a {noun} must be a string, not {type(value).__name__}")
+    for bad, what in (("\n", "a newline"), ("\r", "a carriage return"), ("\0", "a NUL byte")):
+        if bad in value:
+            raise _RenderError(f"the {noun} {_short(value)} holds {what}: a job header cannot carry it")
+    if not value.strip():
+        raise _RenderError(f"the {noun} is empty")
+    return value
+
+
+_SHELL_ENVS: dict[Limits, BoundedSandbox] = {}
+
+
+def render_shell(text: str, context: Mapping[str, Any], limits: Limits) -> str:
+    """A `sh:` requirement: shell code written in the plan, so its values are escaped as in a job body."""
+    if "{" not in text:
+        return text
+    env = _SHELL_ENVS.get(limits)
+    if env is None:
+        env = _SHELL_ENVS[limits] = shell_environment(limits)
+    try:
+        body, problem = finish_heredocs(env.render_bounded(_template(text, env), context, "the command"))
+    except ContextError as exc:
+        raise _RenderError(exc.problems[0][2]) from exc
+    except Exception as exc:  # told apart by _failure
+        raise _failure(exc) from exc
+    if problem is not None:
+        raise _RenderError(problem[2])
+    return body
 
 
 def _expand_one(plan: Plan, job: Job, index: int, line: int, row: dict[str, Any],
-                variables: Mapping[str, Any], source: Source) -> ExpandedJob:
+                variables: Mapping[str, Any], limits: Limits) -> ExpandedJob:
     def render(value: Any, loc: tuple[Any, ...], context: Mapping[str, Any]) -> Any:
         try:
-            return render_value(value, context)
+            return render_value(value, context, limits)
+        except _RenderError as exc:
+            raise _LocatedError(("jobs", index, *loc), f"{'.'.join(map(str, loc))}: {exc}") from exc
+
+    def path(value: str, loc: tuple[Any, ...], context: Mapping[str, Any], kind: str = "path") -> str:
+        try:
+            if kind == "sh":
+                return _path(render_shell(value, context, limits), kind)
+            return _path(render(value, loc, context))
         except _RenderError as exc:
             raise _LocatedError(("jobs", index, *loc), f"{'.'.join(map(str, loc))}: {exc}") from exc
 
@@ -241,13 +353,17 @@ def _expand_one(plan: Plan, job: Job, index: int, line: int, row: dict[str, Any]
     with_values = {k: render(v, ("with", k), context) for k, v in job.with_.items()}
     context.update(with_values)
     name = render(job.name, ("name",), context)
-    requires = tuple(r.model_copy(update={"value": render(r.value, ("requires", i), context)})
+    if not isinstance(name, str):
+        raise _LocatedError(("jobs", index, "name"), "name: must be a string")
+    requires = tuple(r.model_copy(update={"value": path(r.value, ("requires", i), context, r.kind)})
                      for i, r in enumerate(job.requires))
-    outputs = tuple(o.model_copy(update={"value": render(o.value, ("outputs", i), context)})
+    outputs = tuple(o.model_copy(update={"value": path(o.value, ("outputs", i), context)})
                     for i, o in enumerate(job.outputs))
     done_if: tuple[Requirement, ...] | None = None
     if job.done_if is not None:
         items = job.done_if if isinstance(job.done_if, list) else [job.done_if]
-        done_if = tuple(r.model_copy(update={"value": render(r.value, ("done_if",), context)}) for r in items)
-    context.update({"name": name, "lane": job.lane, "job_outputs": [o.value for o in outputs]})
+        done_if = tuple(r.model_copy(update={"value": path(r.value, ("done_if",), context, r.kind)})
+                        for r in items)
+    context.update({"name": name, "lane": job.lane, "plan": plan.plan,
+                    "job_outputs": [o.value for o in outputs]})
     return ExpandedJob(name, index, line, job, context, requires, outputs, done_if, row)

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from plancompiler.diagnostics import Diagnostic, error
-from plancompiler.models import Plan, fields_of
+from plancompiler.models import RECORDING, Plan, fields_of
 
 Loc = tuple[Any, ...]
 
@@ -50,6 +50,18 @@ class Loaded:
     diagnostics: list[Diagnostic]
 
 
+MAX_DEPTH = 100  # nesting of mappings and lists: plans need a handful; C libyaml crashes past ~100,000
+MAX_NODES = 500_000  # values built, aliases counted each time they are used (a billion laughs stops here)
+
+
+class _Refused(Exception):
+    """A document the loader will not build: too deep, too large once aliases expand, a recursive alias."""
+
+    def __init__(self, mark: yaml.Mark | None, message: str) -> None:
+        super().__init__(message)
+        self.mark = mark
+
+
 class _Duplicate(Exception):
     def __init__(self, key: str, first: yaml.Mark, second: yaml.Mark) -> None:
         super().__init__(key)
@@ -60,26 +72,71 @@ def _pos(mark: yaml.Mark) -> tuple[int, int]:
     return mark.line + 1, mark.column + 1
 
 
-def _build(node: yaml.Node, loader: Any, loc: Loc, source: Source) -> Any:
-    source.values[loc] = _pos(node.start_mark)
-    if isinstance(node, yaml.MappingNode):
-        result: dict[Any, Any] = {}
-        seen: dict[Any, yaml.Mark] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if key in seen:
-                raise _Duplicate(str(key), seen[key], key_node.start_mark)
-            seen[key] = key_node.start_mark
-            source.keys[loc + (key,)] = _pos(key_node.start_mark)
-            result[key] = _build(value_node, loader, (*loc, key), source)
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(item, loader, (*loc, i), source) for i, item in enumerate(node.value)]
+class _Walk:
+    """What building one document has cost so far, and which nodes are being built (to catch `&x [*x]`)."""
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.path: set[int] = set()
+
+
+def _build(node: yaml.Node, loader: Any, loc: Loc, source: Source, walk: _Walk) -> Any:
+    walk.nodes += 1
+    if walk.nodes > MAX_NODES:
+        raise _Refused(node.start_mark, f"the plan expands to more than {MAX_NODES:,} values (aliases that "
+                       "refer to aliases, such as a billion-laughs document?)")
+    if len(loc) > MAX_DEPTH:
+        raise _Refused(node.start_mark, f"values nested more than {MAX_DEPTH} deep")
+    if len(source.values) < MAX_NODES:
+        source.values[loc] = _pos(node.start_mark)
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        if id(node) in walk.path:
+            raise _Refused(node.start_mark, "an alias refers to the value that contains it (a recursive alias)")
+        walk.path.add(id(node))
+        try:
+            return _build_collection(node, loader, loc, source, walk)
+        finally:
+            walk.path.discard(id(node))
     value = loader.construct_object(node, deep=True)
     if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
         # A block scalar's text starts on the line after its indicator.
         source.values[loc] = (node.start_mark.line + 2, 1)
     return value
+
+
+def _build_collection(node: yaml.Node, loader: Any, loc: Loc, source: Source, walk: _Walk) -> Any:
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, loader, (*loc, i), source, walk) for i, item in enumerate(node.value)]
+    result: dict[Any, Any] = {}
+    seen: dict[Any, yaml.Mark] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise _Refused(key_node.start_mark, "a key must be a plain value such as a name, not a list or mapping")
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise _Duplicate(str(key), seen[key], key_node.start_mark)
+        seen[key] = key_node.start_mark
+        if len(source.keys) < MAX_NODES:
+            source.keys[loc + (key,)] = _pos(key_node.start_mark)
+        result[key] = _build(value_node, loader, (*loc, key), source, walk)
+    return result
+
+
+def _check_depth(text: str) -> None:
+    """Nesting is measured on the event stream first: composing a very deep document crashes libyaml."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    depth = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _Refused(event.start_mark, f"values nested more than {MAX_DEPTH} deep")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    finally:
+        loader.dispose()
 
 
 def load_yaml(path: Path, display: str) -> tuple[Any, Source, list[Diagnostic]]:
@@ -88,13 +145,25 @@ def load_yaml(path: Path, display: str) -> tuple[Any, Source, list[Diagnostic]]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         return None, source, [error(display, 1, 1, "P001", f"plan is not valid UTF-8: {exc}")]
+    except OSError as exc:
+        return None, source, [error(display, 1, 1, "P000", f"cannot read the plan: {exc.strerror or exc}")]
+    try:
+        _check_depth(text)
+    except _Refused as exc:
+        line, col = _pos(exc.mark) if exc.mark else (1, 1)
+        return None, source, [error(display, line, col, "P001", str(exc))]
+    except yaml.YAMLError:
+        pass  # reported with its place by the load below
     # libyaml's loader when present: same nodes and marks, several times faster on big plans.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None, source, [error(display, 1, 1, "P001", "plan file is empty")]
-        data = _build(node, loader, (), source)
+        data = _build(node, loader, (), source, _Walk())
+    except _Refused as exc:
+        line, col = _pos(exc.mark) if exc.mark else (1, 1)
+        return None, source, [error(display, line, col, "P001", str(exc))]
     except _Duplicate as dup:
         first = _pos(dup.first)
         line, col = _pos(dup.second)
@@ -114,7 +183,7 @@ def load_yaml(path: Path, display: str) -> tuple[Any, Source, list[Diagnostic]]:
 
 def _clean_loc(loc: Loc) -> Loc:
     # pydantic adds union member names to locations; they are not in the data.
-    return tuple(p for p in loc if isinstance(p, int) or (isinstance(p, str) and "[" not in p and p not in (
+    return tuple(p for p in loc if not isinstance(p, str) or ("[" not in p and p not in (
         "Requirement", "Output", "function-after", "function-before")))
 
 
@@ -129,7 +198,7 @@ def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnos
     found = []
     for err in exc.errors():
         loc = _clean_loc(err["loc"])
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and loc:
             line, col = source.key(loc)
             bad = str(loc[-1])
             hint = difflib.get_close_matches(bad, fields_of(loc[:-1]), n=1)
@@ -140,7 +209,7 @@ def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnos
         line, col = source.where(loc)
         message = err["msg"].removeprefix("Value error, ")
         code = "P004"
-        if err["type"] == "missing":
+        if err["type"] == "missing" and loc:
             line, col = source.where(loc[:-1])
             message = f"missing required key {loc[-1]!r}"
         found.append(error(source.path, line, col, code, f"{_dotted(loc)}: {message}"))
@@ -153,6 +222,8 @@ def load_plan(path: Path, display: str | None = None) -> Loaded:
         return Loaded(None, Source(display), [error(display, 1, 1, "P000", "plan file not found")])
     if path.suffix == ".py":
         return _load_python(path, display)
+    if path.is_dir():
+        return Loaded(None, Source(display), [error(display, 1, 1, "P000", "a directory, not a plan file")])
     data, source, diagnostics = load_yaml(path, display)
     if diagnostics:
         return Loaded(None, source, diagnostics)
@@ -179,6 +250,7 @@ def _load_python(path: Path, display: str) -> Loaded:
         return Loaded(None, source, [error(display, 1, 1, "P000", "cannot import this Python plan")])
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    recording = RECORDING.set(spec.origin or str(path))
     try:
         spec.loader.exec_module(module)
         plan = getattr(module, "plan", None)
@@ -191,10 +263,11 @@ def _load_python(path: Path, display: str) -> Loaded:
         line = _plan_line(exc, path)
         return Loaded(None, source, [error(display, line, 1, "P004", f"{_dotted(_clean_loc(e['loc']))}: "
                                            f"{e['msg'].removeprefix('Value error, ')}") for e in exc.errors()])
-    except Exception as exc:  # noqa: BLE001 - any failure of user code is a located finding
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of user code is a located finding
         line = _plan_line(exc, path)
         return Loaded(None, source, [error(display, line, 1, "P005", f"{type(exc).__name__}: {exc}")])
     finally:
+        RECORDING.reset(recording)
         sys.modules.pop(name, None)
     if not isinstance(plan, Plan):
         return Loaded(None, source, [error(display, 1, 1, "P004",

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import difflib
-import inspect
-import os
 import re
+import sys
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -16,10 +16,15 @@ _FORMS = "a path, {nonempty: P}, {dir: P}, {exists: P}, {after: JOB} or {sh: CMD
 _OUTPUT_FORMS = "a path, {nonempty: P}, {dir: P} or {exists: P}"
 
 
+# The file of the Python plan being loaded, while it is: jobs built then record their line in it.
+RECORDING: ContextVar[str | None] = ContextVar("plancompiler_recording", default=None)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+_LANE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TEST_OPS = {"path": "f", "nonempty": "s", "dir": "d", "exists": "e"}
 
 
@@ -121,13 +126,19 @@ class Job(Strict):
         return self
 
     def model_post_init(self, context: Any) -> None:
-        # For Python plans: remember where in the plan module this job was built.
-        for frame in inspect.stack()[1:12]:
-            filename = frame.filename
-            if "pydantic" in filename or os.sep + "plancompiler" + os.sep in filename:
-                continue
-            self._source = (filename, frame.lineno)
-            break
+        # Only while a Python plan is being loaded: the line in it that built this job, found by walking
+        # up the frames to the plan's file (a YAML plan knows its lines from the YAML marks instead).
+        path = RECORDING.get()
+        if path is None:
+            return
+        frame = sys._getframe(1)
+        for _ in range(64):
+            if frame is None:
+                return
+            if frame.f_code.co_filename == path:
+                self._source = (path, frame.f_lineno)
+                return
+            frame = frame.f_back  # type: ignore[assignment]
 
 
 class Plan(Strict):
@@ -136,6 +147,17 @@ class Plan(Strict):
     external: list[str] = Field(default_factory=list, description="paths made outside this plan")
     lanes: list[str] = Field(default_factory=lambda: ["net", "gpu", "cpu"])
     jobs: list[Job] = Field(default_factory=list)
+
+    @field_validator("lanes")
+    @classmethod
+    def _lane_names(cls, value: list[str]) -> list[str]:
+        for lane in value:
+            if not _LANE_RE.fullmatch(lane):
+                raise ValueError(f"lane name {lane!r}: use letters, digits, '.', '_' and '-' (the runner reads "
+                                 "LANE= as one word)")
+        if len(set(value)) != len(value):
+            raise ValueError("a lane is listed twice")
+        return value
 
     @field_validator("plan")
     @classmethod

@@ -1,6 +1,7 @@
-"""Stage 4, render: jinja2 bodies with every value shell-quoted, headers by runner.jobfile.format."""
+"""Stage 4, render: sandboxed jinja2 bodies, each value escaped for its quoting context; headers by jobfile."""
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -8,36 +9,24 @@ import shlex
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from jinja2 import meta, nodes
+from jinja2.sandbox import SecurityError
 
 from plancompiler.diagnostics import Diagnostic, error, warning
-from plancompiler.expand import ExpandedJob
+from plancompiler.expand import RESERVED, ExpandedJob
 from plancompiler.graph import Graph
 from plancompiler.load import Source
 from plancompiler.models import Requirement
+from plancompiler.sandbox import LimitExceeded, Limits
+from plancompiler.shellctx import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner import jobfile
 
 _INLINE = "inline:"
-
-
-class Shell(str):
-    """A value the template marks as shell code on purpose (`{{ x | sh }}`): written unquoted."""
-
-
-def shell_quote(value: Any) -> str:
-    """What `{{ value }}` writes into a job: one quoted word, or quoted words for a list."""
-    if isinstance(value, Shell):
-        return str(value)
-    if isinstance(value, jinja2.Undefined):
-        return str(value)  # StrictUndefined raises here, at the template's line
-    if isinstance(value, (list, tuple)):
-        return " ".join(shlex.quote(str(v)) for v in value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return shlex.quote(str(value))
 
 
 @dataclass(frozen=True)
@@ -59,21 +48,19 @@ class RenderedJob:
 
 
 class Renderer:
-    """One jinja2 environment per compile: each template is compiled once, rendered per job."""
+    """One sandboxed jinja2 environment per compile: each template is compiled once, rendered per job."""
 
-    def __init__(self, template_dirs: Sequence[Path], jobs: Sequence[ExpandedJob]) -> None:
+    def __init__(self, template_dirs: Sequence[Path], jobs: Sequence[ExpandedJob],
+                 limits: Limits | None = None) -> None:
         self.template_dirs = [Path(d) for d in template_dirs]
         self.inline = {f"{_INLINE}{j.index}": j.job.run or "" for j in jobs if j.job.run is not None}
         loader = jinja2.ChoiceLoader([
             jinja2.FunctionLoader(self._inline_source),
             jinja2.FileSystemLoader([str(d) for d in self.template_dirs]),
         ])
-        self.env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, finalize=shell_quote,
-                                      keep_trailing_newline=True, autoescape=False, auto_reload=False,
-                                      cache_size=-1)
-        self.env.filters["sh"] = lambda value: Shell(" ".join(map(str, value)) if isinstance(value, list)
-                                                     else str(value))
-        self.env.filters["q"] = shell_quote
+        self.loader = loader
+        self.env = shell_environment(limits, loader=loader)
+        self._names: dict[str, set[str] | None] = {}
 
     def _inline_source(self, name: str) -> tuple[str, str, Any] | None:
         if name in self.inline:
@@ -81,10 +68,36 @@ class Renderer:
         return None
 
     def template_path(self, name: str) -> Path | None:
+        if not name or name.startswith("/") or ".." in Path(name).parts:
+            return None  # templates are found under the template directories, nowhere else
         for directory in self.template_dirs:
             if (directory / name).is_file():
                 return directory / name
         return None
+
+    def names_used(self, name: str, seen: frozenset[str] = frozenset()) -> set[str] | None:
+        """Every variable template NAME (and what it includes) reads; None where that cannot be known."""
+        if name in self._names:
+            return self._names[name]
+        result: set[str] | None
+        try:
+            source = self.loader.get_source(self.env, name)[0]
+            # Only parsed, never compiled: jinja folds constants when it compiles (`'a' * 10**10` too).
+            tree = _PARSER.parse(source)
+            result = {n.name for n in tree.find_all(nodes.Name) if n.ctx == "load"}
+            for ref in meta.find_referenced_templates(tree):
+                inner = None if ref is None or ref in seen else self.names_used(ref, seen | {name})
+                if inner is None:
+                    result = None
+                    break
+                result |= inner
+        except (jinja2.TemplateError, LimitExceeded, RecursionError, OSError):
+            result = None
+        self._names[name] = result
+        return result
+
+
+_PARSER = jinja2.Environment()
 
 
 def _display(path: Path) -> str:
@@ -110,15 +123,15 @@ def condition(requirements: Sequence[Requirement], graph: Graph) -> str | None:
 
 
 def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_name: str,
-                template_dirs: Sequence[Path]) -> tuple[list[RenderedJob], list[Diagnostic]]:
-    renderer = Renderer(template_dirs, jobs)
+                template_dirs: Sequence[Path],
+                limits: Limits | None = None) -> tuple[list[RenderedJob], list[Diagnostic]]:
+    renderer = Renderer(template_dirs, jobs, limits)
     rendered: list[RenderedJob] = []
     diagnostics: list[Diagnostic] = []
-    flagged: set[str] = set()
     comment = f"generated from {Path(source.path).name} by plan; do not edit"
     for job in jobs:
-        name = job.job.template or f"{_INLINE}{job.index}"
-        if job.job.template:
+        name = job.job.template if job.job.template is not None else f"{_INLINE}{job.index}"
+        if job.job.template is not None:
             path = renderer.template_path(job.job.template)
             if path is None:
                 line, col = source.where(("jobs", job.index, "template"))
@@ -126,33 +139,143 @@ def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_
                 diagnostics.append(error(source.path, line, col, "R001",
                                          f"template {job.job.template!r} not found in {dirs}"))
                 continue
-            origin, origin_line, template_source = _display(path), 1, path.read_text()
+            try:
+                template_source = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                line, col = source.where(("jobs", job.index, "template"))
+                diagnostics.append(error(source.path, line, col, "R001", f"cannot read template {path}: {exc}"))
+                continue
+            place = _Place(_display(path), 1, 0)
         else:
-            origin, origin_line = source.path, source.where(("jobs", job.index, "run"))[0]
             template_source = job.job.run or ""
-        if name not in flagged:
-            flagged.add(name)
-            diagnostics.extend(_quoted_expressions(template_source, origin, origin_line))
-        try:
-            template = renderer.env.get_template(name)
-            body = template.render(job.context)
-        except jinja2.TemplateSyntaxError as exc:
-            diagnostics.append(error(origin, origin_line + (exc.lineno or 1) - 1, 1, "R003",
-                                     f"template syntax error: {exc.message}"))
-            continue
-        except jinja2.UndefinedError as exc:
-            line = _template_line(exc, name, renderer)
-            diagnostics.append(error(origin, origin_line + line - 1, 1, "R002",
-                                     f"job {job.name}: undefined variable: {exc.message}"))
-            continue
-        except jinja2.TemplateError as exc:
-            line = _template_line(exc, name, renderer)
-            diagnostics.append(error(origin, origin_line + line - 1, 1, "R003", f"job {job.name}: {exc}"))
+            place = _inline_place(source, job.index)
+        diagnostics.extend(_unused_with(job, renderer, name, source))
+        body, found = _render_one(job, name, renderer, place)
+        diagnostics.extend(found)
+        if body is None:
             continue
         text, header = _with_header(job, body, graph, plan_name, comment)
+        if len(text) > renderer.env.limits.max_size:
+            line, col = source.where(("jobs", job.index))
+            diagnostics.append(error(source.path, line, col, "R007", f"job {job.name}: the job file would be "
+                                     f"{len(text):,} bytes, over the limit of {renderer.env.limits.max_size:,} "
+                                     "(raise it with --max-size)"))
+            continue
         matches = body.count("\n") == template_source.count("\n")
-        rendered.append(RenderedJob(job, text, header, origin, origin_line, matches))
+        rendered.append(RenderedJob(job, text, header, place.origin, place.line, matches))
     return rendered, diagnostics
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where a template's text is: its file, the line of its first line there, and its indentation."""
+
+    origin: str
+    line: int
+    indent: int
+
+    def at(self, line: int, col: int) -> tuple[str, int, int]:
+        return self.origin, self.line + max(line, 1) - 1, max(col, 1) + (self.indent if col else 0)
+
+
+@lru_cache(maxsize=64)
+def _plan_lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def _inline_place(source: Source, index: int) -> _Place:
+    line, col = source.where(("jobs", index, "run"))
+    lines = _plan_lines(source.path)
+    if col == 1 and 0 < line <= len(lines):  # a block scalar: its text starts after the indentation
+        text = lines[line - 1]
+        return _Place(source.path, line, len(text) - len(text.lstrip(" ")))
+    return _Place(source.path, line, col - 1)
+
+
+def _render_one(job: ExpandedJob, name: str, renderer: Renderer,
+                place: _Place) -> tuple[str | None, list[Diagnostic]]:
+    """JOB's body from template NAME, or the located reasons it has none."""
+    who = f"job {job.name}"
+    try:
+        template = renderer.env.get_template(name)
+    except ContextError as exc:
+        return None, [error(*place.at(line, col), "R005", msg) for line, col, msg in exc.problems]
+    except jinja2.TemplateNotFound as exc:
+        return None, [error(*place.at(1, 1), "R001", f"template {exc.name!r} not found")]
+    except jinja2.TemplateSyntaxError as exc:
+        return None, [error(*place.at(exc.lineno or 1, 1), "R003", f"template syntax error: {exc.message}")]
+    except RecursionError:
+        return None, [error(*place.at(1, 1), "R003", "template nested too deeply to read")]
+    except LimitExceeded as exc:
+        return None, [error(*place.at(1, 1), "R007", f"{who}: {exc}")]
+    try:
+        body = renderer.env.render_bounded(template, job.context, f"{who}'s body")
+    except jinja2.TemplateNotFound as exc:
+        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R001",
+                            f"{who}: template {exc.name!r} not found")]
+    except jinja2.UndefinedError as exc:
+        line = _template_line(exc, name, renderer)
+        return None, [error(*place.at(line, _name_col(renderer, name, line, exc.message)), "R002",
+                            f"{who}: undefined variable: {exc.message}")]
+    except ValueRefused as exc:
+        return None, [error(*place.at(exc.line, exc.col), "R006", f"{who}: {exc}")]
+    except LimitExceeded as exc:
+        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R007", f"{who}: {exc}")]
+    except SecurityError as exc:
+        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R008",
+                            f"{who}: not allowed in a plan's template: {exc}")]
+    except RecursionError as exc:
+        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003",
+                            f"{who}: recursion too deep (a macro that calls itself?)")]
+    except jinja2.TemplateError as exc:
+        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003", f"{who}: {exc}")]
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as exc:
+        # A template's own mistake, such as `length` of a number: located, never a traceback.
+        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003",
+                            f"{who}: {type(exc).__name__}: {exc}")]
+    body, problem = finish_heredocs(body)
+    if problem is not None:
+        line, col, message = problem
+        return None, [error(*place.at(line, col), "R006", f"{who}: {message}")]
+    return body, []
+
+
+def _name_col(renderer: Renderer, name: str, line: int, message: str | None) -> int:
+    """The column of the undefined name MESSAGE speaks of on LINE of template NAME (1 if not found)."""
+    match = re.match(r"'([^']+)' is undefined", message or "")
+    if not match:
+        return 1
+    try:
+        text = renderer.loader.get_source(renderer.env, name)[0].split("\n")[line - 1]
+    except (jinja2.TemplateError, IndexError):
+        return 1
+    for expr in re.finditer(r"\{[{%].*?[}%]\}", text):
+        found = re.search(rf"(?<![\w.]){re.escape(match.group(1))}\b", expr.group(0))
+        if found:
+            return expr.start() + found.start() + 1
+    return 1
+
+
+def _unused_with(job: ExpandedJob, renderer: Renderer, name: str, source: Source) -> list[Diagnostic]:
+    """A `with:` key the template never reads is most likely a typo of one it does."""
+    if not job.job.with_:
+        return []
+    used = renderer.names_used(name)
+    if used is None:
+        return []
+    found = []
+    for key in job.job.with_:
+        if key not in used and key not in RESERVED:
+            line, col = source.key(("jobs", job.index, "with", key))
+            hint = [u for u in used if u not in job.context]
+            close = difflib.get_close_matches(key, hint, n=1)
+            suggestion = f"; did you mean {close[0]!r}?" if close else ""
+            found.append(warning(source.path, line, col, "R009", f"with: {key!r} is not used by "
+                                 f"{job.job.template or 'the run: body'}{suggestion}"))
+    return found
 
 
 def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comment: str) -> tuple[str, int]:
@@ -161,7 +284,9 @@ def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comm
         [Requirement(kind=o.kind, value=o.value) for o in job.outputs], graph)
     fields: dict[str, Any] = {
         "lane": spec.lane,
-        "body": body,
+        # The blank line ends the header: a body that starts with a comment such as `# {{ note }}`
+        # can never be read as a header key, whatever the value.
+        "body": "\n" + body,
         "requires": condition(job.requires, graph),
         "done_if": done_if,
         "retries": spec.retries if spec.retries != 1 else None,
@@ -173,8 +298,8 @@ def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comm
     unsigned = jobfile.format(**fields)
     digest = hashlib.sha256(unsigned.encode()).hexdigest()[:10]
     text = jobfile.format(**fields, plan=f"{plan_name}@{digest}")
-    header = text[: text.index(body)].count("\n") if body and body in text else text.count("\n")
-    return text, header
+    header = text.index("\n\n") + 2  # the header's lines and the blank line: the body starts after them
+    return text, text[:header].count("\n")
 
 
 def _template_line(exc: BaseException, name: str, renderer: Renderer) -> int:
@@ -189,36 +314,3 @@ def _template_line(exc: BaseException, name: str, renderer: Renderer) -> int:
         if frame.filename in wanted and frame.lineno:
             line = frame.lineno
     return line
-
-
-_EXPR = re.compile(r"\{\{(.*?)\}\}")
-
-
-def _quoted_expressions(text: str, origin: str, first_line: int) -> list[Diagnostic]:
-    """`"...{{ x }}..."`: the value is already quoted, so the double quotes put its quotes in the data."""
-    found = []
-    for offset, line in enumerate(text.split("\n")):
-        i = 0
-        in_single = in_double = False
-        if line.lstrip().startswith("#"):
-            continue
-        while i < len(line):
-            ch = line[i]
-            if line.startswith("{{", i):
-                end = line.find("}}", i)
-                expr = line[i + 2:end] if end != -1 else line[i + 2:]
-                if in_double and not re.search(r"\|\s*sh\b", expr):
-                    found.append(warning(origin, first_line + offset, i + 1, "R004",
-                                         f"{{{{{expr}}}}} inside double quotes: the value is already shell-quoted; "
-                                         "drop the quotes, or use `| sh` if it is shell code on purpose"))
-                i = end + 2 if end != -1 else len(line)
-                continue
-            if ch == "\\" and not in_single:
-                i += 2
-                continue
-            if ch == "'" and not in_double:
-                in_single = not in_single
-            elif ch == '"' and not in_single:
-                in_double = not in_double
-            i += 1
-    return found

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -198,10 +199,10 @@ def test_template_undefined_variable_at_template_line(tmp_path: Path) -> None:
             template: fetch.sh.j2
             with: {url: "http://x"}
         """, templates={"fetch.sh.j2": "set -eu\ncurl -o {{ dest }} {{ url }}\n"})
-    assert found(c) == ["fetch.sh.j2:2:1: error[R002]: job a: undefined variable: 'dest' is undefined"]
+    assert found(c) == ["fetch.sh.j2:2:12: error[R002]: job a: undefined variable: 'dest' is undefined"]
 
 
-def test_template_not_found_and_double_quoted_value(tmp_path: Path) -> None:
+def test_template_not_found_and_double_quoted_value_is_escaped_not_flagged(tmp_path: Path) -> None:
     c = compile_text(tmp_path, """\
         plan: t
         jobs:
@@ -211,8 +212,8 @@ def test_template_not_found_and_double_quoted_value(tmp_path: Path) -> None:
             run: |
               echo "value: {{ plan_name }}"
         """, templates={"other.sh.j2": "true\n"})
-    codes = [(d.code, d.line) for d in sorted(c.diagnostics)]
-    assert ("R001", 4) in codes and ("R004", 7) in codes
+    assert [(d.code, d.line) for d in sorted(c.diagnostics)] == [("R001", 4)]
+    assert 'echo "value: t"\n' in c.jobs[0].text
 
 
 INERT = ["$(touch PWNED)", "`touch PWNED`", "a; touch PWNED", "it's \"quoted\"", "two  spaces",
@@ -349,3 +350,115 @@ def test_python_plan_with_its_own_typed_roster(tmp_path: Path) -> None:
     c = compile_plan(bad)
     assert [(d.code, d.line) for d in c.diagnostics] == [("P004", 23)]
     assert "unsupported sampler flag: -b" in c.diagnostics[0].message
+
+
+HOSTILE_PLANS = [
+    # (plan text, expected code, line, col, part of the message)
+    ("plan: t\nvars: &x {a: *x}\njobs: []\n", "P001", 2, 7, "recursive alias"),
+    ("plan: t\nvars:\n  x: " + "[" * 900 + "]" * 900 + "\njobs: []\n", "P001", 3, 104, "nested more than 100 deep"),
+    ("plan: t\nvars:\n  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+        f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10)) + "jobs: []\n",
+     "P001", 3, 22, "expands to more than 500,000 values"),
+    ("plan: t\nvars:\n  ? [a, b]\n  : 1\njobs: []\n", "P001", 3, 5, "a key must be a plain value"),
+    ("plan: t\njobs:\n  - name: a\n    run: |\n      {% macro m() %}{{ m() }}{% endmacro %}\n      echo {{ m() }}\n",
+     "R003", 5, 7, "recursion too deep"),
+    ("plan: t\nvars: {x: \"{{ 'a' * 10**10 }}\"}\njobs: []\n", "P011", 2, 11,
+     "a repetition of 10,000,000,000 items passes the size limit of 1,048,576"),
+    ("plan: t\nvars: {x: \"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}\"}\n"
+     "jobs: []\n", "P011", 2, 11, "loops ran more than 1,000,000 times"),
+    ("plan: t\njobs:\n  - name: a\n    run: echo\n    outputs: [\"a\\nb\"]\n", "P011", 5, 15,
+     "outputs.0: the path 'a\\nb' holds a newline"),
+    ("plan: t\njobs:\n  - name: a\n    run: echo\n    lane: \" \"\n", "P022", 5, 11, "lane ' ' is not one of"),
+    ("plan: t\nlanes: [\"a b\"]\njobs: []\n", "P004", 2, 8, "lane name 'a b'"),
+    ("plan: t\nvars:\n  rows: [{1: a}]\njobs:\n  - name: a\n    foreach: rows\n    run: echo\n", "P012", 6, 14,
+     "foreach key 1 must be a name"),
+    ("plan: t\njobs:\n  - name: a\n    run: echo {{ n | length }}\n    with: {n: 5}\n", "R003", 4, 10,
+     "TypeError: object of type 'int' has no len()"),
+    ("plan: t\njobs:\n  - name: a\n    run: echo {{ name }}\n    with: {name: x}\n", "P023", 5, 12,
+     "with: 'name' would replace the built-in 'name'"),
+    ("plan: t\njobs:\n  - name: a\n    run: echo {{ 'a' * 2000000 }}\n", "R007", 4, 10,
+     "a repetition of 2,000,000 items passes the size limit"),
+]
+
+
+@pytest.mark.parametrize("text, code, line, col, message", HOSTILE_PLANS,
+                         ids=[f"{c}-{m[:30]}" for _, c, _, _, m in HOSTILE_PLANS])
+def test_hostile_and_odd_plans_are_located_findings(tmp_path: Path, text: str, code: str, line: int, col: int,
+                                                   message: str) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text(text)
+    c = compile_plan(plan, lint=False)
+    assert [(d.code, d.line, d.col) for d in c.diagnostics] == [(code, line, col)], found(c)
+    assert message in c.diagnostics[0].message, found(c)
+    assert not c.jobs
+
+
+def test_jinja_in_a_value_cannot_reach_python(tmp_path: Path) -> None:
+    marker = tmp_path / "X"
+    c = compile_text(tmp_path, f"""\
+        plan: t
+        vars:
+          x: "{{{{ cycler.__init__.__globals__.os.system('touch {marker}') }}}}"
+          y: "{{{{ ''.__class__.__mro__[1].__subclasses__() }}}}"
+          z: "{{{{ range.__self__ }}}}"
+        jobs: []
+        """, lint=False)
+    assert [d.code for d in c.diagnostics] == ["P011", "P011", "P011"], found(c)
+    assert all("not allowed in a plan" in d.message or "undefined" in d.message for d in c.diagnostics), found(c)
+    assert not marker.exists()
+
+
+def test_with_key_the_template_never_reads_is_a_warning_with_a_suggestion(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        jobs:
+          - name: a
+            template: fetch.sh.j2
+            with: {url: "http://x", quite: 1, dest: /d}
+          - name: b
+            run: echo {{ url }}
+            with: {url: u, extra: 1}
+        """, templates={"fetch.sh.j2": "curl -o {{ dest }} {{ url }} {% if quiet is defined %}-s{% endif %}\n"})
+    assert [d for d in found(c) if "R009" in d] == [
+        "p.yaml:5:29: warning[R009]: with: 'quite' is not used by fetch.sh.j2; did you mean 'quiet'?",
+        "p.yaml:8:20: warning[R009]: with: 'extra' is not used by the run: body",
+    ]
+
+
+def test_size_limit_is_raised_by_the_flag(tmp_path: Path) -> None:
+    from plancompiler.sandbox import Limits
+
+    text = "plan: t\nvars: {big: \"{{ 'a' * 2000000 }}\"}\njobs:\n  - name: a\n    run: test {{ big | length }} -gt 0\n"
+    refused = compile_text(tmp_path, text, lint=False)
+    assert "P011" in [d.code for d in refused.diagnostics] and not refused.jobs
+    c = compile_plan(tmp_path / "p.yaml", lint=False, limits=Limits(max_size=4 << 20))
+    assert c.clean(), found(c)
+
+
+def test_yaml_plans_never_walk_the_stack_and_python_plans_record_job_lines(tmp_path: Path) -> None:
+    from plancompiler.models import Job
+
+    assert Job(name="a", run="echo")._source is None  # built outside a Python plan's loading: nothing recorded
+    plan = tmp_path / "p.py"
+    plan.write_text("from plancompiler.models import Job, Plan\n\n\ndef job(n):\n    return Job(name=n, run='echo',\n"
+                    "               requires=['/nowhere'])\n\n\nplan = Plan(plan='t', jobs=[\n    job('a'),\n"
+                    "    Job(name='b', run='echo', requires=['/nowhere']),\n])\n")
+    c = compile_plan(plan, lint=False)
+    assert [(d.code, d.line) for d in c.diagnostics] == [("G001", 5), ("G001", 11)], found(c)
+
+
+def test_check_counts_every_job_and_max_size_is_a_global_flag(tmp_path: Path) -> None:
+    import sys
+
+    plan = tmp_path / "three.yaml"
+    plan.write_text("plan: t\njobs:\n  - name: a\n    run: echo a\n  - name: b\n    run: echo {{ nope }}\n"
+                    "  - name: \"c{{ i }}\"\n    foreach: {i: [1, 2]}\n    run: echo {{ 'x' * 1100000 }}\n")
+    argv = [sys.executable, "-m", "plancompiler.cli"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "PLAN_CACHE_DIR": str(tmp_path / "cache")}
+    run = subprocess.run([*argv, "check", str(plan)], capture_output=True, text=True, env=env)
+    assert run.returncode == 1
+    assert run.stderr.splitlines()[-1] == "4 jobs, 3 errors, 0 warnings"  # b, c1, c2 did not render: still counted
+    raised = subprocess.run([*argv, "--max-size", "2M", "check", str(plan)], capture_output=True, text=True, env=env)
+    assert raised.returncode == 1 and "R007" not in raised.stdout and "R002" in raised.stdout
+    bad = subprocess.run([*argv, "--max-size", "lots", "check", str(plan)], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "--max-size" in bad.stderr

@@ -44,7 +44,8 @@ def test_a9_92c_renders_to_the_seed_job_plus_new_keys() -> None:
     assert lines[-1] == seed[-1]
     new = lines[4:-1]
     assert [ln.split("=")[0] for ln in new if "=" in ln] == ["# TIMEOUT", "# WARN_AFTER", "# OUTPUTS", "# PLAN"]
-    assert new[-1] == "# generated from a9.yaml by plan; do not edit"
+    # the header ends with a blank line, so no comment at the top of a body is read as a header key
+    assert new[-2:] == ["# generated from a9.yaml by plan; do not edit", ""]
 
 
 def test_a9_intakes_end_by_killing_their_own_server() -> None:
@@ -64,3 +65,12 @@ def test_a9_intakes_roster_refuses_the_seed_launch_flag(tmp_path: Path) -> None:
     line = bad.read_text().splitlines()[compiled.diagnostics[0].line - 1]
     assert line.strip().startswith('Model(name="mai-code-1.1-flash"')  # the roster entry with the flag
     assert "unsupported sampler flag: -b" in compiled.diagnostics[0].message
+
+
+def test_demo_works_under_its_own_queue_root_by_default() -> None:
+    # Relative paths: each queue (.plan/demo/ for `plan run`) has its own work files, so a newcomer's
+    # first run never finds another run's outputs already there and skips every job.
+    compiled = compile_plan(REPO / "plans" / "demo.yaml")
+    paths = [o.value for j in compiled.jobs for o in j.job.outputs]
+    assert paths and all(p.startswith("work/") for p in paths)
+    assert "/tmp" not in "".join(j.text for j in compiled.jobs)

@@ -1,0 +1,215 @@
+"""The jinja2 sandbox YAML plans render in: no Python reachable from a value, and bounded in size and loops."""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+MiB = 1 << 20
+DEFAULT_MAX_SIZE = MiB
+DEFAULT_MAX_LOOPS = 1_000_000
+_MAX_INT_BITS = 1 << 16
+_PRINTF_WIDTH = re.compile(r"%[-#0 +]*(\d+)?(?:\.(\d+))?")
+_FORMAT_WIDTH = re.compile(r"\{[^{}]*?:[^{}]*?(\d+)")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one rendering may produce: MAX_SIZE bytes per value and per job, MAX_LOOPS loop turns."""
+
+    max_size: int = DEFAULT_MAX_SIZE
+    max_loops: int = DEFAULT_MAX_LOOPS
+
+
+class LimitExceeded(Exception):
+    """A template that would produce more than the limits allow (`{{ 'a' * 10**10 }}`, a 10⁹-turn loop)."""
+
+
+def parse_size(text: str) -> int:
+    """`1048576`, `512K`, `4M`, `1G` (binary units), for the --max-size flag."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.I)
+    if not match:
+        raise ValueError(f"size {text!r}: write a number of bytes, or with K, M or G (e.g. 4M)")
+    return int(match.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[match.group(2).upper()]
+
+
+class _Budget:
+    """Loop turns and bytes produced while rendering one value or job; reset before each."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.loops = 0
+        self.produced = 0
+
+    def reset(self) -> None:
+        self.loops = self.produced = 0
+
+    def charge(self, value: Any) -> Any:
+        if isinstance(value, (str, list, tuple, dict)):
+            size = len(value)
+            if size > self.limits.max_size:
+                raise LimitExceeded(f"a value of {size:,} items or bytes passes the limit of "
+                                    f"{self.limits.max_size:,} (raise it with --max-size)")
+            self.produced += size
+            if self.produced > 16 * self.limits.max_size:
+                raise LimitExceeded(f"rendering produced more than {16 * self.limits.max_size:,} bytes in all "
+                                    "(raise the limit with --max-size)")
+        elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _MAX_INT_BITS:
+            raise LimitExceeded(f"a number of {value.bit_length():,} bits is too large")
+        return value
+
+    def check_args(self, args: Iterable[Any]) -> None:
+        for arg in args:
+            if isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) > self.limits.max_size:
+                raise LimitExceeded(f"the argument {arg:,} passes the size limit of {self.limits.max_size:,}")
+
+    def loop(self, iterable: Any) -> Iterator[Any]:
+        for item in iterable:
+            self.loops += 1
+            if self.loops > self.limits.max_loops:
+                raise LimitExceeded(f"loops ran more than {self.limits.max_loops:,} times")
+            yield item
+
+
+def _check_format(text: str, pattern: re.Pattern[str], limit: int) -> None:
+    for match in pattern.finditer(text):
+        for number in match.groups():
+            if number and int(number) > limit:
+                raise LimitExceeded(f"a format width of {int(number):,} passes the size limit of {limit:,}")
+
+
+class BoundedSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, with every operator, call and filter that can grow a value bounded."""
+
+    intercepted_binops = frozenset({"*", "**", "%", "+"})
+
+    def __init__(self, limits: Limits | None = None, **kwargs: Any) -> None:
+        super().__init__(undefined=jinja2.StrictUndefined, autoescape=False,
+                         keep_trailing_newline=True, **kwargs)
+        self.budget = _Budget(limits or Limits())
+        self.compiled: dict[str, jinja2.Template] = {}  # each distinct value's text, compiled once
+        # cycler, joiner, lipsum and namespace are left out: none is needed to write a path or a job,
+        # and namespace is the one way to mutate state across loop turns.
+        self.globals = {"range": self._range, "dict": dict, "_plan_loop": self.budget.loop,
+                        "_plan_concat": self._concat}
+        self.filters = {name: self._bounded(func) for name, func in self.filters.items()}
+
+    @property
+    def limits(self) -> Limits:
+        return self.budget.limits
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        """Jinja's parse, then every loop counted and every `~` chain bounded before it is joined."""
+        tree = super()._parse(source, name, filename)
+        for loop in tree.find_all(nodes.For):
+            loop.iter = nodes.Call(nodes.Name("_plan_loop", "load"), [loop.iter], [], None, None,
+                                   lineno=loop.lineno)
+        for concat in list(tree.find_all(nodes.Concat)):
+            call = nodes.Call(nodes.Name("_plan_concat", "load"), [nodes.List(concat.nodes)], [], None, None,
+                              lineno=concat.lineno)
+            _replace(tree, concat, call)
+        return tree
+
+    def _concat(self, parts: list[Any]) -> str:
+        texts = [str(p) for p in parts]
+        if sum(map(len, texts)) > self.limits.max_size:
+            raise LimitExceeded(f"a joined value passes the size limit of {self.limits.max_size:,} "
+                                "(raise it with --max-size)")
+        return self.budget.charge("".join(texts))
+
+    def _range(self, *args: int) -> range:
+        self.budget.check_args(args)
+        return range(*args)
+
+    def _bounded(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        budget = self.budget
+
+        skip = 2 if hasattr(func, "jinja_pass_arg") else 1  # the value, and the context it may take
+
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            budget.check_args(args[skip:])
+            budget.check_args(kwargs.values())
+            if func is jinja2.filters.do_format and args and isinstance(args[0], str):
+                _check_format(args[0], _PRINTF_WIDTH, budget.limits.max_size)
+            return budget.charge(func(*args, **kwargs))
+
+        # Filters that take the environment or context keep doing so.
+        for attr in ("jinja_pass_arg",):
+            if hasattr(func, attr):
+                setattr(bounded, attr, getattr(func, attr))
+        return bounded
+
+    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        limit = self.limits.max_size
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > limit:
+                    raise LimitExceeded(f"a repetition of {len(seq) * times:,} items passes the size limit of "
+                                        f"{limit:,} (raise it with --max-size)")
+            if isinstance(left, int) and isinstance(right, int) and \
+                    left.bit_length() + right.bit_length() > _MAX_INT_BITS:
+                raise LimitExceeded("a product too large to compute")
+        elif operator == "**" and isinstance(left, (int, float)) and isinstance(right, (int, float)):
+            if abs(left) > 1 and right > 0 and right * math.log2(abs(left)) > _MAX_INT_BITS:
+                raise LimitExceeded(f"{left} ** {right} is too large to compute")
+        elif operator == "%" and isinstance(left, str):
+            _check_format(left, _PRINTF_WIDTH, limit)
+        return self.budget.charge(super().call_binop(context, operator, left, right))
+
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any,
+             **kwargs: Any) -> Any:
+        budget = __self.budget
+        budget.check_args(args)
+        budget.check_args(kwargs.values())
+        if getattr(__obj, "__name__", "") in ("format", "format_map") and isinstance(
+                getattr(__obj, "__self__", None), str):
+            _check_format(__obj.__self__, _FORMAT_WIDTH, budget.limits.max_size)
+        return budget.charge(super().call(__context, __obj, *args, **kwargs))
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        text, limit = value.__self__, self.limits.max_size
+
+        def checked(*args: Any, **kwargs: Any) -> str:
+            _check_format(str(text), _FORMAT_WIDTH, limit)
+            self.budget.check_args(args)
+            return self.budget.charge(wrapped(*args, **kwargs))
+
+        return checked
+
+    def render_bounded(self, template: jinja2.Template, context: Mapping[str, Any], what: str = "") -> str:
+        """TEMPLATE over CONTEXT, stopped as soon as its output passes the size limit."""
+        self.budget.reset()
+        limit = self.limits.max_size
+        parts: list[str] = []
+        size = 0
+        for chunk in template.generate(context):
+            size += len(chunk)
+            if size > limit:
+                raise LimitExceeded(f"{what or 'the rendered text'} passes the size limit of {limit:,} bytes "
+                                    "(raise it with --max-size)")
+            parts.append(chunk)
+        return "".join(parts)
+
+
+def _replace(tree: nodes.Node, old: nodes.Node, new: nodes.Node) -> None:
+    """Put NEW where OLD is in TREE (jinja nodes keep children in named fields and lists)."""
+    for node in [tree, *tree.find_all(nodes.Node)]:
+        for field in node.fields:
+            value = getattr(node, field, None)
+            if value is old:
+                setattr(node, field, new)
+                return
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    if item is old:
+                        value[i] = new
+                        return
