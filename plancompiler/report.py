@@ -123,7 +123,7 @@ class Report:
                 out.append(f"  {len(cluster['jobs'])} jobs failed with: {cluster['line']}  ({names})")
         if self.silences:
             out.append("")
-            out.append("longest silences (no event at all):")
+            out.append("longest silences (no event but the runner's heartbeat):")
             for a, b in self.silences:
                 out.append(f"  {format_duration(b - a):>8}  {_fmt(a)} .. {_fmt(b)}")
         return "\n".join(out)
