@@ -93,8 +93,8 @@ def _clusters_and_silences(report: Report) -> str:
                        f'<td class="text">{_e(", ".join(cluster["jobs"]))}</td></tr>')
         out.append("</table>")
     if report.silences:
-        out.append('<h2>Longest silences (no event but the runner's heartbeat)</h2><table id="silences"><tr><th>from</th><th>to</th>'
-                   "<th>length</th></tr>")
+        out.append("<h2>Longest silences (no event but the runner's heartbeat)</h2>"
+                   '<table id="silences"><tr><th>from</th><th>to</th><th>length</th></tr>')
         for a, b in report.silences:
             out.append(f'<tr><td>{_t(a)}</td><td>{_t(b)}</td><td data-seconds="{b - a:.0f}">'
                        f"{format_duration(b - a)}</td></tr>")
