@@ -189,7 +189,7 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
     if parked or state.idle_since is None:
         return result
     # The runner knows when each lane last changed: a watcher started now counts from there.
-    lane_since = [float(v["since"]) for v in (status.get("lanes") or {}).values() if v.get("since")]
+    lane_since = [float(v["since"]) for v in (status.get("lanes") or {}).values() if v.get("since") is not None]
     since = min(state.idle_since, max(lane_since)) if lane_since else state.idle_since
     if now - since >= rules.idle_s:
         idle = format_duration(now - since)
@@ -210,7 +210,7 @@ def _waiting(queued: list[dict[str, Any]], state: WatchState, rules: Rules, now:
             continue
         key = f"{item['job']}\t{reason}\t{item.get('blocker', '')}"
         seen[key] = state.waiting_seen.get(key, now)
-        since = min(seen[key], float(item.get("since") or now))
+        since = seen[key] if item.get("since") is None else min(seen[key], float(item["since"]))
         if now - since > rules.waiting_limit(reason):
             detail = f" {item['detail']}" if item.get("detail") else ""
             conditions.append(Condition("WAITING", item["job"], f"{item['job']} has waited "
@@ -257,6 +257,7 @@ def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo
         state.probed = now
         if seen.note:
             echo(seen.note)
+        _take_acks(state, WatchState.load(path))
         alerts = seen.events + reconcile(state.incidents, seen.conditions, now, {"PARKED": rules.parked_repeat_s},
                                          options.realert, seen.judged)
         if options.heartbeat_every and (state.heartbeat_sent is None
@@ -278,6 +279,14 @@ def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo
         if options.once or (trouble and not options.on_alert):
             return EXIT_CODES[trouble[0].kind] if trouble else 0
         time.sleep(max(0.0, options.interval - (time.monotonic() - started)))
+
+
+def _take_acks(state: WatchState, on_disk: WatchState) -> None:
+    """A `plan ack` written while this probe ran (it can take a minute over ssh) is kept, not overwritten."""
+    for key, incident in on_disk.incidents.items():
+        mine = state.incidents.get(key)
+        if mine is not None and incident.acked and incident.opened == mine.opened:
+            mine.acked, mine.acked_until = True, incident.acked_until
 
 
 def all_clear(host: Host, seen: Probe, state: WatchState, now: float) -> Alert:
