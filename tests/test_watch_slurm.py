@@ -29,7 +29,7 @@ def test_stopped_controller_is_dead_on_the_first_probe_then_recovers(tmp_path: P
                                   "--idle", "3600", "--probe-timeout", "60"])
         return result.exit_code, result.stdout
 
-    assert watch() == (0, "")
+    watch()  # the cluster is shared by the session's tests: what their jobs raise opens here, once
     os.kill(slurm.pids["slurmctld"], signal.SIGSTOP)
     try:
         code, out = watch()
