@@ -303,7 +303,7 @@ def status(
         typer.echo(status_text(target, answer))
 
 
-def _watch_words() -> tuple[str, str, str]:
+def _watch_words() -> tuple[str, str, str, str]:
     from plancompiler.incidents import INCIDENT_KINDS
     from plancompiler.watch_args import ALERTABLE_EVENTS, DEFAULT_EVENTS, WAITING_REASONS
 

@@ -95,15 +95,14 @@ def reconcile(incidents: dict[str, Incident], conditions: list[Condition], now: 
     """
     alerts: list[Alert] = []
     current = {c.key: c for c in conditions}
-    for key, incident in list(incidents.items()):
-        if key in current or (judged is not None and incident.kind not in judged):
+    for key, was in list(incidents.items()):
+        if key in current or (judged is not None and was.kind not in judged):
             continue
         del incidents[key]
-        lasted = now - incident.opened
-        alerts.append(Alert("RECOVERED", f"{incident.kind} {incident.subject} recovered after "
-                            f"{format_duration(lasted)} (was: {incident.detail})", incident.subject,
-                            {"recovered": incident.kind, "lasted_s": round(lasted, 1),
-                             "opened": _ts(incident.opened)}))
+        lasted = now - was.opened
+        alerts.append(Alert("RECOVERED", f"{was.kind} {was.subject} recovered after "
+                            f"{format_duration(lasted)} (was: {was.detail})", was.subject,
+                            {"recovered": was.kind, "lasted_s": round(lasted, 1), "opened": _ts(was.opened)}))
     for key, condition in current.items():
         incident = incidents.get(key)
         if incident is None:
