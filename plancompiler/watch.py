@@ -17,7 +17,7 @@ from plancompiler.watch_args import DEFAULT_EVENTS, WAITING_REASONS
 from runner.durations import format_duration
 from runner.queue import atomic_write
 from runner.status import render_status
-from runner.vocab import Reason
+from runner.vocab import Event, Reason
 
 __all__ = ["DEFAULT_EVENTS", "EXIT_CODES", "Alert"]
 
@@ -102,6 +102,9 @@ class Probe:
 
 
 _HOST_KINDS = frozenset({"DEAD", "UNREACHABLE", "ERROR"})
+# What `plan status` lists as a job's end.
+_ENDS = frozenset(e.value for e in (Event.DONE, Event.FAILED, Event.SKIPPED, Event.INVALID, Event.CANCELLED,
+                                    Event.TIMEOUT))
 
 
 def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> Probe:
@@ -353,7 +356,7 @@ def status_text(host: Host, answer: dict[str, Any]) -> str:
     text = render_status(status, now)
     if not answer.get("runner_alive", True):
         text = f"DEAD: runner pid {status.get('runner', {}).get('pid')} is not running\n" + text
-    ends = [e for e in answer.get("events", []) if e.get("event") in ("done", "failed", "skipped", "invalid")]
+    ends = [e for e in answer.get("events", []) if e.get("event") in _ENDS]
     if ends:
         text += "\n\nrecent ends:\n" + "\n".join(
             f"  {e['ts']}  {e['event']:<8} {e['job']}" + (f"  rc {e['rc']}" if "rc" in e else "") for e in ends[-8:])
