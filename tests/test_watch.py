@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from runner.progress import parse_progress
-from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.conftest import REPO, RunnerProcess, wait_for, write_job
 from tests.sshd import Sshd
 
 cli = CliRunner()
@@ -307,3 +308,30 @@ def test_heartbeat_every_sends_one_all_clear(tmp_path: Path, queue_root: Path, r
     assert watch(q, tmp_path / "w2.json", "--heartbeat-every", "6h", "--on-alert", hook, "--idle", "3600")[0] == 0
     kind, payload = got.read_text().split(" ", 1)
     assert kind == "OK" and json.loads(payload)["open"] == 0
+
+
+def test_a_running_watcher_sends_the_second_outage_too(tmp_path: Path, queue_root: Path,
+                                                       runner: RunnerProcess) -> None:
+    """The issue's scenario: one long-lived `--on-alert` watcher, kill -9, restart, kill -9 again 45 s later."""
+    got = tmp_path / "alerts"
+    runner.start()
+    wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "plancompiler.cli", "watch", str(queue_root), "--state", str(tmp_path / "w.json"),
+         "--interval", "0.3", "--realert", "600", "--idle", "3600",
+         "--on-alert", f'echo "$PLAN_ALERT_KIND" >> {got}'],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        kinds = lambda: got.read_text().split() if got.exists() else []  # noqa: E731
+        for round_ in range(2):
+            runner.stop(signal.SIGKILL)
+            wait_for(lambda r=round_: kinds().count("DEAD") == r + 1, 15)
+            runner.start()
+            wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
+            wait_for(lambda r=round_: kinds().count("RECOVERED") == r + 1, 15)
+        assert kinds() == ["DEAD", "RECOVERED", "DEAD", "RECOVERED"]
+    finally:
+        watcher.terminate()
+        out, _ = watcher.communicate(timeout=15)
+    lines = out.decode().splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == ["DEAD", "RECOVERED", "DEAD", "RECOVERED"], lines
