@@ -337,52 +337,131 @@ def status(
         typer.echo(status_text(target, answer))
 
 
+def _watch_words() -> tuple[str, str, str, str]:
+    from plancompiler.incidents import INCIDENT_KINDS
+    from plancompiler.watch_args import ALERTABLE_EVENTS, DEFAULT_EVENTS, WAITING_REASONS
+
+    return (", ".join(ALERTABLE_EVENTS), ", ".join(WAITING_REASONS), ", ".join(INCIDENT_KINDS),
+            ", ".join(DEFAULT_EVENTS))
+
+
+_EVENT_WORDS, _REASON_WORDS, _KIND_WORDS, _DEFAULT_EVENT_WORDS = _watch_words()
+_SECONDS = "SECONDS"
+
+
 @app.command()
 def watch(
     host: HostArg,
     hosts: HostsOpt = None,
-    interval: Annotated[float, typer.Option("--interval", help="seconds between probes")] = 120.0,
+    interval: Annotated[float, typer.Option("--interval", metavar=_SECONDS, help="seconds between probes")] = 120.0,
     once: Annotated[bool, typer.Option("--once", help="probe once and exit (for cron)")] = False,
-    probe_timeout: Annotated[float, typer.Option("--probe-timeout", help="seconds one probe may take in all")] = 60.0,
-    wake_on: Annotated[list[str] | None, typer.Option("--wake-on", help="also alert on these event kinds, "
-                                                        "e.g. --wake-on done")] = None,
-    events: Annotated[str | None, typer.Option("--events", help="comma-separated event kinds that alert "
-                                                  "(replaces the default list)")] = None,
-    stall: Annotated[float, typer.Option("--stall", help="seconds a net job may run before STALL")] = 3600.0,
-    idle: Annotated[float, typer.Option("--idle", help="seconds of nothing running before IDLE")] = 600.0,
-    dead: Annotated[float, typer.Option("--dead", help="heartbeat age in seconds that means DEAD")] = 300.0,
-    unreachable: Annotated[int, typer.Option("--unreachable", help="failed probes in a row before UNREACHABLE")] = 5,
-    parked_repeat: Annotated[float, typer.Option("--parked-repeat", help="seconds before a lasting park is "
-                                                 "reported again")] = 7200.0,
-    on_alert: Annotated[str | None, typer.Option("--on-alert", help="run CMD for each alert (alert JSON on "
-                                                    "stdin, kind in $PLAN_ALERT_KIND) and keep watching")] = None,
-    realert: Annotated[float, typer.Option("--realert", help="with --on-alert: seconds before the same alert "
+    probe_timeout: Annotated[float, typer.Option("--probe-timeout", metavar=_SECONDS,
+                                                 help="seconds one probe may take in all")] = 60.0,
+    wake_on: Annotated[list[str] | None, typer.Option(
+        "--wake-on", metavar="EVENT", help=f"also alert on these events (repeatable or comma-separated), e.g. "
+        f"--wake-on done. Events: {_EVENT_WORDS}")] = None,
+    events: Annotated[str | None, typer.Option(
+        "--events", metavar="EVENT,...", help="the events that alert, comma-separated, or 'none' (default: "
+        f"{_DEFAULT_EVENT_WORDS})")] = None,
+    waiting: Annotated[list[str] | None, typer.Option(
+        "--waiting", metavar="[REASON=]DURATION", help="WAITING when a queued job has waited this long on one "
+        "reason (default 30m); REASON=DURATION sets one reason's limit (repeatable). "
+        f"Reasons: {_REASON_WORDS}")] = None,
+    stall: Annotated[float, typer.Option("--stall", metavar=_SECONDS,
+                                         help="seconds a net job may run before STALL")] = 3600.0,
+    idle: Annotated[float, typer.Option("--idle", metavar=_SECONDS,
+                                        help="seconds of nothing running before IDLE")] = 600.0,
+    dead: Annotated[float, typer.Option("--dead", metavar=_SECONDS,
+                                        help="heartbeat age in seconds that means DEAD")] = 300.0,
+    unreachable: Annotated[int, typer.Option("--unreachable", metavar="N",
+                                             help="failed probes in a row before UNREACHABLE")] = 5,
+    parked_repeat: Annotated[float, typer.Option("--parked-repeat", metavar=_SECONDS,
+                                                 help="seconds before a lasting park is reported again")] = 7200.0,
+    on_alert: Annotated[str | None, typer.Option("--on-alert", metavar="CMD", help="run CMD for each alert (alert "
+                                                 "JSON on stdin, kind in $PLAN_ALERT_KIND) and keep watching")] = None,
+    realert: Annotated[float, typer.Option("--realert", metavar=_SECONDS, help="seconds before an open incident "
                                            "is sent again")] = 3600.0,
-    hook_timeout: Annotated[float, typer.Option("--hook-timeout", help="seconds --on-alert/--ping may run")] = 30.0,
-    ping: Annotated[str | None, typer.Option("--ping", help="run CMD after every successful probe "
-                                                "(a dead-man's switch for the watcher itself)")] = None,
-    state: Annotated[Path | None, typer.Option("--state", help="state file (event offset, counters); default "
-                                                  "under ~/.local/state/plancompiler")] = None,
+    hook_timeout: Annotated[float, typer.Option("--hook-timeout", metavar=_SECONDS,
+                                                help="seconds --on-alert/--ping may run")] = 30.0,
+    ping: Annotated[str | None, typer.Option("--ping", metavar="CMD", help="run CMD after every successful probe "
+                                             "(a dead-man's switch for the watcher itself)")] = None,
+    heartbeat_every: Annotated[str | None, typer.Option(
+        "--heartbeat-every", metavar="DURATION", help="also print (or send to --on-alert as OK) one all-clear line "
+        "this often, e.g. 6h: the lanes and the open incidents")] = None,
+    incidents: Annotated[bool, typer.Option("--incidents", help="list the open incidents from the state file "
+                                            "and exit (no probe)")] = False,
+    state: Annotated[Path | None, typer.Option("--state", metavar="FILE", help="state file (event offset, "
+                                               "incidents); default under ~/.local/state/plancompiler")] = None,
 ) -> None:
-    """Probe HOST every --interval seconds; on an alert print `KIND: detail` lines and exit.
+    """Probe HOST every --interval seconds; judge new events and what is true now; print `KIND: detail` lines.
 
     Kinds and exit codes: EVENT 10 (new events of the alerting kinds), STALL 11 (a net job past --stall
     or any job past its WARN_AFTER), IDLE 12, BLOCKED 13 (a job that can never run), DEAD 14 (runner
-    heartbeat older than --dead, or no runner process), UNREACHABLE 15 (--unreachable failed probes in a
-    row), ERROR 16 (reached the host but could not read the queue), PARKED 17. Exit 0 when --once finds
-    nothing. With --on-alert the watcher runs CMD instead of exiting and keeps watching.
+    heartbeat older than --dead, no runner process, or on Slurm a controller that does not answer),
+    UNREACHABLE 15 (--unreachable failed probes in a row), ERROR 16 (reached the host but could not read
+    the queue), PARKED 17, WAITING 18 (a queued job held longer than --waiting by one reason that is not
+    the queue's own order). Every kind but EVENT is an incident per job, lane or host: it is sent when it
+    opens and every --realert while it lasts, and RECOVERED (exit 0) is sent when it clears. Without
+    --on-alert the watcher exits on the first alert; --once exits 0 when there is nothing new.
     """
-    from plancompiler.watch import DEFAULT_EVENTS, Rules, WatchOptions, state_path, watch_loop
+    from plancompiler.watch import Rules, WatchOptions, incident_lines, state_path, watch_loop
+    from plancompiler.watch_args import duration, event_names, waiting_limits
 
     target = _host(host, hosts)
-    kinds = tuple(e.strip() for e in events.split(",") if e.strip()) if events else DEFAULT_EVENTS
-    kinds += tuple(wake_on or ())
+    path = state or state_path(target)
+    if incidents:
+        for line in incident_lines(path):
+            typer.echo(line)
+        return
+    try:
+        kinds = event_names(events, wake_on)
+        waiting_s, waiting_by_reason = waiting_limits(waiting, 1800.0)
+        every = duration("--heartbeat-every", heartbeat_every) if heartbeat_every else None
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
     rules = Rules(events=kinds, net_stall_s=stall, idle_s=idle, dead_s=dead, unreachable_n=unreachable,
-                  parked_repeat_s=parked_repeat)
+                  parked_repeat_s=parked_repeat, waiting_s=waiting_s, waiting_by_reason=waiting_by_reason)
     options = WatchOptions(interval=interval, once=once, probe_timeout=probe_timeout, on_alert=on_alert,
-                           realert=realert, hook_timeout=hook_timeout, ping=ping)
-    raise typer.Exit(watch_loop(target, rules, state or state_path(target), options,
+                           realert=realert, hook_timeout=hook_timeout, ping=ping, heartbeat_every=every)
+    raise typer.Exit(watch_loop(target, rules, path, options,
                                 echo=typer.echo, warn=lambda m: typer.echo(m, err=True)))
+
+
+@app.command()
+def ack(
+    host: HostArg,
+    incident: Annotated[str, typer.Argument(metavar="KIND[:SUBJECT]", help=f"the open incident: its kind "
+                                            f"({_KIND_WORDS}) and, where several are open, its job, lane or host")],
+    for_: Annotated[str | None, typer.Option("--for", metavar="DURATION", help="silence it at most this long, "
+                                             "e.g. 8h (default: until it changes or recovers)")] = None,
+    hosts: HostsOpt = None,
+    state: Annotated[Path | None, typer.Option("--state", metavar="FILE", help="the watcher's state file "
+                                               "(default under ~/.local/state/plancompiler)")] = None,
+) -> None:
+    """Silence one open incident `plan watch` knows of, until it changes, recovers, or --for passes.
+
+    Exit 0 when acked, 1 when no open incident (or more than one) matches, 2 for an unknown kind.
+    """
+    from plancompiler.incidents import AckError
+    from plancompiler.incidents import ack as ack_incident
+    from plancompiler.watch import WatchState, state_path
+    from plancompiler.watch_args import duration
+
+    target = _host(host, hosts)
+    path = state or state_path(target)
+    try:
+        seconds = duration("--for", for_) if for_ else None
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    book = WatchState.load(path)
+    now = time.time()
+    try:
+        found = ack_incident(book.incidents, incident, now + seconds if seconds else None, now)
+    except AckError as exc:
+        raise _fail(str(exc), exc.code) from exc
+    book.save(path)
+    typer.echo(f"acked {found.kind}:{found.subject} on {target.name} "
+               + (f"for {for_}" if for_ else "until it changes or recovers") + f": {found.detail}")
 
 
 @app.command()

@@ -10,8 +10,16 @@ from typing import Any
 
 from runner.durations import format_duration
 from runner.logs import signature
+from runner.vocab import Event
 
-_END = ("done", "failed", "retry")
+# Events that end a job's attempt (the busy span in seed-format reports, the attempt's duration).
+_END = frozenset(e.value for e in (Event.DONE, Event.FAILED, Event.RETRY, Event.TIMEOUT, Event.CANCELLED,
+                                   Event.START_FAILED))
+# A job's outcome named by the event that decided it; `failed` with why=timeout is a timeout.
+_OUTCOME = {Event.DONE.value: "done", Event.FAILED.value: "failed", Event.RETRY.value: "retrying",
+            Event.SKIPPED.value: "skipped", Event.INVALID.value: "invalid", Event.TIMEOUT.value: "timeout",
+            Event.CANCELLED.value: "cancelled", Event.BLOCKED.value: "blocked",
+            Event.START_FAILED.value: "start-failed"}
 
 
 def parse_ts(text: str) -> float:
@@ -115,7 +123,7 @@ class Report:
                 out.append(f"  {len(cluster['jobs'])} jobs failed with: {cluster['line']}  ({names})")
         if self.silences:
             out.append("")
-            out.append("longest silences (no event at all):")
+            out.append("longest silences (no event but the runner's heartbeat):")
             for a, b in self.silences:
                 out.append(f"  {format_duration(b - a):>8}  {_fmt(a)} .. {_fmt(b)}")
         return "\n".join(out)
@@ -126,7 +134,8 @@ def build_report(events: Iterable[dict[str, Any]], since: float | None = None, u
     items = []
     for event in events:
         try:
-            items.append((parse_ts(event["ts"]), event))
+            if not _refused(event):
+                items.append((parse_ts(event["ts"]), event))
         except (KeyError, ValueError, TypeError):
             continue
     items.sort(key=lambda item: item[0])
@@ -145,6 +154,25 @@ def build_report(events: Iterable[dict[str, Any]], since: float | None = None, u
     _resolve_requires(clipped, jobs)
     return Report(start, end, clipped, jobs, _clusters(window), _silences(window), not has_lane_events,
                   [ln for ln in seen_lanes if any(s.lane == ln for s in clipped)] or list(lanes))
+
+
+def _refused(event: dict[str, Any]) -> bool:
+    """A retry or cancel request the runner refused: older runners logged it as if it had been done."""
+    if event.get("event") == Event.RETRY and event.get("by") is not None:
+        return "nothing to retry" in str(event.get("note", ""))
+    if event.get("event") == Event.CANCELLED:
+        return "nothing done" in str(event.get("was", ""))
+    return False
+
+
+def _last_alive(event: dict[str, Any], last_ts: float, now: float) -> float:
+    """When the previous runner life was last known alive: its last heartbeat (from `runner-start`'s
+    `last_alive`) where the runner records it, else its last event (a `heartbeat` event counts)."""
+    try:
+        alive = parse_ts(event["last_alive"]) if event.get("last_alive") else last_ts
+    except (ValueError, TypeError):
+        alive = last_ts
+    return min(max(alive, last_ts), now)
 
 
 def _cause(event: dict[str, Any]) -> str:
@@ -168,11 +196,12 @@ def _lane_spans(items: list[tuple[float, dict[str, Any]]]) -> list[Span]:
         kind = event.get("event")
         if kind == "runner-start":
             if last_ts is not None:
+                alive = _last_alive(event, last_ts, ts)
                 for lane, span in list(open_.items()):
-                    span.end = last_ts
+                    span.end = alive
                     spans.append(span)
-                    if ts > last_ts:
-                        spans.append(Span(lane, last_ts, ts, "down", cause="runner down"))
+                    if ts > alive:
+                        spans.append(Span(lane, alive, ts, "down", cause="runner down"))
                 open_.clear()
         elif kind == "lane":
             lane = event.get("lane", "?")
@@ -215,21 +244,22 @@ def _inferred_spans(items: list[tuple[float, dict[str, Any]]]) -> list[Span]:
     for ts, event in items:
         kind, job = event.get("event"), event.get("job", "")
         if kind == "runner-start" and last_ts is not None:
+            alive = _last_alive(event, last_ts, ts)
             for lane, (s, j) in list(running.items()):
-                spans.append(Span(lane, s, last_ts, "busy", j, inferred=True))
-                cursor[lane] = last_ts
+                spans.append(Span(lane, s, alive, "busy", j, inferred=True))
+                cursor[lane] = alive
             running.clear()
             for lane in set(cursor) | set(lane_of.values()):
-                close_idle(lane, last_ts)
-                if ts > last_ts:
-                    spans.append(Span(lane, last_ts, ts, "down", cause="runner down", inferred=True))
+                close_idle(lane, alive)
+                if ts > alive:
+                    spans.append(Span(lane, alive, ts, "down", cause="runner down", inferred=True))
                 cursor[lane] = ts
         elif kind == "start":
             lane = event.get("lane", "cpu")
             lane_of[job] = lane
             close_idle(lane, ts)
             running[lane] = (ts, job)
-        elif kind in _END and job in lane_of and lane_of[job] in running:
+        elif kind in _END and job in lane_of and running.get(lane_of[job], (0.0, ""))[1] == job:
             lane = lane_of[job]
             s, j = running.pop(lane)
             spans.append(Span(lane, s, ts, "busy", j, inferred=True))
@@ -251,21 +281,25 @@ def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
     started: dict[str, float] = {}
     for ts, event in items:
         kind, job = event.get("event"), event.get("job", "-")
-        if job == "-" or kind in ("lane", "idle", "correlated-failure"):
+        if job == "-" or kind not in (Event.START, *_OUTCOME):
             continue
         stats = jobs[job]
-        if kind == "start":
+        if kind == Event.START:
             stats.attempts += 1
             stats.lane = event.get("lane", stats.lane)
+            stats.outcome = ""  # running: a later event decides
             started[job] = ts
-        elif kind in ("done", "failed", "retry", "skipped", "invalid"):
-            if job in started:
-                took = ts - started.pop(job)
-                stats.durations.append(took)
-                stats.busy_s += took
-            stats.outcome = {"retry": "retrying", "skipped": "skipped", "invalid": "invalid"}.get(kind, kind)
-            if kind == "failed" and event.get("why") == "timeout":
-                stats.outcome = "timeout"
+            continue
+        if kind == Event.BLOCKED and job in started:
+            continue  # announced while it ran (a stale event): not what became of this attempt
+        if kind in _END and job in started:
+            took = ts - started.pop(job)
+            stats.durations.append(took)
+            stats.busy_s += took
+        outcome = _OUTCOME[kind]
+        if kind == Event.FAILED and (event.get("why") == "timeout" or stats.outcome == "timeout"):
+            outcome = "timeout"  # the runner logs `timeout` when it ends the job, then `failed`
+        stats.outcome = outcome
     return dict(jobs)
 
 
@@ -299,6 +333,8 @@ def _clusters(items: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]
 
 
 def _silences(items: list[tuple[float, dict[str, Any]]], top: int = 5) -> list[tuple[float, float]]:
+    """The longest gaps between events; the runner's own `heartbeat` events are not news and do not end one."""
+    items = [(t, e) for t, e in items if e.get("event") != Event.HEARTBEAT]
     gaps = [(items[i][0], items[i + 1][0]) for i in range(len(items) - 1)]
     gaps.sort(key=lambda g: g[1] - g[0], reverse=True)
     return [g for g in gaps[:top] if g[1] > g[0]]

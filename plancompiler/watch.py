@@ -1,4 +1,4 @@
-"""`plan status` and `plan watch`: one bounded probe of a host's queue, turned into a view or alerts."""
+"""`plan status` and `plan watch`: one bounded probe of a host's queue, judged as events and standing states."""
 from __future__ import annotations
 
 import hashlib
@@ -12,25 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from plancompiler.hosts import Host, RemoteFailed, Unreachable
+from plancompiler.incidents import EXIT_CODES, Alert, Condition, Incident, dump_incidents, load_incidents, reconcile
+from plancompiler.watch_args import DEFAULT_EVENTS, WAITING_REASONS
 from runner.durations import format_duration
 from runner.queue import atomic_write
 from runner.status import render_status
+from runner.vocab import Event, Reason
 
-DEFAULT_EVENTS = ("failed", "retry", "gpu-wait", "requires-wait", "blocked", "invalid", "timeout", "stalled",
-                  "long-running", "orphans-killed", "correlated-failure", "idle")
-# Exit codes of `plan watch`, one per kind; the first alert of a probe decides.
-EXIT_CODES = {"EVENT": 10, "STALL": 11, "IDLE": 12, "BLOCKED": 13, "DEAD": 14, "UNREACHABLE": 15, "ERROR": 16,
-              "PARKED": 17}
-
-
-@dataclass(frozen=True)
-class Alert:
-    kind: str
-    detail: str
-    key: str  # what makes two alerts "the same" for --realert
-
-    def line(self) -> str:
-        return f"{self.kind}: {self.detail}"
+__all__ = ["DEFAULT_EVENTS", "EXIT_CODES", "Alert"]
 
 
 @dataclass(frozen=True)
@@ -41,30 +30,41 @@ class Rules:
     dead_s: float = 300.0
     unreachable_n: int = 5
     parked_repeat_s: float = 7200.0
+    waiting_s: float = 1800.0
+    waiting_by_reason: dict[str, float] = field(default_factory=dict)
+
+    def waiting_limit(self, reason: str) -> float:
+        return self.waiting_by_reason.get(reason, self.waiting_s)
 
 
 @dataclass
 class WatchState:
-    """Kept per host between probes and restarts, so old events are never replayed."""
+    """Kept per host between probes and restarts: the event offset, counters and the open incidents."""
 
     offset: int = -1
     head: str = ""  # fingerprint of the events file's first bytes: a rotated file has another
     failures: int = 0
     idle_since: float | None = None
-    parked_alerted: float | None = None
-    alerted: dict[str, float] = field(default_factory=dict)
+    # "job\treason\tblocker" -> when this watcher first saw it (Slurm's squeue has no such time)
+    waiting_seen: dict[str, float] = field(default_factory=dict)
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    heartbeat_sent: float | None = None
+    probed: float | None = None
 
     @classmethod
     def load(cls, path: Path) -> WatchState:
         try:
             data = json.loads(path.read_text())
-            return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-        except (OSError, ValueError, TypeError):
+            values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+            values["incidents"] = load_incidents(values.get("incidents"))
+            return cls(**values)
+        except (OSError, ValueError, TypeError, AttributeError):
             return cls()
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(asdict(self)).encode())
+        data = asdict(self) | {"incidents": dump_incidents(self.incidents)}
+        atomic_write(path, json.dumps(data).encode())
 
 
 def state_path(host: Host) -> Path:
@@ -73,21 +73,61 @@ def state_path(host: Host) -> Path:
     return Path(base) / "plancompiler" / f"watch-{host.name.replace('/', '_')[-40:]}-{ident}.json"
 
 
-def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> list[Alert]:
-    """One bounded probe: alerts for what it saw, or for what it could not see."""
+class ControllerDown(Exception):
+    """On Slurm: the submit host answered, its controller did not. The controller is the runner there."""
+
+
+_CONTROLLER_DOWN = "the Slurm controller did not answer"
+
+
+def fetch_status(host: Host, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    """The watcher's one way to a host: the agent's `status` mode (re-point it here when the agent moves)."""
     try:
-        answer = host.call("status", {"offset": state.offset, "head": state.head}, timeout)
+        return host.call("status", request, timeout)
+    except Unreachable as exc:
+        if host.backend == "slurm" and _CONTROLLER_DOWN in str(exc):
+            raise ControllerDown(str(exc)) from exc
+        raise
+
+
+@dataclass
+class Probe:
+    """What one probe saw: one-off EVENT alerts, what is true now, and which kinds it could judge."""
+
+    events: list[Alert] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
+    judged: frozenset[str] | None = None  # None: every kind
+    note: str = ""  # a failed probe's one line
+    lanes: str = ""
+
+
+_HOST_KINDS = frozenset({"DEAD", "UNREACHABLE", "ERROR"})
+# What `plan status` lists as a job's end.
+_ENDS = frozenset(e.value for e in (Event.DONE, Event.FAILED, Event.SKIPPED, Event.INVALID, Event.CANCELLED,
+                                    Event.TIMEOUT))
+
+
+def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> Probe:
+    """One bounded probe: alerts for what it saw, conditions for what is true, or why it could not see."""
+    try:
+        answer = fetch_status(host, {"offset": state.offset, "head": state.head}, timeout)
+    except ControllerDown as exc:
+        state.failures = 0
+        return Probe(conditions=[Condition("DEAD", host.name, f"{host.name}: the submit host answers but its Slurm "
+                                           f"controller does not: {exc}", "controller")], judged=_HOST_KINDS)
     except Unreachable as exc:
         state.failures += 1
         if state.failures >= rules.unreachable_n:
-            return [Alert("UNREACHABLE", f"{state.failures} probes in a row failed; last: {exc}", "UNREACHABLE")]
-        return []
+            return Probe(conditions=[Condition("UNREACHABLE", host.name, f"{state.failures} probes in a row failed; "
+                                               f"last: {exc}", "unreachable")], judged=frozenset({"UNREACHABLE"}))
+        return Probe(judged=frozenset(), note=f"probe failed ({state.failures}/{rules.unreachable_n}): {exc}")
     except RemoteFailed as exc:
         state.failures = 0
-        return [Alert("ERROR", str(exc), "ERROR")]
+        return Probe(conditions=[Condition("ERROR", host.name, str(exc), "error")], judged=_HOST_KINDS)
     state.failures = 0
     if "error" in answer:
-        return [Alert("ERROR", f"reached {host.name}, but could not read the queue: {answer['error']}", "ERROR")]
+        return Probe(conditions=[Condition("ERROR", host.name, f"reached {host.name}, but could not read the queue: "
+                                           f"{answer['error']}", "error")], judged=_HOST_KINDS)
     first = state.offset < 0
     state.offset = answer["offset"]
     state.head = answer.get("head", "")
@@ -95,58 +135,106 @@ def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = N
 
 
 def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bool = True,
-             host: str = "host") -> list[Alert]:
-    alerts: list[Alert] = []
+             host: str = "host") -> Probe:
+    """Judge one status answer: new events of the alerting kinds, and every standing state it shows."""
+    result = Probe()
     now = float(answer.get("now", time.time()))
     status = answer.get("status")
     if replay:
         for event in answer.get("events", []):
             if event.get("event") in rules.events:
-                alerts.append(Alert("EVENT", _event_text(event), f"EVENT:{json.dumps(event, sort_keys=True)}"))
+                result.events.append(Alert("EVENT", _event_text(event), str(event.get("job", "-")),
+                                           {"event": event}))
+    conditions = result.conditions
     if status is None:
-        alerts.append(Alert("DEAD", f"no runner has ever ticked on {host} (no status.json)", "DEAD"))
-        return alerts
+        conditions.append(Condition("DEAD", host, f"no runner has ever ticked on {host} (no status.json)", "never"))
+        result.judged = _HOST_KINDS
+        return result
     runner = status.get("runner", {})
-    beat = now - float(runner.get("heartbeat", 0))
+    beat = now - float(runner.get("heartbeat", 0) or 0)
+    dead = True
     if beat > rules.dead_s:
-        alerts.append(Alert("DEAD", f"runner heartbeat is {format_duration(beat)} old", "DEAD"))
+        conditions.append(Condition("DEAD", host, f"runner heartbeat is {format_duration(beat)} old", "dead"))
     elif not answer.get("runner_alive", True):
-        alerts.append(Alert("DEAD", f"runner pid {runner.get('pid')} is not running", "DEAD"))
+        conditions.append(Condition("DEAD", host, f"runner pid {runner.get('pid')} is not running", "dead"))
+    else:
+        dead = False
     running = status.get("running", [])
     for run in running:
-        elapsed = float(run.get("elapsed_s", 0)) + max(0.0, now - float(runner.get("heartbeat", now)))
+        elapsed = float(run.get("elapsed_s", 0)) + max(0.0, now - float(runner.get("heartbeat", now) or now))
         warn = run.get("warn_after_s")
         if run.get("lane") == "net" and elapsed > rules.net_stall_s:
-            alerts.append(Alert("STALL", f"net job {run['job']} running for {format_duration(elapsed)}: "
-                                f"{run.get('last_line', '')[:120]}", f"STALL:{run['job']}"))
+            conditions.append(Condition("STALL", run["job"], f"net job {run['job']} running for "
+                                        f"{format_duration(elapsed)}: {run.get('last_line', '')[:120]}", "net"))
         elif warn and elapsed > float(warn):
-            alerts.append(Alert("STALL", f"{run['job']} past its WARN_AFTER ({format_duration(float(warn))}): "
-                                f"running {format_duration(elapsed)}", f"STALL:{run['job']}"))
+            conditions.append(Condition("STALL", run["job"], f"{run['job']} past its WARN_AFTER "
+                                        f"({format_duration(float(warn))}): running {format_duration(elapsed)}",
+                                        "warn-after"))
     queued = status.get("queued", [])
     for item in queued:
-        if item.get("reason") == "blocked":
-            alerts.append(Alert("BLOCKED", f"{item['job']} can never run: {item.get('detail', '')}",
-                                f"BLOCKED:{item['job']}"))
+        if item.get("reason") == Reason.BLOCKED:
+            conditions.append(Condition("BLOCKED", item["job"], f"{item['job']} can never run: "
+                                        f"{item.get('detail', '')}", f"{item.get('blocker')}:{item.get('detail')}"))
+    result.lanes = _lanes_line(status)
     parked = status.get("parked") or answer.get("parked")
+    if parked:
+        conditions.append(Condition("PARKED", host, parked if isinstance(parked, str) else json.dumps(parked),
+                                    "parked"))
+    if dead:
+        # A dead runner's status.json is frozen: what it says about waiting and idling is not news.
+        result.judged = frozenset({"DEAD", "UNREACHABLE", "ERROR", "PARKED", "BLOCKED", "STALL"})
+        return result
+    conditions.extend(_waiting(queued, state, rules, now))
     if running:
         state.idle_since = None
     else:
         state.idle_since = state.idle_since if state.idle_since is not None else now
-    if parked:
-        if state.parked_alerted is None or now - state.parked_alerted >= rules.parked_repeat_s:
-            state.parked_alerted = now
-            alerts.append(Alert("PARKED", f"{parked if isinstance(parked, str) else json.dumps(parked)}",
-                                f"PARKED:{now}"))
-        return alerts
-    state.parked_alerted = None
-    if state.idle_since is not None and now - state.idle_since >= rules.idle_s:
-        idle = format_duration(now - state.idle_since)
+    if parked or state.idle_since is None:
+        return result
+    # The runner knows when each lane last changed: a watcher started now counts from there.
+    lane_since = [float(v["since"]) for v in (status.get("lanes") or {}).values() if v.get("since") is not None]
+    since = min(state.idle_since, max(lane_since)) if lane_since else state.idle_since
+    if now - since >= rules.idle_s:
+        idle = format_duration(now - since)
         if queued:
             why = "; ".join(f"{q['job']}: {q['reason']} {q.get('detail', '')}".strip() for q in queued[:5])
-            alerts.append(Alert("IDLE", f"nothing running for {idle}, {len(queued)} queued: {why}", "IDLE"))
+            conditions.append(Condition("IDLE", host, f"nothing running for {idle}, {len(queued)} queued: {why}",
+                                        "idle"))
         else:
-            alerts.append(Alert("IDLE", f"nothing running for {idle}, nothing queued", "IDLE"))
-    return alerts
+            conditions.append(Condition("IDLE", host, f"nothing running for {idle}, nothing queued", "idle"))
+    return result
+
+
+def _waiting(queued: list[dict[str, Any]], state: WatchState, rules: Rules, now: float) -> list[Condition]:
+    conditions, seen = [], {}
+    for item in queued:
+        reason = item.get("reason", "")
+        if reason not in WAITING_REASONS:
+            continue
+        key = f"{item['job']}\t{reason}\t{item.get('blocker', '')}"
+        seen[key] = state.waiting_seen.get(key, now)
+        since = seen[key] if item.get("since") is None else min(seen[key], float(item["since"]))
+        if now - since > rules.waiting_limit(reason):
+            detail = f" {item['detail']}" if item.get("detail") else ""
+            conditions.append(Condition("WAITING", item["job"], f"{item['job']} has waited "
+                                        f"{format_duration(now - since)} on {reason}:{detail}",
+                                        f"{reason}:{item.get('blocker', '')}"))
+    state.waiting_seen = seen
+    return conditions
+
+
+def _lanes_line(status: dict[str, Any]) -> str:
+    lanes = status.get("lanes") or {}
+    running = {r.get("lane"): r.get("job") for r in status.get("running", [])}
+    parts = []
+    for lane in status.get("lane_order") or sorted(lanes):
+        view = lanes.get(lane, {})
+        state = view.get("state", "?")
+        what = running.get(lane) or (view.get("reason") or "")
+        parts.append(f"{lane} {state}" + (f" ({what})" if what else ""))
+    if not parts and status.get("running") is not None:
+        parts.append(f"{len(status.get('running', []))} running, {len(status.get('queued', []))} queued")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -158,39 +246,69 @@ class WatchOptions:
     realert: float = 3600.0
     hook_timeout: float = 30.0
     ping: str | None = None
+    heartbeat_every: float | None = None
 
 
 def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo: Callable[[str], None],
                warn: Callable[[str], None]) -> int:
     """Probe until an alert (its exit code), or forever with --on-alert; --once probes once."""
-    state = WatchState.load(path)
     while True:
         started = time.monotonic()
-        alerts = probe(host, state, rules, options.probe_timeout)
+        state = WatchState.load(path)  # each time: `plan ack` may have changed it since
+        seen = probe(host, state, rules, options.probe_timeout)
+        now = time.time()
+        state.probed = now
+        if seen.note:
+            echo(seen.note)
+        _take_acks(state, WatchState.load(path))
+        alerts = seen.events + reconcile(state.incidents, seen.conditions, now, {"PARKED": rules.parked_repeat_s},
+                                         options.realert, seen.judged)
+        if options.heartbeat_every and (state.heartbeat_sent is None
+                                        or now - state.heartbeat_sent >= options.heartbeat_every):
+            state.heartbeat_sent = now
+            alerts.append(all_clear(host, seen, state, now))
         state.save(path)
         if state.failures == 0 and options.ping:
             problem = run_hook(options.ping, None, options.hook_timeout)
             if problem:
                 warn(f"plan watch: --ping failed: {problem}")
-        if alerts and not options.on_alert:
-            for alert in alerts:
-                echo(alert.line())
-            return EXIT_CODES[alerts[0].kind]
-        now = time.time()
+        trouble = [a for a in alerts if EXIT_CODES[a.kind]]
         for alert in alerts:
-            last = state.alerted.get(alert.key)
-            if last is not None and now - last < options.realert:
-                continue
-            state.alerted[alert.key] = now
             echo(alert.line())
-            problem = run_hook(options.on_alert or "", alert, options.hook_timeout)
-            if problem:
-                warn(f"plan watch: --on-alert failed: {problem}")
-        state.alerted = {k: v for k, v in state.alerted.items() if now - v < options.realert}
-        state.save(path)
-        if options.once:
-            return EXIT_CODES[alerts[0].kind] if alerts else 0
+            if options.on_alert:
+                problem = run_hook(options.on_alert, alert, options.hook_timeout)
+                if problem:
+                    warn(f"plan watch: --on-alert failed: {problem}")
+        if options.once or (trouble and not options.on_alert):
+            return EXIT_CODES[trouble[0].kind] if trouble else 0
         time.sleep(max(0.0, options.interval - (time.monotonic() - started)))
+
+
+def _take_acks(state: WatchState, on_disk: WatchState) -> None:
+    """A `plan ack` written while this probe ran (it can take a minute over ssh) is kept, not overwritten."""
+    for key, incident in on_disk.incidents.items():
+        mine = state.incidents.get(key)
+        if mine is not None and incident.acked and incident.opened == mine.opened:
+            mine.acked, mine.acked_until = True, incident.acked_until
+
+
+def all_clear(host: Host, seen: Probe, state: WatchState, now: float) -> Alert:
+    """--heartbeat-every's one line: the lanes and the open incidents, so the watcher's silence means it died."""
+    lanes = seen.lanes or "lanes not read this probe"
+    open_ = sorted(state.incidents.values(), key=lambda i: i.opened)
+    names = ", ".join(f"{i.kind} {i.subject} ({format_duration(now - i.opened)})" for i in open_)
+    return Alert("OK", f"{host.name}: {lanes}; open incidents: {len(open_)}" + (f" ({names})" if names else ""),
+                 host.name, {"open": len(open_)})
+
+
+def incident_lines(path: Path, now: float | None = None) -> list[str]:
+    """`plan watch HOST --incidents`: the open incidents as of the last probe, from the state file."""
+    state = WatchState.load(path)
+    now = time.time() if now is None else now
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.probed)) if state.probed else "never"
+    lines = [f"open incidents as of the last probe ({when}): {len(state.incidents)}"]
+    lines += [f"  {i.describe(now)}" for i in sorted(state.incidents.values(), key=lambda i: i.opened)]
+    return lines
 
 
 def _event_text(event: dict[str, Any]) -> str:
@@ -199,7 +317,7 @@ def _event_text(event: dict[str, Any]) -> str:
     tail = event.get("tail")
     if tail:
         details += f", last line: {tail[-1][:120]}"
-    return f"{event['ts']} {event['event']} {event.get('job')} {details}".strip()
+    return f"{event.get('ts')} {event.get('event')} {event.get('job')} {details}".strip()
 
 
 def run_hook(command: str, alert: Alert | None, timeout: float) -> str | None:
@@ -208,7 +326,8 @@ def run_hook(command: str, alert: Alert | None, timeout: float) -> str | None:
     stdin = b""
     if alert is not None:
         env["PLAN_ALERT_KIND"] = alert.kind
-        stdin = json.dumps({"kind": alert.kind, "detail": alert.detail}).encode()
+        env["PLAN_ALERT_SUBJECT"] = alert.subject
+        stdin = json.dumps(alert.payload()).encode()
     try:
         proc = subprocess.run(["bash", "-c", command], input=stdin, env=env, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -237,7 +356,7 @@ def status_text(host: Host, answer: dict[str, Any]) -> str:
     text = render_status(status, now)
     if not answer.get("runner_alive", True):
         text = f"DEAD: runner pid {status.get('runner', {}).get('pid')} is not running\n" + text
-    ends = [e for e in answer.get("events", []) if e.get("event") in ("done", "failed", "skipped", "invalid")]
+    ends = [e for e in answer.get("events", []) if e.get("event") in _ENDS]
     if ends:
         text += "\n\nrecent ends:\n" + "\n".join(
             f"  {e['ts']}  {e['event']:<8} {e['job']}" + (f"  rc {e['rc']}" if "rc" in e else "") for e in ends[-8:])

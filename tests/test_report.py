@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from plancompiler.report import build_report
 from plancompiler.report_html import render_html
-from tests.conftest import RunnerProcess, write_job
+from tests.conftest import RunnerProcess, wait_for, write_job
 
 cli = CliRunner()
 
@@ -187,3 +190,176 @@ def test_since_and_until_clip_the_window(tmp_path: Path) -> None:
     assert data["lanes"]["net"]["busy_s"] == 3600
     bad = cli.invoke(app, ["report", str(path), "--since", "yesterday"])
     assert bad.exit_code == 2 and "not a time" in bad.output
+
+
+def _report_file(tmp_path: Path, events: list[dict], *flags: str) -> dict:
+    """`plan report FILE --json` on a real events.jsonl written in the runner's format."""
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    result = cli.invoke(app, ["report", str(path), "--json", *flags])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _outage(restart: dict, heartbeats: bool) -> list[dict]:
+    """Idle from 01:00, killed at 01:25 (nothing changed, so no event since 01:00), back at 01:26."""
+    d = "2026-10-12 "
+    events = [ev(d + "01:00:00", "-", "runner-start", pid=1, last_alive=None),
+              ev(d + "01:00:00", "-", "lane", lane="gpu", state="idle")]
+    if heartbeats:
+        events += [ev(d + "01:10:00", "-", "heartbeat"), ev(d + "01:20:00", "-", "heartbeat")]
+    return events + [restart, ev(d + "01:26:00", "-", "lane", lane="gpu", state="idle"),
+                     ev(d + "01:30:00", "-", "runner-stop", why="SIGTERM")]
+
+
+def test_downtime_is_counted_from_the_last_sign_of_life(tmp_path: Path) -> None:
+    d = "2026-10-12 "
+    with_alive = ev(d + "01:26:00", "-", "runner-start", pid=2, last_alive=d + "01:25:00")
+    gpu = _report_file(tmp_path, _outage(with_alive, heartbeats=True))["lanes"]["gpu"]
+    assert (gpu["down_s"], gpu["idle_s"]) == (60, 25 * 60 + 4 * 60)
+    # no last_alive (an older runner): its last heartbeat event is the last sign of life
+    unknown = ev(d + "01:26:00", "-", "runner-start", pid=2, last_alive=None)
+    assert _report_file(tmp_path, _outage(unknown, heartbeats=True))["lanes"]["gpu"]["down_s"] == 6 * 60
+    # neither (a seed runner): from its last event, as before
+    seed = ev(d + "01:26:00", "-", "runner-start", pid=2)
+    assert _report_file(tmp_path, _outage(seed, heartbeats=False))["lanes"]["gpu"]["down_s"] == 26 * 60
+
+
+def test_downtime_from_last_alive_in_seed_format_events(tmp_path: Path) -> None:
+    d = "2026-10-12 "
+    events = [ev(d + "01:00:00", "-", "runner-start"),
+              ev(d + "01:00:00", "1-gpu-long.job", "start", lane="gpu", attempt=1),
+              ev(d + "01:40:00", "-", "runner-start", last_alive=d + "01:30:00"),
+              ev(d + "01:40:00", "1-gpu-long.job", "start", lane="gpu", attempt=2),
+              ev(d + "01:50:00", "1-gpu-long.job", "done", rc=0)]
+    data = _report_file(tmp_path, events)
+    assert data["inferred"] is True
+    assert data["lanes"]["gpu"]["busy_s"] == 30 * 60 + 10 * 60 and data["lanes"]["gpu"]["down_s"] == 10 * 60
+
+
+def test_each_outcome_is_named_and_refused_requests_are_not_jobs(tmp_path: Path) -> None:
+    d = "2026-10-13 "
+    events = [
+        ev(d + "10:00:00", "-", "runner-start", pid=1),
+        ev(d + "10:00:00", "a.job", "start", lane="cpu", attempt=1),
+        ev(d + "10:01:00", "a.job", "cancelled", by="me@lap", was="running", pids=[5]),
+        ev(d + "10:01:00", "b.job", "cancelled", by="me@lap", was="queued"),
+        ev(d + "10:01:00", "c.job", "start", lane="gpu", attempt=1),
+        ev(d + "10:03:00", "c.job", "timeout", limit_s=120, elapsed_s=120, attempt=1),
+        ev(d + "10:03:01", "c.job", "failed", rc=143, attempt=1, why="timeout"),
+        ev(d + "10:04:00", "d.job", "invalid", reason="unknown header key LANEE"),
+        ev(d + "10:04:00", "e.job", "blocked", path="/x", producer="", why="no job produces /x"),
+        ev(d + "10:05:00", "f.job", "retry", by="me@lap", note="not in failed/: nothing to retry"),
+        ev(d + "10:05:00", "g.job", "cancelled", by="me@lap", was="neither queued nor running: nothing done"),
+        ev(d + "10:05:00", "h.job", "start", lane="net", attempt=1),
+        ev(d + "10:06:00", "i.job", "start", lane="cpu", attempt=1),
+        ev(d + "10:07:00", "i.job", "failed", rc=1, attempt=1),
+        ev(d + "10:08:00", "i.job", "retry", by="me@lap", note="re-queued from failed/, attempts reset"),
+    ]
+    jobs = _report_file(tmp_path, events)["jobs"]
+    assert {name: (j["attempts"], j["outcome"]) for name, j in jobs.items()} == {
+        "a.job": (1, "cancelled"), "b.job": (0, "cancelled"), "c.job": (1, "timeout"), "d.job": (0, "invalid"),
+        "e.job": (0, "blocked"), "h.job": (1, ""), "i.job": (1, "retrying")}
+    assert jobs["a.job"]["durations"] == [60] and jobs["c.job"]["durations"] == [120]
+    text = cli.invoke(app, ["report", str(tmp_path / "events.jsonl")]).stdout
+    assert "c.job  gpu  1 attempt  timeout" in text and "h.job  net  1 attempt  unfinished" in text
+    assert "f.job" not in text and "g.job" not in text
+
+
+def test_heartbeat_events_do_not_break_a_silence(tmp_path: Path) -> None:
+    d = "2026-10-12 "
+    events = [ev(d + "01:00:00", "-", "runner-start"), ev(d + "01:00:00", "x.job", "start", lane="net"),
+              *(ev(f"{d}01:{m}:00", "-", "heartbeat") for m in (10, 20, 30, 40, 50)),
+              ev(d + "01:55:00", "x.job", "done", rc=0)]
+    silences = _report_file(tmp_path, events)["silences"]
+    assert silences[0]["seconds"] == 55 * 60
+
+
+class _Page(HTMLParser):
+    """The report page's bars (with their labels) and tables, by id, as rows of cell texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bars: list[dict[str, str]] = []
+        self.tables: dict[str, list[list[str]]] = {}
+        self.external: list[str] = []
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+        self._in_label = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if "bar" in a.get("class", "").split():
+            self.bars.append(a | {"label": ""})
+        self._in_label = tag == "span" and a.get("class") == "label"
+        if tag == "table":
+            self._table = a.get("id", "")
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table is not None:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        for key in ("src", "href"):
+            if a.get(key):
+                self.external.append(a[key])
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self._table is not None:
+            self.tables[self._table][-1].append("".join(self._cell))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+        elif tag == "span":
+            self._in_label = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._in_label and self.bars:
+            self.bars[-1]["label"] += data
+
+
+def test_html_has_everything_the_text_report_has_and_names_the_job_on_each_bar() -> None:
+    events = evening_of_15_october() + [
+        ev("2026-10-15 23:59:30", "-", "correlated-failure", jobs=["65-a.job", "65-b.job"],
+           line="unsupported sampler flag: -b")]
+    report = build_report(events)
+    page = _Page()
+    page.feed(render_html(report))
+    assert page.external == []
+    jobs = {row[0]: row[1:4] for row in page.tables["jobs"][1:]}
+    assert jobs == {"88b-gpu-build-vulkan-new.job": ["gpu", "1", "done"],
+                    "92b-net-glm53-reap-q4km.job": ["net", "1", "done"],
+                    "92c-net-mai-code.job": ["net", "1", "failed"]}
+    assert page.tables["clusters"][1] == ["2", "unsupported sampler flag: -b", "65-a.job, 65-b.job"]
+    silences = page.tables["silences"][1:]
+    assert silences[0] == ["2026-10-15 21:25:23", "2026-10-15 23:57:56", "2h32m"]
+    assert len(silences) == len(report.silences)
+    assert page.tables["causes"][0][0] == "gpu: exclusive: held by 92c-net-mai-code.job"
+    by_job = {(b["data-state"], b["data-job"]): b for b in page.bars}
+    wide = by_job[("busy", "92c-net-mai-code.job")]
+    assert wide["label"] == "92c-net-mai-code.job" and wide["title"].startswith("busy: 92c-net-mai-code.job (3h32m")
+    narrow = by_job[("busy", "88b-gpu-build-vulkan-new.job")]  # 91 s of four hours: no room for a label
+    assert narrow["label"] == "" and "88b-gpu-build-vulkan-new.job" in narrow["title"]
+    waiting = by_job[("waiting", "88b-gpu-build-vulkan-new.job")]
+    assert waiting["label"] == "88b-gpu-build-vulkan-new.job"
+    assert "exclusive: held by 92c-net-mai-code.job; 88b-gpu-build-vulkan-new.job waits" in waiting["title"]
+
+
+@pytest.mark.xfail(strict=False, reason="needs runner last_alive (issue 14)")
+def test_report_downtime_is_within_2s_of_a_measured_outage(queue_root: Path, runner: RunnerProcess,
+                                                            tmp_path: Path) -> None:
+    runner.start()
+    wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
+    time.sleep(4)  # idle: nothing changes, so the runner writes no event, but it is alive
+    killed = time.time()
+    runner.stop(signal.SIGKILL)
+    time.sleep(3)
+    restarted = time.time()
+    runner.start()
+    wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
+    runner.stop()
+    result = cli.invoke(app, ["report", str(queue_root), "--json"])
+    assert result.exit_code == 0, result.output
+    down = json.loads(result.stdout)["lanes"]["gpu"]["down_s"]
+    assert abs(down - (restarted - killed)) < 2, (down, restarted - killed)

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +15,7 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from runner.progress import parse_progress
-from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.conftest import REPO, RunnerProcess, wait_for, write_job
 from tests.sshd import Sshd
 
 cli = CliRunner()
@@ -142,7 +145,9 @@ def test_over_ssh_event_and_unreachable_when_sshd_stops(tmp_path: Path, queue_ro
             code, out = watch("testbox", state, "--hosts", str(hosts), "--unreachable", "3", "--probe-timeout", "5")
             assert time.monotonic() - started < 9, "a probe must end within its bound"
             assert (code == 15) == (probe_number == 3), out
-        assert "UNREACHABLE: 3 probes in a row failed" in out
+            if probe_number < 3:  # counted from the first, even with --once
+                assert out.startswith(f"probe failed ({probe_number}/3): testbox"), out
+        assert out.startswith("UNREACHABLE: 3 probes in a row failed")
     finally:
         os.kill(sshd.proc.pid, signal.SIGCONT)
 
@@ -183,3 +188,150 @@ def test_empty_queue_is_idle_with_nothing_queued(tmp_path: Path, queue_root: Pat
     time.sleep(0.7)
     code, out = watch(str(queue_root), state, "--idle", "0.5")
     assert code == 12 and out.startswith("IDLE: nothing running for") and "nothing queued" in out
+
+
+def _fake_llama_server(tmp_path: Path) -> Path:
+    exe = tmp_path / "bin" / "llama-server"
+    exe.parent.mkdir(exist_ok=True)
+    shutil.copy("/bin/sleep", exe)
+    return exe
+
+
+def _queued(runner: RunnerProcess, job: str) -> dict | None:
+    return next((q for q in runner.status()["queued"] if q["job"] == job), None)
+
+
+def test_fresh_once_watcher_sees_a_standing_gpu_foreign_hold(tmp_path: Path, queue_root: Path,
+                                                             runner: RunnerProcess) -> None:
+    q, fresh = str(queue_root), tmp_path / "fresh.json"
+    server = subprocess.Popen([str(_fake_llama_server(tmp_path)), "300"])
+    try:
+        write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\necho bench\n")
+        runner.start()
+        held = wait_for(lambda: (_queued(runner, "70-gpu-bench.job") or {}).get("reason") == "gpu-foreign"
+                        and _queued(runner, "70-gpu-bench.job"))
+        wait_for(lambda: time.time() - held["since"] > 1.5)  # the gpu-wait event is long before this watcher
+        assert watch(q, tmp_path / "default.json", "--idle", "3600")[0] == 0  # 30 min by default
+        code, out = watch(q, fresh, "--waiting", "gpu-foreign=1s", "--idle", "3600")
+        assert code == 18, out
+        assert out.startswith("WAITING: 70-gpu-bench.job has waited ") and f"on gpu-foreign: pid {server.pid}" in out
+        assert watch(q, fresh, "--waiting", "gpu-foreign=1s", "--idle", "3600") == (0, "")  # sent once
+    finally:
+        server.kill()
+        server.wait()
+    runner.wait_event("done", job="70-gpu-bench.job")
+    code, out = watch(q, fresh, "--waiting", "gpu-foreign=1s", "--idle", "3600")
+    assert code == 0 and out.startswith("RECOVERED: WAITING 70-gpu-bench.job recovered after "), out
+
+
+def test_dead_recovered_and_dead_again_under_on_alert(tmp_path: Path, queue_root: Path,
+                                                      runner: RunnerProcess) -> None:
+    q, state, got = str(queue_root), tmp_path / "w.json", tmp_path / "alerts"
+    args = ("--on-alert", f'echo "$PLAN_ALERT_KIND $(cat)" >> {got}', "--realert", "3600", "--idle", "3600")
+    runner.start()
+    wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
+    assert watch(q, state, *args) == (0, "")
+    runner.stop(signal.SIGKILL)
+    code, out = watch(q, state, *args)
+    assert code == 14 and out.startswith("DEAD: runner pid"), out
+    assert watch(q, state, *args) == (0, "")  # still the same incident: not sent again within --realert
+    runner.start()
+    wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
+    code, out = watch(q, state, *args)
+    assert code == 0 and out.startswith(f"RECOVERED: DEAD {q} recovered after "), out
+    runner.stop(signal.SIGKILL)  # killed again well within --realert: a new incident, sent at once
+    code, out = watch(q, state, *args)
+    assert code == 14 and out.startswith("DEAD: runner pid"), out
+    lines = got.read_text().splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["DEAD", "RECOVERED", "DEAD"]
+    recovered = json.loads(lines[1].split(" ", 1)[1])
+    assert recovered["kind"] == "RECOVERED" and recovered["recovered"] == "DEAD" and recovered["subject"] == q
+    assert recovered["lasted_s"] > 0
+
+
+def test_misspelt_words_are_refused_and_nothing_is_probed(tmp_path: Path, queue_root: Path,
+                                                          runner: RunnerProcess) -> None:
+    runner.start()
+    state = tmp_path / "w.json"
+    for flags, message in ((["--events", "faild"], "--events: unknown event 'faild'; did you mean 'failed'?"),
+                           (["--wake-on", "dnoe"], "--wake-on: unknown event 'dnoe'; did you mean 'done'?"),
+                           (["--waiting", "gpu-foriegn=10m"], "did you mean 'gpu-foreign'?"),
+                           (["--heartbeat-every", "daily"], "--heartbeat-every: not a duration: 'daily'")):
+        result = cli.invoke(app, ["watch", str(queue_root), "--once", "--state", str(state), *flags])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert "Traceback" not in result.output
+    assert not state.exists()
+    page = cli.invoke(app, ["watch", "--help"], terminal_width=200).output
+    assert "--events EVENT,..." in page and "--wake-on EVENT" in page and "--waiting [REASON=]DURATION" in page
+    assert "correlated-failure" in page and "gpu-foreign" in page and "<list" not in page
+
+
+def test_ack_silences_one_incident_until_its_time_passes(tmp_path: Path, queue_root: Path,
+                                                         runner: RunnerProcess) -> None:
+    write_job(queue_root, "84c-gpu.job", "# LANE=gpu\n# REQUIRES=test -f /nonexistent/x\necho\n")
+    (queue_root / "manifest.json").write_text(json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}},
+                                                          "producers": {}, "external": []}))
+    runner.start()
+    runner.wait_event("blocked")
+    q, state = str(queue_root), tmp_path / "w.json"
+    args = ("--idle", "3600", "--events", "none", "--realert", "0")
+    assert watch(q, state, *args)[0] == 13
+    assert watch(q, state, *args)[0] == 13  # --realert 0: sent on every probe
+
+    def ack(*words: str) -> tuple[int, str]:
+        result = cli.invoke(app, ["ack", q, *words, "--state", str(state)])
+        return result.exit_code, result.output
+
+    assert ack("BLOKED") == (2, "plan: unknown incident kind 'BLOKED'; did you mean 'BLOCKED'? (kinds: STALL, IDLE, "
+                                "BLOCKED, DEAD, UNREACHABLE, ERROR, PARKED, WAITING)\n")
+    code, out = ack("DEAD")
+    assert code == 1 and "no open incident DEAD (open: BLOCKED:84c-gpu.job)" in out
+    code, out = ack("BLOCKED:84c-gpu", "--for", "1s")
+    assert code == 0 and out.startswith("acked BLOCKED:84c-gpu.job on ") and "for 1s" in out
+    assert watch(q, state, *args) == (0, "")
+    listing = cli.invoke(app, ["watch", q, "--incidents", "--state", str(state)]).output
+    assert "open incidents as of the last probe" in listing and "BLOCKED     84c-gpu.job  open " in listing
+    assert "acked until" in listing
+    time.sleep(1.1)
+    code, out = watch(q, state, *args)
+    assert code == 13 and out.startswith("BLOCKED: 84c-gpu.job can never run")
+
+
+def test_heartbeat_every_sends_one_all_clear(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start()
+    runner.status()
+    q, state, got = str(queue_root), tmp_path / "w.json", tmp_path / "alerts"
+    code, out = watch(q, state, "--heartbeat-every", "6h", "--idle", "3600")
+    assert code == 0 and out == f"OK: {q}: net idle, gpu idle, cpu idle; open incidents: 0\n"
+    assert watch(q, state, "--heartbeat-every", "6h", "--idle", "3600") == (0, "")  # not due for 6 hours
+    hook = f'echo "$PLAN_ALERT_KIND $(cat)" >> {got}'
+    assert watch(q, tmp_path / "w2.json", "--heartbeat-every", "6h", "--on-alert", hook, "--idle", "3600")[0] == 0
+    kind, payload = got.read_text().split(" ", 1)
+    assert kind == "OK" and json.loads(payload)["open"] == 0
+
+
+def test_a_running_watcher_sends_the_second_outage_too(tmp_path: Path, queue_root: Path,
+                                                       runner: RunnerProcess) -> None:
+    """The issue's scenario: one long-lived `--on-alert` watcher, kill -9, restart, kill -9 again 45 s later."""
+    got = tmp_path / "alerts"
+    runner.start()
+    wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "plancompiler.cli", "watch", str(queue_root), "--state", str(tmp_path / "w.json"),
+         "--interval", "0.3", "--realert", "600", "--idle", "3600",
+         "--on-alert", f'echo "$PLAN_ALERT_KIND" >> {got}'],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        kinds = lambda: got.read_text().split() if got.exists() else []  # noqa: E731
+        for round_ in range(2):
+            runner.stop(signal.SIGKILL)
+            wait_for(lambda r=round_: kinds().count("DEAD") == r + 1, 15)
+            runner.start()
+            wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
+            wait_for(lambda r=round_: kinds().count("RECOVERED") == r + 1, 15)
+        assert kinds() == ["DEAD", "RECOVERED", "DEAD", "RECOVERED"]
+    finally:
+        watcher.terminate()
+        out, _ = watcher.communicate(timeout=15)
+    lines = out.decode().splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == ["DEAD", "RECOVERED", "DEAD", "RECOVERED"], lines
