@@ -442,6 +442,8 @@ def ack(
 
     Exit 0 when acked, 1 when no open incident (or more than one) matches, 2 for an unknown kind.
     """
+    import time
+
     from plancompiler.incidents import AckError
     from plancompiler.incidents import ack as ack_incident
     from plancompiler.watch import WatchState, state_path

@@ -174,7 +174,11 @@ def call(endpoint: Endpoint, mode: str, request: dict[str, Any], timeout: float 
     payload = json.dumps(request)
     argv, env = agent_argv(endpoint, mode)
     rc, out, err, took, _ = _timed(argv, limit, payload, env)
-    if rc == RUNNER_MISSING and endpoint.ssh is not None:
+    # Twice at most: a push beside this one may create the root between the upload (to the user's cache,
+    # while there is no root) and the retry (which then looks under the root).
+    for _ in range(2):
+        if rc != RUNNER_MISSING or endpoint.ssh is None:
+            break
         upload(endpoint, limit)
         rc, out, err, took, _ = _timed(argv, limit, payload, env)
     _check(endpoint, rc, out, err, took, limit)
@@ -207,7 +211,10 @@ class Session:
         limit = timeout or self.timeout
         started = time.monotonic()
         line = self._exchange(mode, request, limit)
-        if line is None and self.answered == 0 and self.endpoint.ssh and self._exit_code() == RUNNER_MISSING:
+        for _ in range(2):  # twice at most, as in call()
+            if not (line is None and self.answered == 0 and self.endpoint.ssh
+                    and self._exit_code() == RUNNER_MISSING):
+                break
             self.close()
             upload(self.endpoint, limit)
             self._start()

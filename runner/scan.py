@@ -104,7 +104,7 @@ class Scanner(RunnerBase):
     def _manifest_sha(self, filename: str) -> str | None:
         manifest = self._manifest()
         entry = (manifest or {}).get("jobs", {}).get(filename)
-        return entry.get("sha256") if isinstance(entry, dict) else None
+        return entry.get("sha") if isinstance(entry, dict) else None
 
     def _parse(self, filename: str, key: tuple[int, int, int], data: bytes) -> Parsed:
         job = jobfile.parse(filename, data, self.config.lanes)

@@ -104,7 +104,7 @@ def test_pushed_file_listed_with_its_hash_needs_no_wait(tmp_path: Path, queue_ro
     text = f"# LANE=cpu\ntouch {tmp_path}/ran\n"
     (queue_root / "manifest.json").write_text(json.dumps(
         {"plan": "t", "jobs": {"1-cpu-pushed.job": {"requires": [], "outputs": [],
-                                                    "sha256": hashlib.sha256(text.encode()).hexdigest()}},
+                                                    "sha": hashlib.sha256(text.encode()).hexdigest()}},
          "producers": {}, "external": []}))
     runner.start("--settle", "1h")
     write_job(queue_root, "1-cpu-pushed.job", text)

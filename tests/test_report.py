@@ -7,7 +7,6 @@ import time
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
@@ -346,7 +345,6 @@ def test_html_has_everything_the_text_report_has_and_names_the_job_on_each_bar()
     assert "exclusive: held by 92c-net-mai-code.job; 88b-gpu-build-vulkan-new.job waits" in waiting["title"]
 
 
-@pytest.mark.xfail(strict=False, reason="needs runner last_alive (issue 14)")
 def test_report_downtime_is_within_2s_of_a_measured_outage(queue_root: Path, runner: RunnerProcess,
                                                             tmp_path: Path) -> None:
     runner.start()
