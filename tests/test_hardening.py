@@ -317,7 +317,9 @@ def test_keep_leaks_lets_it_live_and_status_names_the_job_that_left_it(tmp_path:
     try:
         wait = runner.wait_event("gpu-wait", job="66-gpu-bench.job")
         assert wait["pid"] == pid and wait["left_by"] == "65-gpu-intake.job"
-        reason = next(q for q in runner.status()["queued"] if q["job"] == "66-gpu-bench.job")
+        # status.json is rewritten at the end of the tick that wrote the event: wait for that one
+        reason = wait_for(lambda: next((q for q in runner.status()["queued"] if q["job"] == "66-gpu-bench.job"
+                                        and q["reason"] != "lane-busy"), None), 5)
         assert reason["reason"] == "gpu-foreign" and "left by job 65-gpu-intake.job" in reason["detail"]
         assert pid_alive(pid) and not runner.events("orphans-killed")
     finally:
