@@ -52,7 +52,7 @@ def _strings(value: Any) -> bool:
 
 
 def check_manifest(raw: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
-    """manifest.json's job graph: `jobs` {file: {requires, outputs, sha256}}, `producers` {path: [file]},
+    """manifest.json's job graph: `jobs` {file: {requires, outputs, sha}}, `producers` {path: [file]},
     `external` [path]. Whatever has the wrong type is left out."""
     if raw is None:
         return None, []
@@ -74,9 +74,9 @@ def check_manifest(raw: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
             if key in clean and not _strings(clean[key]):
                 problems.append((f"jobs.{name}.{key}", f"expected a list of strings, got {_kind(clean[key])}: used []"))
                 clean[key] = []
-        if "sha256" in clean and not isinstance(clean["sha256"], str):
-            problems.append((f"jobs.{name}.sha256", f"expected a string, got {_kind(clean['sha256'])}: ignored"))
-            clean.pop("sha256")
+        if "sha" in clean and not isinstance(clean["sha"], str):
+            problems.append((f"jobs.{name}.sha", f"expected a string, got {_kind(clean['sha'])}: ignored"))
+            clean.pop("sha")
         jobs[name] = clean
     producers: dict[str, list[str]] = {}
     value = raw.get("producers", {})

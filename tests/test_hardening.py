@@ -434,3 +434,11 @@ def test_a_state_file_that_cannot_be_kept_is_said_and_retried(queue_root: Path, 
     assert len(said) == 1 and said[0]["field"] == "(write)"
     shutil.rmtree(queue_root / "state.json")
     wait_for(lambda: not runner.status()["write_errors"] and (queue_root / "state.json").is_file())
+
+
+def test_manifest_hash_of_the_wrong_type_is_dropped_and_named() -> None:
+    from runner.state import check_manifest
+
+    manifest, problems = check_manifest({"jobs": {"a.job": {"sha": [1], "requires": ["/x"]}}})
+    assert manifest is not None and manifest["jobs"] == {"a.job": {"requires": ["/x"]}}
+    assert problems == [("jobs.a.job.sha", "expected a string, got list: ignored")]
