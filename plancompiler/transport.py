@@ -37,7 +37,9 @@ import hashlib, os, sys
 h, mode, root = sys.argv[1:4]
 root = os.path.expanduser(root)
 cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plan-runner")
-bases = [os.path.join(root, ".plan-runner")] if os.path.isdir(root) else [cache]
+# Stored under the root once it exists; found under the root or in the user's cache (where a push to a
+# root that did not exist yet left it), so no call uploads the same package twice.
+bases = [os.path.join(root, ".plan-runner"), cache] if os.path.isdir(root) else [cache]
 if mode == "--upload":
     data = sys.stdin.buffer.read()
     if hashlib.sha256(data).hexdigest()[:32] != h:

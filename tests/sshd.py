@@ -60,7 +60,9 @@ def start_sshd(directory: Path) -> Sshd:
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {directory / 'hostkey'}\nPidFile {directory / 'sshd.pid'}\n"
         f"AuthorizedKeysFile {directory / 'authorized_keys'}\nUsePAM no\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nStrictModes no\nPermitRootLogin prohibit-password\n"
-        "MaxStartups 100\nLogLevel ERROR\n")
+        "MaxStartups 100\nLogLevel ERROR\n"
+        # The host user's cache (where a runner package goes while its root does not exist) is the test's own.
+        f"SetEnv XDG_CACHE_HOME={directory / 'cache'}\n")
     os.makedirs("/run/sshd", exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-f", str(sshd_config), "-E", str(directory / "sshd.log")])
     config = directory / "ssh_config"

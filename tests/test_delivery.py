@@ -223,3 +223,19 @@ def test_the_runner_package_is_sent_once_per_content_hash(tmp_path: Path, sshd: 
     assert (root / ".plan-runner/runner.hash").read_text().strip() == digest
     assert "error" not in host.call("status", {"offset": -1})
     assert not cached.exists()
+
+
+def test_a_package_cached_before_the_root_existed_is_not_sent_again(tmp_path: Path, sshd: Sshd) -> None:
+    root = tmp_path / "new-box"
+    host = resolve("testbox", sshd.hosts_file(root))
+    digest, data = runner_zip()
+    user_cache = sshd.directory / "cache" / "plan-runner" / f"runner-{digest}.pyz"
+    user_cache.unlink(missing_ok=True)
+    host.call("status", {"offset": -1})  # no root yet: the package can only go to the user's cache
+    assert user_cache.read_bytes() == data and not root.exists()
+    root.mkdir()
+    stored = user_cache.stat()
+    assert "error" not in host.call("status", {"offset": -1})
+    # found in the user's cache: neither uploaded again there nor under the root that now exists
+    assert not (root / ".plan-runner" / f"runner-{digest}.pyz").exists()
+    assert user_cache.stat().st_ino == stored.st_ino
