@@ -51,6 +51,7 @@ class Loaded:
 
 
 MAX_DEPTH = 100  # nesting of mappings and lists: plans need a handful; C libyaml crashes past ~100,000
+MERGE_TAG = "tag:yaml.org,2002:merge"
 MAX_NODES = 500_000  # values built, aliases counted each time they are used (a billion laughs stops here)
 
 
@@ -109,7 +110,20 @@ def _build_collection(node: yaml.Node, loader: Any, loc: Loc, source: Source, wa
         return [_build(item, loader, (*loc, i), source, walk) for i, item in enumerate(node.value)]
     result: dict[Any, Any] = {}
     seen: dict[Any, yaml.Mark] = {}
+    # `<<: *defaults` (YAML merge keys) first, so the mapping's own keys override what they bring and keep
+    # their own lines; aliases merged this way count against the same budget as any other alias.
+    merges = [pair for pair in node.value if pair[0].tag == MERGE_TAG]
+    for key_node, value_node in merges:
+        sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        for merged in reversed(sources):  # the first mapping listed wins, as the YAML spec says
+            if not isinstance(merged, yaml.MappingNode):
+                raise _Refused(key_node.start_mark, "`<<` merges a mapping (`<<: *name`) or a list of them")
+            result.update(_build(merged, loader, loc, source, walk))
     for key_node, value_node in node.value:
+        if key_node.tag == MERGE_TAG:
+            if key_node is not merges[0][0]:
+                raise _Duplicate("<<", merges[0][0].start_mark, key_node.start_mark)
+            continue
         if not isinstance(key_node, yaml.ScalarNode):
             raise _Refused(key_node.start_mark, "a key must be a plain value such as a name, not a list or mapping")
         key = loader.construct_object(key_node, deep=True)

@@ -378,6 +378,13 @@ HOSTILE_PLANS = [
      "with: 'name' would replace the built-in 'name'"),
     ("plan: t\njobs:\n  - name: a\n    run: echo {{ 'a' * 2000000 }}\n", "R007", 4, 10,
      "a repetition of 2,000,000 items passes the size limit"),
+    ("plan: t\nvars: {d: &d [1]}\njobs:\n  - <<: *d\n    name: a\n    run: echo\n", "P001", 4, 5,
+     "`<<` merges a mapping"),
+    ("plan: t\nvars: {d: &d {lane: net}}\njobs:\n  - <<: *d\n    name: a\n    <<: *d\n    run: echo\n", "P002", 6, 5,
+     "duplicate key '<<' (first on line 4)"),
+    ("plan: t\nvars:\n  a0: &a0 {x: [lol, lol, lol, lol, lol, lol, lol, lol, lol]}\n" + "".join(
+        f"  a{i}: &a{i} {{" + ", ".join(f"k{j}: {{<<: *a{i - 1}}}" for j in range(9)) + "}\n"
+        for i in range(1, 10)) + "jobs: []\n", "P001", 3, 16, "expands to more than 500,000 values"),
 ]
 
 
@@ -462,3 +469,28 @@ def test_check_counts_every_job_and_max_size_is_a_global_flag(tmp_path: Path) ->
     assert raised.returncode == 1 and "R007" not in raised.stdout and "R002" in raised.stdout
     bad = subprocess.run([*argv, "--max-size", "lots", "check", str(plan)], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "--max-size" in bad.stderr
+
+
+def test_yaml_merge_keys_bring_defaults_that_a_job_overrides(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, """\
+        plan: t
+        vars:
+          net_job: &net {lane: net, retries: 2, timeout: 1m}
+        jobs:
+          - <<: *net
+            name: a
+            run: echo a
+          - name: b
+            lane: cpu
+            <<: [*net, {retries: 5}]
+            run: echo b
+            typo: 1
+        """)
+    assert found(c) == ["p.yaml:12:5: error[P003]: unknown key 'typo' in jobs[1]"]
+    del c
+    c = compile_text(tmp_path, (tmp_path / "p.yaml").read_text().replace("    typo: 1\n", ""))
+    assert c.clean(), found(c)
+    a, b = (job.text for job in c.jobs)
+    assert "# LANE=net\n# RETRIES=2\n# TIMEOUT=1m\n" in a
+    # the job's own key wins over the merged ones, and the first mapping listed wins over the later one
+    assert "# LANE=cpu\n# RETRIES=2\n# TIMEOUT=1m\n" in b
