@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return agent_main([args.mode, args.root])
     if args.command == "run":
-        from runner.core import Runner
+        from runner.service import Runner
 
         if args.lanes and any(lane not in args.lanes for lane in args.exclusive):
             print(f"runner: --exclusive names a lane not in --lanes: {','.join(args.exclusive)}", file=sys.stderr)
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
             return 2
-        from runner.core import AlreadyRunning
+        from runner.service import AlreadyRunning
 
         try:
             return Runner(config_from(args)).serve()

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,6 +108,22 @@ def runner(queue_root: Path) -> Iterator[RunnerProcess]:
     proc = RunnerProcess(queue_root)
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def ticking(queue_root: Path) -> Iterator[Callable[..., Any]]:
+    """Make a started in-process runner on queue_root (fake processes; time passed to tick): ticking(**config)."""
+    from tests.ticking import Ticking
+
+    made: list[Ticking] = []
+
+    def make(now: float = 1_000_000.0, **config: Any) -> Ticking:
+        made.append(Ticking(queue_root, **config).start(now))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
 
 
 def plan_cli(*args: str) -> tuple[int, str]:

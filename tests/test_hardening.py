@@ -11,11 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, RunnerProcess, kill_quietly, pid_alive, read_events, wait_for, write_job
+from tests.ticking import Ticking
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -340,57 +342,46 @@ def test_runner_start_carries_the_previous_lifes_last_heartbeat(queue_root: Path
         second.stop()
 
 
-# -- thresholds and once-only reports, by driving tick(now) in-process (no jobs end here: the test process
-# -- must not become a subreaper, so start() is not called) ------------------------------------------------
-def _ticking(root: Path, **config: object) -> object:
-    from runner.config import Config
-    from runner.core import Runner
-
-    runner = Runner(Config(root=root, **config))  # type: ignore[arg-type]
-    runner.queue.ensure()
-    runner.state, _ = runner.queue.load_state()
-    return runner
-
-
+# -- thresholds and once-only reports, by driving tick(now) in-process over fake processes (tests/ticking.py) --
 def _names(root: Path) -> list[str]:
     return [e["event"] for e in read_events(root)]
 
 
-def test_heartbeat_event_only_after_a_silence(queue_root: Path) -> None:
-    runner = _ticking(queue_root, heartbeat_event_s=600.0)
+def test_heartbeat_event_only_after_a_silence(queue_root: Path, ticking: Callable[..., Ticking]) -> None:
     t0 = time.time()
-    runner.tick(t0)  # type: ignore[attr-defined]
-    runner.tick(t0 + 599)  # type: ignore[attr-defined]
+    runner = ticking(t0, heartbeat_event_s=600.0)
+    runner.tick(t0)
+    runner.tick(t0 + 599)
     assert "heartbeat" not in _names(queue_root)
-    runner.tick(t0 + 600)  # type: ignore[attr-defined]
-    runner.tick(t0 + 601)  # type: ignore[attr-defined]
+    runner.tick(t0 + 600)
+    runner.tick(t0 + 601)
     beats = [e for e in read_events(queue_root) if e["event"] == "heartbeat"]
     assert len(beats) == 1 and beats[0]["job"] == "-"
-    runner.tick(t0 + 1200)  # type: ignore[attr-defined]
+    runner.tick(t0 + 1200)
     assert _names(queue_root).count("heartbeat") == 2
 
 
-def test_refused_retry_and_cancel_write_no_event(queue_root: Path) -> None:
-    runner = _ticking(queue_root)
+def test_refused_retry_and_cancel_write_no_event(queue_root: Path, ticking: Callable[..., Ticking]) -> None:
+    runner = ticking()
     (queue_root / "control").mkdir()
     (queue_root / "control/retry-nothere.job").write_text('{"by": "me"}')
     (queue_root / "control/cancel-nothere.job").write_text('{"by": "me"}')
     write_job(queue_root, "9-cpu-x.job", "echo\n", state="failed")
     (queue_root / "control/retry-9-cpu-x.job").write_text('{"by": "me"}')
-    runner.tick(time.time())  # type: ignore[attr-defined]
+    runner.tick(time.time())
     assert not os.listdir(queue_root / "control")
     retries = [e for e in read_events(queue_root) if e["event"] in ("retry", "cancelled")]
     assert [(e["event"], e["job"]) for e in retries] == [("retry", "9-cpu-x.job")]
 
 
-def test_settle_rule_by_tick(queue_root: Path) -> None:
-    runner = _ticking(queue_root, settle_s=1.0)
+def test_settle_rule_by_tick(queue_root: Path, ticking: Callable[..., Ticking]) -> None:
+    runner = ticking(settle_s=1.0)
     path = write_job(queue_root, "1-cpu-a.job", "# REQUIRES=test -f never\necho\n")
     mtime = path.stat().st_mtime
 
     def reason(now: float) -> str:
-        runner.tick(now)  # type: ignore[attr-defined]
-        return runner.reasons["1-cpu-a.job"].reason  # type: ignore[attr-defined]
+        runner.tick(now)
+        return runner.runner.reasons["1-cpu-a.job"].reason
 
     assert reason(mtime + 0.5) == "settling"
     assert reason(mtime + 1.0) == "requires"
@@ -404,20 +395,20 @@ def test_settle_rule_by_tick(queue_root: Path) -> None:
     assert reason(mtime + 2.0) == "requires"
 
 
-def test_state_corrupt_is_said_once_per_problem(queue_root: Path) -> None:
-    runner = _ticking(queue_root)
+def test_state_corrupt_is_said_once_per_problem(queue_root: Path, ticking: Callable[..., Ticking]) -> None:
+    runner = ticking()
     (queue_root / "parked.json").write_text("[1, 2]")
     t0 = time.time()
     for i in range(3):
-        runner.tick(t0 + i)  # type: ignore[attr-defined]
+        runner.tick(t0 + i)
     corrupt = [e for e in read_events(queue_root) if e["event"] == "state-corrupt"]
     assert [(e["file"], e["field"]) for e in corrupt] == [("parked.json", "(whole file)")]
-    assert runner.park == "parked"  # type: ignore[attr-defined]
+    assert runner.runner.controls.park == "parked"
     (queue_root / "parked.json").write_text('{"since": 5, "reason": "reboot"}')
-    runner.tick(t0 + 4)  # type: ignore[attr-defined]
+    runner.tick(t0 + 4)
     corrupt = [e for e in read_events(queue_root) if e["event"] == "state-corrupt"]
     assert [(e["file"], e["field"]) for e in corrupt][1:] == [("parked.json", "since")]
-    assert runner.park == "parked since ?: reboot"  # type: ignore[attr-defined]
+    assert runner.runner.controls.park == "parked since ?: reboot"
 
 
 def test_a_state_file_that_cannot_be_kept_is_said_and_retried(queue_root: Path, runner: RunnerProcess) -> None:
