@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from runner import __version__
@@ -35,7 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"runner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    _add_others(sub)
+    return parser
 
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", help="run the queue in the foreground until SIGTERM",
                          description="Run the queue under ROOT until SIGTERM or SIGINT. On stop, running jobs "
                          "are ended and go back to queue/ without using an attempt.",
@@ -43,7 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "backoff-base * 2**(n-1), at most backoff-max.")
     run.add_argument("--root", required=True, type=Path, help="queue root (holds queue/ running/ done/ failed/ logs/)")
     d = _DEFAULTS
-    warn_env = os.environ.get("REQUIRES_WARN_S")
 
     def add(flag: str, default: float, text: str) -> None:
         run.add_argument(flag, type=_duration, default=default, metavar="DURATION",
@@ -64,6 +69,39 @@ def build_parser() -> argparse.ArgumentParser:
                      f"holds the gpu lane for it (default {d.unreadable_gpu})")
     run.add_argument("--gpu-device", action="append", default=[], metavar="PATH",
                      help="an extra path that counts as a GPU device node when a process has it open (repeatable)")
+    _add_thresholds(run, add)
+    run.add_argument("--keep-leaks", action="store_true",
+                     help="let processes that escaped their job (cleared its tag, left its session) outlive it; "
+                     "by default they are ended when the job ends and named in orphans-killed")
+    run.add_argument("--cgroup", default=None, metavar="DIR|auto",
+                     help="a cgroup v2 directory the runner may create children in (one per job, ended by "
+                     "cgroup.kill): the stronger form of process ownership; 'auto' uses the runner's own cgroup "
+                     "(a unit with Delegate=yes). Default: none; the environment tag and subreaper are used")
+
+
+def _add_others(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = sub.add_parser("status", help="print what runs and why each queued job waits",
+                            description="Read ROOT/status.json and print it; --json prints it raw.")
+    status.add_argument("--root", required=True, type=Path, help="queue root")
+    status.add_argument("--json", action="store_true", help="print status.json as JSON")
+
+    unit = sub.add_parser("unit", help="print a systemd unit for this runner",
+                          description="Print a systemd service unit that runs this runner on ROOT.")
+    unit.add_argument("--root", required=True, type=Path, help="queue root")
+    unit.add_argument("--user", default=os.environ.get("USER", "root"), help="User= of the unit (default $USER)")
+    unit.add_argument("--python", default="/usr/bin/python3", help="interpreter (default /usr/bin/python3)")
+    unit.add_argument("--tick", default="10", help="--tick passed to the runner (default 10)")
+
+    agent = sub.add_parser("agent", help="answer one `plan` request on ROOT (JSON on stdin and stdout)",
+                           description="The host side of `plan push/status/watch/park/logs/...`: MODE is the "
+                           "request (probe, install, status, ...; `session` reads one JSON request per line).")
+    agent.add_argument("mode", metavar="MODE")
+    agent.add_argument("root", metavar="ROOT")
+
+
+def _add_thresholds(run: argparse.ArgumentParser, add: Callable[[str, float, str], None]) -> None:
+    d = _DEFAULTS
+    warn_env = os.environ.get("REQUIRES_WARN_S")
     add("--condition-timeout", d.condition_timeout_s,
         "a REQUIRES/DONE_IF run by bash is killed after this and counts false")
     add("--kill-grace", d.kill_grace_s, "between TERM and KILL when ending a job's processes")
@@ -90,31 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
         "written to it this long (its mtime, or its size and mtime across scans); 0 takes files at once")
     add("--heartbeat-event-every", d.heartbeat_event_s,
         "a heartbeat event is written after this long without any other event (for downtime in reports)")
-    run.add_argument("--keep-leaks", action="store_true",
-                     help="let processes that escaped their job (cleared its tag, left its session) outlive it; "
-                     "by default they are ended when the job ends and named in orphans-killed")
-    run.add_argument("--cgroup", default=None, metavar="DIR|auto",
-                     help="a cgroup v2 directory the runner may create children in (one per job, ended by "
-                     "cgroup.kill): the stronger form of process ownership; 'auto' uses the runner's own cgroup "
-                     "(a unit with Delegate=yes). Default: none; the environment tag and subreaper are used")
-    status = sub.add_parser("status", help="print what runs and why each queued job waits",
-                            description="Read ROOT/status.json and print it; --json prints it raw.")
-    status.add_argument("--root", required=True, type=Path, help="queue root")
-    status.add_argument("--json", action="store_true", help="print status.json as JSON")
-
-    unit = sub.add_parser("unit", help="print a systemd unit for this runner",
-                          description="Print a systemd service unit that runs this runner on ROOT.")
-    unit.add_argument("--root", required=True, type=Path, help="queue root")
-    unit.add_argument("--user", default=os.environ.get("USER", "root"), help="User= of the unit (default $USER)")
-    unit.add_argument("--python", default="/usr/bin/python3", help="interpreter (default /usr/bin/python3)")
-    unit.add_argument("--tick", default="10", help="--tick passed to the runner (default 10)")
-
-    agent = sub.add_parser("agent", help="answer one `plan` request on ROOT (JSON on stdin and stdout)",
-                           description="The host side of `plan push/status/watch/park/logs/...`: MODE is the "
-                           "request (probe, install, status, ...; `session` reads one JSON request per line).")
-    agent.add_argument("mode", metavar="MODE")
-    agent.add_argument("root", metavar="ROOT")
-    return parser
 
 
 def config_from(args: argparse.Namespace) -> Config:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import errno
 import os
 
-from runner import jobfile, procs, wrapper
+from runner import jobfile, leaks, procs, wrapper
 from runner.announce import Announcer
 from runner.config import Config
 from runner.outcomes import Outcomes, leave_running
@@ -173,14 +173,16 @@ class Jobs:
         self.kept_leaks = {pid: leak.job for leak in found for pid in leak.group}
         if not found or self.config.keep_leaks:
             return
-        self.processes.end([pid for leak in found for pid in leak.group])
+        self.processes.end(list(self.kept_leaks))
         self.kept_leaks = {}
         for job in sorted({leak.job for leak in found}):
-            mine = [leak for leak in found if leak.job == job]
-            why = ("escaped its job's tag and session" if job != "-"
-                   else "left by a job (its start time does not name one job)")
-            self.queue.emit(now, job, Event.ORPHANS_KILLED.value, why=why,
-                            pids=[pid for leak in mine for pid in leak.group], cmds=[leak.cmd[:200] for leak in mine])
+            self._leaks_ended(now, job, [leak for leak in found if leak.job == job])
+
+    def _leaks_ended(self, now: float, job: str, mine: list[leaks.Leak]) -> None:
+        why = ("escaped its job's tag and session" if job != "-"
+               else "left by a job (its start time does not name one job)")
+        self.queue.emit(now, job, Event.ORPHANS_KILLED.value, why=why,
+                        pids=[pid for leak in mine for pid in leak.group], cmds=[leak.cmd[:200] for leak in mine])
 
     def left_by(self, user: procs.GpuUser) -> str | None:
         """The job a GPU user escaped from, where it is ours after all."""

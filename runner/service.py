@@ -14,7 +14,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from runner import __version__, jobfile, wrapper
+from runner import __version__, jobfile, procs, wrapper
 from runner.announce import Announcer, LaneView
 from runner.config import Config
 from runner.controls import ControlHandler
@@ -29,7 +29,7 @@ from runner.reasons import Reasons
 from runner.records import Parsed
 from runner.runstate import RunnerState
 from runner.scan import Scanner
-from runner.schedule import Action, ForgetGpuWaits, GpuWait, Launch, Ready, RequiresFalse, Skip, Snapshot, Wait, decide
+from runner.schedule import Action, GpuWait, Launch, Ready, RequiresFalse, Skip, Snapshot, Wait, decide
 from runner.statusfile import write_status
 from runner.vocab import Event
 
@@ -241,19 +241,20 @@ class Runner:
         elif isinstance(action, Ready):
             self.state.waiting_since.pop(action.filename, None)
         elif isinstance(action, RequiresFalse):
-            job = jobs[action.filename]
-            assert isinstance(job, jobfile.JobFile)
-            self.reasons.requires_false(now, action.filename, job.requires or "", why.get(action.filename, ""),
+            requires = getattr(jobs[action.filename], "requires", None) or ""
+            self.reasons.requires_false(now, action.filename, requires, why.get(action.filename, ""),
                                         self.facts.blocked(self.state, action.filename))
         elif isinstance(action, GpuWait):
-            users = list(snapshot.gpu_users or ())
-            left_by = self.jobs.left_by(users[0])
-            self.reasons.gpu_foreign(now, action.filename, users[0], left_by)
-            self.announcer.gpu_wait(now, action.filename, users, left_by)
+            self._gpu_wait(now, action.filename, list(snapshot.gpu_users or ()))
         elif isinstance(action, Launch):
             self._launch(now, action, jobs)
-        elif isinstance(action, ForgetGpuWaits):
+        else:
             self.announcer.forget_gpu_waits()
+
+    def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
+        left_by = self.jobs.left_by(users[0])
+        self.reasons.gpu_foreign(now, filename, users[0], left_by)
+        self.announcer.gpu_wait(now, filename, users, left_by)
 
     def _launch(self, now: float, action: Launch, jobs: dict[str, jobfile.JobFile | jobfile.Invalid]) -> None:
         """The first candidate that starts holds the lane; the rest wait in `order` behind it."""
