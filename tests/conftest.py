@@ -95,6 +95,14 @@ class RunnerProcess:
         return self.proc.returncode
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, every test that uses the Slurm cluster runs in one worker (`--dist loadgroup`), so
+    one cluster is started, not one per worker; sshd is cheap and per worker (its own dir and port)."""
+    for item in items:
+        if "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 @pytest.fixture
 def queue_root(tmp_path: Path) -> Path:
     root = tmp_path / "q"

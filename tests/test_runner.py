@@ -100,8 +100,7 @@ def test_server_left_behind_is_ended_and_named(queue_root: Path, runner: RunnerP
         wait_for(lambda pid=pid: not pid_alive(pid), 15)
     runner.wait_event("done", job="65-gpu-intake.job")
     # What this test's runner started carries its root's tag; other queues on the machine are not looked at.
-    tag = f"{procs.TAG_VAR}={hashlib.sha1(str(queue_root.resolve()).encode()).hexdigest()[:12]}:".encode()
-    survivors = [pid for pid in _pids() if tag in _environ(pid) and pid_alive(pid)]
+    survivors = [pid for pid in _pids() if _tagged(pid, queue_root) and pid_alive(pid)]
     assert not survivors, f"processes of this test's runner survived: {survivors}"
 
 
@@ -116,8 +115,10 @@ def _environ(pid: int) -> bytes:
         return b""
 
 
-def _fake_llama_server(tmp_path: Path) -> Path:
-    exe = tmp_path / "bin" / "llama-server"
+def _fake_gpu_user(tmp_path: Path) -> Path:
+    """A GPU user known by its name only, a name of this test's own: another runner on the machine (another
+    test, another session) does not take it for one of its GPU users."""
+    exe = tmp_path / "bin" / f"gpuuser-{os.getpid() % 100000}"
     exe.parent.mkdir(exist_ok=True)
     shutil.copy("/bin/sleep", exe)
     return exe
@@ -125,15 +126,16 @@ def _fake_llama_server(tmp_path: Path) -> Path:
 
 def test_foreign_gpu_process_blocks_gpu_lane_with_repeated_gpu_wait(tmp_path: Path, queue_root: Path,
                                                                     runner: RunnerProcess) -> None:
-    server = subprocess.Popen([str(_fake_llama_server(tmp_path)), "300"])
+    exe = _fake_gpu_user(tmp_path)
+    server = subprocess.Popen([str(exe), "300"])
     try:
         write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\necho bench\n")
         write_job(queue_root, "71-cpu.job", "# LANE=cpu\necho cpu\n")
-        runner.start()  # the repeat is tick-driven in test_waiting; here: a real process is found by its name
+        runner.start("--gpu-names", exe.name)  # the repeat is tick-driven in test_waiting; here: found by name
         runner.wait_event("done", job="71-cpu.job")
         runner.wait_event("gpu-wait", job="70-gpu-bench.job")
         waits = runner.events("gpu-wait")
-        assert all(w["pid"] == server.pid and "llama-server" in w["cmd"] for w in waits)
+        assert all(w["pid"] == server.pid and exe.name in w["cmd"] for w in waits)
         status = runner.status()
         reason = next(q for q in status["queued"] if q["job"] == "70-gpu-bench.job")
         assert reason["reason"] == "gpu-foreign" and str(server.pid) in reason["detail"]
@@ -168,7 +170,7 @@ def test_kill_9_mid_job_then_restart_loses_nothing(tmp_path: Path, queue_root: P
     first = RunnerProcess(queue_root).start()
     start = first.wait_event("start")
     wait_for(lambda: marker.exists())
-    tree = [p for p in os.listdir("/proc") if p.isdigit() and _tagged(int(p))]
+    tree = [pid for pid in _pids() if _tagged(pid, queue_root)]  # this root's only: other tests run beside it
     assert tree
     first.stop(signal.SIGKILL)
     assert (queue_root / "running/10-gpu-long.job").exists()
@@ -177,7 +179,7 @@ def test_kill_9_mid_job_then_restart_loses_nothing(tmp_path: Path, queue_root: P
         second.wait_event("recovered", job="10-gpu-long.job")
         second.wait_event("done", job="10-gpu-long.job")
         for pid in tree:
-            wait_for(lambda pid=pid: not pid_alive(int(pid)), 5)
+            wait_for(lambda pid=pid: not pid_alive(int(pid)), 15)
         state = json.loads((queue_root / "state.json").read_text())
         assert state["attempts"]["10-gpu-long.job"] == 1
         assert start["pid"] not in [int(p) for p in os.listdir("/proc") if p.isdigit() and pid_alive(int(p))]
@@ -187,11 +189,13 @@ def test_kill_9_mid_job_then_restart_loses_nothing(tmp_path: Path, queue_root: P
             kill_quietly(int(pid))
 
 
-def _tagged(pid: int) -> bool:
-    try:
-        return b"PLAN_RUNNER_TAG=" in Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
+def _tagged(pid: int, root: Path) -> bool:
+    """PID was started by a runner on ROOT (its tag begins with the root's id)."""
+    return _root_tag(root) in _environ(pid)
+
+
+def _root_tag(root: Path) -> bytes:
+    return f"{procs.TAG_VAR}={hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]}:".encode()
 
 
 def test_successor_starts_on_the_exit_not_the_tick(tmp_path: Path, queue_root: Path) -> None:
