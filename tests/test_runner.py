@@ -377,7 +377,9 @@ def test_unreadable_processes_are_unknown_gpu_users_never_skipped(tmp_path: Path
         try:
             wait_for(lambda: (root / "status.json").exists(), 10)
             wait_for(lambda: '"event": "gpu-wait"' in (root / "events.jsonl").read_text(), 10)
-            status = json.loads((root / "status.json").read_text())
+            # status.json is written at the end of the tick that wrote the event: until then it is an earlier one's
+            status = wait_for(lambda: (s := json.loads((root / "status.json").read_text()))["gpu_unknown"]["count"]
+                              and s, 10)
             unknown = status["gpu_unknown"]
             assert unknown["policy"] == "block" and unknown["count"] >= 1
             assert secret.pid in [p["pid"] for p in unknown["processes"]] or unknown["count"] > 20
