@@ -95,6 +95,12 @@ class RunnerProcess:
         return self.proc.returncode
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: twice the cores, 2 to 8. Most tests wait on real processes, sshd or Slurm rather than compute,
+    so a worker per core leaves the cores idle; more than 8 only adds sshd daemons and start-up."""
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist, every test that uses the Slurm cluster runs in one worker (`--dist loadgroup`), so
     one cluster is started, not one per worker; sshd is cheap and per worker (its own dir and port)."""
