@@ -27,6 +27,17 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def _slots(text: str) -> dict[str, int]:
+    """`cpu=4,net=2`: how many jobs each named lane runs at once."""
+    slots: dict[str, int] = {}
+    for item in _csv(text):
+        lane, sep, count = item.partition("=")
+        if not sep or not lane.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: want LANE=N with N a whole number >= 1 (e.g. cpu=4,net=2)")
+        slots[lane.strip()] = int(count)
+    return slots
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python3 -m runner",
@@ -57,6 +68,9 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add("--tick", d.tick_s, "how often the queue is scanned; a job's exit wakes the runner at once")
     run.add_argument("--lanes", type=_csv, default=d.lanes,
                      help=f"lanes, in the order they pick jobs (default {','.join(d.lanes)})")
+    run.add_argument("--slots", type=_slots, default={}, metavar="LANE=N,...",
+                     help="jobs a lane runs at once, e.g. cpu=4,net=2 (default 1 each); an exclusive lane still "
+                     "excludes the others while any of its slots is busy")
     run.add_argument("--exclusive", type=_csv, default=d.exclusive,
                      help=f"lanes of which at most one runs at a time (default {','.join(d.exclusive)}; '' for none)")
     run.add_argument("--gpu-lane", default=d.gpu_lane,
@@ -159,6 +173,7 @@ def config_from(args: argparse.Namespace) -> Config:
         settle_s=args.settle,
         keep_leaks=args.keep_leaks,
         heartbeat_event_s=args.heartbeat_event_every,
+        slots=args.slots,
         cgroup=_cgroup(args.cgroup),
     )
 
@@ -193,42 +208,52 @@ def main(argv: list[str] | None = None) -> int:
 
         return agent_main([args.mode, args.root])
     if args.command == "run":
-        from runner.service import Runner
-
-        if args.lanes and any(lane not in args.lanes for lane in args.exclusive):
-            print(f"runner: --exclusive names a lane not in --lanes: {','.join(args.exclusive)}", file=sys.stderr)
-            return 2
-        try:
-            args.root.mkdir(parents=True, exist_ok=True)
-            args.root = args.root.resolve()  # once: the jobs run with it as their working directory
-        except OSError as exc:
-            print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
-            return 2
-        from runner.service import AlreadyRunning
-
-        try:
-            return Runner(config_from(args)).serve()
-        except AlreadyRunning as exc:
-            print(f"runner: {exc}", file=sys.stderr)
-            return 3
+        return _run(args)
     if args.command == "status":
-        from runner.status import render_status
-
-        path = args.root / "status.json"
-        try:
-            status = json.loads(path.read_text())
-        except FileNotFoundError:
-            print(f"runner: no status.json under {args.root}: has a runner ever run there?", file=sys.stderr)
-            return 1
-        except ValueError as exc:
-            print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
-            return 1
-        print(json.dumps(status, indent=1) if args.json else render_status(status, time.time()))
-        return 0
+        return _status(args)
     from runner.unit import unit_text
 
     package_parent = str(Path(__file__).resolve().parent.parent)
     print(unit_text(str(args.root.resolve()), args.python, package_parent, args.user, args.tick), end="")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from runner.service import AlreadyRunning, Runner
+
+    if args.lanes and any(lane not in args.lanes for lane in args.exclusive):
+        print(f"runner: --exclusive names a lane not in --lanes: {','.join(args.exclusive)}", file=sys.stderr)
+        return 2
+    unknown = [lane for lane in args.slots if lane not in args.lanes]
+    if unknown:
+        print(f"runner: --slots names a lane not in --lanes: {','.join(unknown)}", file=sys.stderr)
+        return 2
+    try:
+        args.root.mkdir(parents=True, exist_ok=True)
+        args.root = args.root.resolve()  # once: the jobs run with it as their working directory
+    except OSError as exc:
+        print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return Runner(config_from(args)).serve()
+    except AlreadyRunning as exc:
+        print(f"runner: {exc}", file=sys.stderr)
+        return 3
+
+
+def _status(args: argparse.Namespace) -> int:
+    from runner.status import render_status
+
+    path = args.root / "status.json"
+    try:
+        status = json.loads(path.read_text())
+    except FileNotFoundError:
+        print(f"runner: no status.json under {args.root}: has a runner ever run there?", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=1) if args.json else render_status(status, time.time()))
     return 0
 
 

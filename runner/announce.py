@@ -23,6 +23,7 @@ class LaneView:
     job: str = ""
     reason: str = ""
     blocker: str = ""
+    busy: int = 0  # slots in use, in a lane of more than one slot (a change of it is a lane event)
 
 
 def progress(path: Path) -> str | None:
@@ -122,8 +123,9 @@ class Announcer:
                 self.throttle.forget(("idle-lane", lane))
 
     def _lane_view(self, lane: str, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> LaneView:
-        if lane in running:
-            return LaneView("busy", running[lane].filename)
+        runs = [run.filename for run in running.values() if run.lane == lane]
+        if runs:
+            return LaneView("busy", runs[0], busy=len(runs) if self.config.slots_of(lane) > 1 else 0)
         waiting = [(f, r) for f, p in queued
                    if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and (r := self.reasons.get(f))]
         if not waiting:
@@ -142,6 +144,8 @@ class Announcer:
             details["reason"] = view.reason
         if view.blocker:
             details["blocker"] = view.blocker
+        if view.busy:
+            details.update(busy=view.busy, slots=self.config.slots_of(lane))
         self.queue.emit(now, view.job or "-", "lane", **details)
 
     def idle(self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> None:

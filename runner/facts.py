@@ -46,11 +46,14 @@ class Facts:
             if not done and state.backoff_until.get(filename, 0) <= now:
                 requires, why[filename] = self.holds(parsed.requires)
             facts.append(JobFacts(filename, job.lane, done, requires))
+        lanes: dict[str, tuple[str, ...]] = {}
+        for run in running.values():
+            lanes[run.lane] = (*lanes.get(run.lane, ()), run.filename)
         gpu = self.config.gpu_lane
-        look = not parked and gpu not in running and any(f.lane == gpu and f.requires for f in facts)
-        return Snapshot(tuple(facts), {lane: run.filename for lane, run in running.items()}, self.config.lanes,
-                        self.config.exclusive, gpu, parked,
-                        tuple(self.gpu_users(running)) if look else None), why
+        free = len(lanes.get(gpu, ())) < self.config.slots_of(gpu)
+        look = not parked and free and any(f.lane == gpu and f.requires for f in facts)
+        return Snapshot(tuple(facts), lanes, self.config.lanes, self.config.exclusive, gpu, parked,
+                        tuple(self.gpu_users(running)) if look else None, self.config.slots), why
 
     def gpu_users(self, running: dict[str, Running]) -> list[procs.GpuUser]:
         def ours(proc: procs.Proc) -> bool:

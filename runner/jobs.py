@@ -18,7 +18,8 @@ from runner.vocab import Reason as Why
 
 
 class Jobs:
-    """Owns `running` (lane -> its job), the leaks kept with --keep-leaks and the disk-full state."""
+    """Owns `running` (job file -> its run; a lane runs up to its slots), the leaks kept with --keep-leaks and
+    the disk-full state."""
 
     def __init__(self, config: Config, queue: Queue, state: RunnerState, processes: Processes, reasons: Reasons,
                  announcer: Announcer, outcomes: Outcomes, tag_prefix: str) -> None:
@@ -50,7 +51,7 @@ class Jobs:
         except OSError as exc:
             return self._start_failed(now, filename, exc, moved=True)
         self.state.attempts[filename] = attempt
-        self.running[job.lane] = Running(filename, job, pid, job.lane, attempt, now, offset, tag,
+        self.running[filename] = Running(filename, job, pid, job.lane, attempt, now, offset, tag,
                                          log_size=offset, log_grew_at=now, cgroup=cgroup)
         self.reasons.drop(filename)
         self.state.backoff_until.pop(filename, None)
@@ -112,7 +113,7 @@ class Jobs:
         Back to queue/ it is `recovered` (WHY says by what) unless it had finished by itself just before we
         ended it: that is recorded as it ended, not run again. Returns the pids ended."""
         tree = self.end_tree(run)
-        self.running.pop(run.lane, None)
+        self.running.pop(run.filename, None)
         self.processes.forget(run.pid)
         record = wrapper.read_record(self.queue.exit_record(run.filename)) if to == "queue" else None
         if record:
@@ -140,12 +141,12 @@ class Jobs:
 
     def finish_exited(self, now: float) -> None:
         ended = False
-        for lane, run in list(self.running.items()):
+        for filename, run in list(self.running.items()):
             rc = self.processes.exit_code(run.pid)
             if rc is None:
                 continue
             self.processes.forget(run.pid)
-            self.running.pop(lane)
+            self.running.pop(filename)
             ended = True
             self.processes.job_ended(run.filename)
             self._end_left(now, run)
@@ -183,6 +184,9 @@ class Jobs:
                else "left by a job (its start time does not name one job)")
         self.queue.emit(now, job, Event.ORPHANS_KILLED.value, why=why,
                         pids=[pid for leak in mine for pid in leak.group], cmds=[leak.cmd[:200] for leak in mine])
+
+    def in_lane(self, lane: str) -> list[Running]:
+        return [run for run in self.running.values() if run.lane == lane]
 
     def left_by(self, user: procs.GpuUser) -> str | None:
         """The job a GPU user escaped from, where it is ours after all."""

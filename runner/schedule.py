@@ -27,12 +27,16 @@ class JobFacts:
 @dataclass(frozen=True)
 class Snapshot:
     queued: tuple[JobFacts, ...]  # in name order
-    running: Mapping[str, str]  # lane -> the job running there
+    running: Mapping[str, tuple[str, ...]]  # lane -> the jobs running there, in start order
     lanes: tuple[str, ...]  # the order lanes pick jobs in
     exclusive: tuple[str, ...]
     gpu_lane: str
     parked: str = ""  # why the queue is parked; '' when it is not
     gpu_users: tuple[GpuUser, ...] | None = None  # None: not looked for (no gpu job could start)
+    slots: Mapping[str, int] = field(default_factory=dict)  # lane -> jobs it runs at once (1 where not named)
+
+    def free(self, lane: str) -> int:
+        return self.slots.get(lane, 1) - len(self.running.get(lane, ()))
 
 
 @dataclass(frozen=True)
@@ -69,10 +73,11 @@ class GpuWait:
 
 @dataclass(frozen=True)
 class Launch:
-    """Start the first of CANDIDATES that can be started; those after it wait (`order`) behind it."""
+    """Start the first SLOTS of CANDIDATES that can be started; those after them wait (`order`) behind them."""
 
     lane: str
     candidates: tuple[str, ...]
+    slots: int = 1
 
 
 @dataclass(frozen=True)
@@ -87,18 +92,18 @@ Action = Skip | Wait | RequiresFalse | Ready | GpuWait | Launch | ForgetGpuWaits
 class _Lanes:
     """What holds each lane as the decision proceeds: running jobs, then the launches decided this tick."""
 
-    held: dict[str, str]
+    held: dict[str, str]  # lane -> a job that holds it (for `exclusive`)
     launches: dict[str, list[str]] = field(default_factory=dict)
 
 
 def decide(state: RunnerState, snapshot: Snapshot, now: float) -> list[Action]:
-    lanes = _Lanes(dict(snapshot.running))
+    lanes = _Lanes({lane: jobs[0] for lane, jobs in snapshot.running.items() if jobs})
     actions: list[Action] = []
     for lane in snapshot.lanes:
         for facts in (f for f in snapshot.queued if f.lane == lane):
             actions.extend(_one(state, snapshot, lanes, facts, now))
         if lane in lanes.launches:
-            actions.append(Launch(lane, tuple(lanes.launches[lane])))
+            actions.append(Launch(lane, tuple(lanes.launches[lane]), snapshot.free(lane)))
     if snapshot.gpu_users is not None and not snapshot.gpu_users:
         actions.append(ForgetGpuWaits())
     return actions
@@ -115,7 +120,7 @@ def _one(state: RunnerState, snapshot: Snapshot, lanes: _Lanes, facts: JobFacts,
     if not facts.requires:
         return [RequiresFalse(name)]
     if lane in lanes.launches:
-        lanes.launches[lane].append(name)  # waits in `order` behind whichever candidate starts
+        lanes.launches[lane].append(name)  # starts in a free slot, or waits in `order` behind those that did
         return [Ready(name)]
     hold = _held(snapshot, lanes, lane)
     if hold is not None:
@@ -129,9 +134,11 @@ def _one(state: RunnerState, snapshot: Snapshot, lanes: _Lanes, facts: JobFacts,
 
 def _held(snapshot: Snapshot, lanes: _Lanes, lane: str) -> tuple[str, str, str] | None:
     """(reason, detail, blocker) when something outside the job holds its lane."""
-    if lane in snapshot.running:
+    if snapshot.free(lane) <= 0:
         held = snapshot.running[lane]
-        return "lane-busy", f"{held} is running in {lane}", held
+        if len(held) == 1:
+            return "lane-busy", f"{held[0]} is running in {lane}", held[0]
+        return "lane-busy", f"{', '.join(held)} fill the {len(held)} slots of {lane}", held[0]
     if lane in snapshot.exclusive:
         for other in snapshot.exclusive:
             if other != lane and other in lanes.held:

@@ -257,15 +257,16 @@ class Runner:
         self.announcer.gpu_wait(now, filename, users, left_by)
 
     def _launch(self, now: float, action: Launch, jobs: dict[str, jobfile.JobFile | jobfile.Invalid]) -> None:
-        """The first candidate that starts holds the lane; the rest wait in `order` behind it."""
-        started = ""
+        """Candidates start until the lane's free slots are full; the rest wait in `order` behind the last one
+        that started (one that could not start leaves its slot to the next)."""
+        started: list[str] = []
         for filename in action.candidates:
             job = jobs[filename]
             assert isinstance(job, jobfile.JobFile)
-            if started:
-                self.reasons.set(now, filename, "order", f"{started} is ahead of it", started)
+            if len(started) >= action.slots:
+                self.reasons.set(now, filename, "order", f"{started[-1]} is ahead of it", started[-1])
             elif self.jobs.start(now, filename, job):
-                started = filename
+                started.append(filename)
 
 
 def _mtime(path: str) -> int:

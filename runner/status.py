@@ -52,17 +52,21 @@ def _header(status: dict[str, Any], now: float) -> list[str]:
 
 def _lanes(status: dict[str, Any], now: float) -> list[str]:
     lanes = status.get("lanes", {})
-    running = {r["lane"]: r for r in status.get("running", [])}
+    running: dict[str, list[dict[str, Any]]] = {}
+    for run in status.get("running", []):
+        running.setdefault(run["lane"], []).append(run)
     order = status.get("lane_order") or sorted(lanes)
     lines = []
     for lane in [*order, *(name for name in sorted(lanes) if name not in order)]:
-        run = running.get(lane)
-        if run:
-            lines.extend(_running(lane, run, now))
-        else:
-            view = lanes.get(lane, {})
-            why = f" ({view.get('reason')}: {view.get('blocker')})" if view.get("reason") else ""
+        view, runs = lanes.get(lane, {}), running.get(lane, [])
+        why = f" ({view.get('reason')}: {view.get('blocker')})" if view.get("reason") and not runs else ""
+        slots = view.get("slots") or 1
+        if slots > 1:  # a lane of several slots: how many are in use, then each job in one
+            lines.append(f"  {lane:<5} {len(runs)}/{slots} slots busy{why}")
+        elif not runs:
             lines.append(f"  {lane:<5} {view.get('state', '?')}{why}")
+        for run in runs:
+            lines.extend(_running(lane, run, now))
     return lines
 
 

@@ -21,7 +21,8 @@ def write_status(runner: Runner, now: float, queued: list[tuple[str, Parsed]]) -
                    "tick_s": runner.config.tick_s},
         "lane_order": list(runner.config.lanes),
         "lanes": {lane: {"state": v.state, "job": v.job, "reason": v.reason, "blocker": v.blocker,
-                         "since": runner.announcer.lane_since.get(lane)}
+                         "since": runner.announcer.lane_since.get(lane), "slots": runner.config.slots_of(lane),
+                         "busy": len(runner.jobs.in_lane(lane))}
                   for lane, v in runner.announcer.lane_state.items()},
         "running": _running(runner, now),
         "queued": _waiting(runner, queued),

@@ -413,3 +413,25 @@ def test_a_second_runner_on_the_same_root_refuses(queue_root: Path, runner: Runn
                             capture_output=True, text=True, timeout=30)
     assert second.returncode == 3 and f"pid {runner.proc.pid}" in second.stderr  # type: ignore[union-attr]
     assert not runner.events("orphans-killed") and not runner.events("recovered")
+
+
+def test_two_slot_lane_runs_two_real_jobs_at_once(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    """Each job waits for the other to have started: they finish only if they ran at the same time."""
+    for me, other in (("a", "b"), ("b", "a")):
+        write_job(queue_root, f"1-cpu-{me}.job", f"touch {tmp_path}/{me}\n"
+                  f"for i in $(seq 200); do [ -e {tmp_path}/{other} ] && exit 0; sleep 0.05; done\nexit 1\n")
+    runner.start("--slots", "cpu=2")
+    runner.wait_event("done", job="1-cpu-a.job", timeout=20)
+    runner.wait_event("done", job="1-cpu-b.job", timeout=20)
+    lanes = runner.status()["lanes"]
+    assert lanes["cpu"]["slots"] == 2 and lanes["net"]["slots"] == 1
+
+
+def test_bad_slots_are_refused_with_a_clear_message(queue_root: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for flag, says in (("cpu=0", "want LANE=N with N a whole number >= 1"), ("cpu", "want LANE=N"),
+                       ("tpu=2", "--slots names a lane not in --lanes: tpu")):
+        out = subprocess.run([sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--slots", flag],
+                             capture_output=True, text=True, env=env, timeout=30)
+        assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, (flag, out.stderr)
+    assert not (queue_root / "events.jsonl").exists()

@@ -28,9 +28,9 @@ NOW = 1_000_000.0
 LANES = ("net", "gpu", "cpu")
 
 
-def _snap(*jobs: JobFacts, running: dict[str, str] | None = None, parked: str = "",
-          gpu: tuple[GpuUser, ...] | None = None) -> Snapshot:
-    return Snapshot(tuple(jobs), running or {}, LANES, ("net", "gpu"), "gpu", parked, gpu)
+def _snap(*jobs: JobFacts, running: dict[str, tuple[str, ...]] | None = None, parked: str = "",
+          gpu: tuple[GpuUser, ...] | None = None, slots: dict[str, int] | None = None) -> Snapshot:
+    return Snapshot(tuple(jobs), running or {}, LANES, ("net", "gpu"), "gpu", parked, gpu, slots or {})
 
 
 def _job(name: str, lane: str, done: bool = False, requires: bool | None = True) -> JobFacts:
@@ -49,7 +49,7 @@ def test_each_check_in_its_order() -> None:
     state = RunnerState(backoff_until={"b.job": NOW + 5})
     actions = decide(state, _snap(_job("a.job", "cpu", done=True), _job("b.job", "cpu", requires=None),
                                   _job("c.job", "cpu", requires=False), _job("d.job", "cpu"),
-                                  running={"cpu": "x.job"}), NOW)
+                                  running={"cpu": ("x.job",)}), NOW)
     assert actions == [Skip("a.job"), Wait("b.job", "backoff", "retry at " + timestamp(NOW + 5)), RequiresFalse("c.job"),
                        Ready("d.job"), Wait("d.job", "lane-busy", "x.job is running in cpu", "x.job")]
 
@@ -69,9 +69,25 @@ def test_parked_and_gpu_foreign_hold_a_free_lane() -> None:
 
 
 def test_a_running_exclusive_lane_holds_the_other_and_the_shared_lane_runs() -> None:
-    actions = decide(RunnerState(), _snap(_job("g.job", "gpu"), _job("c.job", "cpu"), running={"net": "n.job"}), NOW)
+    actions = decide(RunnerState(), _snap(_job("g.job", "gpu"), _job("c.job", "cpu"), running={"net": ("n.job",)}), NOW)
     assert Wait("g.job", "exclusive", "n.job holds exclusive lane net", "n.job") in actions
     assert Launch("cpu", ("c.job",)) in actions
+
+
+def test_a_lane_of_slots_launches_into_its_free_slots_and_is_busy_when_they_are_full() -> None:
+    jobs = (_job("a.job", "cpu"), _job("b.job", "cpu"), _job("c.job", "cpu"))
+    assert decide(RunnerState(), _snap(*jobs, slots={"cpu": 2}), NOW)[-1] == Launch("cpu", ("a.job", "b.job", "c.job"), 2)
+    one_free = decide(RunnerState(), _snap(*jobs, running={"cpu": ("x.job",)}, slots={"cpu": 2}), NOW)
+    assert one_free[-1] == Launch("cpu", ("a.job", "b.job", "c.job"), 1)
+    full = decide(RunnerState(), _snap(jobs[0], running={"cpu": ("x.job", "y.job")}, slots={"cpu": 2}), NOW)
+    assert full == [Ready("a.job"), Wait("a.job", "lane-busy", "x.job, y.job fill the 2 slots of cpu", "x.job")]
+
+
+def test_an_exclusive_lane_with_a_free_slot_still_excludes_the_other() -> None:
+    actions = decide(RunnerState(), _snap(_job("n2.job", "net"), _job("g.job", "gpu"), running={"net": ("n1.job",)},
+                                          slots={"net": 2}), NOW)
+    assert Launch("net", ("n2.job",), 1) in actions
+    assert Wait("g.job", "exclusive", "n1.job holds exclusive lane net", "n1.job") in actions
 
 
 def test_throttle_says_once_per_repeat_and_again_once_forgotten() -> None:

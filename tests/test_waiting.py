@@ -239,3 +239,33 @@ def test_seed_requires_warn_s_environment_variable_is_honoured(monkeypatch: pyte
     assert config_from(build_parser().parse_args(["run", "--root", "/tmp/x"])).requires_warn_s == 1.0
     monkeypatch.delenv("REQUIRES_WARN_S")
     assert config_from(build_parser().parse_args(["run", "--root", "/tmp/x"])).requires_warn_s == 6 * H
+
+
+def test_two_jobs_overlap_in_a_two_slot_lane_and_exclusivity_holds_by_lane(queue_root: Path,
+                                                                          ticking: Callable[..., Ticking]) -> None:
+    for name in ("1-cpu-a.job", "2-cpu-b.job", "3-cpu-c.job"):
+        write_job(queue_root, name, "work\n")
+    for name in ("4-net-a.job", "5-net-b.job"):
+        write_job(queue_root, name, "# LANE=net\nfetch\n")
+    write_job(queue_root, "6-gpu-a.job", "# LANE=gpu\nbench\n")
+    q = ticking(T0, slots={"cpu": 2, "net": 2})
+    q.tick(T0)
+    assert q.procs.running() == ["1-cpu-a.job", "2-cpu-b.job", "4-net-a.job", "5-net-b.job"]
+    assert q.reason("3-cpu-c.job")["reason"] == "order"  # type: ignore[index]
+    assert q.reason("6-gpu-a.job")["reason"] == "exclusive"  # type: ignore[index]
+    lanes = q.status()["lanes"]
+    assert (lanes["cpu"]["slots"], lanes["cpu"]["busy"], lanes["gpu"]["slots"], lanes["gpu"]["busy"]) == (2, 2, 1, 0)
+    q.tick(T0 + 1)
+    assert q.reason("3-cpu-c.job")["detail"] == "1-cpu-a.job, 2-cpu-b.job fill the 2 slots of cpu"  # type: ignore[index]
+    q.procs.exit("1-cpu-a.job")
+    q.procs.exit("4-net-a.job")
+    q.tick(T0 + 2)  # a cpu slot is free again; one net slot still busy holds the gpu lane out
+    assert q.procs.running() == ["2-cpu-b.job", "3-cpu-c.job", "5-net-b.job"]
+    assert q.reason("6-gpu-a.job")["blocker"] == "5-net-b.job"  # type: ignore[index]
+    q.procs.exit("5-net-b.job")
+    q.tick(T0 + 3)
+    assert "6-gpu-a.job" in q.procs.running()
+    cpu = [(e["state"], e["job"], e.get("busy"), e.get("slots")) for e in q.events("lane") if e["lane"] == "cpu"]
+    assert cpu == [("busy", "1-cpu-a.job", 2, 2), ("busy", "2-cpu-b.job", 2, 2)]  # the job named is the eldest
+    gpu = [(e["state"], e.get("reason"), e.get("blocker")) for e in q.events("lane") if e["lane"] == "gpu"]
+    assert gpu == [("waiting", "exclusive", "4-net-a.job"), ("waiting", "exclusive", "5-net-b.job"), ("busy", None, None)]
