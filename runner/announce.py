@@ -1,4 +1,5 @@
 """Waiting that lasts becomes an event, repeated while it lasts (one Throttle for every repeat); lanes' states."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,8 +56,15 @@ class Announcer:
         jobs = sorted({f[1] for f in self.failures if f[2] == sig})
         if len(jobs) >= self.config.correlate_min and len(jobs) > self.correlated.get(sig, 0):
             self.correlated[sig] = len(jobs)
-            self.queue.emit(now, "-", "correlated-failure", jobs=jobs, line=line[:300], signature=sig,
-                            message=f"{len(jobs)} jobs failed with: {line[:200]}")
+            self.queue.emit(
+                now,
+                "-",
+                "correlated-failure",
+                jobs=jobs,
+                line=line[:300],
+                signature=sig,
+                message=f"{len(jobs)} jobs failed with: {line[:200]}",
+            )
 
     def watch_running(self, now: float, running: dict[str, Running]) -> None:
         cfg = self.config
@@ -72,33 +80,65 @@ class Announcer:
             warn = run.job.warn_after_s or cfg.warn_after.get(run.lane)
             elapsed = now - run.started
             if warn and elapsed >= warn and run.announced.due("long-running", now, cfg.long_running_repeat_s):
-                self.queue.emit(now, run.filename, "long-running", lane=run.lane, elapsed_s=int(elapsed),
-                                warn_after_s=warn, last_line=logs.last_line(path), progress=progress(path))
+                self.queue.emit(
+                    now,
+                    run.filename,
+                    "long-running",
+                    lane=run.lane,
+                    elapsed_s=int(elapsed),
+                    warn_after_s=warn,
+                    last_line=logs.last_line(path),
+                    progress=progress(path),
+                )
             silent = now - run.log_grew_at
             if silent >= cfg.stall_s and run.announced.due("stalled", now, cfg.stall_repeat_s):
-                self.queue.emit(now, run.filename, "stalled", lane=run.lane, silent_s=int(silent),
-                                log_size=size, last_line=logs.last_line(path), progress=progress(path))
+                self.queue.emit(
+                    now,
+                    run.filename,
+                    "stalled",
+                    lane=run.lane,
+                    silent_s=int(silent),
+                    log_size=size,
+                    last_line=logs.last_line(path),
+                    progress=progress(path),
+                )
 
     def waits(self, now: float) -> None:
         cfg = self.config
         for filename, reason in self.reasons.items():
             if reason.reason == "requires":
                 waited = now - reason.since
-                if waited >= cfg.requires_warn_s and self.throttle.due(("requires-wait", filename), now,
-                                                                       cfg.requires_repeat_s):
+                if waited >= cfg.requires_warn_s and self.throttle.due(
+                    ("requires-wait", filename), now, cfg.requires_repeat_s
+                ):
                     self.queue.emit(now, filename, "requires-wait", requires=reason.detail, waited_s=int(waited))
             elif reason.reason == "blocked":
                 if self.throttle.due(("blocked", filename + "|" + reason.detail), now, cfg.blocked_repeat_s):
-                    self.queue.emit(now, filename, "blocked", path=reason.extra.get("path"),
-                                    producer=reason.extra.get("producer") or None, why=reason.detail,
-                                    waited_s=int(now - reason.since))
+                    self.queue.emit(
+                        now,
+                        filename,
+                        "blocked",
+                        path=reason.extra.get("path"),
+                        producer=reason.extra.get("producer") or None,
+                        why=reason.detail,
+                        waited_s=int(now - reason.since),
+                    )
 
     def gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser], left_by: str | None) -> None:
         first = users[0]
         if self.throttle.due(("gpu-wait", f"{filename}:{first.pid}"), now, self.config.gpu_wait_repeat_s):
-            self.queue.emit(now, filename, "gpu-wait", pid=first.pid, ppid=str(first.ppid), cmd=first.cmd[:200],
-                            why=first.why, waited_s=int(now - self.reasons[filename].since), others=len(users) - 1,
-                            **({"left_by": left_by} if left_by else {}))
+            self.queue.emit(
+                now,
+                filename,
+                "gpu-wait",
+                pid=first.pid,
+                ppid=str(first.ppid),
+                cmd=first.cmd[:200],
+                why=first.why,
+                waited_s=int(now - self.reasons[filename].since),
+                others=len(users) - 1,
+                **({"left_by": left_by} if left_by else {}),
+            )
 
     def forget_gpu_waits(self) -> None:
         """The gpu-wait repeat is per foreign process: once none is left, the next one is said at once."""
@@ -117,8 +157,16 @@ class Announcer:
             self.set_lane(now, lane, view)
             if view.state == "waiting" and now - self.lane_since[lane] >= self.config.idle_s:
                 if self.throttle.due(("idle-lane", lane), now, self.config.idle_repeat_s):
-                    self.queue.emit(now, "-", "idle", lane=lane, idle_s=int(now - self.lane_since[lane]),
-                                    waiting=view.job, reason=view.reason, blocker=view.blocker)
+                    self.queue.emit(
+                        now,
+                        "-",
+                        "idle",
+                        lane=lane,
+                        idle_s=int(now - self.lane_since[lane]),
+                        waiting=view.job,
+                        reason=view.reason,
+                        blocker=view.blocker,
+                    )
             elif view.state != "waiting":
                 self.throttle.forget(("idle-lane", lane))
 
@@ -126,8 +174,11 @@ class Announcer:
         runs = [run.filename for run in running.values() if run.lane == lane]
         if runs:
             return LaneView("busy", runs[0], busy=len(runs) if self.config.slots_of(lane) > 1 else 0)
-        waiting = [(f, r) for f, p in queued
-                   if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and (r := self.reasons.get(f))]
+        waiting = [
+            (f, r)
+            for f, p in queued
+            if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and (r := self.reasons.get(f))
+        ]
         if not waiting:
             return LaneView("idle")
         # The job that would run but for something outside it names the lane's cause.

@@ -1,4 +1,5 @@
 """Requests from `plan` (retry, cancel, park --now, push --retry-failed) that the runner carries out between ticks."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,9 @@ def park_record(reason: str, by: str, since: str) -> dict[str, str]:
 class ControlHandler:
     """Carries out control/ requests between ticks, and reads the park file once a tick (`park`)."""
 
-    def __init__(self, queue: Queue, state: RunnerState, problems: FileProblems, jobs: Jobs,
-                 forget: Callable[[str], None]) -> None:
+    def __init__(
+        self, queue: Queue, state: RunnerState, problems: FileProblems, jobs: Jobs, forget: Callable[[str], None]
+    ) -> None:
         self.queue = queue
         self.state = state
         self.problems = problems

@@ -1,4 +1,5 @@
 """Kept for imports written before the runner was split into parts: the runner is runner.service.Runner."""
+
 from __future__ import annotations
 
 from runner.service import AlreadyRunning, Runner

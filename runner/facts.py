@@ -1,4 +1,5 @@
 """Everything the scheduler needs to know, found out (conditions run, manifest read, /proc scanned) once a tick."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,9 @@ class Facts:
         """A queued job's DONE_IF holds already: it is skipped, never run (the one place this is decided)."""
         return parsed.done_if is not None and self.holds(parsed.done_if)[0]
 
-    def snapshot(self, state: RunnerState, queued: list[tuple[str, Parsed]], running: dict[str, Running],
-                 parked: str, now: float) -> tuple[Snapshot, dict[str, str]]:
+    def snapshot(
+        self, state: RunnerState, queued: list[tuple[str, Parsed]], running: dict[str, Running], parked: str, now: float
+    ) -> tuple[Snapshot, dict[str, str]]:
         """The scheduler's input, and why each job's REQUIRES is false (for its reason)."""
         facts, why = [], {}
         for filename, parsed in queued:
@@ -52,8 +54,16 @@ class Facts:
         gpu = self.config.gpu_lane
         free = len(lanes.get(gpu, ())) < self.config.slots_of(gpu)
         look = not parked and free and any(f.lane == gpu and f.requires for f in facts)
-        return Snapshot(tuple(facts), lanes, self.config.lanes, self.config.exclusive, gpu, parked,
-                        tuple(self.gpu_users(running)) if look else None, self.config.slots), why
+        return Snapshot(
+            tuple(facts),
+            lanes,
+            self.config.lanes,
+            self.config.exclusive,
+            gpu,
+            parked,
+            tuple(self.gpu_users(running)) if look else None,
+            self.config.slots,
+        ), why
 
     def gpu_users(self, running: dict[str, Running]) -> list[procs.GpuUser]:
         def ours(proc: procs.Proc) -> bool:
@@ -66,8 +76,9 @@ class Facts:
         for pid in unreadable:
             proc = self.processes.read_proc(pid)
             if proc is not None:
-                self.gpu_unknown.append(procs.GpuUser(pid, proc.ppid, proc.cmdline,
-                                                      "unknown: its open files cannot be read by this runner"))
+                self.gpu_unknown.append(
+                    procs.GpuUser(pid, proc.ppid, proc.cmdline, "unknown: its open files cannot be read by this runner")
+                )
         if self.config.unreadable_gpu == "block":
             users = users + self.gpu_unknown
         return users

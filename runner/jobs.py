@@ -1,4 +1,5 @@
 """Running jobs: started in their lane, watched for their exit and timeout, ended with everything they left."""
+
 from __future__ import annotations
 
 import errno
@@ -21,8 +22,17 @@ class Jobs:
     """Owns `running` (job file -> its run; a lane runs up to its slots), the leaks kept with --keep-leaks and
     the disk-full state."""
 
-    def __init__(self, config: Config, queue: Queue, state: RunnerState, processes: Processes, reasons: Reasons,
-                 announcer: Announcer, outcomes: Outcomes, tag_prefix: str) -> None:
+    def __init__(
+        self,
+        config: Config,
+        queue: Queue,
+        state: RunnerState,
+        processes: Processes,
+        reasons: Reasons,
+        announcer: Announcer,
+        outcomes: Outcomes,
+        tag_prefix: str,
+    ) -> None:
         self.config = config
         self.queue = queue
         self.state = state
@@ -51,8 +61,9 @@ class Jobs:
         except OSError as exc:
             return self._start_failed(now, filename, exc, moved=True)
         self.state.attempts[filename] = attempt
-        self.running[filename] = Running(filename, job, pid, job.lane, attempt, now, offset, tag,
-                                         log_size=offset, log_grew_at=now, cgroup=cgroup)
+        self.running[filename] = Running(
+            filename, job, pid, job.lane, attempt, now, offset, tag, log_size=offset, log_grew_at=now, cgroup=cgroup
+        )
         self.reasons.drop(filename)
         self.state.backoff_until.pop(filename, None)
         self.announcer.started(filename)
@@ -73,8 +84,11 @@ class Jobs:
             env[procs.JOB_VAR] = filename
             # The wrapper joins the job's cgroup before it runs anything (so nothing escapes it), runs the
             # job and records its exit status next to it, which survives a runner killed meanwhile.
-            argv = wrapper.argv(str(self.queue.dir("running") / filename), record,
-                                os.path.join(cgroup, "cgroup.procs") if cgroup else None)
+            argv = wrapper.argv(
+                str(self.queue.dir("running") / filename),
+                record,
+                os.path.join(cgroup, "cgroup.procs") if cgroup else None,
+            )
             return self.processes.spawn(argv, env, str(self.config.root), fd, filename), offset
         finally:
             os.close(fd)
@@ -135,8 +149,15 @@ class Jobs:
                 continue
             run.timed_out = True
             tree = self.end_tree(run)
-            self.queue.emit(now, run.filename, "timeout", limit_s=limit, elapsed_s=int(now - run.started),
-                            pids=[p.pid for p in tree], attempt=run.attempt)
+            self.queue.emit(
+                now,
+                run.filename,
+                "timeout",
+                limit_s=limit,
+                elapsed_s=int(now - run.started),
+                pids=[p.pid for p in tree],
+                attempt=run.attempt,
+            )
         self.finish_exited(now)
 
     def finish_exited(self, now: float) -> None:
@@ -162,8 +183,14 @@ class Jobs:
         left = [p for p in self.processes.tree(run) if p.pid != run.pid]
         if left:
             self.processes.end([p.pid for p in left])
-            self.queue.emit(now, run.filename, Event.ORPHANS_KILLED.value, pids=[p.pid for p in left],
-                            cmds=[p.cmdline[:200] for p in left], cgroup=bool(run.cgroup))
+            self.queue.emit(
+                now,
+                run.filename,
+                Event.ORPHANS_KILLED.value,
+                pids=[p.pid for p in left],
+                cmds=[p.cmdline[:200] for p in left],
+                cgroup=bool(run.cgroup),
+            )
         if run.cgroup:
             self.processes.end_cgroup(run.cgroup)
 
@@ -180,10 +207,19 @@ class Jobs:
             self._leaks_ended(now, job, [leak for leak in found if leak.job == job])
 
     def _leaks_ended(self, now: float, job: str, mine: list[leaks.Leak]) -> None:
-        why = ("escaped its job's tag and session" if job != "-"
-               else "left by a job (its start time does not name one job)")
-        self.queue.emit(now, job, Event.ORPHANS_KILLED.value, why=why,
-                        pids=[pid for leak in mine for pid in leak.group], cmds=[leak.cmd[:200] for leak in mine])
+        why = (
+            "escaped its job's tag and session"
+            if job != "-"
+            else "left by a job (its start time does not name one job)"
+        )
+        self.queue.emit(
+            now,
+            job,
+            Event.ORPHANS_KILLED.value,
+            why=why,
+            pids=[pid for leak in mine for pid in leak.group],
+            cmds=[leak.cmd[:200] for leak in mine],
+        )
 
     def in_lane(self, lane: str) -> list[Running]:
         return [run for run in self.running.values() if run.lane == lane]

@@ -1,4 +1,5 @@
 """manifest.json as the runner reads it: checked whenever it changes, and the queue's job lists, once a tick."""
+
 from __future__ import annotations
 
 import os
@@ -50,7 +51,8 @@ class Manifest:
         if self._presence is None:
             self._presence = (
                 set(self.queue.list_all("failed")),
-                set(self.queue.list_all("queue")) | set(self.queue.list_all("running"))
+                set(self.queue.list_all("queue"))
+                | set(self.queue.list_all("running"))
                 | set(self.queue.list_all("done")),
             )
         return self._presence

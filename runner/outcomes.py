@@ -1,4 +1,5 @@
 """How a job's run ends: done, retry or failed (as it ended, also while the runner was down)."""
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,9 @@ class Outcomes:
             delay = min(self.config.backoff_base_s * 2 ** (run.attempt - 1), self.config.backoff_max_s)
             self.state.backoff_until[run.filename] = now + delay
             leave_running(self.queue, run.filename, "queue")
-            self.queue.emit(now, run.filename, Event.RETRY.value, next_attempt=run.attempt + 1, backoff_s=delay,
-                            **details)
+            self.queue.emit(
+                now, run.filename, Event.RETRY.value, next_attempt=run.attempt + 1, backoff_s=delay, **details
+            )
         else:
             leave_running(self.queue, run.filename, "failed")
             self.state.failed(run.filename, timestamp(now), rc, summary)

@@ -1,5 +1,6 @@
 """What is wrong with the runner's own files: a bad field said once (`state-corrupt`), a file that cannot be
 written kept in memory, named in status.json and retried every tick rather than stopping the runner."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

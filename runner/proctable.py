@@ -3,6 +3,7 @@
 `Processes` is the protocol the runner is written against; `OsProcesses` is the real one (/proc, signals,
 cgroups, the subreaper). Tests where processes are not the point pass a fake table instead.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ class Processes(Protocol):
     def leaks(self, leaders: set[int]) -> list[leaks.Leak]: ...
     def leak_owner(self, pid: int) -> str: ...
     def alive(self, pid: int) -> bool: ...
-    def gpu_users(self, names: Sequence[str], devices: Sequence[str],
-                  is_ours: Callable[[procs.Proc], bool]) -> tuple[list[procs.GpuUser], list[int]]: ...
+    def gpu_users(
+        self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
+    ) -> tuple[list[procs.GpuUser], list[int]]: ...
     def read_proc(self, pid: int) -> procs.Proc | None: ...
     def cgroup_pids(self, cgroup: str) -> list[int]: ...
 
@@ -51,7 +53,7 @@ class OsProcesses:
         pid = procs.spawn(argv, env, cwd, log_fd)
         self._ours.add(pid)
         self._lifetimes.append(leaks.Lifetime(job, leaks.start_ticks(pid) or leaks.now_ticks()))
-        del self._lifetimes[:-leaks.LIFETIMES_KEPT]
+        del self._lifetimes[: -leaks.LIFETIMES_KEPT]
         return pid
 
     def reap(self) -> None:
@@ -82,9 +84,13 @@ class OsProcesses:
     def tree(self, run: Running) -> list[procs.Proc]:
         """Every live process of RUN: in its cgroup, carrying its tag, or still in its session."""
         in_cgroup = set(procs.cgroup_pids(run.cgroup)) if run.cgroup else set()
-        return [p for p in procs.all_procs()
-                if p.state not in ("Z", "X") and p.pid != os.getpid()
-                and (p.tag == run.tag or p.sid == run.pid or p.pid in in_cgroup)]
+        return [
+            p
+            for p in procs.all_procs()
+            if p.state not in ("Z", "X")
+            and p.pid != os.getpid()
+            and (p.tag == run.tag or p.sid == run.pid or p.pid in in_cgroup)
+        ]
 
     def end(self, pids: Iterable[int]) -> None:
         procs.end_processes(list(pids), self.kill_grace_s, self.reap)
@@ -119,8 +125,9 @@ class OsProcesses:
     def alive(self, pid: int) -> bool:
         return procs.alive(pid)
 
-    def gpu_users(self, names: Sequence[str], devices: Sequence[str],
-                  is_ours: Callable[[procs.Proc], bool]) -> tuple[list[procs.GpuUser], list[int]]:
+    def gpu_users(
+        self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
+    ) -> tuple[list[procs.GpuUser], list[int]]:
         return procs.gpu_users(names, devices, is_ours)
 
     def read_proc(self, pid: int) -> procs.Proc | None:

@@ -1,4 +1,5 @@
 """Why each queued job is not running: one `Reason` per job, kept while it lasts (its `since` is when it began)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,8 +46,9 @@ class Reasons:
             since = self.state.waiting_since.get(filename, now)
         self.table[filename] = Reason(reason, since, detail, blocker, extra)
 
-    def requires_false(self, now: float, filename: str, requires: str, why: str,
-                       blocked: tuple[str, str, str] | None) -> None:
+    def requires_false(
+        self, now: float, filename: str, requires: str, why: str, blocked: tuple[str, str, str] | None
+    ) -> None:
         """REQUIRES is false: `blocked` where the manifest shows it never can hold, else `requires`, timed from
         when it was first seen false (kept in state.json across runner lives)."""
         since = self.state.waiting_since.setdefault(filename, now)
@@ -60,5 +62,13 @@ class Reasons:
 
     def gpu_foreign(self, now: float, filename: str, first: procs.GpuUser, left_by: str | None) -> None:
         origin = f", left by job {left_by}" if left_by else ""
-        self.set(now, filename, "gpu-foreign", f"pid {first.pid} ({first.why}{origin}): {first.cmd[:120]}",
-                 f"pid {first.pid}", pid=first.pid, cmd=first.cmd[:200], left_by=left_by)
+        self.set(
+            now,
+            filename,
+            "gpu-foreign",
+            f"pid {first.pid} ({first.why}{origin}): {first.cmd[:120]}",
+            f"pid {first.pid}",
+            pid=first.pid,
+            cmd=first.cmd[:200],
+            left_by=left_by,
+        )

@@ -1,4 +1,5 @@
 """The runner's memory across lives: state.json as one typed, versioned value (read through runner.state's checks)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,8 +30,13 @@ class RunnerState:
         self.backoff_until, self.last_failure = other.backoff_until, other.last_failure
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "attempts": self.attempts, "waiting_since": self.waiting_since,
-                "backoff_until": self.backoff_until, "last_failure": self.last_failure}
+        return {
+            "version": STATE_VERSION,
+            "attempts": self.attempts,
+            "waiting_since": self.waiting_since,
+            "backoff_until": self.backoff_until,
+            "last_failure": self.last_failure,
+        }
 
     def save(self, queue: Queue) -> None:
         queue.save_state(self.to_json())
@@ -47,4 +53,3 @@ class RunnerState:
 
     def failed(self, job: str, ts: str, rc: int | None, summary: str) -> None:
         self.last_failure[job] = {"ts": ts, "rc": rc, "summary": summary}
-

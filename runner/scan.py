@@ -5,6 +5,7 @@ FIFO named x.job is never waited on. The settle rule (README, contract 1): a job
 sha256 is the one manifest.json lists for it (a push), or when nothing has written to it for `--settle`:
 its mtime is that old, or its size, mtime and inode stayed the same across scans that far apart.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,15 +23,21 @@ from runner.reasons import Reasons
 from runner.records import Parsed
 from runner.vocab import Event, Reason
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 class Scanner:
     """`scan` lists queue/ and returns the settled, parsed jobs in name order; owns what it remembers of files."""
 
-    def __init__(self, config: Config, queue: Queue, reasons: Reasons, manifest: Manifest,
-                 forget: Callable[[str], None]) -> None:
+    def __init__(
+        self, config: Config, queue: Queue, reasons: Reasons, manifest: Manifest, forget: Callable[[str], None]
+    ) -> None:
         self.config = config
         self.root = str(config.root)
         self.queue = queue
@@ -67,8 +74,14 @@ class Scanner:
 
     def _entries(self) -> list[os.DirEntry[str]]:
         try:
-            return sorted((e for e in os.scandir(self.queue.dir("queue"))
-                           if e.name.endswith(".job") and not e.name.startswith(".")), key=lambda e: e.name)
+            return sorted(
+                (
+                    e
+                    for e in os.scandir(self.queue.dir("queue"))
+                    if e.name.endswith(".job") and not e.name.startswith(".")
+                ),
+                key=lambda e: e.name,
+            )
         except FileNotFoundError:
             return []
 
@@ -128,9 +141,12 @@ class Scanner:
             return True  # pushed: the manifest says what the whole file is
         due = min(mtime + settle, seen[1] + settle)
         self.settle_due = due if self.settle_due is None else min(self.settle_due, due)
-        self.reasons.set(now, filename, Reason.SETTLING.value,
-                     f"written {max(now - mtime, 0):.1f}s ago: taken once unchanged for {settle:g}s "
-                     f"(at {timestamp(due)})")
+        self.reasons.set(
+            now,
+            filename,
+            Reason.SETTLING.value,
+            f"written {max(now - mtime, 0):.1f}s ago: taken once unchanged for {settle:g}s (at {timestamp(due)})",
+        )
         return False
 
     def _parse(self, filename: str, key: tuple[int, int, int], data: bytes) -> Parsed:

@@ -4,6 +4,7 @@
 manifest says blocks a job, foreign GPU users, what runs in which lane, the park) are gathered first into a
 `Snapshot`, and what it returns are `Action`s the runner carries out in order.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -1,5 +1,6 @@
 """The runner service: its parts wired together; `tick(now)` moves jobs between the queue's states, `serve()`
 ticks on a timer and on every child's exit, `start`/`stop` begin and end one life of it on a queue root."""
+
 from __future__ import annotations
 
 import fcntl
@@ -14,10 +15,11 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from runner import __version__, jobfile, procs, wrapper
+from runner import __version__, wrapper
 from runner.announce import Announcer, LaneView
 from runner.config import Config
 from runner.controls import ControlHandler
+from runner.dispatch import Dispatcher
 from runner.facts import Facts
 from runner.jobs import Jobs
 from runner.manifest import Manifest
@@ -26,10 +28,8 @@ from runner.problems import FileProblems
 from runner.proctable import OsProcesses, Processes
 from runner.queue import Queue, read_json, timestamp
 from runner.reasons import Reasons
-from runner.records import Parsed
 from runner.runstate import RunnerState
 from runner.scan import Scanner
-from runner.schedule import Action, GpuWait, Launch, Ready, RequiresFalse, Skip, Snapshot, Wait, decide
 from runner.statusfile import write_status
 from runner.vocab import Event
 
@@ -57,10 +57,21 @@ class Runner:
         self.facts = Facts(config, self.root_id, self.manifest, self.processes)
         self.announcer = Announcer(config, queue, self.reasons)
         self.outcomes = Outcomes(config, queue, self.state, self.facts, self.announcer)
-        self.jobs = Jobs(config, queue, self.state, self.processes, self.reasons, self.announcer, self.outcomes,
-                         f"{self.root_id}:{self.instance}:")
+        self.jobs = Jobs(
+            config,
+            queue,
+            self.state,
+            self.processes,
+            self.reasons,
+            self.announcer,
+            self.outcomes,
+            f"{self.root_id}:{self.instance}:",
+        )
         self.scanner = Scanner(config, queue, self.reasons, self.manifest, self.forget)
         self.controls = ControlHandler(queue, self.state, self.problems, self.jobs, self.forget)
+        self.dispatcher = Dispatcher(
+            queue, self.state, self.facts, self.reasons, self.jobs, self.announcer, self.forget
+        )
         self.started_at = 0.0
         self.ticks = 0
         self._lock_fd: int | None = None
@@ -73,8 +84,15 @@ class Runner:
         self.state.adopt(loaded)
         self.started_at = now
         self.processes.adopt_orphans()
-        self.queue.emit(now, "-", Event.RUNNER_START.value, pid=os.getpid(), version=__version__,
-                        instance=self.instance, last_alive=self._last_alive())
+        self.queue.emit(
+            now,
+            "-",
+            Event.RUNNER_START.value,
+            pid=os.getpid(),
+            version=__version__,
+            instance=self.instance,
+            last_alive=self._last_alive(),
+        )
         self.problems.report(now, "state.json", problems)
         self._end_leftovers(now)
         # Read once the leftovers are gone: a wrapper records an exit only when the job ended by itself (one
@@ -97,16 +115,28 @@ class Runner:
         leftovers = self.processes.leftovers(self.root_id + ":")
         if leftovers:
             self.processes.end([p.pid for p in leftovers])
-            self.queue.emit(now, "-", Event.ORPHANS_KILLED.value, why="left by an earlier runner life",
-                            pids=[p.pid for p in leftovers], cmds=[p.cmdline[:200] for p in leftovers])
+            self.queue.emit(
+                now,
+                "-",
+                Event.ORPHANS_KILLED.value,
+                why="left by an earlier runner life",
+                pids=[p.pid for p in leftovers],
+                cmds=[p.cmdline[:200] for p in leftovers],
+            )
         if not self.config.cgroup:
             return
         for name in sorted(os.listdir(self.config.cgroup)):
             if name.startswith("job-"):
                 killed = self.processes.end_cgroup(os.path.join(self.config.cgroup, name))
                 if killed:
-                    self.queue.emit(now, name[4:], Event.ORPHANS_KILLED.value, why="left in its cgroup by an "
-                                    "earlier runner life", pids=killed, cgroup=True)
+                    self.queue.emit(
+                        now,
+                        name[4:],
+                        Event.ORPHANS_KILLED.value,
+                        why="left in its cgroup by an earlier runner life",
+                        pids=killed,
+                        cgroup=True,
+                    )
 
     def _last_alive(self) -> str | None:
         """The previous life's last heartbeat, from the status.json it left (for downtime in `plan report`)."""
@@ -204,7 +234,7 @@ class Runner:
         self.jobs.enforce_timeouts(now)
         self.announcer.watch_running(now, self.jobs.running)
         queued = self.scanner.scan(now)
-        self._schedule(now, queued)
+        self.dispatcher.schedule(now, queued, self.controls.park)
         self.announcer.waits(now)
         self.announcer.lanes(now, self.jobs.running, queued)
         self.announcer.idle(now, self.jobs.running, queued)
@@ -222,51 +252,6 @@ class Runner:
         self.scanner.forget(filename)
         self.reasons.drop(filename)
         self.state.waiting_since.pop(filename, None)
-
-    # -- scheduling: facts in, the scheduler's decision, its actions carried out ---------------
-    def _schedule(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        snapshot, why = self.facts.snapshot(self.state, queued, self.jobs.running, self.controls.park, now)
-        jobs = {filename: parsed.job for filename, parsed in queued}
-        for action in decide(self.state, snapshot, now):
-            self._carry_out(now, action, jobs, why, snapshot)
-
-    def _carry_out(self, now: float, action: Action, jobs: dict[str, jobfile.JobFile | jobfile.Invalid],
-                   why: dict[str, str], snapshot: Snapshot) -> None:
-        if isinstance(action, Skip):
-            if self.queue.move(action.filename, "queue", "done"):
-                self.queue.emit(now, action.filename, "skipped", note="DONE_IF already true")
-            self.forget(action.filename)
-        elif isinstance(action, Wait):
-            self.reasons.set(now, action.filename, action.reason, action.detail, action.blocker)
-        elif isinstance(action, Ready):
-            self.state.waiting_since.pop(action.filename, None)
-        elif isinstance(action, RequiresFalse):
-            requires = getattr(jobs[action.filename], "requires", None) or ""
-            self.reasons.requires_false(now, action.filename, requires, why.get(action.filename, ""),
-                                        self.facts.blocked(self.state, action.filename))
-        elif isinstance(action, GpuWait):
-            self._gpu_wait(now, action.filename, list(snapshot.gpu_users or ()))
-        elif isinstance(action, Launch):
-            self._launch(now, action, jobs)
-        else:
-            self.announcer.forget_gpu_waits()
-
-    def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
-        left_by = self.jobs.left_by(users[0])
-        self.reasons.gpu_foreign(now, filename, users[0], left_by)
-        self.announcer.gpu_wait(now, filename, users, left_by)
-
-    def _launch(self, now: float, action: Launch, jobs: dict[str, jobfile.JobFile | jobfile.Invalid]) -> None:
-        """Candidates start until the lane's free slots are full; the rest wait in `order` behind the last one
-        that started (one that could not start leaves its slot to the next)."""
-        started: list[str] = []
-        for filename in action.candidates:
-            job = jobs[filename]
-            assert isinstance(job, jobfile.JobFile)
-            if len(started) >= action.slots:
-                self.reasons.set(now, filename, "order", f"{started[-1]} is ahead of it", started[-1])
-            elif self.jobs.start(now, filename, job):
-                started.append(filename)
 
 
 def _mtime(path: str) -> int:

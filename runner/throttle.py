@@ -1,4 +1,5 @@
 """One repeat rule for every announcement: said when first due, then again only once REPEAT has passed."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable

@@ -1,4 +1,5 @@
 """The import rules of README's Architecture section, read from the source (a rule broken is a test failed)."""
+
 from __future__ import annotations
 
 import ast
@@ -6,10 +7,39 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = {"service", "core", "runstate", "scan", "facts", "schedule", "jobs", "outcomes", "reasons", "announce",
-         "controls", "proctable", "problems", "manifest", "statusfile"}
-FOUNDATIONS = {"config", "records", "throttle", "queue", "state", "jobfile", "conditions", "vocab", "procs", "leaks",
-               "wrapper", "logs", "progress", "durations"}
+PARTS = {
+    "service",
+    "core",
+    "runstate",
+    "scan",
+    "facts",
+    "schedule",
+    "jobs",
+    "outcomes",
+    "reasons",
+    "announce",
+    "controls",
+    "proctable",
+    "problems",
+    "manifest",
+    "statusfile",
+}
+FOUNDATIONS = {
+    "config",
+    "records",
+    "throttle",
+    "queue",
+    "state",
+    "jobfile",
+    "conditions",
+    "vocab",
+    "procs",
+    "leaks",
+    "wrapper",
+    "logs",
+    "progress",
+    "durations",
+}
 
 
 def _imports(path: Path) -> set[str]:
@@ -49,7 +79,11 @@ def test_foundations_import_no_part_and_the_scheduler_does_no_io() -> None:
 
 
 def test_the_plan_side_and_the_host_agents_use_contracts_not_the_service() -> None:
-    users = [*sorted((REPO / "plancompiler").rglob("*.py")), REPO / "runner/agent.py", REPO / "runner/delivery.py",
-             REPO / "runner/slurm_agent.py"]
+    users = [
+        *sorted((REPO / "plancompiler").rglob("*.py")),
+        REPO / "runner/agent.py",
+        REPO / "runner/delivery.py",
+        REPO / "runner/slurm_agent.py",
+    ]
     for path in users:
         assert not _runner(path) & PARTS - {"controls"}, f"{path.relative_to(REPO)} imports a part of the runner"

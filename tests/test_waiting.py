@@ -4,6 +4,7 @@ Driven in-process by `tick(now)` over fake processes (tests/ticking.py): a 6-hou
 and each test shows both sides of its threshold (not said just before it, said at it, repeated only after
 its repeat). Conditions run in real bash; events.jsonl, status.json and state.json are the real files.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,8 @@ def test_slow_download_holds_gpu_job_with_exclusive_reason(queue_root: Path, tic
     assert len(q.events("long-running")) == 2
     gpu_lane = [e for e in q.events("lane") if e["lane"] == "gpu"]
     assert [(e["state"], e.get("reason"), e.get("blocker")) for e in gpu_lane] == [
-        ("waiting", "exclusive", "92c-net-mai-code.job")]
+        ("waiting", "exclusive", "92c-net-mai-code.job")
+    ]
     q.procs.exit("92c-net-mai-code.job", 0)
     q.tick(T0 + 700)
     assert q.procs.running() == ["88b-gpu-build-vulkan-new.job"]
@@ -55,16 +57,23 @@ def _manifest(root: Path, jobs: dict, external: list[str] | None = None) -> None
     for name, entry in jobs.items():
         for path in entry.get("outputs", []):
             producers.setdefault(path, []).append(name)
-    (root / "manifest.json").write_text(json.dumps({"plan": "t", "jobs": jobs, "producers": producers,
-                                                    "external": external or []}))
+    (root / "manifest.json").write_text(
+        json.dumps({"plan": "t", "jobs": jobs, "producers": producers, "external": external or []})
+    )
 
 
-def test_requires_no_job_produces_is_blocked_from_manifest(tmp_path: Path, queue_root: Path,
-                                                           ticking: Callable[..., Ticking]) -> None:
+def test_requires_no_job_produces_is_blocked_from_manifest(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Ticking]
+) -> None:
     want = str(tmp_path / "strata-qwen-q2_0.json")
     write_job(queue_root, "84c-gpu-strata-check.job", f"# LANE=gpu\n# REQUIRES=test -f {want}\necho run\n")
-    _manifest(queue_root, {"84c-gpu-strata-check.job": {"requires": [want], "outputs": []},
-                           "84b-cpu-strata-setup.job": {"requires": [], "outputs": [str(tmp_path / "strata-q2_0.json")]}})
+    _manifest(
+        queue_root,
+        {
+            "84c-gpu-strata-check.job": {"requires": [want], "outputs": []},
+            "84b-cpu-strata-setup.job": {"requires": [], "outputs": [str(tmp_path / "strata-q2_0.json")]},
+        },
+    )
     q = ticking(T0, blocked_repeat_s=H)
     q.tick(T0)
     blocked = q.events("blocked")
@@ -78,8 +87,11 @@ def test_requires_no_job_produces_is_blocked_from_manifest(tmp_path: Path, queue
 
 
 def test_requires_wait_after_six_hours_survives_restart(tmp_path: Path, queue_root: Path) -> None:
-    write_job(queue_root, "84c-gpu-strata-check.job",
-              f"# LANE=gpu\n# REQUIRES=test -f {tmp_path}/strata-qwen-q2_0.json\necho run\n")
+    write_job(
+        queue_root,
+        "84c-gpu-strata-check.job",
+        f"# LANE=gpu\n# REQUIRES=test -f {tmp_path}/strata-qwen-q2_0.json\necho run\n",
+    )
     first = Ticking(queue_root, requires_warn_s=6 * H, requires_repeat_s=H).start(T0)
     first.tick(T0)
     since = first.reason("84c-gpu-strata-check.job")["since"]  # type: ignore[index]
@@ -110,8 +122,13 @@ def test_failed_producer_blocks_its_consumer(tmp_path: Path, queue_root: Path, t
     out = str(tmp_path / "model.gguf")
     write_job(queue_root, "10-net-fetch.job", f"# LANE=net\n# DONE_IF=test -s {out}\nfetch\n")
     write_job(queue_root, "20-gpu-intake.job", f"# LANE=gpu\n# REQUIRES=test -s {out}\necho intake\n")
-    _manifest(queue_root, {"10-net-fetch.job": {"requires": [], "outputs": [out]},
-                           "20-gpu-intake.job": {"requires": [out], "outputs": []}})
+    _manifest(
+        queue_root,
+        {
+            "10-net-fetch.job": {"requires": [], "outputs": [out]},
+            "20-gpu-intake.job": {"requires": [out], "outputs": []},
+        },
+    )
     q = ticking(T0)
     q.tick(T0)
     assert q.reason("20-gpu-intake.job")["reason"] == "requires"  # type: ignore[index]  # its producer runs
@@ -183,8 +200,9 @@ def test_idle_names_each_waiting_reason(tmp_path: Path, queue_root: Path, tickin
     assert len([e for e in q.events("idle") if "lane" not in e]) == 2
 
 
-def test_lane_events_cover_the_run_without_gaps(tmp_path: Path, queue_root: Path,
-                                                ticking: Callable[..., Ticking]) -> None:
+def test_lane_events_cover_the_run_without_gaps(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Ticking]
+) -> None:
     write_job(queue_root, "1-net-a.job", "# LANE=net\nsleep 1\n")
     write_job(queue_root, "2-gpu-b.job", "# LANE=gpu\nsleep 1\n")
     write_job(queue_root, "3-cpu-c.job", f"# REQUIRES=test -f {tmp_path}/gate\necho c\n")
@@ -204,16 +222,18 @@ def test_lane_events_cover_the_run_without_gaps(tmp_path: Path, queue_root: Path
         states = [e for e in events if e["event"] == "lane" and e["lane"] == lane]
         assert states[-1]["state"] == "stopped"
         pairs = list(zip(states, states[1:], strict=False))
-        assert all((a["state"], a["job"], a.get("reason")) != (b["state"], b["job"], b.get("reason"))
-                   for a, b in pairs), "a lane event must be a change"
+        assert all(
+            (a["state"], a["job"], a.get("reason")) != (b["state"], b["job"], b.get("reason")) for a, b in pairs
+        ), "a lane event must be a change"
     gpu = [(e["state"], e.get("reason")) for e in events if e["event"] == "lane" and e["lane"] == "gpu"]
     assert gpu == [("waiting", "exclusive"), ("busy", None), ("idle", None), ("stopped", None)]
     cpu = [(e["state"], e.get("reason")) for e in events if e["event"] == "lane" and e["lane"] == "cpu"]
     assert cpu == [("waiting", "requires"), ("busy", None), ("idle", None), ("stopped", None)]
 
 
-def test_gpu_wait_is_repeated_per_foreign_process_and_ends_with_it(queue_root: Path,
-                                                                   ticking: Callable[..., Ticking]) -> None:
+def test_gpu_wait_is_repeated_per_foreign_process_and_ends_with_it(
+    queue_root: Path, ticking: Callable[..., Ticking]
+) -> None:
     write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\nbench\n")
     q = ticking(T0, gpu_wait_repeat_s=600.0)
     q.procs.gpu = [GpuUser(4242, 1, "llama-server -m x.gguf", "name")]
@@ -241,8 +261,9 @@ def test_seed_requires_warn_s_environment_variable_is_honoured(monkeypatch: pyte
     assert config_from(build_parser().parse_args(["run", "--root", "/tmp/x"])).requires_warn_s == 6 * H
 
 
-def test_two_jobs_overlap_in_a_two_slot_lane_and_exclusivity_holds_by_lane(queue_root: Path,
-                                                                          ticking: Callable[..., Ticking]) -> None:
+def test_two_jobs_overlap_in_a_two_slot_lane_and_exclusivity_holds_by_lane(
+    queue_root: Path, ticking: Callable[..., Ticking]
+) -> None:
     for name in ("1-cpu-a.job", "2-cpu-b.job", "3-cpu-c.job"):
         write_job(queue_root, name, "work\n")
     for name in ("4-net-a.job", "5-net-b.job"):
@@ -268,4 +289,8 @@ def test_two_jobs_overlap_in_a_two_slot_lane_and_exclusivity_holds_by_lane(queue
     cpu = [(e["state"], e["job"], e.get("busy"), e.get("slots")) for e in q.events("lane") if e["lane"] == "cpu"]
     assert cpu == [("busy", "1-cpu-a.job", 2, 2), ("busy", "2-cpu-b.job", 2, 2)]  # the job named is the eldest
     gpu = [(e["state"], e.get("reason"), e.get("blocker")) for e in q.events("lane") if e["lane"] == "gpu"]
-    assert gpu == [("waiting", "exclusive", "4-net-a.job"), ("waiting", "exclusive", "5-net-b.job"), ("busy", None, None)]
+    assert gpu == [
+        ("waiting", "exclusive", "4-net-a.job"),
+        ("waiting", "exclusive", "5-net-b.job"),
+        ("busy", None, None),
+    ]

@@ -4,6 +4,7 @@ Time is passed in, so a 6-hour threshold takes two ticks; a "process" is a pid i
 test ends with `exit(job, rc)` and whose output it writes with `say(job, line)`. Everything else is real:
 the queue root, job files, conditions run by bash, events.jsonl, status.json and state.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -97,8 +98,9 @@ class FakeProcesses:
     def alive(self, pid: int) -> bool:
         return pid in self.live
 
-    def gpu_users(self, names: Sequence[str], devices: Sequence[str],
-                  is_ours: Callable[[procs.Proc], bool]) -> tuple[list[procs.GpuUser], list[int]]:
+    def gpu_users(
+        self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
+    ) -> tuple[list[procs.GpuUser], list[int]]:
         return list(self.gpu), []
 
     def read_proc(self, pid: int) -> procs.Proc | None:
