@@ -283,7 +283,9 @@ def test_torn_last_line_of_events_is_mended_before_the_first_append(queue_root: 
 
 
 def _fake_server(tmp_path: Path) -> Path:
-    exe = tmp_path / "bin" / "llama-server"
+    """A GPU user by a name of this test's own (the runner is told it with --gpu-names): a name every runner
+    knows, such as llama-server, would hold the gpu lane of every other runner on the machine meanwhile."""
+    exe = tmp_path / "bin" / f"gpuuser-{os.getpid() % 100000}"
     exe.parent.mkdir(exist_ok=True)
     shutil.copy("/bin/sleep", exe)
     return exe
@@ -295,13 +297,13 @@ def test_server_that_escapes_tag_and_session_ends_with_its_job(tmp_path: Path, q
     write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\nenv -i setsid {server} 302 >/dev/null 2>&1 </dev/null &\n"
               f"echo $! > {tmp_path}/pid\nsleep 0.2\n")
     write_job(queue_root, "66-gpu-bench.job", "# LANE=gpu\necho bench\n")
-    runner.start()
+    runner.start("--gpu-names", server.name)
     pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip()))
     try:
         killed = runner.wait_event("orphans-killed", job="65-gpu-intake.job")
         assert killed["pids"] == [pid] and "302" in killed["cmds"][0]
         assert killed["why"] == "escaped its job's tag and session"
-        wait_for(lambda: not pid_alive(pid), 5)
+        wait_for(lambda: not pid_alive(pid), 15)
         runner.wait_event("done", job="66-gpu-bench.job")
         assert not runner.events("gpu-wait")
     finally:
@@ -314,7 +316,7 @@ def test_keep_leaks_lets_it_live_and_status_names_the_job_that_left_it(tmp_path:
     write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\nenv -i setsid {server} 303 >/dev/null 2>&1 </dev/null &\n"
               f"echo $! > {tmp_path}/pid\nsleep 0.2\n")
     write_job(queue_root, "66-gpu-bench.job", "# LANE=gpu\necho bench\n")
-    runner.start("--keep-leaks")
+    runner.start("--keep-leaks", "--gpu-names", server.name)
     pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip()))
     try:
         wait = runner.wait_event("gpu-wait", job="66-gpu-bench.job")
