@@ -58,8 +58,7 @@ def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(tmp_path: Path, queue_r
     assert [e["job"] for e in runner.events("invalid")].count("16-stuck.job") == 1, "said once, not every tick"
     started = {e["job"] for e in runner.events("start")}
     assert started == {"20-cpu-ok.job", "15-inside.job"}
-    t0 = time.monotonic()
-    assert runner.stop() == 0 and time.monotonic() - t0 < 5, "SIGTERM must stop it"
+    assert runner.stop() == 0, "SIGTERM must stop it (one that hangs is killed after 15 s: rc -9)"
     sock.close()
 
 
