@@ -20,6 +20,7 @@ from tests.conftest import REPO, RunnerProcess, kill_quietly, pid_alive, read_ev
 from tests.ticking import Ticking
 
 IN_CI = os.environ.get("CI") == "true"
+T0 = 1_000_000.0
 
 
 def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(tmp_path: Path, queue_root: Path,
@@ -413,20 +414,21 @@ def test_state_corrupt_is_said_once_per_problem(queue_root: Path, ticking: Calla
     assert runner.runner.controls.park == "parked since ?: reboot"
 
 
-def test_a_state_file_that_cannot_be_kept_is_said_and_retried(queue_root: Path, runner: RunnerProcess) -> None:
-    runner.start()
-    wait_for(lambda: (queue_root / "state.json").is_file())
+def test_a_state_file_that_cannot_be_kept_is_said_and_retried(queue_root: Path,
+                                                               ticking: Callable[..., Ticking]) -> None:
+    q = ticking(T0)
+    q.tick(T0)
     (queue_root / "state.json").unlink()
     (queue_root / "state.json").mkdir()  # os.replace onto a non-empty directory fails (EISDIR/ENOTEMPTY)
     (queue_root / "state.json/x").touch()
-    status = wait_for(lambda: (s := runner.status())["write_errors"].get("state.json") and s)
-    assert "cannot write state.json" in status["write_errors"]["state.json"]
-    ticks = status["runner"]["tick"]
-    wait_for(lambda: runner.status()["runner"]["tick"] > ticks + 3)
-    said = [e for e in runner.events("state-corrupt") if e["file"] == "state.json"]
+    for t in range(1, 6):
+        q.tick(T0 + t)
+        assert "cannot write state.json" in q.status()["write_errors"]["state.json"]
+    said = [e for e in q.events("state-corrupt") if e["file"] == "state.json"]
     assert len(said) == 1 and said[0]["field"] == "(write)"
     shutil.rmtree(queue_root / "state.json")
-    wait_for(lambda: not runner.status()["write_errors"] and (queue_root / "state.json").is_file())
+    q.tick(T0 + 6)
+    assert not q.status()["write_errors"] and (queue_root / "state.json").is_file()
 
 
 def test_manifest_hash_of_the_wrong_type_is_dropped_and_named() -> None:
