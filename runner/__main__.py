@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from runner import __version__
@@ -26,6 +27,17 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def _slots(text: str) -> dict[str, int]:
+    """`cpu=4,net=2`: how many jobs each named lane runs at once."""
+    slots: dict[str, int] = {}
+    for item in _csv(text):
+        lane, sep, count = item.partition("=")
+        if not sep or not lane.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: want LANE=N with N a whole number >= 1 (e.g. cpu=4,net=2)")
+        slots[lane.strip()] = int(count)
+    return slots
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python3 -m runner",
@@ -35,7 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"runner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    _add_others(sub)
+    return parser
 
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", help="run the queue in the foreground until SIGTERM",
                          description="Run the queue under ROOT until SIGTERM or SIGINT. On stop, running jobs "
                          "are ended and go back to queue/ without using an attempt.",
@@ -43,7 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "backoff-base * 2**(n-1), at most backoff-max.")
     run.add_argument("--root", required=True, type=Path, help="queue root (holds queue/ running/ done/ failed/ logs/)")
     d = _DEFAULTS
-    warn_env = os.environ.get("REQUIRES_WARN_S")
 
     def add(flag: str, default: float, text: str) -> None:
         run.add_argument(flag, type=_duration, default=default, metavar="DURATION",
@@ -52,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--tick", d.tick_s, "how often the queue is scanned; a job's exit wakes the runner at once")
     run.add_argument("--lanes", type=_csv, default=d.lanes,
                      help=f"lanes, in the order they pick jobs (default {','.join(d.lanes)})")
+    run.add_argument("--slots", type=_slots, default={}, metavar="LANE=N,...",
+                     help="jobs a lane runs at once, e.g. cpu=4,net=2 (default 1 each); an exclusive lane still "
+                     "excludes the others while any of its slots is busy")
     run.add_argument("--exclusive", type=_csv, default=d.exclusive,
                      help=f"lanes of which at most one runs at a time (default {','.join(d.exclusive)}; '' for none)")
     run.add_argument("--gpu-lane", default=d.gpu_lane,
@@ -64,6 +83,39 @@ def build_parser() -> argparse.ArgumentParser:
                      f"holds the gpu lane for it (default {d.unreadable_gpu})")
     run.add_argument("--gpu-device", action="append", default=[], metavar="PATH",
                      help="an extra path that counts as a GPU device node when a process has it open (repeatable)")
+    _add_thresholds(run, add)
+    run.add_argument("--keep-leaks", action="store_true",
+                     help="let processes that escaped their job (cleared its tag, left its session) outlive it; "
+                     "by default they are ended when the job ends and named in orphans-killed")
+    run.add_argument("--cgroup", default=None, metavar="DIR|auto",
+                     help="a cgroup v2 directory the runner may create children in (one per job, ended by "
+                     "cgroup.kill): the stronger form of process ownership; 'auto' uses the runner's own cgroup "
+                     "(a unit with Delegate=yes). Default: none; the environment tag and subreaper are used")
+
+
+def _add_others(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = sub.add_parser("status", help="print what runs and why each queued job waits",
+                            description="Read ROOT/status.json and print it; --json prints it raw.")
+    status.add_argument("--root", required=True, type=Path, help="queue root")
+    status.add_argument("--json", action="store_true", help="print status.json as JSON")
+
+    unit = sub.add_parser("unit", help="print a systemd unit for this runner",
+                          description="Print a systemd service unit that runs this runner on ROOT.")
+    unit.add_argument("--root", required=True, type=Path, help="queue root")
+    unit.add_argument("--user", default=os.environ.get("USER", "root"), help="User= of the unit (default $USER)")
+    unit.add_argument("--python", default="/usr/bin/python3", help="interpreter (default /usr/bin/python3)")
+    unit.add_argument("--tick", default="10", help="--tick passed to the runner (default 10)")
+
+    agent = sub.add_parser("agent", help="answer one `plan` request on ROOT (JSON on stdin and stdout)",
+                           description="The host side of `plan push/status/watch/park/logs/...`: MODE is the "
+                           "request (probe, install, status, ...; `session` reads one JSON request per line).")
+    agent.add_argument("mode", metavar="MODE")
+    agent.add_argument("root", metavar="ROOT")
+
+
+def _add_thresholds(run: argparse.ArgumentParser, add: Callable[[str, float, str], None]) -> None:
+    d = _DEFAULTS
+    warn_env = os.environ.get("REQUIRES_WARN_S")
     add("--condition-timeout", d.condition_timeout_s,
         "a REQUIRES/DONE_IF run by bash is killed after this and counts false")
     add("--kill-grace", d.kill_grace_s, "between TERM and KILL when ending a job's processes")
@@ -90,31 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
         "written to it this long (its mtime, or its size and mtime across scans); 0 takes files at once")
     add("--heartbeat-event-every", d.heartbeat_event_s,
         "a heartbeat event is written after this long without any other event (for downtime in reports)")
-    run.add_argument("--keep-leaks", action="store_true",
-                     help="let processes that escaped their job (cleared its tag, left its session) outlive it; "
-                     "by default they are ended when the job ends and named in orphans-killed")
-    run.add_argument("--cgroup", default=None, metavar="DIR|auto",
-                     help="a cgroup v2 directory the runner may create children in (one per job, ended by "
-                     "cgroup.kill): the stronger form of process ownership; 'auto' uses the runner's own cgroup "
-                     "(a unit with Delegate=yes). Default: none; the environment tag and subreaper are used")
-    status = sub.add_parser("status", help="print what runs and why each queued job waits",
-                            description="Read ROOT/status.json and print it; --json prints it raw.")
-    status.add_argument("--root", required=True, type=Path, help="queue root")
-    status.add_argument("--json", action="store_true", help="print status.json as JSON")
-
-    unit = sub.add_parser("unit", help="print a systemd unit for this runner",
-                          description="Print a systemd service unit that runs this runner on ROOT.")
-    unit.add_argument("--root", required=True, type=Path, help="queue root")
-    unit.add_argument("--user", default=os.environ.get("USER", "root"), help="User= of the unit (default $USER)")
-    unit.add_argument("--python", default="/usr/bin/python3", help="interpreter (default /usr/bin/python3)")
-    unit.add_argument("--tick", default="10", help="--tick passed to the runner (default 10)")
-
-    agent = sub.add_parser("agent", help="answer one `plan` request on ROOT (JSON on stdin and stdout)",
-                           description="The host side of `plan push/status/watch/park/logs/...`: MODE is the "
-                           "request (probe, install, status, ...; `session` reads one JSON request per line).")
-    agent.add_argument("mode", metavar="MODE")
-    agent.add_argument("root", metavar="ROOT")
-    return parser
 
 
 def config_from(args: argparse.Namespace) -> Config:
@@ -146,6 +173,7 @@ def config_from(args: argparse.Namespace) -> Config:
         settle_s=args.settle,
         keep_leaks=args.keep_leaks,
         heartbeat_event_s=args.heartbeat_event_every,
+        slots=args.slots,
         cgroup=_cgroup(args.cgroup),
     )
 
@@ -180,42 +208,52 @@ def main(argv: list[str] | None = None) -> int:
 
         return agent_main([args.mode, args.root])
     if args.command == "run":
-        from runner.core import Runner
-
-        if args.lanes and any(lane not in args.lanes for lane in args.exclusive):
-            print(f"runner: --exclusive names a lane not in --lanes: {','.join(args.exclusive)}", file=sys.stderr)
-            return 2
-        try:
-            args.root.mkdir(parents=True, exist_ok=True)
-            args.root = args.root.resolve()  # once: the jobs run with it as their working directory
-        except OSError as exc:
-            print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
-            return 2
-        from runner.core import AlreadyRunning
-
-        try:
-            return Runner(config_from(args)).serve()
-        except AlreadyRunning as exc:
-            print(f"runner: {exc}", file=sys.stderr)
-            return 3
+        return _run(args)
     if args.command == "status":
-        from runner.status import render_status
-
-        path = args.root / "status.json"
-        try:
-            status = json.loads(path.read_text())
-        except FileNotFoundError:
-            print(f"runner: no status.json under {args.root}: has a runner ever run there?", file=sys.stderr)
-            return 1
-        except ValueError as exc:
-            print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
-            return 1
-        print(json.dumps(status, indent=1) if args.json else render_status(status, time.time()))
-        return 0
+        return _status(args)
     from runner.unit import unit_text
 
     package_parent = str(Path(__file__).resolve().parent.parent)
     print(unit_text(str(args.root.resolve()), args.python, package_parent, args.user, args.tick), end="")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from runner.service import AlreadyRunning, Runner
+
+    if args.lanes and any(lane not in args.lanes for lane in args.exclusive):
+        print(f"runner: --exclusive names a lane not in --lanes: {','.join(args.exclusive)}", file=sys.stderr)
+        return 2
+    unknown = [lane for lane in args.slots if lane not in args.lanes]
+    if unknown:
+        print(f"runner: --slots names a lane not in --lanes: {','.join(unknown)}", file=sys.stderr)
+        return 2
+    try:
+        args.root.mkdir(parents=True, exist_ok=True)
+        args.root = args.root.resolve()  # once: the jobs run with it as their working directory
+    except OSError as exc:
+        print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return Runner(config_from(args)).serve()
+    except AlreadyRunning as exc:
+        print(f"runner: {exc}", file=sys.stderr)
+        return 3
+
+
+def _status(args: argparse.Namespace) -> int:
+    from runner.status import render_status
+
+    path = args.root / "status.json"
+    try:
+        status = json.loads(path.read_text())
+    except FileNotFoundError:
+        print(f"runner: no status.json under {args.root}: has a runner ever run there?", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=1) if args.json else render_status(status, time.time()))
     return 0
 
 

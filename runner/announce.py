@@ -1,21 +1,51 @@
-"""Waiting that lasts becomes an event, repeated while it lasts; lanes' states; status.json every tick."""
+"""Waiting that lasts becomes an event, repeated while it lasts (one Throttle for every repeat); lanes' states."""
+
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import FORMAT_VERSION, __version__, jobfile, logs, procs
-from runner.base import RunnerBase
+from runner import jobfile, logs, procs
+from runner.config import Config
 from runner.progress import parse_progress
-from runner.queue import timestamp, write_json
-from runner.records import Parsed
+from runner.queue import Queue
+from runner.reasons import Reasons
+from runner.records import Parsed, Running
+from runner.throttle import Throttle
+from runner.vocab import Event
+
+_LANE_OWN_WAITS = ("requires", "blocked", "order", "lane-busy")  # reasons of a job, not of its lane
 
 
-class Announcements(RunnerBase):
-    """Mixed into Runner: requires-wait, blocked, idle, long-running, stalled, correlated-failure, lane, status."""
+@dataclass(frozen=True)
+class LaneView:
+    state: str  # busy, idle, waiting, stopped
+    job: str = ""
+    reason: str = ""
+    blocker: str = ""
+    busy: int = 0  # slots in use, in a lane of more than one slot (a change of it is a lane event)
 
-    def _correlate(self, now: float, filename: str, lines: list[str]) -> None:
+
+def progress(path: Path) -> str | None:
+    return parse_progress("\n".join(logs.tail_lines(path, 20)))
+
+
+class Announcer:
+    """requires-wait, blocked, gpu-wait, start-failed, idle, long-running, stalled, correlated-failure, lane."""
+
+    def __init__(self, config: Config, queue: Queue, reasons: Reasons) -> None:
+        self.config = config
+        self.queue = queue
+        self.reasons = reasons
+        self.throttle = Throttle()
+        self.lane_state: dict[str, LaneView] = {}
+        self.lane_since: dict[str, float] = {}
+        self.idle_since: float | None = None
+        self.failures: list[tuple[float, str, str, str]] = []  # (time, job, signature, line)
+        self.correlated: dict[str, int] = {}
+
+    def correlate(self, now: float, filename: str, lines: list[str]) -> None:
         if not lines:
             return
         line = lines[-1]
@@ -26,12 +56,19 @@ class Announcements(RunnerBase):
         jobs = sorted({f[1] for f in self.failures if f[2] == sig})
         if len(jobs) >= self.config.correlate_min and len(jobs) > self.correlated.get(sig, 0):
             self.correlated[sig] = len(jobs)
-            self.queue.emit(now, "-", "correlated-failure", jobs=jobs, line=line[:300], signature=sig,
-                            message=f"{len(jobs)} jobs failed with: {line[:200]}")
+            self.queue.emit(
+                now,
+                "-",
+                "correlated-failure",
+                jobs=jobs,
+                line=line[:300],
+                signature=sig,
+                message=f"{len(jobs)} jobs failed with: {line[:200]}",
+            )
 
-    def _watch_running(self, now: float) -> None:
+    def watch_running(self, now: float, running: dict[str, Running]) -> None:
         cfg = self.config
-        for run in self.running.values():
+        for run in running.values():
             path = self.queue.log_path(run.filename)
             try:
                 size = path.stat().st_size
@@ -39,144 +76,137 @@ class Announcements(RunnerBase):
                 size = run.log_size
             if size != run.log_size:
                 run.log_size, run.log_grew_at = size, now
-                run.announced.pop("stalled", None)
+                run.announced.forget("stalled")
             warn = run.job.warn_after_s or cfg.warn_after.get(run.lane)
             elapsed = now - run.started
-            if warn and elapsed >= warn and self._due(run.announced, "long-running", now, cfg.long_running_repeat_s):
-                self.queue.emit(now, run.filename, "long-running", lane=run.lane, elapsed_s=int(elapsed),
-                                warn_after_s=warn, last_line=logs.last_line(path), progress=self._progress(path))
+            if warn and elapsed >= warn and run.announced.due("long-running", now, cfg.long_running_repeat_s):
+                self.queue.emit(
+                    now,
+                    run.filename,
+                    "long-running",
+                    lane=run.lane,
+                    elapsed_s=int(elapsed),
+                    warn_after_s=warn,
+                    last_line=logs.last_line(path),
+                    progress=progress(path),
+                )
             silent = now - run.log_grew_at
-            if silent >= cfg.stall_s and self._due(run.announced, "stalled", now, cfg.stall_repeat_s):
-                self.queue.emit(now, run.filename, "stalled", lane=run.lane, silent_s=int(silent),
-                                log_size=size, last_line=logs.last_line(path), progress=self._progress(path))
+            if silent >= cfg.stall_s and run.announced.due("stalled", now, cfg.stall_repeat_s):
+                self.queue.emit(
+                    now,
+                    run.filename,
+                    "stalled",
+                    lane=run.lane,
+                    silent_s=int(silent),
+                    log_size=size,
+                    last_line=logs.last_line(path),
+                    progress=progress(path),
+                )
 
-    @staticmethod
-    def _progress(path: Path) -> str | None:
-        return parse_progress("\n".join(logs.tail_lines(path, 20)))
-
-    @staticmethod
-    def _due(announced: dict[str, float], key: str, now: float, repeat: float) -> bool:
-        last = announced.get(key)
-        if last is not None and now - last < repeat:
-            return False
-        announced[key] = now
-        return True
-
-    # -- waiting announcements -----------------------------------------------------------------
-    def _announce_waits(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
+    def waits(self, now: float) -> None:
         cfg = self.config
         for filename, reason in self.reasons.items():
             if reason.reason == "requires":
                 waited = now - reason.since
-                key = ("requires-wait", filename)
-                if waited >= cfg.requires_warn_s and self._due_global(key, now, cfg.requires_repeat_s):
+                if waited >= cfg.requires_warn_s and self.throttle.due(
+                    ("requires-wait", filename), now, cfg.requires_repeat_s
+                ):
                     self.queue.emit(now, filename, "requires-wait", requires=reason.detail, waited_s=int(waited))
             elif reason.reason == "blocked":
-                key = ("blocked", filename + "|" + reason.detail)
-                if self._due_global(key, now, cfg.blocked_repeat_s):
-                    self.queue.emit(now, filename, "blocked", path=reason.extra.get("path"),
-                                    producer=reason.extra.get("producer") or None, why=reason.detail,
-                                    waited_s=int(now - reason.since))
+                if self.throttle.due(("blocked", filename + "|" + reason.detail), now, cfg.blocked_repeat_s):
+                    self.queue.emit(
+                        now,
+                        filename,
+                        "blocked",
+                        path=reason.extra.get("path"),
+                        producer=reason.extra.get("producer") or None,
+                        why=reason.detail,
+                        waited_s=int(now - reason.since),
+                    )
 
-    def _due_global(self, key: tuple[str, str], now: float, repeat: float) -> bool:
-        last = self.announced.get(key)
-        if last is not None and now - last < repeat:
-            return False
-        self.announced[key] = now
-        return True
+    def gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser], left_by: str | None) -> None:
+        first = users[0]
+        if self.throttle.due(("gpu-wait", f"{filename}:{first.pid}"), now, self.config.gpu_wait_repeat_s):
+            self.queue.emit(
+                now,
+                filename,
+                "gpu-wait",
+                pid=first.pid,
+                ppid=str(first.ppid),
+                cmd=first.cmd[:200],
+                why=first.why,
+                waited_s=int(now - self.reasons[filename].since),
+                others=len(users) - 1,
+                **({"left_by": left_by} if left_by else {}),
+            )
 
-    def _lane_view(self, lane: str, queued: list[tuple[str, Parsed]]) -> tuple[str, str, str, str]:
-        if lane in self.running:
-            return ("busy", self.running[lane].filename, "", "")
-        waiting = [(f, self.reasons.get(f)) for f, p in queued
-                   if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and f in self.reasons]
-        if not waiting:
-            return ("idle", "", "", "")
-        # The job that would run but for something outside it names the lane's cause.
-        for f, reason in waiting:
-            if reason and reason.reason not in ("requires", "blocked", "order", "lane-busy"):
-                return ("waiting", f, reason.reason, reason.blocker)
-        f, reason = waiting[0]
-        assert reason is not None
-        return ("waiting", f, reason.reason, reason.blocker)
+    def forget_gpu_waits(self) -> None:
+        """The gpu-wait repeat is per foreign process: once none is left, the next one is said at once."""
+        self.throttle.forget_where(lambda key: isinstance(key, tuple) and key[0] == "gpu-wait")
 
-    def _update_lanes(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
+    def start_failed(self, now: float, filename: str, code: str, error: str) -> None:
+        if self.throttle.due(("start-failed", filename), now, self.config.gpu_wait_repeat_s):
+            self.queue.emit(now, filename, Event.START_FAILED.value, errno=code, error=error)
+
+    def started(self, filename: str) -> None:
+        self.throttle.forget(("start-failed", filename))
+
+    def lanes(self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> None:
         for lane in self.config.lanes:
-            view = self._lane_view(lane, queued)
-            self._set_lane(now, lane, view)
-            if view[0] == "waiting" and now - self.lane_since[lane] >= self.config.idle_s:
-                if self._due_global(("idle-lane", lane), now, self.config.idle_repeat_s):
-                    self.queue.emit(now, "-", "idle", lane=lane, idle_s=int(now - self.lane_since[lane]),
-                                    waiting=view[1], reason=view[2], blocker=view[3])
-            elif view[0] != "waiting":
-                self.announced.pop(("idle-lane", lane), None)
+            view = self._lane_view(lane, running, queued)
+            self.set_lane(now, lane, view)
+            if view.state == "waiting" and now - self.lane_since[lane] >= self.config.idle_s:
+                if self.throttle.due(("idle-lane", lane), now, self.config.idle_repeat_s):
+                    self.queue.emit(
+                        now,
+                        "-",
+                        "idle",
+                        lane=lane,
+                        idle_s=int(now - self.lane_since[lane]),
+                        waiting=view.job,
+                        reason=view.reason,
+                        blocker=view.blocker,
+                    )
+            elif view.state != "waiting":
+                self.throttle.forget(("idle-lane", lane))
 
-    def _set_lane(self, now: float, lane: str, view: tuple[str, str, str, str]) -> None:
+    def _lane_view(self, lane: str, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> LaneView:
+        runs = [run.filename for run in running.values() if run.lane == lane]
+        if runs:
+            return LaneView("busy", runs[0], busy=len(runs) if self.config.slots_of(lane) > 1 else 0)
+        waiting = [
+            (f, r)
+            for f, p in queued
+            if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and (r := self.reasons.get(f))
+        ]
+        if not waiting:
+            return LaneView("idle")
+        # The job that would run but for something outside it names the lane's cause.
+        f, reason = next(((f, r) for f, r in waiting if r.reason not in _LANE_OWN_WAITS), waiting[0])
+        return LaneView("waiting", f, reason.reason, reason.blocker)
+
+    def set_lane(self, now: float, lane: str, view: LaneView) -> None:
         if self.lane_state.get(lane) == view:
             return
         self.lane_state[lane] = view
         self.lane_since[lane] = now
-        state, job, reason, blocker = view
-        details: dict[str, Any] = {"lane": lane, "state": state}
-        if reason:
-            details["reason"] = reason
-        if blocker:
-            details["blocker"] = blocker
-        self.queue.emit(now, job or "-", "lane", **details)
+        details: dict[str, Any] = {"lane": lane, "state": view.state}
+        if view.reason:
+            details["reason"] = view.reason
+        if view.blocker:
+            details["blocker"] = view.blocker
+        if view.busy:
+            details.update(busy=view.busy, slots=self.config.slots_of(lane))
+        self.queue.emit(now, view.job or "-", "lane", **details)
 
-    def _check_idle(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        if self.running or not queued:
+    def idle(self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> None:
+        if running or not queued:
             self.idle_since = None
-            self.announced.pop(("idle", "-"), None)
+            self.throttle.forget(("idle", "-"))
             return
         if self.idle_since is None:
             self.idle_since = now
         idle = now - self.idle_since
-        if idle >= self.config.idle_s and self._due_global(("idle", "-"), now, self.config.idle_repeat_s):
+        if idle >= self.config.idle_s and self.throttle.due(("idle", "-"), now, self.config.idle_repeat_s):
             waiting = {f: f"{r.reason}: {r.detail}" for f, r in self.reasons.items()}
             self.queue.emit(now, "-", "idle", idle_s=int(idle), queued=len(queued), waiting=waiting)
-
-    def _write_status(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        running = []
-        for run in self.running.values():
-            path = self.queue.log_path(run.filename)
-            running.append({
-                "job": run.filename, "lane": run.lane, "pid": run.pid, "attempt": run.attempt,
-                "started": run.started, "elapsed_s": round(now - run.started, 1), "log": str(path),
-                "log_size": run.log_size, "log_grew_at": run.log_grew_at,
-                "timeout_s": run.job.timeout_s,
-                "warn_after_s": run.job.warn_after_s or self.config.warn_after.get(run.lane),
-                "last_line": logs.last_line(path),
-                "progress": self._progress(path),
-            })
-        waiting = []
-        lanes = {filename: parsed.job.lane for filename, parsed in queued}  # type: ignore[union-attr]
-        # Queued jobs with a reason, then files not yet jobs: settling, or invalid and stuck in queue/.
-        for filename in [f for f, _ in queued] + sorted(f for f in self.reasons if f not in lanes):
-            reason = self.reasons.get(filename)
-            if reason is None:
-                continue
-            waiting.append({"job": filename, "lane": lanes.get(filename),
-                            "reason": reason.reason, "detail": reason.detail, "blocker": reason.blocker,
-                            "since": reason.since})
-        status = {
-            "runner": {"pid": os.getpid(), "version": __version__, "format_version": FORMAT_VERSION,
-                       "instance": self.instance, "root": self.root, "started": self.started_at,
-                       "heartbeat": now, "heartbeat_ts": timestamp(now), "tick": self.ticks,
-                       "tick_s": self.config.tick_s},
-            "lane_order": list(self.config.lanes),
-            "lanes": {lane: {"state": v[0], "job": v[1], "reason": v[2], "blocker": v[3],
-                             "since": self.lane_since.get(lane)} for lane, v in self.lane_state.items()},
-            "running": running,
-            "queued": waiting,
-            "parked": self.park or None,
-            "gpu_unknown": {"count": len(self.gpu_unknown), "policy": self.config.unreadable_gpu,
-                            "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in self.gpu_unknown[:20]]},
-            "counts": {s: len(self.queue.jobs(s)) for s in ("queue", "running", "done", "failed")},
-            "disk_full": self.disk_full or None,
-            "write_errors": {**self.write_errors,
-                             **({"events.jsonl": self.queue.events_error} if self.queue.events_error else {})},
-            "leaks": [{"pid": pid, "left_by": job} for pid, job in sorted(self.kept_leaks.items())
-                      if procs.alive(pid)],
-        }
-        write_json(self.queue.status_path, status)

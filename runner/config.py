@@ -38,3 +38,7 @@ class Config:
     keep_leaks: bool = False  # let processes that escaped their job outlive it (daemons on purpose)
     heartbeat_event_s: float = 600.0  # a `heartbeat` event after this long without any other event
     cgroup: str | None = None  # a delegated cgroup v2 directory: one child per job, ended by cgroup.kill
+    slots: dict[str, int] = field(default_factory=dict)  # lane -> jobs it runs at once; a lane not named has 1
+
+    def slots_of(self, lane: str) -> int:
+        return self.slots.get(lane, 1)

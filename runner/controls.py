@@ -1,16 +1,23 @@
 """Requests from `plan` (retry, cancel, park --now, push --retry-failed) that the runner carries out between ticks."""
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner import jobfile
-from runner.base import RunnerBase
-from runner.queue import read_regular, timestamp
+from runner.problems import FileProblems
+from runner.queue import Queue, read_regular, timestamp
+from runner.runstate import RunnerState
 from runner.state import Problem, check_park, check_request
 from runner.vocab import Event
+
+if TYPE_CHECKING:  # runner.jobs imports nothing of this module; the import is for the annotation only
+    from runner.jobs import Jobs
 
 # A control request is the file control/<action>-<target>, JSON {"by": ...} inside. The actions are a
 # closed set with no '-' of their own, so the first '-' ends the action even when the job name has more.
@@ -41,10 +48,20 @@ def park_record(reason: str, by: str, since: str) -> dict[str, str]:
     return {"since": since, "reason": reason, "by": by}
 
 
-class Controls(RunnerBase):
-    """Mixed into Runner: control/ requests and the park file."""
+class ControlHandler:
+    """Carries out control/ requests between ticks, and reads the park file once a tick (`park`)."""
 
-    def _controls(self, now: float) -> None:
+    def __init__(
+        self, queue: Queue, state: RunnerState, problems: FileProblems, jobs: Jobs, forget: Callable[[str], None]
+    ) -> None:
+        self.queue = queue
+        self.state = state
+        self.problems = problems
+        self.jobs = jobs
+        self.forget = forget  # drops everything the runner knows about a queued job file
+        self.park = ""  # why the queue is parked, read once a tick; '' when it is not
+
+    def tick(self, now: float) -> None:
         """Requests dropped in control/ by `plan` (retry, cancel, park --now, push --retry-failed), applied here
         so that they follow the runner's own rules while it ticks. A bad one is removed first and reported once
         (`state-corrupt`); a good one is removed once carried out, even if that failed: none is tried every tick."""
@@ -54,23 +71,7 @@ class Controls(RunnerBase):
         except FileNotFoundError:
             names = []
         for name in names:
-            parsed = parse_request_name(name)  # <action>-<target>, JSON inside
-            action, job = parsed if parsed else (name.partition("-")[0], name.partition("-")[2])
-            path = control / name
-            if not os.path.lexists(path):
-                continue  # gone already
-            text = read_regular(str(path))  # never blocks on a FIFO
-            request, problems = self._request(name, action, job, text)
-            if request is None:  # removed first, then reported: a bad request is said once, never retried
-                _remove(path)
-                self._report_corrupt(now, f"control/{name}", problems)
-                self.corrupt_said.pop(f"control/{name}", None)  # a new request of that name is a new report
-                continue
-            try:
-                self._carry_out(now, action, job, request["by"])
-            finally:
-                _remove(path)  # after the action, so `plan` reads "taken" as "done", and even if it failed
-
+            self._one(now, control / name)
         parked, was_parked = self._parked(now), bool(self.park)
         self.park = parked  # read once a tick; scheduling and status.json use it
         if bool(parked) != was_parked:
@@ -79,74 +80,60 @@ class Controls(RunnerBase):
             else:
                 self.queue.emit(now, "-", Event.UNPARKED.value)
 
+    def _one(self, now: float, path: Path) -> None:
+        name = path.name
+        parsed = parse_request_name(name)  # <action>-<target>, JSON inside
+        action, job = parsed if parsed else (name.partition("-")[0], name.partition("-")[2])
+        if not os.path.lexists(path):
+            return  # gone already
+        text = read_regular(str(path))  # never blocks on a FIFO
+        request, problems = _request(name, action, job, text)
+        if request is None:  # removed first, then reported: a bad request is said once, never retried
+            _remove(path)
+            self.problems.report(now, f"control/{name}", problems)
+            self.problems.said.pop(f"control/{name}", None)  # a new request of that name is a new report
+            return
+        try:
+            self._carry_out(now, action, job, request["by"])
+        finally:
+            _remove(path)  # after the action, so `plan` reads "taken" as "done", and even if it failed
+
     def _carry_out(self, now: float, action: str, job: str, by: str) -> None:
         if action == "reset":
-            self._reset(job)
+            self.state.reset(job)
         elif action == "retry":
             self._retry(now, job, by)
         elif action == "cancel":
             self._cancel(now, job, by)
         else:
-            self._requeue_running(now, by)
-
-    @staticmethod
-    def _request(name: str, action: str, job: str, text: bytes | None) -> tuple[dict[str, str] | None, list[Problem]]:
-        if action == "requeue":
-            if job != "running":
-                return None, [("(name)", f"unknown request {name!r}: requeue-running is the only requeue")]
-        elif action not in ("reset", "retry", "cancel"):
-            return None, [("(name)", f"unknown request {name!r}: want reset-, retry- or cancel-JOB or requeue-running")]
-        elif not (job.endswith(".job") and jobfile.NAME_RE.match(jobfile.job_name(job)) and ".." not in job):
-            return None, [("(name)", f"request {name!r} does not name a job file: not carried out")]
-        if text is None:
-            return None, [("(whole file)", "not a regular file: request not carried out")]
-        try:
-            raw = json.loads(text) if text.strip() else None
-        except ValueError as exc:
-            return None, [("(whole file)", f"not JSON ({exc}): request not carried out")]
-        return check_request(raw)
-
-    def _reset(self, job: str) -> None:
-        for key in ("attempts", "backoff_until", "last_failure", "waiting_since"):
-            self.state[key].pop(job, None)
+            for run in list(self.jobs.running.values()):
+                self.jobs.evict(now, run, "queue", f"parked --now by {by}", refund=True)
 
     def _retry(self, now: float, job: str, by: str) -> None:
         if not (self.queue.dir("failed") / job).exists():
             return  # refused: nothing happened, so no event (`plan retry` tells its caller where the job is)
-        self._reset(job)
+        self.state.reset(job)
         self.queue.move(job, "failed", "queue")
         self.queue.emit(now, job, "retry", by=by, note="re-queued from failed/, attempts reset")
 
     def _cancel(self, now: float, job: str, by: str) -> None:
-        for lane, run in list(self.running.items()):
+        for run in list(self.jobs.running.values()):
             if run.filename == job:
-                tree = self._end_tree(run)
-                self.running.pop(lane)
-                self.exited.pop(run.pid, None)
-                self._leave_running(job, "failed")
-                self.state["last_failure"][job] = {"ts": timestamp(now), "rc": None, "summary": f"cancelled by {by}"}
-                self.queue.emit(now, job, "cancelled", by=by, was="running", pids=[p.pid for p in tree])
+                pids = self.jobs.evict(now, run, "failed", f"cancelled by {by}", refund=False)
+                self.state.failed(job, timestamp(now), None, f"cancelled by {by}")
+                self.queue.emit(now, job, "cancelled", by=by, was="running", pids=pids)
                 return
         try:
             os.unlink(self.queue.dir("queue") / job)
         except OSError:
             return  # refused (neither queued nor running): nothing happened, so no event
-        self._forget(job)
+        self.forget(job)
         self.queue.emit(now, job, "cancelled", by=by, was="queued")
-
-    def _requeue_running(self, now: float, by: str) -> None:
-        for lane, run in list(self.running.items()):
-            self._end_tree(run)
-            self.running.pop(lane)
-            self.exited.pop(run.pid, None)
-            self._leave_running(run.filename, "queue")
-            self._refund(run.filename)
-            self.queue.emit(now, run.filename, "recovered", why=f"parked --now by {by}")
 
     def _parked(self, now: float) -> str:
         park = self.queue.root / PARK_FILE
         if not os.path.lexists(park):
-            self._report_corrupt(now, PARK_FILE, [])
+            self.problems.report(now, PARK_FILE, [])
             return ""
         text = read_regular(str(park))
         if text is None:
@@ -155,8 +142,25 @@ class Controls(RunnerBase):
             reason, problems = check_park(json.loads(text))
         except ValueError as exc:
             reason, problems = "parked", [("(whole file)", f"not JSON ({exc}): parked without a reason")]
-        self._report_corrupt(now, "parked.json", problems)
+        self.problems.report(now, PARK_FILE, problems)
         return reason
+
+
+def _request(name: str, action: str, job: str, text: bytes | None) -> tuple[dict[str, str] | None, list[Problem]]:
+    if action == "requeue":
+        if job != "running":
+            return None, [("(name)", f"unknown request {name!r}: requeue-running is the only requeue")]
+    elif action not in ("reset", "retry", "cancel"):
+        return None, [("(name)", f"unknown request {name!r}: want reset-, retry- or cancel-JOB or requeue-running")]
+    elif not (job.endswith(".job") and jobfile.NAME_RE.match(jobfile.job_name(job)) and ".." not in job):
+        return None, [("(name)", f"request {name!r} does not name a job file: not carried out")]
+    if text is None:
+        return None, [("(whole file)", "not a regular file: request not carried out")]
+    try:
+        raw = json.loads(text) if text.strip() else None
+    except ValueError as exc:
+        return None, [("(whole file)", f"not JSON ({exc}): request not carried out")]
+    return check_request(raw)
 
 
 def _remove(path: Path) -> None:

@@ -1,123 +1,74 @@
-"""Why each queued job is not running: requires, blocked (from manifest.json), gpu-foreign, and the rest."""
+"""Why each queued job is not running: one `Reason` per job, kept while it lasts (its `since` is when it began)."""
+
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from runner import jobfile, leaks, procs
-from runner.base import RunnerBase
+from runner import procs
 from runner.records import Reason
+from runner.runstate import RunnerState
 
 
-class Reasons(RunnerBase):
-    """Mixed into Runner: each queued job's one reason, and the facts behind it."""
+class Reasons:
+    """Owns the table of reasons; the scheduler's actions, the scan and the launcher set them."""
 
-    def _reason(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
-        current = self.reasons.get(filename)
+    def __init__(self, state: RunnerState) -> None:
+        self.state = state
+        self.table: dict[str, Reason] = {}
+
+    def get(self, filename: str) -> Reason | None:
+        return self.table.get(filename)
+
+    def items(self) -> list[tuple[str, Reason]]:
+        return list(self.table.items())
+
+    def __contains__(self, filename: object) -> bool:
+        return filename in self.table
+
+    def __getitem__(self, filename: str) -> Reason:
+        return self.table[filename]
+
+    def drop(self, filename: str) -> None:
+        self.table.pop(filename, None)
+
+    def keep_only(self, live: set[str]) -> None:
+        for filename in [f for f in self.table if f not in live]:
+            self.table.pop(filename)
+
+    def set(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
+        current = self.table.get(filename)
         if current and current.reason == reason and current.blocker == blocker:
             current.detail = detail
             current.extra = extra
             return
         since = now
         if reason == "requires":
-            since = self.state["waiting_since"].get(filename, now)
-        self.reasons[filename] = Reason(reason, since, detail, blocker, extra)
+            since = self.state.waiting_since.get(filename, now)
+        self.table[filename] = Reason(reason, since, detail, blocker, extra)
 
-    def _gpu_users(self) -> list[procs.GpuUser]:
-        users, unreadable = procs.gpu_users(self.config.gpu_names, self.config.gpu_devices, self._is_ours)
-        self.gpu_unknown = []
-        for pid in unreadable:
-            proc = procs.read_proc(pid)
-            if proc is not None:
-                self.gpu_unknown.append(procs.GpuUser(pid, proc.ppid, proc.cmdline,
-                                                      "unknown: its open files cannot be read by this runner"))
-        if self.config.unreadable_gpu == "block":
-            users = users + self.gpu_unknown
-        return users
-
-    def _is_ours(self, proc: procs.Proc) -> bool:
-        if proc.tag and proc.tag.startswith(self.root_id + ":"):
-            return True
-        return any(run.cgroup and proc.pid in procs.cgroup_pids(run.cgroup) for run in self.running.values())
-
-    def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
-        first = users[0]
-        left_by = self.kept_leaks.get(first.pid)  # ours after all: escaped a job, which we can name
-        if left_by is None and first.ppid == os.getpid():
-            left_by = leaks.owner(self.lifetimes, leaks.start_ticks(first.pid))
-        origin = f", left by job {left_by}" if left_by else ""
-        self._reason(now, filename, "gpu-foreign", f"pid {first.pid} ({first.why}{origin}): {first.cmd[:120]}",
-                     f"pid {first.pid}", pid=first.pid, cmd=first.cmd[:200], left_by=left_by)
-        key = ("gpu-wait", f"{filename}:{first.pid}")
-        last = self.announced.get(key)
-        if last is None or now - last >= self.config.gpu_wait_repeat_s:
-            self.announced[key] = now
-            waited = now - self.reasons[filename].since
-            self.queue.emit(now, filename, "gpu-wait", pid=first.pid, ppid=str(first.ppid), cmd=first.cmd[:200],
-                            why=first.why, waited_s=int(waited), others=len(users) - 1,
-                            **({"left_by": left_by} if left_by else {}))
-
-    def _requires_false(self, now: float, filename: str, job: jobfile.JobFile, why: str) -> None:
-        since = self.state["waiting_since"].setdefault(filename, now)
-        blocked = self._blocked(filename)
+    def requires_false(
+        self, now: float, filename: str, requires: str, why: str, blocked: tuple[str, str, str] | None
+    ) -> None:
+        """REQUIRES is false: `blocked` where the manifest shows it never can hold, else `requires`, timed from
+        when it was first seen false (kept in state.json across runner lives)."""
+        since = self.state.waiting_since.setdefault(filename, now)
         if blocked:
             path, producer, failure = blocked
-            self._reason(now, filename, "blocked", failure, producer or path, path=path, producer=producer)
-            self.reasons[filename].since = min(self.reasons[filename].since, now)
+            self.set(now, filename, "blocked", failure, producer or path, path=path, producer=producer)
+            self.table[filename].since = min(self.table[filename].since, now)
             return
-        self._reason(now, filename, "requires", job.requires or "", job.requires or "", why=why)
-        self.reasons[filename].since = since
+        self.set(now, filename, "requires", requires, requires, why=why)
+        self.table[filename].since = since
 
-    def _blocked(self, filename: str) -> tuple[str, str, str] | None:
-        """(path, producer, why) when the manifest shows a REQUIRES path can never appear."""
-        manifest = self._manifest()
-        if not manifest:
-            return None
-        entry = manifest.get("jobs", {}).get(filename)
-        if not entry:
-            return None
-        external = set(manifest.get("external", []))
-        failed, present = self._presence()
-        for path in entry.get("requires", []):
-            full = os.path.join(self.root, path)
-            if os.path.exists(full) or path in external:
-                continue
-            producers = manifest.get("producers", {}).get(path, [])
-            if not producers:
-                return path, "", f"no job produces {path}"
-            if any(p in present for p in producers):
-                continue
-            producer = producers[0]
-            if producer in failed:
-                failure = self.state["last_failure"].get(producer, {})
-                summary = failure.get("summary", "failed")
-                return path, producer, f"{path} is produced by {producer}, which failed: {summary}"
-            return path, producer, f"{path} is produced by {producer}, which is not on this host"
-        return None
-
-    def _manifest(self) -> dict[str, Any] | None:
-        if self._manifest_tick == self.ticks:
-            return self._manifest_cache[1] if self._manifest_cache else None
-        self._manifest_tick = self.ticks
-        try:
-            st = os.stat(self.queue.manifest_path)
-        except OSError:
-            self._manifest_cache = None
-            return None
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if self._manifest_cache is None or self._manifest_cache[0] != key:
-            manifest, problems = self.queue.read_manifest()
-            self._manifest_cache = (key, manifest)
-            self._report_corrupt(self.clock, "manifest.json", problems)
-        return self._manifest_cache[1]
-
-    def _presence(self) -> tuple[set[str], set[str]]:
-        """(failed, queued-running-or-done) job files, listed once per tick."""
-        if self._presence_tick != self.ticks:
-            self._presence_tick = self.ticks
-            self._presence_sets = (
-                set(self.queue.list_all("failed")),
-                set(self.queue.list_all("queue")) | set(self.queue.list_all("running"))
-                | set(self.queue.list_all("done")),
-            )
-        return self._presence_sets
+    def gpu_foreign(self, now: float, filename: str, first: procs.GpuUser, left_by: str | None) -> None:
+        origin = f", left by job {left_by}" if left_by else ""
+        self.set(
+            now,
+            filename,
+            "gpu-foreign",
+            f"pid {first.pid} ({first.why}{origin}): {first.cmd[:120]}",
+            f"pid {first.pid}",
+            pid=first.pid,
+            cmd=first.cmd[:200],
+            left_by=left_by,
+        )

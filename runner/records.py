@@ -6,6 +6,7 @@ from typing import Any
 
 from runner import jobfile
 from runner.conditions import Condition
+from runner.throttle import Throttle
 
 
 @dataclass(slots=True)
@@ -30,7 +31,7 @@ class Running:
     log_grew_at: float = 0.0
     cgroup: str | None = None
     timed_out: bool = False
-    announced: dict[str, float] = field(default_factory=dict)
+    announced: Throttle = field(default_factory=Throttle)  # long-running, stalled: this run's repeats
 
 
 @dataclass(slots=True)

@@ -5,67 +5,112 @@ FIFO named x.job is never waited on. The settle rule (README, contract 1): a job
 sha256 is the one manifest.json lists for it (a push), or when nothing has written to it for `--settle`:
 its mtime is that old, or its size, mtime and inode stayed the same across scans that far apart.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import replace
 
 from runner import jobfile
-from runner.base import RunnerBase
 from runner.conditions import compile_condition
-from runner.queue import read_regular, timestamp
+from runner.config import Config
+from runner.manifest import Manifest
+from runner.queue import Queue, read_regular, timestamp
+from runner.reasons import Reasons
 from runner.records import Parsed
 from runner.vocab import Event, Reason
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
-class Scanner(RunnerBase):
-    """Mixed into Runner: `_scan` lists queue/ and returns the settled, parsed jobs in name order."""
+class Scanner:
+    """`scan` lists queue/ and returns the settled, parsed jobs in name order; owns what it remembers of files."""
 
-    def _scan(self, now: float) -> list[tuple[str, Parsed]]:
+    def __init__(
+        self, config: Config, queue: Queue, reasons: Reasons, manifest: Manifest, forget: Callable[[str], None]
+    ) -> None:
+        self.config = config
+        self.root = str(config.root)
+        self.queue = queue
+        self.reasons = reasons
+        self.manifest = manifest
+        self.forget_job = forget  # drops everything the runner knows of a job file (it left queue/)
+        self.parsed: dict[str, Parsed] = {}
+        self.first_seen: dict[str, tuple[tuple[int, int, int], float]] = {}  # settle rule: key, first scan
+        self.stuck: dict[str, str] = {}  # invalid entries that could not be moved to failed/
+        self.settle_due: float | None = None  # when the next settling file may be taken
+
+    def forget(self, filename: str) -> None:
+        for table in (self.parsed, self.first_seen, self.stuck):
+            table.pop(filename, None)
+
+    def scan(self, now: float) -> list[tuple[str, Parsed]]:
         queued = []
         self.settle_due = None
-        try:
-            entries = sorted((e for e in os.scandir(self.queue.dir("queue"))
-                              if e.name.endswith(".job") and not e.name.startswith(".")), key=lambda e: e.name)
-        except FileNotFoundError:
-            entries = []
-        live = {e.name for e in entries}
+        entries = self._entries()
         for entry in entries:
-            filename = entry.name
-            try:
-                st = os.lstat(entry.path)
-                problem = self._not_regular(entry.path, st)
-                if problem is None and stat.S_ISLNK(st.st_mode):
-                    st = os.stat(entry.path)
-            except FileNotFoundError:
+            parsed = self._read(now, entry)
+            if parsed is None:
                 continue
-            except OSError as exc:
-                problem = f"cannot stat it: {exc.strerror}"
-            if problem:
-                self._invalid(now, filename, problem)
-                continue
-            key = (st.st_mtime_ns, st.st_size, st.st_ino)
-            parsed = self.parsed.get(filename)
-            if parsed is None or parsed.key != key:
-                data = read_regular(entry.path)
-                if data is None:
-                    continue  # gone or replaced since the lstat: the next scan sees what it is now
-                if not self._settled(now, filename, key, st.st_mtime, data):
-                    continue
-                parsed = self._parse(filename, key, data)
             if isinstance(parsed.job, jobfile.Invalid):
-                self._invalid(now, filename, str(parsed.job))
+                self._invalid(now, entry.name, str(parsed.job))
                 continue
-            queued.append((filename, parsed))
-        for table in (self.parsed, self.reasons, self.first_seen, self.stuck):
+            queued.append((entry.name, parsed))
+        live = {e.name for e in entries}
+        for table in (self.parsed, self.first_seen, self.stuck):
             for filename in [f for f in table if f not in live]:
                 table.pop(filename)
+        self.reasons.keep_only(live)
         return queued
+
+    def _entries(self) -> list[os.DirEntry[str]]:
+        try:
+            return sorted(
+                (
+                    e
+                    for e in os.scandir(self.queue.dir("queue"))
+                    if e.name.endswith(".job") and not e.name.startswith(".")
+                ),
+                key=lambda e: e.name,
+            )
+        except FileNotFoundError:
+            return []
+
+    def _read(self, now: float, entry: os.DirEntry[str]) -> Parsed | None:
+        """ENTRY parsed, once it is a settled regular file; None while it is not (or is gone, or is invalid
+        for what it is rather than what it says: then it is reported here)."""
+        filename = entry.name
+        try:
+            st = os.lstat(entry.path)
+            problem = self._not_regular(entry.path, st)
+            if problem is None and stat.S_ISLNK(st.st_mode):
+                st = os.stat(entry.path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            problem = f"cannot stat it: {exc.strerror}"
+        if problem:
+            self._invalid(now, filename, problem)
+            return None
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        parsed = self.parsed.get(filename)
+        if parsed is None or parsed.key != key:
+            data = read_regular(entry.path)
+            if data is None:
+                return None  # gone or replaced since the lstat: the next scan sees what it is now
+            if not self._settled(now, filename, key, st.st_mtime, data):
+                return None
+            parsed = self._parse(filename, key, data)
+        return parsed
 
     def _not_regular(self, path: str, st: os.stat_result) -> str | None:
         """Why PATH may not be a job, or None. A symlink is taken only to a regular file inside the root."""
@@ -91,20 +136,18 @@ class Scanner(RunnerBase):
             seen = self.first_seen[filename] = (key, now)
         if settle <= 0 or now - mtime >= settle or now - seen[1] >= settle:
             return True
-        want = self._manifest_sha(filename)
+        want = self.manifest.sha(filename)
         if want and hashlib.sha256(data).hexdigest() == want:
             return True  # pushed: the manifest says what the whole file is
         due = min(mtime + settle, seen[1] + settle)
         self.settle_due = due if self.settle_due is None else min(self.settle_due, due)
-        self._reason(now, filename, Reason.SETTLING.value,
-                     f"written {max(now - mtime, 0):.1f}s ago: taken once unchanged for {settle:g}s "
-                     f"(at {timestamp(due)})")
+        self.reasons.set(
+            now,
+            filename,
+            Reason.SETTLING.value,
+            f"written {max(now - mtime, 0):.1f}s ago: taken once unchanged for {settle:g}s (at {timestamp(due)})",
+        )
         return False
-
-    def _manifest_sha(self, filename: str) -> str | None:
-        manifest = self._manifest()
-        entry = (manifest or {}).get("jobs", {}).get(filename)
-        return entry.get("sha") if isinstance(entry, dict) else None
 
     def _parse(self, filename: str, key: tuple[int, int, int], data: bytes) -> Parsed:
         job = jobfile.parse(filename, data, self.config.lanes)
@@ -128,7 +171,7 @@ class Scanner(RunnerBase):
             if moved or os.path.lexists(self.queue.dir("queue") / filename):
                 self.queue.emit(now, filename, Event.INVALID.value, reason=why)
             if moved:
-                self._forget(filename)
+                self.forget_job(filename)
                 return
             self.stuck[filename] = why
-        self._reason(now, filename, Reason.BLOCKED.value, self.stuck[filename], filename)
+        self.reasons.set(now, filename, Reason.BLOCKED.value, self.stuck[filename], filename)

@@ -29,7 +29,9 @@ def check_state(raw: Any) -> tuple[dict[str, Any], list[Problem]]:
         return state, problems
     if not isinstance(raw, dict):
         return state, [("(whole file)", f"expected an object, got {_kind(raw)}: started from empty state")]
-    if not any(key in raw for key in STATE_MAPS):  # the seed's form
+    if "version" in raw and not (isinstance(raw["version"], int) and not isinstance(raw["version"], bool)):
+        problems.append(("version", f"expected a whole number, got {_kind(raw['version'])}: read as version 1"))
+    if not any(key in raw for key in STATE_MAPS) and "version" not in raw:  # the seed's form
         raw = {"attempts": raw}
     for key in STATE_MAPS:
         value = raw.get(key, {})
@@ -37,14 +39,20 @@ def check_state(raw: Any) -> tuple[dict[str, Any], list[Problem]]:
             problems.append((key, f"expected an object, got {_kind(value)}: used {{}}"))
             continue
         for job, item in value.items():
-            ok = (isinstance(item, int) and not isinstance(item, bool) and item >= 0 if key == "attempts"
-                  else isinstance(item, dict) if key == "last_failure" else _number(item))
-            if ok:
+            if _STATE_ITEM_OK[key](item):
                 state[key][job] = item
             else:
                 want = {"attempts": "a whole number >= 0", "last_failure": "an object"}.get(key, "a number")
                 problems.append((f"{key}.{job}", f"expected {want}, got {_kind(item)} {item!r:.40}: dropped"))
     return state, problems
+
+
+_STATE_ITEM_OK = {
+    "attempts": lambda item: isinstance(item, int) and not isinstance(item, bool) and item >= 0,
+    "waiting_since": _number,
+    "backoff_until": _number,
+    "last_failure": lambda item: isinstance(item, dict),
+}
 
 
 def _strings(value: Any) -> bool:

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,6 +95,20 @@ class RunnerProcess:
         return self.proc.returncode
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: twice the cores, 2 to 8. Most tests wait on real processes, sshd or Slurm rather than compute,
+    so a worker per core leaves the cores idle; more than 8 only adds sshd daemons and start-up."""
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, every test that uses the Slurm cluster runs in one worker (`--dist loadgroup`), so
+    one cluster is started, not one per worker; sshd is cheap and per worker (its own dir and port)."""
+    for item in items:
+        if "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 @pytest.fixture
 def queue_root(tmp_path: Path) -> Path:
     root = tmp_path / "q"
@@ -107,6 +122,22 @@ def runner(queue_root: Path) -> Iterator[RunnerProcess]:
     proc = RunnerProcess(queue_root)
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def ticking(queue_root: Path) -> Iterator[Callable[..., Any]]:
+    """Make a started in-process runner on queue_root (fake processes; time passed to tick): ticking(**config)."""
+    from tests.ticking import Ticking
+
+    made: list[Ticking] = []
+
+    def make(now: float = 1_000_000.0, **config: Any) -> Ticking:
+        made.append(Ticking(queue_root, **config).start(now))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
 
 
 def plan_cli(*args: str) -> tuple[int, str]:

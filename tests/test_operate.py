@@ -121,11 +121,10 @@ def test_logs_follow_ends_when_the_job_ends(queue_root: Path, runner: RunnerProc
     write_job(queue_root, "1-cpu-talk.job", "for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done\n")
     runner.start()
     runner.wait_event("start")
-    started = time.monotonic()
     code, out = plan("logs", str(queue_root), "1-cpu-talk", "-f", "--interval", "0.2")
     assert code == 0
     assert [ln for ln in out.splitlines() if ln.startswith("line")] == [f"line {i}" for i in range(1, 6)]
-    assert "1-cpu-talk.job is done" in out and time.monotonic() - started < 10
+    assert "1-cpu-talk.job is done" in out  # it ended because the job did (a follow that never ends hangs here)
     code, out = plan("logs", str(queue_root), "1-cpu-talk", "-n", "2")
     assert out.splitlines() == ["line 4", "line 5"]
     assert plan("logs", str(queue_root), "nope")[0] == 1

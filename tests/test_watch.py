@@ -191,7 +191,7 @@ def test_empty_queue_is_idle_with_nothing_queued(tmp_path: Path, queue_root: Pat
 
 
 def _fake_llama_server(tmp_path: Path) -> Path:
-    exe = tmp_path / "bin" / "llama-server"
+    exe = tmp_path / "bin" / f"gpuuser-{os.getpid() % 100000}"  # not a name other runners on the machine know
     exe.parent.mkdir(exist_ok=True)
     shutil.copy("/bin/sleep", exe)
     return exe
@@ -204,10 +204,11 @@ def _queued(runner: RunnerProcess, job: str) -> dict | None:
 def test_fresh_once_watcher_sees_a_standing_gpu_foreign_hold(tmp_path: Path, queue_root: Path,
                                                              runner: RunnerProcess) -> None:
     q, fresh = str(queue_root), tmp_path / "fresh.json"
-    server = subprocess.Popen([str(_fake_llama_server(tmp_path)), "300"])
+    exe = _fake_llama_server(tmp_path)
+    server = subprocess.Popen([str(exe), "300"])
     try:
         write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\necho bench\n")
-        runner.start()
+        runner.start("--gpu-names", exe.name)
         held = wait_for(lambda: (_queued(runner, "70-gpu-bench.job") or {}).get("reason") == "gpu-foreign"
                         and _queued(runner, "70-gpu-bench.job"))
         wait_for(lambda: time.time() - held["since"] > 1.5)  # the gpu-wait event is long before this watcher

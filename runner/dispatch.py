@@ -1,0 +1,90 @@
+"""Scheduling as a tick does it: facts gathered, the pure scheduler's decision, its actions carried out in order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from runner import jobfile, procs
+from runner.announce import Announcer
+from runner.facts import Facts
+from runner.jobs import Jobs
+from runner.queue import Queue
+from runner.reasons import Reasons
+from runner.records import Parsed
+from runner.runstate import RunnerState
+from runner.schedule import Action, GpuWait, Launch, Ready, RequiresFalse, Skip, Snapshot, Wait, decide
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        queue: Queue,
+        state: RunnerState,
+        facts: Facts,
+        reasons: Reasons,
+        jobs: Jobs,
+        announcer: Announcer,
+        forget: Callable[[str], None],
+    ) -> None:
+        self.queue = queue
+        self.state = state
+        self.facts = facts
+        self.reasons = reasons
+        self.jobs = jobs
+        self.announcer = announcer
+        self.forget = forget  # drops everything the runner knows of a job file (it left queue/)
+
+    def schedule(self, now: float, queued: list[tuple[str, Parsed]], parked: str) -> None:
+        snapshot, why = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now)
+        jobs = {filename: parsed.job for filename, parsed in queued}
+        for action in decide(self.state, snapshot, now):
+            self._carry_out(now, action, jobs, why, snapshot)
+
+    def _carry_out(
+        self,
+        now: float,
+        action: Action,
+        jobs: dict[str, jobfile.JobFile | jobfile.Invalid],
+        why: dict[str, str],
+        snapshot: Snapshot,
+    ) -> None:
+        if isinstance(action, Skip):
+            if self.queue.move(action.filename, "queue", "done"):
+                self.queue.emit(now, action.filename, "skipped", note="DONE_IF already true")
+            self.forget(action.filename)
+        elif isinstance(action, Wait):
+            self.reasons.set(now, action.filename, action.reason, action.detail, action.blocker)
+        elif isinstance(action, Ready):
+            self.state.waiting_since.pop(action.filename, None)
+        elif isinstance(action, RequiresFalse):
+            requires = getattr(jobs[action.filename], "requires", None) or ""
+            self.reasons.requires_false(
+                now,
+                action.filename,
+                requires,
+                why.get(action.filename, ""),
+                self.facts.blocked(self.state, action.filename),
+            )
+        elif isinstance(action, GpuWait):
+            self._gpu_wait(now, action.filename, list(snapshot.gpu_users or ()))
+        elif isinstance(action, Launch):
+            self._launch(now, action, jobs)
+        else:
+            self.announcer.forget_gpu_waits()
+
+    def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
+        left_by = self.jobs.left_by(users[0])
+        self.reasons.gpu_foreign(now, filename, users[0], left_by)
+        self.announcer.gpu_wait(now, filename, users, left_by)
+
+    def _launch(self, now: float, action: Launch, jobs: dict[str, jobfile.JobFile | jobfile.Invalid]) -> None:
+        """Candidates start until the lane's free slots are full; the rest wait in `order` behind the last one
+        that started (one that could not start leaves its slot to the next)."""
+        started: list[str] = []
+        for filename in action.candidates:
+            job = jobs[filename]
+            assert isinstance(job, jobfile.JobFile)
+            if len(started) >= action.slots:
+                self.reasons.set(now, filename, "order", f"{started[-1]} is ahead of it", started[-1])
+            elif self.jobs.start(now, filename, job):
+                started.append(filename)

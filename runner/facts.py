@@ -1,0 +1,107 @@
+"""Everything the scheduler needs to know, found out (conditions run, manifest read, /proc scanned) once a tick."""
+
+from __future__ import annotations
+
+import os
+
+from runner import jobfile, procs
+from runner.conditions import Condition, evaluate
+from runner.config import Config
+from runner.manifest import Manifest
+from runner.proctable import Processes
+from runner.records import Parsed, Running
+from runner.runstate import RunnerState
+from runner.schedule import JobFacts, Snapshot
+
+Blocked = tuple[str, str, str]  # (path, producer, why) of a REQUIRES path that can never appear
+
+
+class Facts:
+    def __init__(self, config: Config, root_id: str, manifest: Manifest, processes: Processes) -> None:
+        self.config = config
+        self.root_id = root_id  # the tag prefix of this root's jobs
+        self.root = str(config.root)
+        self.manifest = manifest
+        self.processes = processes
+        self.gpu_unknown: list[procs.GpuUser] = []  # status.json: processes whose open files we cannot read
+
+    def holds(self, cond: Condition | None) -> tuple[bool, str]:
+        if cond is None:
+            return True, ""
+        outcome = evaluate(cond, self.root, self.config.condition_timeout_s)
+        return outcome.holds, outcome.detail
+
+    def done_holds(self, filename: str, parsed: Parsed) -> bool:
+        """A queued job's DONE_IF holds already: it is skipped, never run (the one place this is decided)."""
+        return parsed.done_if is not None and self.holds(parsed.done_if)[0]
+
+    def snapshot(
+        self, state: RunnerState, queued: list[tuple[str, Parsed]], running: dict[str, Running], parked: str, now: float
+    ) -> tuple[Snapshot, dict[str, str]]:
+        """The scheduler's input, and why each job's REQUIRES is false (for its reason)."""
+        facts, why = [], {}
+        for filename, parsed in queued:
+            job = parsed.job
+            assert isinstance(job, jobfile.JobFile)
+            done = self.done_holds(filename, parsed)
+            requires: bool | None = None
+            if not done and state.backoff_until.get(filename, 0) <= now:
+                requires, why[filename] = self.holds(parsed.requires)
+            facts.append(JobFacts(filename, job.lane, done, requires))
+        lanes: dict[str, tuple[str, ...]] = {}
+        for run in running.values():
+            lanes[run.lane] = (*lanes.get(run.lane, ()), run.filename)
+        gpu = self.config.gpu_lane
+        free = len(lanes.get(gpu, ())) < self.config.slots_of(gpu)
+        look = not parked and free and any(f.lane == gpu and f.requires for f in facts)
+        return Snapshot(
+            tuple(facts),
+            lanes,
+            self.config.lanes,
+            self.config.exclusive,
+            gpu,
+            parked,
+            tuple(self.gpu_users(running)) if look else None,
+            self.config.slots,
+        ), why
+
+    def gpu_users(self, running: dict[str, Running]) -> list[procs.GpuUser]:
+        def ours(proc: procs.Proc) -> bool:
+            if proc.tag and proc.tag.startswith(self.root_id + ":"):
+                return True
+            return any(run.cgroup and proc.pid in self.processes.cgroup_pids(run.cgroup) for run in running.values())
+
+        users, unreadable = self.processes.gpu_users(self.config.gpu_names, self.config.gpu_devices, ours)
+        self.gpu_unknown = []
+        for pid in unreadable:
+            proc = self.processes.read_proc(pid)
+            if proc is not None:
+                self.gpu_unknown.append(
+                    procs.GpuUser(pid, proc.ppid, proc.cmdline, "unknown: its open files cannot be read by this runner")
+                )
+        if self.config.unreadable_gpu == "block":
+            users = users + self.gpu_unknown
+        return users
+
+    def blocked(self, state: RunnerState, filename: str) -> Blocked | None:
+        """(path, producer, why) when the manifest shows a REQUIRES path can never appear."""
+        manifest = self.manifest.get()
+        entry = (manifest or {}).get("jobs", {}).get(filename)
+        if not manifest or not entry:
+            return None
+        external = set(manifest.get("external", []))
+        failed, present = self.manifest.presence()
+        for path in entry.get("requires", []):
+            if os.path.exists(os.path.join(self.root, path)) or path in external:
+                continue
+            producers = manifest.get("producers", {}).get(path, [])
+            if not producers:
+                return path, "", f"no job produces {path}"
+            if any(p in present for p in producers):
+                continue
+            producer = producers[0]
+            if producer in failed:
+                summary = state.last_failure.get(producer, {}).get("summary", "failed")
+                return path, producer, f"{path} is produced by {producer}, which failed: {summary}"
+            return path, producer, f"{path} is produced by {producer}, which is not on this host"
+        return None

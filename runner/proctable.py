@@ -1,0 +1,137 @@
+"""The runner's one door to the operating system's processes: spawn, reap, find a job's tree, end, GPU users.
+
+`Processes` is the protocol the runner is written against; `OsProcesses` is the real one (/proc, signals,
+cgroups, the subreaper). Tests where processes are not the point pass a fake table instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from runner import leaks, procs
+from runner.records import Running
+
+
+class Processes(Protocol):
+    def adopt_orphans(self) -> None: ...
+    def spawn(self, argv: Sequence[str], env: dict[str, str], cwd: str, log_fd: int, job: str) -> int: ...
+    def reap(self) -> None: ...
+    def exit_code(self, pid: int) -> int | None: ...
+    def forget(self, pid: int) -> None: ...
+    def child_waiting(self) -> bool: ...
+    def tree(self, run: Running) -> list[procs.Proc]: ...
+    def end(self, pids: Iterable[int]) -> None: ...
+    def end_cgroup(self, cgroup: str) -> list[int]: ...
+    def job_cgroup(self, base: str | None, filename: str) -> str | None: ...
+    def leftovers(self, tag_prefix: str) -> list[procs.Proc]: ...
+    def job_ended(self, filename: str) -> None: ...
+    def leaks(self, leaders: set[int]) -> list[leaks.Leak]: ...
+    def leak_owner(self, pid: int) -> str: ...
+    def alive(self, pid: int) -> bool: ...
+    def gpu_users(
+        self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
+    ) -> tuple[list[procs.GpuUser], list[int]]: ...
+    def read_proc(self, pid: int) -> procs.Proc | None: ...
+    def cgroup_pids(self, cgroup: str) -> list[int]: ...
+
+
+class OsProcesses:
+    """The real table. It reaps every child (the runner is a subreaper), keeping the codes of jobs it spawned."""
+
+    def __init__(self, kill_grace_s: float) -> None:
+        self.kill_grace_s = kill_grace_s
+        self._ours: set[int] = set()
+        self._exited: dict[int, int] = {}  # pid -> exit code, reaped but not yet handled
+        self._lifetimes: list[leaks.Lifetime] = []  # jobs' start..end in clock ticks, to name a leak's job
+
+    def adopt_orphans(self) -> None:
+        procs.set_child_subreaper()
+
+    def spawn(self, argv: Sequence[str], env: dict[str, str], cwd: str, log_fd: int, job: str) -> int:
+        pid = procs.spawn(argv, env, cwd, log_fd)
+        self._ours.add(pid)
+        self._lifetimes.append(leaks.Lifetime(job, leaks.start_ticks(pid) or leaks.now_ticks()))
+        del self._lifetimes[: -leaks.LIFETIMES_KEPT]
+        return pid
+
+    def reap(self) -> None:
+        """Collect every child that ended: our jobs' codes are kept, orphans are just reaped."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self._ours:
+                self._exited[pid] = os.waitstatus_to_exitcode(status)
+
+    def exit_code(self, pid: int) -> int | None:
+        return self._exited.get(pid)
+
+    def forget(self, pid: int) -> None:
+        self._ours.discard(pid)
+        self._exited.pop(pid, None)
+
+    def child_waiting(self) -> bool:
+        try:
+            return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return False
+
+    def tree(self, run: Running) -> list[procs.Proc]:
+        """Every live process of RUN: in its cgroup, carrying its tag, or still in its session."""
+        in_cgroup = set(procs.cgroup_pids(run.cgroup)) if run.cgroup else set()
+        return [
+            p
+            for p in procs.all_procs()
+            if p.state not in ("Z", "X")
+            and p.pid != os.getpid()
+            and (p.tag == run.tag or p.sid == run.pid or p.pid in in_cgroup)
+        ]
+
+    def end(self, pids: Iterable[int]) -> None:
+        procs.end_processes(list(pids), self.kill_grace_s, self.reap)
+
+    def end_cgroup(self, cgroup: str) -> list[int]:
+        return procs.cgroup_kill(cgroup, 5.0, self.reap)
+
+    def job_cgroup(self, base: str | None, filename: str) -> str | None:
+        if not base:
+            return None
+        path = os.path.join(base, f"job-{filename}")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            return None
+        return path
+
+    def leftovers(self, tag_prefix: str) -> list[procs.Proc]:
+        return [p for p in procs.all_procs() if p.tag and p.tag.startswith(tag_prefix)]
+
+    def job_ended(self, filename: str) -> None:
+        for life in self._lifetimes:
+            if life.job == filename and life.end is None:
+                life.end = leaks.now_ticks()
+
+    def leaks(self, leaders: set[int]) -> list[leaks.Leak]:
+        return leaks.find(self._lifetimes, leaders)
+
+    def leak_owner(self, pid: int) -> str:
+        return leaks.owner(self._lifetimes, leaks.start_ticks(pid))
+
+    def alive(self, pid: int) -> bool:
+        return procs.alive(pid)
+
+    def gpu_users(
+        self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
+    ) -> tuple[list[procs.GpuUser], list[int]]:
+        return procs.gpu_users(names, devices, is_ours)
+
+    def read_proc(self, pid: int) -> procs.Proc | None:
+        return procs.read_proc(pid)
+
+    def cgroup_pids(self, cgroup: str) -> list[int]:
+        return procs.cgroup_pids(cgroup)

@@ -1,0 +1,55 @@
+"""The runner's memory across lives: state.json as one typed, versioned value (read through runner.state's checks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.queue import Queue
+from runner.state import Problem
+
+# state.json carries "version"; a file without it (every runner before this field) reads as version 1.
+STATE_VERSION = 1
+
+
+@dataclass
+class RunnerState:
+    attempts: dict[str, int] = field(default_factory=dict)  # job -> attempts used
+    waiting_since: dict[str, float] = field(default_factory=dict)  # job -> when its REQUIRES was first false
+    backoff_until: dict[str, float] = field(default_factory=dict)  # job -> no retry before this
+    last_failure: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> {ts, rc, summary}
+
+    @classmethod
+    def load(cls, queue: Queue) -> tuple[RunnerState, list[Problem]]:
+        checked, problems = queue.load_state()
+        return cls(**checked), problems
+
+    def adopt(self, other: RunnerState) -> None:
+        """Take OTHER's contents in place: the runner's parts hold this object, not a copy."""
+        self.attempts, self.waiting_since = other.attempts, other.waiting_since
+        self.backoff_until, self.last_failure = other.backoff_until, other.last_failure
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "attempts": self.attempts,
+            "waiting_since": self.waiting_since,
+            "backoff_until": self.backoff_until,
+            "last_failure": self.last_failure,
+        }
+
+    def save(self, queue: Queue) -> None:
+        queue.save_state(self.to_json())
+
+    def reset(self, job: str) -> None:
+        """Everything known about JOB, forgotten (`plan retry`, push --retry-failed)."""
+        for table in (self.attempts, self.backoff_until, self.last_failure, self.waiting_since):
+            table.pop(job, None)
+
+    def refund(self, job: str) -> None:
+        """The attempt in progress did not count (the runner, not the job, ended it)."""
+        if self.attempts.get(job, 0) > 0:
+            self.attempts[job] -= 1
+
+    def failed(self, job: str, ts: str, rc: int | None, summary: str) -> None:
+        self.last_failure[job] = {"ts": ts, "rc": rc, "summary": summary}

@@ -1,0 +1,269 @@
+"""The runner service: its parts wired together; `tick(now)` moves jobs between the queue's states, `serve()`
+ticks on a timer and on every child's exit, `start`/`stop` begin and end one life of it on a queue root."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import secrets
+import select
+import signal
+import sys
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+
+from runner import __version__, wrapper
+from runner.announce import Announcer, LaneView
+from runner.config import Config
+from runner.controls import ControlHandler
+from runner.dispatch import Dispatcher
+from runner.facts import Facts
+from runner.jobs import Jobs
+from runner.manifest import Manifest
+from runner.outcomes import Outcomes, leave_running
+from runner.problems import FileProblems
+from runner.proctable import OsProcesses, Processes
+from runner.queue import Queue, read_json, timestamp
+from runner.reasons import Reasons
+from runner.runstate import RunnerState
+from runner.scan import Scanner
+from runner.statusfile import write_status
+from runner.vocab import Event
+
+DIR_POLL_S = 0.5
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class Runner:
+    def __init__(self, config: Config, processes: Processes | None = None) -> None:
+        # Resolved once: jobs run with the root as their working directory, so a relative --root would
+        # name their scripts relative to the wrong place.
+        self.config = config = replace(config, root=Path(config.root).resolve())
+        self.queue = queue = Queue(config.root)
+        self.root = str(config.root)
+        self.root_id = hashlib.sha1(self.root.encode()).hexdigest()[:12]
+        self.instance = secrets.token_hex(4)
+        self.processes = processes or OsProcesses(config.kill_grace_s)
+        self.state = RunnerState()
+        self.problems = FileProblems(queue)
+        self.manifest = Manifest(queue, self.problems)
+        self.reasons = Reasons(self.state)
+        self.facts = Facts(config, self.root_id, self.manifest, self.processes)
+        self.announcer = Announcer(config, queue, self.reasons)
+        self.outcomes = Outcomes(config, queue, self.state, self.facts, self.announcer)
+        self.jobs = Jobs(
+            config,
+            queue,
+            self.state,
+            self.processes,
+            self.reasons,
+            self.announcer,
+            self.outcomes,
+            f"{self.root_id}:{self.instance}:",
+        )
+        self.scanner = Scanner(config, queue, self.reasons, self.manifest, self.forget)
+        self.controls = ControlHandler(queue, self.state, self.problems, self.jobs, self.forget)
+        self.dispatcher = Dispatcher(
+            queue, self.state, self.facts, self.reasons, self.jobs, self.announcer, self.forget
+        )
+        self.started_at = 0.0
+        self.ticks = 0
+        self._lock_fd: int | None = None
+
+    # -- one life ------------------------------------------------------------------------------
+    def start(self, now: float) -> None:
+        self.queue.ensure()
+        self._lock()
+        loaded, problems = RunnerState.load(self.queue)
+        self.state.adopt(loaded)
+        self.started_at = now
+        self.processes.adopt_orphans()
+        self.queue.emit(
+            now,
+            "-",
+            Event.RUNNER_START.value,
+            pid=os.getpid(),
+            version=__version__,
+            instance=self.instance,
+            last_alive=self._last_alive(),
+        )
+        self.problems.report(now, "state.json", problems)
+        self._end_leftovers(now)
+        # Read once the leftovers are gone: a wrapper records an exit only when the job ended by itself (one
+        # ended by us records nothing), so a record here is a job that finished while we were down.
+        records = {f: r for f in self.queue.jobs("running") if (r := wrapper.read_record(self.queue.exit_record(f)))}
+        for filename in self.queue.list_all("running"):
+            if filename in records:
+                self.outcomes.finish_recorded(now, filename, records[filename])
+            else:
+                leave_running(self.queue, filename, "queue")
+                self.state.refund(filename)
+                self.queue.emit(now, filename, Event.RECOVERED.value)
+        for name in os.listdir(self.queue.dir("running")):
+            if name.startswith(".") and name.endswith(".exit") and name[1:-5] not in records:
+                wrapper.clear_record(self.queue.dir("running") / name)  # a record whose job is gone
+        self._save_state(now)
+
+    def _end_leftovers(self, now: float) -> None:
+        """Processes an earlier life of this root started (by their tag, or in their job's cgroup) end first."""
+        leftovers = self.processes.leftovers(self.root_id + ":")
+        if leftovers:
+            self.processes.end([p.pid for p in leftovers])
+            self.queue.emit(
+                now,
+                "-",
+                Event.ORPHANS_KILLED.value,
+                why="left by an earlier runner life",
+                pids=[p.pid for p in leftovers],
+                cmds=[p.cmdline[:200] for p in leftovers],
+            )
+        if not self.config.cgroup:
+            return
+        for name in sorted(os.listdir(self.config.cgroup)):
+            if name.startswith("job-"):
+                killed = self.processes.end_cgroup(os.path.join(self.config.cgroup, name))
+                if killed:
+                    self.queue.emit(
+                        now,
+                        name[4:],
+                        Event.ORPHANS_KILLED.value,
+                        why="left in its cgroup by an earlier runner life",
+                        pids=killed,
+                        cgroup=True,
+                    )
+
+    def _last_alive(self) -> str | None:
+        """The previous life's last heartbeat, from the status.json it left (for downtime in `plan report`)."""
+        try:
+            beat = read_json(self.queue.status_path)["runner"]["heartbeat"]
+            return timestamp(float(beat))
+        except (OSError, ValueError, TypeError, KeyError, OverflowError):
+            return None
+
+    def _lock(self) -> None:
+        """One runner per queue root: a second would end the first one's jobs as leftovers of an earlier life."""
+        path = self.queue.root / ".runner.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise AlreadyRunning(f"another runner (pid {holder}) already serves {self.root}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd  # held, never closed, for the life of the process
+
+    def stop(self, now: float, why: str = "SIGTERM") -> None:
+        """End every job's tree and put the jobs back in queue/ without using an attempt."""
+        for run in list(self.jobs.running.values()):
+            self.jobs.evict(now, run, "queue", f"runner stopped ({why})", refund=True)
+        for lane in self.config.lanes:
+            self.announcer.set_lane(now, lane, LaneView("stopped"))
+        self.queue.emit(now, "-", Event.RUNNER_STOP.value, why=why)
+        self._save_state(now)
+        try:
+            write_status(self, now, [])
+        except OSError:
+            pass
+        self.queue.close()
+
+    def serve(self) -> int:
+        """Tick until SIGTERM/SIGINT; a child's exit wakes the loop at once."""
+        rfd, wfd = os.pipe()
+        os.set_blocking(rfd, False)
+        os.set_blocking(wfd, False)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        stop_signal: list[str] = []
+
+        def on_stop(signum: int, _frame: object) -> None:
+            stop_signal.append(signal.Signals(signum).name)
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.start(time.time())
+        queue_dir = str(self.queue.dir("queue"))
+        while not stop_signal:
+            # Taken before the tick: a file that lands during the tick is seen at once afterwards
+            # (the tick's own moves cost one extra tick, which then finds nothing to do).
+            seen = _mtime(queue_dir)
+            try:
+                self.tick(time.time())
+            except OSError as exc:
+                # A disk full or a permission changed under us: say so and try again next tick, rather than
+                # die and be restarted in a loop. status.json stops being rewritten, so `plan watch` sees DEAD.
+                traceback.print_exc()
+                print(f"runner: tick failed: {exc}", file=sys.stderr, flush=True)
+            self._wait(rfd, queue_dir, seen, stop_signal)
+        self.stop(time.time(), stop_signal[0])
+        return 0
+
+    def _wait(self, rfd: int, queue_dir: str, seen: int, stop_signal: list[str]) -> None:
+        """Until the next tick; at once for a child's exit and within DIR_POLL_S for a new job file (one stat
+        of queue/), so neither waits for the next tick."""
+        wait = self.config.tick_s
+        if self.scanner.settle_due is not None:  # a file being written is taken the moment it has settled
+            wait = min(wait, max(self.scanner.settle_due - time.time(), 0.0) + 0.01)
+        next_tick = time.monotonic() + wait
+        _drain(rfd)
+        while not stop_signal and not self.processes.child_waiting():
+            left = next_tick - time.monotonic()
+            if left <= 0:
+                return
+            if select.select([rfd], [], [], min(left, DIR_POLL_S))[0]:
+                _drain(rfd)
+                continue
+            if _mtime(queue_dir) != seen:
+                return
+
+    # -- the tick ------------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        self.ticks += 1
+        self.queue.reopen_if_rotated()
+        self.processes.reap()
+        self.manifest.new_tick(now)  # read (and checked) whenever it changes, not only when a reason needs it
+        self.controls.tick(now)
+        self.jobs.finish_exited(now)
+        self.jobs.enforce_timeouts(now)
+        self.announcer.watch_running(now, self.jobs.running)
+        queued = self.scanner.scan(now)
+        self.dispatcher.schedule(now, queued, self.controls.park)
+        self.announcer.waits(now)
+        self.announcer.lanes(now, self.jobs.running, queued)
+        self.announcer.idle(now, self.jobs.running, queued)
+        self._save_state(now)
+        self.problems.keep(now, "status.json", lambda: write_status(self, now, queued))
+        if now - self.queue.last_written >= self.config.heartbeat_event_s:
+            # Nothing else said we were alive for that long: `plan report` measures downtime from this.
+            self.queue.emit(now, "-", Event.HEARTBEAT.value, tick=self.ticks)
+
+    def _save_state(self, now: float) -> None:
+        self.problems.keep(now, "state.json", lambda: self.state.save(self.queue))
+
+    def forget(self, filename: str) -> None:
+        """FILENAME left queue/ (done, cancelled, invalid): nothing about it is kept."""
+        self.scanner.forget(filename)
+        self.reasons.drop(filename)
+        self.state.waiting_since.pop(filename, None)
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, OSError):
+        pass
