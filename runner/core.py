@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runner import __version__, jobfile, leaks, procs, wrapper
+from runner import __version__, jobfile, leaks, procs, stamps, wrapper
 from runner.announce import Announcements
 from runner.conditions import Condition, evaluate
 from runner.config import Config
@@ -293,6 +293,14 @@ class Runner(Controls, Reasons, Announcements, Scanner, Outcomes):
                 job = parsed.job
                 assert isinstance(job, jobfile.JobFile)
                 done, _ = self._holds(parsed.done_if) if parsed.done_if else (False, "")
+                if done:  # really done only if its stamp matches (rerun on change): else it runs, or waits
+                    fresh = stamps.judge(self.root, filename, job, self._manifest(), now)
+                    self._report_corrupt(now, fresh.file, fresh.problems)
+                    if fresh.stale:
+                        self._reason(now, filename, Why.STALE.value, fresh.why, fresh.blocker)
+                        done = False
+                        if fresh.wait:
+                            continue
                 if done:
                     if self.queue.move(filename, "queue", "done"):
                         self.queue.emit(now, filename, "skipped", note="DONE_IF already true")

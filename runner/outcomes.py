@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runner import jobfile, leaks, logs, procs, wrapper
+from runner import jobfile, leaks, logs, procs, stamps, wrapper
 from runner.base import RunnerBase
 from runner.conditions import Condition, compile_condition
 from runner.queue import timestamp
@@ -67,6 +67,8 @@ class Outcomes(RunnerBase):
         if ended is not None:
             when.update(ended=timestamp(ended), while_down=True)
         if rc == 0 and verified is not False and not run.timed_out:
+            # Stamped while the file is still in running/: what it ran with, and its producers' runs.
+            self._report_corrupt(now, *stamps.record_done(self.root, filename, job, self._manifest(), now))
             self._leave_running(filename, "done")
             self.queue.emit(now, filename, Event.DONE.value, rc=rc, verified=verified, **when)
             self.state["last_failure"].pop(filename, None)
