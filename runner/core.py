@@ -293,14 +293,14 @@ class Runner(Controls, Reasons, Announcements, Scanner, Outcomes):
                 job = parsed.job
                 assert isinstance(job, jobfile.JobFile)
                 done, _ = self._holds(parsed.done_if) if parsed.done_if else (False, "")
-                if done:  # really done only if its stamp matches (rerun on change): else it runs, or waits
-                    fresh = stamps.judge(self.root, filename, job, self._manifest(), now)
-                    self._report_corrupt(now, fresh.file, fresh.problems)
-                    if fresh.stale:
-                        self._reason(now, filename, Why.STALE.value, fresh.why, fresh.blocker)
-                        done = False
-                        if fresh.wait:
-                            continue
+                # Rerun on change: done only if its stamp matches; a stale job runs, or waits for its producers.
+                fresh = stamps.judge(self.root, filename, job, self._manifest(), now, done)
+                self._report_corrupt(now, fresh.file, fresh.problems)
+                if fresh.stale:
+                    self._reason(now, filename, Why.STALE.value, fresh.why, fresh.blocker)
+                    done = False
+                    if fresh.wait:
+                        continue
                 if done:
                     if self.queue.move(filename, "queue", "done"):
                         self.queue.emit(now, filename, "skipped", note="DONE_IF already true")

@@ -31,6 +31,7 @@ Problem = tuple[str, str]  # (field, what was wrong): reported as state-corrupt,
 # Content hashes of queued files, by path and (mtime, size, inode): a stale job waiting for its producer is
 # judged every tick, and need not be read again each time.
 _hashes: dict[str, tuple[tuple[int, int, int], str]] = {}
+_reads: dict[str, tuple[tuple[int, int, int], tuple[dict[str, Any] | None, list[Problem]]]] = {}
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,19 @@ def check(raw: Any, filename: str) -> tuple[dict[str, Any] | None, list[Problem]
 
 
 def read(root: str, filename: str) -> tuple[dict[str, Any] | None, list[Problem]]:
-    """FILENAME's stamp under ROOT; a torn or garbage file reads as no stamp, with the problem."""
+    """FILENAME's stamp under ROOT; a torn or garbage file reads as no stamp, with the problem. Parsed once per
+    version of the file (the runner asks every tick for each queued job that has one)."""
     path = os.path.join(root, stamp_name(filename))
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None, []
+    except OSError as exc:
+        return None, [("(read)", f"cannot stat it: {exc.strerror or exc}: treated as no stamp")]
+    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    cached = _reads.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -96,10 +108,13 @@ def read(root: str, filename: str) -> tuple[dict[str, Any] | None, list[Problem]
     except OSError as exc:
         return None, [("(read)", f"cannot read it: {exc.strerror or exc}: treated as no stamp")]
     try:
-        raw = json.loads(data)
+        found = check(json.loads(data), filename)
     except ValueError:
-        return None, [("(whole file)", "not valid JSON (torn or garbage): treated as no stamp")]
-    return check(raw, filename)
+        found = None, [("(whole file)", "not valid JSON (torn or garbage): treated as no stamp")]
+    if len(_reads) > 100_000:
+        _reads.clear()
+    _reads[path] = (key, found)
+    return found
 
 
 def read_all(root: str) -> tuple[dict[str, dict[str, Any]], dict[str, list[Problem]]]:
@@ -181,13 +196,20 @@ def new_stamp(filename: str, sha: str, producers: Mapping[str, str | None], now:
     return {**body, "id": ident if run else ""}
 
 
-def judge(root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str, Any] | None, now: float) -> Verdict:
-    """Whether queued FILENAME, whose DONE_IF holds, is really done. Without a usable stamp the old rule holds
-    and the stamp is adopted (so the next change reruns it); a torn stamp is named in `problems`."""
+def judge(
+    root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str, Any] | None, now: float, done: bool
+) -> Verdict:
+    """Whether queued FILENAME, whose DONE_IF holds (DONE), is really done. Without a usable stamp the old rule
+    holds and the stamp is adopted (so the next change reruns it); a torn stamp is named in `problems`. A job
+    a push marked stale waits while a producer is to run again first, whether or not its DONE_IF holds (its
+    REQUIRES may well hold on the producer's old output)."""
     name = stamp_name(filename)
     if not stamped(job) or rerun_never(manifest, filename):
         return Verdict(file=name)
     stamp, problems = read(root, filename)
+    marked = str(stamp.get("stale") or "") if stamp is not None else ""  # why a push marked it stale
+    if not done and not marked:
+        return Verdict(file=name, problems=problems)
     producers = producers_of(manifest, filename)
     for producer in producers:
         if any(os.path.exists(os.path.join(root, state, producer)) for state in ("queue", "running")):
@@ -199,6 +221,8 @@ def judge(root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str,
             failed = os.path.exists(os.path.join(root, "failed", producer))
             why = f"waits for {producer}{', which failed,' if failed else ''} to run again first"
             return Verdict(stale=True, wait=True, why=why, blocker=producer, file=name, problems=problems)
+    if not done:
+        return Verdict(stale=True, why=f"marked stale by a push: {marked}", file=name, problems=problems)
     sha = _file_hash(os.path.join(root, "queue", filename))
     if sha is None:
         return Verdict(file=name, problems=problems)  # gone meanwhile: the caller's move finds that out
@@ -210,11 +234,7 @@ def judge(root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str,
             problems = [*problems, ("(write)", f"cannot write it: {exc.strerror or exc}")]
         return Verdict(file=name, problems=problems)
     if stamp["sha"] != sha:
-        why = (
-            f"marked stale by a push: {stamp['stale']}"
-            if isinstance(stamp.get("stale"), str) and stamp["stale"]
-            else "its job file changed since it ran"
-        )
+        why = f"marked stale by a push: {marked}" if marked else "its job file changed since it ran"
         return Verdict(stale=True, why=why, file=name, problems=problems)
     for producer in producers:
         if ran_again(stamp["producers"].get(producer), current[producer]):

@@ -251,3 +251,20 @@ def test_torn_stamp_in_the_runner_is_reported_and_treated_as_missing(tmp_path: P
     assert corrupt == [("stamps/a.json", "(whole file)"), ("stamps/b.json", "sha")]  # once each, not every tick
     assert sorted(os.listdir(root / "done")) == ["a.job", "b.job"]  # as with no stamp: DONE_IF decides
     assert stamp(root, "a")["id"] == stamp(root, "b")["id"] == ""  # adopted over the torn ones
+
+
+def test_a_queued_consumer_waits_for_its_changed_producer_even_before_its_first_run(tmp_path: Path) -> None:
+    root, out = tmp_path / "q", tmp_path / "out"
+    assert push(str(root), str(make_plan(tmp_path)))[0] == 0
+    os.replace(root / "queue/a.job", root / "done/a.job")
+    _stamp(root, "a", stamps.content_hash((root / "done/a.job").read_bytes()), "id-a")
+    (out / "a").write_text("v1\n")  # b's REQUIRES holds on a's old output: only its stamp holds it back
+    code, output = push(str(root), str(make_plan(tmp_path, "v2")))
+    assert code == 0, output
+    assert "  ^  b.job  (stale because a.job changed)" in output and "will run again: a.job, b.job" in output
+    (root / "parked.json").write_text('{"reason": "test"}')
+    runner = _ticking(root)
+    runner.tick(time.time())  # type: ignore[attr-defined]
+    assert _reason(runner, "b.job") == ("stale", "waits for a.job to run again first")
+    result = cli.invoke(app, ["status", str(root)])
+    assert "stale" in result.output and "waits for a.job to run again first" in result.output, result.output
