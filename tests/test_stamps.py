@@ -207,11 +207,12 @@ def test_runner_skips_unstamped_jobs_adopts_their_stamp_and_never_stamps_seed_jo
     (tmp_path / "out/a").write_text("old\n")
     (tmp_path / "out/b").write_text("old\n")
     write_job(root, "zz-seed.job", f"# DONE_IF=test -f {tmp_path}/out/a\necho seed\n")
+    write_job(root, "zz-no-outputs.job", f"# DONE_IF=test -f {tmp_path}/out/a\n# PLAN=p@1\necho\n")
     runner = _ticking(root)
     runner.tick(time.time())  # type: ignore[attr-defined]
-    assert sorted(os.listdir(root / "done")) == ["a.job", "b.job", "zz-seed.job"]  # as before stamps
+    assert sorted(os.listdir(root / "done")) == ["a.job", "b.job", "zz-no-outputs.job", "zz-seed.job"]
     assert stamp(root, "a")["id"] == "" and stamp(root, "b")["producers"] == {"a.job": ""}
-    assert not (root / "stamps/zz-seed.json").exists()
+    assert sorted(os.listdir(root / "stamps")) == ["a.json", "b.json"]  # none for seed or output-less jobs
 
 
 def test_runner_waits_for_a_stale_producer_and_reruns_a_changed_job(tmp_path: Path) -> None:
