@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from plancompiler.cli import app
 from runner import stamps
 from tests.conftest import RunnerProcess, read_events, wait_for, write_job
+from tests.sshd import Sshd
 
 cli = CliRunner()
 
@@ -269,3 +270,19 @@ def test_a_queued_consumer_waits_for_its_changed_producer_even_before_its_first_
     assert _reason(runner, "b.job") == ("stale", "waits for a.job to run again first")
     result = cli.invoke(app, ["status", str(root)])
     assert "stale" in result.output and "waits for a.job to run again first" in result.output, result.output
+
+
+def test_push_over_ssh_reads_and_marks_stamps_on_the_host(tmp_path: Path, sshd: Sshd) -> None:
+    root = tmp_path / "remote-q"
+    hosts = str(sshd.hosts_file(root))
+    assert push("testbox", str(make_plan(tmp_path)), "--hosts", hosts)[0] == 0
+    _all_done(root, stamped=True)
+    code, output = push("testbox", str(make_plan(tmp_path)), "--hosts", hosts)
+    assert code == 0 and "nothing will run again" in output and "nothing to push" in output, output
+    code, output = push("testbox", str(make_plan(tmp_path, "v2")), "--hosts", hosts, "--json")
+    assert code == 0, output
+    answer, _ = json.JSONDecoder().raw_decode(output[output.index("{") :])  # notes follow on stderr
+    assert answer["reruns"] == ["a.job", "b.job"] and answer["counts"] == {"~": 1, "^": 1}
+    assert {c["job"]: c["mark"] for c in answer["changes"]} == {"a.job": "~", "b.job": "^"}
+    assert stamp(root, "a")["stale"] == "a.job changed" and stamp(root, "b")["stale"] == "a.job changed"
+    assert sorted(os.listdir(root / "queue")) == ["a.job", "b.job"]
