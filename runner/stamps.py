@@ -1,7 +1,7 @@
 """Rerun on change: stamps under ROOT/stamps/ say what content (and which producers' runs) a done job ran with.
 
 A stamp is `ROOT/stamps/<job name>.json`, written atomically when a plan job (one with PLAN= and OUTPUTS=)
-ends done: `{"version": 1, "job": FILE, "sha": sha256 of the job file, "id": this run's identity,
+ends done: `{"version": 1, "job": FILE, "sha": sha256 of its body (`content_hash`), "id": this run,
 "producers": {FILE: that producer's stamp id when this job ran}, "ts": ...}`. A push that makes a job
 stale rewrites its stamp with `"sha": ""` and `"stale": why` (the old `id` kept), so the runner reruns
 it after its producers. A queued job whose DONE_IF holds is really done only when its stamp matches its
@@ -47,8 +47,14 @@ class Verdict:
 
 
 def content_hash(data: bytes) -> str:
-    """The content hash of a job file: the same sha256 push records in manifest.json and compares."""
-    return hashlib.sha256(data).hexdigest()
+    """What a job runs, hashed: the sha256 of its body, the lines after its header (as `jobfile.parse` splits
+    them). The header is left out: a new TIMEOUT, RETRIES, LANE or WARN_AFTER changes how the job is
+    scheduled, not what it makes, and PLAN= carries a digest of them all."""
+    lines = data.split(b"\n")
+    start = 1 if lines and lines[0].startswith(b"#!") else 0
+    while start < len(lines) and lines[start].startswith(b"#"):
+        start += 1
+    return hashlib.sha256(b"\n".join(lines[start:])).hexdigest()
 
 
 def stamp_name(filename: str) -> str:
@@ -318,9 +324,10 @@ def push_effects(
     states: Mapping[str, tuple[str, str | None]],
     stamps: Mapping[str, Mapping[str, Any]],
 ) -> tuple[dict[str, Effect], list[list[str]]]:
-    """What a push of JOBS (manifest entries with `sha`, `after`, `outputs`, `rerun`) does to the queue whose
-    plan jobs are in STATES (file -> (state, sha there)) with STAMPS: each done job that changed, each job
-    downstream of one that will run again; and the stamps to mark stale, producers first."""
+    """What a push of JOBS (manifest entries with `sha`, `after`, `outputs`, `rerun`, plus `run_sha`: the
+    new file's `content_hash`) does to the queue whose plan jobs are in STATES (file -> (state, file sha
+    there)) with STAMPS: each done job that changed, each job downstream of one that will run again; and
+    the stamps to mark stale, producers first."""
     effects: dict[str, Effect] = {}
     marks: list[list[str]] = []
     root_of: dict[str, str] = {}  # a job that will run again -> the changed job that makes it
@@ -351,8 +358,8 @@ def push_effects(
                     "changed, queued again; output kept if its DONE_IF holds "
                     "(no stamp: it last ran before stamps were kept)",
                 )
-            elif stamp.get("sha") == spec.get("sha"):
-                effects[name] = Effect("same", "changed here, but it ran with this content: output kept")
+            elif stamp.get("sha") == spec.get("run_sha"):
+                effects[name] = Effect("same", "changed header only, output kept: what it runs is the same")
             else:
                 effects[name] = Effect("run", "changed, will run again: its output is stale")
                 root_of[name] = name

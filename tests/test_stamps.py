@@ -24,11 +24,14 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PLAN_HOSTS", raising=False)
 
 
-def make_plan(tmp_path: Path, a_says: str = "v1", a_rerun: str | None = None, c: bool = False) -> Path:
+def make_plan(
+    tmp_path: Path, a_says: str = "v1", a_rerun: str | None = None, c: bool = False, a_timeout: str = ""
+) -> Path:
     """a writes out/a; b copies it into out/b (so b's output shows which a it followed); c follows b."""
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     rerun = f"    rerun: {a_rerun}\n" if a_rerun else ""
+    rerun += f"    timeout: {a_timeout}\n" if a_timeout else ""
     text = (
         f"plan: p\njobs:\n"
         f"  - name: a\n    run: echo {a_says} > {out}/a\n    outputs: [{out}/a]\n{rerun}"
@@ -286,3 +289,19 @@ def test_push_over_ssh_reads_and_marks_stamps_on_the_host(tmp_path: Path, sshd: 
     assert {c["job"]: c["mark"] for c in answer["changes"]} == {"a.job": "~", "b.job": "^"}
     assert stamp(root, "a")["stale"] == "a.job changed" and stamp(root, "b")["stale"] == "a.job changed"
     assert sorted(os.listdir(root / "queue")) == ["a.job", "b.job"]
+
+
+def test_a_new_timeout_changes_how_a_job_is_scheduled_not_what_it_makes(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    assert push(str(root), str(make_plan(tmp_path)))[0] == 0
+    _all_done(root, stamped=True)
+    (tmp_path / "out/a").write_text("v1\n")
+    code, output = push(str(root), str(make_plan(tmp_path, a_timeout="6h")))
+    assert code == 0, output
+    assert "  ~  a.job  (changed header only, output kept: what it runs is the same)" in output
+    assert (
+        "^" not in output and "nothing will run again" in output and "TIMEOUT=6h" in (root / "queue/a.job").read_text()
+    )
+    runner = _ticking(root)
+    runner.tick(time.time())  # type: ignore[attr-defined]
+    assert sorted(os.listdir(root / "done")) == ["a.job", "b.job"]  # its DONE_IF and its stamp agree: skipped

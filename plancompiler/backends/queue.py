@@ -61,7 +61,9 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
     record = plan_record(compiled)
     # Rerun on change (runner/stamps.py): which done jobs run again, and which follow them downstream.
     mine = {n: (where[n][0], where[n][1].get("sha")) for n in ours if n in where and owner(n) == plan_name}
-    effects, marks = stamps.push_effects(record["jobs"], mine, probe.get("stamps") or {})
+    texts = {job.filename: job.text.encode() for job in compiled.jobs}
+    graph = {n: {**spec, "run_sha": stamps.content_hash(texts[n])} for n, spec in record["jobs"].items()}
+    effects, marks = stamps.push_effects(graph, mine, probe.get("stamps") or {})
     for job in compiled.jobs:
         name, sha = job.filename, _sha(job.text)
         state, info = where.get(name, (None, {}))
