@@ -149,6 +149,18 @@ def _write(root: str, filename: str, stamp: dict[str, Any]) -> None:
     atomic_write(path, (json.dumps(stamp, sort_keys=True) + "\n").encode())
 
 
+def _queued(root: str, filename: str) -> str:
+    return os.path.join(root, "queue", filename)
+
+
+def _try_write(root: str, filename: str, stamp: dict[str, Any]) -> list[Problem]:
+    try:
+        _write(root, filename, stamp)
+    except OSError as exc:
+        return [("(write)", f"cannot write it: {exc.strerror or exc}")]
+    return []
+
+
 def ran_again(recorded: str | None, current: str | None) -> bool:
     """Whether a producer ran since its consumer did: only a real run (a non-empty id) is evidence; a
     producer with no stamp, or an adopted one (id ""), has produced nothing new that we know of."""
@@ -210,9 +222,15 @@ def judge(
     a push marked stale waits while a producer is to run again first, whether or not its DONE_IF holds (its
     REQUIRES may well hold on the producer's old output)."""
     name = stamp_name(filename)
-    if not stamped(job) or rerun_never(manifest, filename):
+    if not stamped(job):
         return Verdict(file=name)
     stamp, problems = read(root, filename)
+    if rerun_never(manifest, filename):
+        if done and stamp is not None and stamp.get("stale"):
+            # Marked before it became `rerun: never`: its output stands, so its consumers must stop waiting on it.
+            fresh = {k: v for k, v in stamp.items() if k != "stale"}
+            problems = [*problems, *_try_write(root, filename, {**fresh, "sha": _file_hash(_queued(root, filename))})]
+        return Verdict(file=name, problems=problems)
     marked = str(stamp.get("stale") or "") if stamp is not None else ""  # why a push marked it stale
     if not done and not marked:
         return Verdict(file=name, problems=problems)
@@ -229,18 +247,15 @@ def judge(
             return Verdict(stale=True, wait=True, why=why, blocker=producer, file=name, problems=problems)
     if not done:
         return Verdict(stale=True, why=f"marked stale by a push: {marked}", file=name, problems=problems)
-    sha = _file_hash(os.path.join(root, "queue", filename))
+    sha = _file_hash(_queued(root, filename))
     if sha is None:
         return Verdict(file=name, problems=problems)  # gone meanwhile: the caller's move finds that out
     current = _current_ids(root, producers)
     if stamp is None:
-        try:
-            _write(root, filename, new_stamp(filename, sha, current, now, run=False))
-        except OSError as exc:
-            problems = [*problems, ("(write)", f"cannot write it: {exc.strerror or exc}")]
+        problems = [*problems, *_try_write(root, filename, new_stamp(filename, sha, current, now, run=False))]
         return Verdict(file=name, problems=problems)
     if stamp["sha"] != sha:
-        why = f"marked stale by a push: {marked}" if marked else "its job file changed since it ran"
+        why = f"marked stale by a push: {marked}" if marked else "what it runs changed since it ran"
         return Verdict(stale=True, why=why, file=name, problems=problems)
     for producer in producers:
         if ran_again(stamp["producers"].get(producer), current[producer]):

@@ -305,3 +305,21 @@ def test_a_new_timeout_changes_how_a_job_is_scheduled_not_what_it_makes(tmp_path
     runner = _ticking(root)
     runner.tick(time.time())  # type: ignore[attr-defined]
     assert sorted(os.listdir(root / "done")) == ["a.job", "b.job"]  # its DONE_IF and its stamp agree: skipped
+
+
+def test_a_marked_job_that_became_rerun_never_releases_its_consumers(tmp_path: Path) -> None:
+    root, out = tmp_path / "q", tmp_path / "out"
+    assert push(str(root), str(make_plan(tmp_path)))[0] == 0
+    _all_done(root, stamped=True)
+    (out / "a").write_text("v1\n")
+    (out / "b").write_text("v1\n")
+    assert push(str(root), str(make_plan(tmp_path, "v2")))[0] == 0  # a and b marked stale, queued again
+    code, output = push(str(root), str(make_plan(tmp_path, "v2", a_rerun="never")))  # the user thinks again
+    assert code == 0 and "pushed" in output, output
+    (root / "parked.json").write_text('{"reason": "test"}')
+    runner = _ticking(root)
+    runner.tick(time.time())  # type: ignore[attr-defined]
+    assert (root / "done/a.job").exists() and "stale" not in stamp(root, "a")  # skipped, its mark cleared
+    assert stamp(root, "a")["id"] == "id-a.job"  # the output it made stands
+    runner.tick(time.time() + 1)  # type: ignore[attr-defined]
+    assert _reason(runner, "b.job") == ("parked", "parked since ?: test")  # stale (marked), no longer waiting
