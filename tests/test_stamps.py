@@ -89,6 +89,7 @@ def test_a_changed_done_job_reruns_and_its_consumers_follow(tmp_path: Path) -> N
     finally:
         runner.stop()
     assert (out / "c").read_text() == "v2\n"  # c followed b, which followed the new a
+    assert [e["attempt"] for e in read_events(root) if e["event"] == "start" and e["job"] == "c.job"] == [1, 1]
     order = [(e["event"], e["job"]) for e in read_events(root) if e["event"] in ("start", "done")][-6:]
     assert order == [
         ("start", "a.job"),

@@ -103,6 +103,8 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
                 note, effect.note if effect else "done before; content changed, queued again"]))))
             request["remove"].append(["done", name])
             request["files"][name] = job.text
+            if effect is not None and effect.kind in ("run", "stale") and name not in request["resets"]:
+                request["resets"].append(name)  # a rerun starts at attempt 1, with all its retries
         elif options.retry_failed or taken:
             changes.append(Change("r", name, state, note or "attempts reset"))
             request["remove"].append(["failed", name])
