@@ -103,6 +103,10 @@ class Job(Strict):
     timeout: str | None = Field(None, description="wall-clock limit: 90, 90s, 10m, 6h")
     warn_after: str | None = Field(None, description="running longer raises long-running")
     shellcheck_disable: list[str] = Field(default_factory=list, description="shellcheck codes to ignore, e.g. SC2034")
+    rerun: Literal["on-change", "never"] = Field(
+        "on-change", description="on-change: a done job whose job file changed since it ran (its stamp under "
+        "ROOT/stamps/ says so), or whose producers ran again, runs again, and so do the jobs downstream of it; "
+        "never: its DONE_IF alone decides, as for a download whose command text changes without changing the result")
 
     _source: tuple[str, int] | None = PrivateAttr(default=None)
 

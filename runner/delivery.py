@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import jobfile
+from runner import jobfile, stamps
 from runner.controls import request_name
 from runner.queue import STATES, Queue, atomic_write, read_json, timestamp
 
@@ -126,11 +126,13 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         files[state] = entries
     manifest = read_manifest(root)
     missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
+    found, torn = stamps.read_all(root)
     return {"files": files, "external_missing": missing, "status": status, "runner_alive": runner_alive(status),
             "lifecycle": _lifecycle(root), "parked": _read(os.path.join(root, "parked.json")),
             "generation": manifest["generation"], "owners": owners(manifest),
             "plans": {name: {k: v for k, v in record.items() if k in ("hash", "pushed_at", "by")}
                       for name, record in manifest["plans"].items() if isinstance(record, dict)},
+            "stamps": found, "stamp_problems": {name: [list(p) for p in wrong] for name, wrong in torn.items()},
             "now": time.time()}
 
 
@@ -224,6 +226,8 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
                 result["removed"].append([state, name])
             except FileNotFoundError:
                 result["gone"].append([state, name])
+        # Before the files land: a stale job (and what follows it) must not be taken as done meanwhile.
+        stamps.mark_stale(root, request.get("stale", []))
         replacing = set(request.get("replace", []))
         for name in sorted(files):
             target = os.path.join(root, "queue", name)
@@ -233,7 +237,8 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
                 continue
             os.replace(os.path.join(stage, name), target)
             result["installed"].append(name)
-        if request.get("record") is not None or result["installed"] or result["removed"] or request.get("resets"):
+        if (request.get("record") is not None or result["installed"] or result["removed"] or request.get("resets")
+                or request.get("stale")):
             # Every install that changed something moves the generation, so a push that looked before it is refused.
             manifest = _record(manifest, request.get("record"), request.get("take_over", []))
             atomic_write(Path(root) / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())

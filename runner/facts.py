@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from runner import jobfile, procs
+from runner import jobfile, procs, stamps
 from runner.conditions import Condition, evaluate
 from runner.config import Config
 from runner.manifest import Manifest
@@ -44,10 +44,16 @@ class Facts:
             job = parsed.job
             assert isinstance(job, jobfile.JobFile)
             done = self.done_holds(filename, parsed)
+            # Rerun on change: DONE_IF counts only while the job's stamp matches what it runs and its
+            # producers' runs; a stale job runs again, or first waits for a producer that runs again.
+            verdict = stamps.judge(self.root, filename, job, self.manifest.get(), now, done)
+            self.manifest.problems.report(now, verdict.file, verdict.problems)
+            stale = (verdict.why, verdict.blocker) if verdict.stale and verdict.wait else None
+            done = done and not verdict.stale
             requires: bool | None = None
-            if not done and state.backoff_until.get(filename, 0) <= now:
+            if not done and stale is None and state.backoff_until.get(filename, 0) <= now:
                 requires, why[filename] = self.holds(parsed.requires)
-            facts.append(JobFacts(filename, job.lane, done, requires))
+            facts.append(JobFacts(filename, job.lane, done, requires, stale))
         lanes: dict[str, tuple[str, ...]] = {}
         for run in running.values():
             lanes[run.lane] = (*lanes.get(run.lane, ()), run.filename)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runner import jobfile, logs, wrapper
+from runner import jobfile, logs, stamps, wrapper
 from runner.announce import Announcer
 from runner.conditions import Condition, compile_condition
 from runner.config import Config
@@ -40,6 +40,10 @@ class Outcomes:
         if ended is not None:
             when.update(ended=timestamp(ended), while_down=True)
         if rc == 0 and verified is not False and not run.timed_out:
+            # Stamped while the file is still in running/: what it ran with, and its producers' runs.
+            manifest = self.facts.manifest
+            manifest.problems.report(now, *stamps.record_done(str(self.config.root), run.filename, run.job,
+                                                              manifest.get(), now))
             self.record_done(now, run.filename, rc, verified, when)
             return
         details: dict[str, Any] = {"rc": rc, "attempt": run.attempt, "verified": verified, **when}

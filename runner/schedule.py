@@ -23,6 +23,7 @@ class JobFacts:
     lane: str
     done: bool = False  # its DONE_IF holds already (see Facts.done_holds)
     requires: bool | None = None  # its REQUIRES holds; None where it was not evaluated (in backoff)
+    stale: tuple[str, str] | None = None  # (why, blocker): its output is stale and a producer must run again first
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ def _one(state: RunnerState, snapshot: Snapshot, lanes: _Lanes, facts: JobFacts,
     name, lane = facts.filename, facts.lane
     if facts.done:
         return [Skip(name)]
+    if facts.stale is not None:
+        return [Wait(name, "stale", *facts.stale)]
     until = state.backoff_until.get(name, 0)
     if until > now:
         return [Wait(name, "backoff", f"retry at {timestamp(until)}")]

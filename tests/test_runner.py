@@ -372,7 +372,7 @@ def test_unreadable_processes_are_unknown_gpu_users_never_skipped(tmp_path: Path
         subprocess.run(["chown", "-R", "nobody:nogroup", str(root)], check=True)
         proc = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
                                  "/usr/bin/python3", "-m", "runner", "run", "--root", str(root), "--tick", "0.2",
-                                 "--unreadable-gpu", "block"], cwd=REPO, env={"PATH": os.environ["PATH"],
+                                 "--unreadable-gpu", "block", "--gpu-names", f"plan-test-{os.getpid()}"], cwd=REPO, env={"PATH": os.environ["PATH"],
                                                                               "PYTHONPATH": str(REPO)})
         try:
             wait_for(lambda: (root / "status.json").exists(), 10)

@@ -13,9 +13,9 @@ from plancompiler.hosts import Host
 
 # What a push does to each job: new, changed, unchanged, retired, held (failed), retried,
 # running (left alone), running but changed (reported, left alone), done (left alone).
-MARKS = {"+": "new", "~": "changed", "=": "unchanged", "-": "retired", "!": "held", "r": "retried",
+MARKS = {"+": "new", "~": "changed", "^": "stale", "=": "unchanged", "-": "retired", "!": "held", "r": "retried",
          ">": "running", ">~": "running, changed", "d": "done"}
-ORDER = ["+", "~", "r", "-", "!", ">~", ">", "=", "d"]
+ORDER = ["+", "~", "^", "r", "-", "!", ">~", ">", "=", "d"]
 
 
 def who() -> str:
@@ -59,18 +59,20 @@ class PushPlan:
     errors: list[str] = field(default_factory=list)
     request: dict[str, Any] = field(default_factory=dict)
     host_state: dict[str, Any] = field(default_factory=dict)
+    reruns: list[str] | None = None  # done jobs this push makes run again (None: the backend keeps no stamps)
 
     def counts(self) -> Counter[str]:
         return Counter(c.mark for c in self.changes)
 
     def has_work(self) -> bool:
         return bool(self.request.get("files") or self.request.get("remove") or self.request.get("resets")
-                    or self.request.get("record") is not None or self.request.get("submit"))
+                    or self.request.get("record") is not None or self.request.get("submit")
+                    or self.request.get("stale"))
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "plan": self.plan, "changes": [asdict(c) for c in self.changes],
                 "counts": dict(self.counts()), "warnings": self.warnings, "errors": self.errors,
-                "host_state": self.host_state}
+                "host_state": self.host_state, "reruns": self.reruns}
 
     def text(self) -> str:
         lines = [f"push {self.plan} -> {self.host}"]
@@ -82,6 +84,10 @@ class PushPlan:
                 lines.append(f"  {mark:<2} {change.job}{note}")
         counts = self.counts()
         lines.append("  " + ", ".join(f"{counts[m]} {MARKS[m]}" for m in ORDER if counts[m]))
+        if self.reruns:
+            lines.append(f"  will run again: {', '.join(self.reruns)}")
+        elif self.reruns is not None and any(c.state == "done" for c in self.changes):
+            lines.append("  nothing will run again")
         lines += [f"warning: {w}" for w in self.warnings]
         lines += [f"error: {e}" for e in self.errors]
         return "\n".join(lines)

@@ -10,7 +10,7 @@ from plancompiler.backends.protocol import Change, PushOptions, PushOutcome, Pus
 from plancompiler.compile import Compiled, manifest
 from plancompiler.hosts import Host
 from plancompiler.transport import Session
-from runner import FORMAT_VERSION
+from runner import FORMAT_VERSION, stamps
 from runner.durations import format_duration
 
 CHANGED = "the queue changed since this push looked at it; run it again"
@@ -25,7 +25,9 @@ def plan_record(compiled: Compiled) -> dict[str, Any]:
     graph = manifest(compiled)
     texts = {job.filename: job.text for job in compiled.jobs}
     jobs = {name: {**spec, "sha": _sha(texts[name])} for name, spec in graph["jobs"].items()}
-    digest = _sha("\0".join(texts[n] for n in sorted(texts)))[:12]
+    never = sorted(n for n, spec in jobs.items() if spec.get("rerun") == "never")
+    # `rerun: never` lives only in the manifest: changing it must change the plan's hash, so it is recorded.
+    digest = _sha("\0".join([*(texts[n] for n in sorted(texts)), *(["rerun: never", *never] if never else [])]))[:12]
     return {"plan": compiled.name, "hash": digest, "by": who(), "jobs": jobs, "producers": graph["producers"],
             "external": graph["external"]}
 
@@ -56,6 +58,12 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
     errors: list[str] = []
     request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
     ours = {job.filename for job in compiled.jobs}
+    record = plan_record(compiled)
+    # Rerun on change (runner/stamps.py): which done jobs run again, and which follow them downstream.
+    mine = {n: (where[n][0], where[n][1].get("sha")) for n in ours if n in where and owner(n) == plan_name}
+    texts = {job.filename: job.text.encode() for job in compiled.jobs}
+    graph = {n: {**spec, "run_sha": stamps.content_hash(texts[n])} for n, spec in record["jobs"].items()}
+    effects, marks = stamps.push_effects(graph, mine, probe.get("stamps") or {})
     for job in compiled.jobs:
         name, sha = job.filename, _sha(job.text)
         state, info = where.get(name, (None, {}))
@@ -77,16 +85,26 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
             changes.append(Change(">" if same else ">~", name, state, "; ".join(filter(None, [
                 taken, "" if same else "running an older version; the new one is not sent"]))))
         elif state == "queue":
-            changes.append(Change("=" if same else "~", name, state, note))
+            effect = effects.get(name)
+            if effect is not None and effect.kind == "stale":
+                changes.append(Change("^", name, state, "; ".join(filter(None, [
+                    note, "" if same else "changed", effect.note]))))
+            else:
+                changes.append(Change("=" if same else "~", name, state, note))
             if not same:
                 request["files"][name] = job.text
                 request["replace"].append(name)
-        elif state == "done" and same and not taken:
+        elif state == "done" and same and not taken and name not in effects:
             changes.append(Change("d", name, state))
         elif state == "done":
-            changes.append(Change("~", name, state, note or "done before; content changed, queued again"))
+            effect = effects.get(name)
+            mark = "^" if effect is not None and effect.kind == "stale" else "~"
+            changes.append(Change(mark, name, state, "; ".join(filter(None, [
+                note, effect.note if effect else "done before; content changed, queued again"]))))
             request["remove"].append(["done", name])
             request["files"][name] = job.text
+            if effect is not None and effect.kind in ("run", "stale") and name not in request["resets"]:
+                request["resets"].append(name)  # a rerun starts at attempt 1, with all its retries
         elif options.retry_failed or taken:
             changes.append(Change("r", name, state, note or "attempts reset"))
             request["remove"].append(["failed", name])
@@ -103,13 +121,16 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
             request["remove"].append(["queue", name])
         else:
             changes.append(Change("=", name, "queue", "no longer in the plan; kept (--no-prune)"))
-    record = plan_record(compiled)
+    request["stale"] = [m for m in marks if m[0] in request["files"] or where.get(m[0], ("",))[0] == "queue"]
     before = probe.get("plans", {}).get(plan_name) or {}
     owned_before = {n for n, p in recorded.items() if p == plan_name}
     changed_record = before.get("hash") != record["hash"] or owned_before != ours or request["take_over"]
     request["record"] = record if changed_record else None
     request["generation"] = probe.get("generation", 0)
-    result = PushPlan(host.describe(), plan_name, changes, errors=errors, request=request)
+    result = PushPlan(host.describe(), plan_name, changes, errors=errors, request=request,
+                      reruns=[name for name, _ in request["stale"]])
+    for name, wrong in sorted((probe.get("stamp_problems") or {}).items()):
+        result.warnings.append(f"{name} on {host.name}: {'; '.join(str(w[-1]) for w in wrong)}")
     if options.verify_external and probe.get("external_missing"):
         for path in probe["external_missing"]:
             result.errors.append(f"external path {path} does not exist on {host.name} "

@@ -1,0 +1,402 @@
+"""Rerun on change: stamps under ROOT/stamps/ say what content (and which producers' runs) a done job ran with.
+
+A stamp is `ROOT/stamps/<job name>.json`, written atomically when a plan job (one with PLAN= and OUTPUTS=)
+ends done: `{"version": 1, "job": FILE, "sha": sha256 of its body (`content_hash`), "id": this run,
+"producers": {FILE: that producer's stamp id when this job ran}, "ts": ...}`. A push that makes a job
+stale rewrites its stamp with `"sha": ""` and `"stale": why` (the old `id` kept), so the runner reruns
+it after its producers. A queued job whose DONE_IF holds is really done only when its stamp matches its
+current content and its producers' current stamps; a job with no stamp (a queue from before stamps, a
+seed job) keeps the old rule: DONE_IF alone. `rerun: never` in the plan (manifest.json) keeps it too.
+The runner (`judge`, `record_done`) and the push diff (`push_effects`) both decide from these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner import jobfile
+from runner.queue import atomic_write, timestamp
+
+STAMPS_DIR = "stamps"
+VERSION = 1
+Problem = tuple[str, str]  # (field, what was wrong): reported as state-corrupt, like state.json's
+
+# Content hashes of queued files, by path and (mtime, size, inode): a stale job waiting for its producer is
+# judged every tick, and need not be read again each time.
+_hashes: dict[str, tuple[tuple[int, int, int], str]] = {}
+_reads: dict[str, tuple[tuple[int, int, int], tuple[dict[str, Any] | None, list[Problem]]]] = {}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a queued job's stamp says once its DONE_IF holds: done (skip it), stale (run it) or wait."""
+
+    stale: bool = False
+    wait: bool = False  # stale, but a producer must run again first
+    why: str = ""
+    blocker: str = ""
+    file: str = ""  # the stamp file, for problems
+    problems: list[Problem] = field(default_factory=list)
+
+
+def content_hash(data: bytes) -> str:
+    """What a job runs, hashed: the sha256 of its body, the lines after its header (as `jobfile.parse` splits
+    them). The header is left out: a new TIMEOUT, RETRIES, LANE or WARN_AFTER changes how the job is
+    scheduled, not what it makes, and PLAN= carries a digest of them all."""
+    lines = data.split(b"\n")
+    start = 1 if lines and lines[0].startswith(b"#!") else 0
+    while start < len(lines) and lines[start].startswith(b"#"):
+        start += 1
+    return hashlib.sha256(b"\n".join(lines[start:])).hexdigest()
+
+
+def stamp_name(filename: str) -> str:
+    return f"{STAMPS_DIR}/{jobfile.job_name(filename)}.json"
+
+
+def stamped(job: jobfile.JobFile) -> bool:
+    """Only plan jobs that promise outputs are stamped: seed jobs and jobs without outputs keep the old rule."""
+    return bool(job.plan and job.outputs)
+
+
+def check(raw: Any, filename: str) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """A stamp as read (None for none); one of the wrong shape is treated as missing and its problem named."""
+    if raw is None:
+        return None, []
+    if not isinstance(raw, dict):
+        return None, [("(whole file)", f"expected an object, got {type(raw).__name__}: treated as no stamp")]
+    producers = raw.get("producers", {})
+    wrong = [
+        key
+        for key, ok in (
+            ("sha", isinstance(raw.get("sha"), str)),
+            ("id", isinstance(raw.get("id"), str)),
+            (
+                "producers",
+                isinstance(producers, dict) and all(isinstance(v, str) or v is None for v in producers.values()),
+            ),
+        )
+        if not ok
+    ]
+    if wrong:
+        return None, [
+            (key, f"missing or of the wrong type in the stamp of {filename}: treated as no stamp") for key in wrong
+        ]
+    return raw, []
+
+
+def read(root: str, filename: str) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """FILENAME's stamp under ROOT; a torn or garbage file reads as no stamp, with the problem. Parsed once per
+    version of the file (the runner asks every tick for each queued job that has one)."""
+    path = os.path.join(root, stamp_name(filename))
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None, []
+    except OSError as exc:
+        return None, [("(read)", f"cannot stat it: {exc.strerror or exc}: treated as no stamp")]
+    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    cached = _reads.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return None, []
+    except OSError as exc:
+        return None, [("(read)", f"cannot read it: {exc.strerror or exc}: treated as no stamp")]
+    try:
+        found = check(json.loads(data), filename)
+    except ValueError:
+        found = None, [("(whole file)", "not valid JSON (torn or garbage): treated as no stamp")]
+    if len(_reads) > 100_000:
+        _reads.clear()
+    _reads[path] = (key, found)
+    return found
+
+
+def read_all(root: str) -> tuple[dict[str, dict[str, Any]], dict[str, list[Problem]]]:
+    """Every stamp under ROOT by job file name, and the problems of those that could not be used."""
+    found: dict[str, dict[str, Any]] = {}
+    problems: dict[str, list[Problem]] = {}
+    try:
+        names = sorted(os.listdir(os.path.join(root, STAMPS_DIR)))
+    except OSError:
+        return found, problems
+    for name in names:
+        if name.startswith(".") or not name.endswith(".json"):
+            continue
+        filename = name[:-5] + ".job"
+        stamp, wrong = read(root, filename)
+        if stamp is not None:
+            found[filename] = stamp
+        if wrong:
+            problems[stamp_name(filename)] = wrong
+    return found, problems
+
+
+def _write(root: str, filename: str, stamp: dict[str, Any]) -> None:
+    path = Path(root) / stamp_name(filename)
+    path.parent.mkdir(exist_ok=True)
+    atomic_write(path, (json.dumps(stamp, sort_keys=True) + "\n").encode())
+
+
+def _queued(root: str, filename: str) -> str:
+    return os.path.join(root, "queue", filename)
+
+
+def _try_write(root: str, filename: str, stamp: dict[str, Any]) -> list[Problem]:
+    try:
+        _write(root, filename, stamp)
+    except OSError as exc:
+        return [("(write)", f"cannot write it: {exc.strerror or exc}")]
+    return []
+
+
+def ran_again(recorded: str | None, current: str | None) -> bool:
+    """Whether a producer ran since its consumer did: only a real run (a non-empty id) is evidence; a
+    producer with no stamp, or an adopted one (id ""), has produced nothing new that we know of."""
+    return bool(current) and current != recorded
+
+
+def _entry(manifest: Mapping[str, Any] | None, filename: str) -> dict[str, Any]:
+    entry = ((manifest or {}).get("jobs") or {}).get(filename)
+    return entry if isinstance(entry, dict) else {}
+
+
+def producers_of(manifest: Mapping[str, Any] | None, filename: str) -> list[str]:
+    """The jobs FILENAME requires, from manifest.json's graph (none for a job push did not send)."""
+    after = _entry(manifest, filename).get("after") or []
+    return [p for p in after if isinstance(p, str)]
+
+
+def rerun_never(manifest: Mapping[str, Any] | None, filename: str) -> bool:
+    return _entry(manifest, filename).get("rerun") == "never"
+
+
+def _current_ids(root: str, producers: Sequence[str]) -> dict[str, str | None]:
+    ids: dict[str, str | None] = {}
+    for producer in producers:
+        stamp, _ = read(root, producer)
+        ids[producer] = stamp["id"] if stamp else None
+    return ids
+
+
+def _file_hash(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        cached = _hashes.get(path)
+        if cached and cached[0] == key:
+            return cached[1]
+        with open(path, "rb") as handle:
+            digest = content_hash(handle.read())
+    except OSError:
+        return None
+    _hashes[path] = (key, digest)
+    if len(_hashes) > 100_000:
+        _hashes.clear()
+    return digest
+
+
+def new_stamp(filename: str, sha: str, producers: Mapping[str, str | None], now: float, run: bool) -> dict[str, Any]:
+    """A stamp for FILENAME; RUN false adopts a job found done without a stamp (id "": no run was seen)."""
+    body = {"version": VERSION, "job": filename, "sha": sha, "producers": dict(producers), "ts": timestamp(now)}
+    ident = hashlib.sha256(json.dumps(body, sort_keys=True).encode() + os.urandom(8)).hexdigest()[:16]
+    return {**body, "id": ident if run else ""}
+
+
+def judge(
+    root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str, Any] | None, now: float, done: bool
+) -> Verdict:
+    """Whether queued FILENAME, whose DONE_IF holds (DONE), is really done. Without a usable stamp the old rule
+    holds and the stamp is adopted (so the next change reruns it); a torn stamp is named in `problems`. A job
+    a push marked stale waits while a producer is to run again first, whether or not its DONE_IF holds (its
+    REQUIRES may well hold on the producer's old output)."""
+    name = stamp_name(filename)
+    if not stamped(job):
+        return Verdict(file=name)
+    stamp, problems = read(root, filename)
+    if rerun_never(manifest, filename):
+        if done and stamp is not None and stamp.get("stale"):
+            # Marked before it became `rerun: never`: its output stands, so its consumers must stop waiting on it.
+            fresh = {k: v for k, v in stamp.items() if k != "stale"}
+            problems = [*problems, *_try_write(root, filename, {**fresh, "sha": _file_hash(_queued(root, filename))})]
+        return Verdict(file=name, problems=problems)
+    marked = str(stamp.get("stale") or "") if stamp is not None else ""  # why a push marked it stale
+    if not done and not marked:
+        return Verdict(file=name, problems=problems)
+    producers = producers_of(manifest, filename)
+    for producer in producers:
+        if any(os.path.exists(os.path.join(root, state, producer)) for state in ("queue", "running")):
+            pending = True
+        else:
+            theirs, _ = read(root, producer)
+            pending = bool(theirs and theirs.get("stale"))
+        if pending and stamp is not None:
+            failed = os.path.exists(os.path.join(root, "failed", producer))
+            why = f"waits for {producer}{', which failed,' if failed else ''} to run again first"
+            return Verdict(stale=True, wait=True, why=why, blocker=producer, file=name, problems=problems)
+    if not done:
+        return Verdict(stale=True, why=f"marked stale by a push: {marked}", file=name, problems=problems)
+    sha = _file_hash(_queued(root, filename))
+    if sha is None:
+        return Verdict(file=name, problems=problems)  # gone meanwhile: the caller's move finds that out
+    current = _current_ids(root, producers)
+    if stamp is None:
+        problems = [*problems, *_try_write(root, filename, new_stamp(filename, sha, current, now, run=False))]
+        return Verdict(file=name, problems=problems)
+    if stamp["sha"] != sha:
+        why = f"marked stale by a push: {marked}" if marked else "what it runs changed since it ran"
+        return Verdict(stale=True, why=why, file=name, problems=problems)
+    for producer in producers:
+        if ran_again(stamp["producers"].get(producer), current[producer]):
+            return Verdict(
+                stale=True, why=f"{producer} ran again since it ran", blocker=producer, file=name, problems=problems
+            )
+    return Verdict(file=name, problems=problems)
+
+
+def record_done(
+    root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str, Any] | None, now: float
+) -> tuple[str, list[Problem]]:
+    """Stamp FILENAME (still in running/) as done now; the problems of a stamp that could not be written."""
+    if not stamped(job):
+        return stamp_name(filename), []
+    sha = _file_hash(os.path.join(root, "running", filename))
+    if sha is None:
+        return stamp_name(filename), [("(write)", "the job file could not be read to hash it: no stamp written")]
+    stamp = new_stamp(filename, sha, _current_ids(root, producers_of(manifest, filename)), now, run=True)
+    try:
+        _write(root, filename, stamp)
+    except OSError as exc:
+        return stamp_name(filename), [("(write)", f"cannot write it: {exc.strerror or exc}")]
+    return stamp_name(filename), []
+
+
+def mark_stale(root: str, marks: Sequence[Sequence[str]]) -> None:
+    """Push's side: each (file, why) will run again; its stamp says so until it runs (the old id kept, so its
+    consumers still see which run they used)."""
+    for filename, why in marks:
+        old, _ = read(root, filename)
+        stamp = {
+            "version": VERSION,
+            "job": filename,
+            "sha": "",
+            "id": old["id"] if old else "",
+            "producers": old["producers"] if old else {},
+            "stale": why,
+            "ts": timestamp(time.time()),
+        }
+        _write(root, filename, stamp)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What a push does to one done or queued plan job, as `plan push` says it."""
+
+    kind: str  # "run" (changed: runs again), "kept" (changed, rerun: never), "unstamped" (changed, no stamp:
+    # DONE_IF alone decides), "same" (changed file, but its stamp has this content), "stale" (downstream)
+    note: str
+    root: str = ""  # for "stale": the changed job it follows
+
+
+def _order(jobs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """JOBS with each job's producers before it (the graph has no cycles: the compiler checked)."""
+    seen: set[str] = set()
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        stack = [(name, iter(sorted(jobs[name].get("after") or [])))]
+        seen.add(name)
+        while stack:
+            current, deps = stack[-1]
+            for dep in deps:
+                if dep in jobs and dep not in seen:
+                    seen.add(dep)
+                    stack.append((dep, iter(sorted(jobs[dep].get("after") or []))))
+                    break
+            else:
+                stack.pop()
+                order.append(current)
+
+    for name in sorted(jobs):
+        if name not in seen:
+            visit(name)
+    return order
+
+
+def push_effects(
+    jobs: Mapping[str, Mapping[str, Any]],
+    states: Mapping[str, tuple[str, str | None]],
+    stamps: Mapping[str, Mapping[str, Any]],
+) -> tuple[dict[str, Effect], list[list[str]]]:
+    """What a push of JOBS (manifest entries with `sha`, `after`, `outputs`, `rerun`, plus `run_sha`: the
+    new file's `content_hash`) does to the queue whose plan jobs are in STATES (file -> (state, file sha
+    there)) with STAMPS: each done job that changed, each job downstream of one that will run again; and
+    the stamps to mark stale, producers first."""
+    effects: dict[str, Effect] = {}
+    marks: list[list[str]] = []
+    root_of: dict[str, str] = {}  # a job that will run again -> the changed job that makes it
+    for name in _order(jobs):
+        spec = jobs[name]
+        state, sha_there = states.get(name, (None, None))
+        stamp = stamps.get(name)
+        if spec.get("rerun") == "never" or not spec.get("outputs"):
+            if state == "done" and sha_there != spec.get("sha"):
+                effects[name] = (
+                    Effect("kept", "changed, output kept: rerun: never")
+                    if spec.get("rerun") == "never"
+                    else Effect(
+                        "unstamped", "changed, queued again; no outputs, so no stamp: its DONE_IF alone decides"
+                    )
+                )
+            continue
+        if state == "done" and stamp is not None and stamp.get("stale") and sha_there == spec.get("sha"):
+            # Marked by a push whose install did not finish: sent again, so that it does run.
+            effects[name] = Effect("run", f"will run again: an earlier push marked it stale ({stamp['stale']})")
+            root_of[name] = name
+            marks.append([name, str(stamp["stale"])])
+            continue
+        if state == "done" and sha_there != spec.get("sha"):
+            if stamp is None:
+                effects[name] = Effect(
+                    "unstamped",
+                    "changed, queued again; output kept if its DONE_IF holds "
+                    "(no stamp: it last ran before stamps were kept)",
+                )
+            elif stamp.get("sha") == spec.get("run_sha"):
+                effects[name] = Effect("same", "changed header only, output kept: what it runs is the same")
+            else:
+                effects[name] = Effect("run", "changed, will run again: its output is stale")
+                root_of[name] = name
+                marks.append([name, f"{name} changed"])
+            continue
+        if state not in ("done", "queue"):
+            continue
+        after = [p for p in spec.get("after") or [] if isinstance(p, str)]
+        upstream = next((p for p in after if p in root_of), None)
+        if upstream is not None:
+            root = root_of[upstream]
+            via = f", via {upstream}" if upstream != root else ""
+            effects[name] = Effect("stale", f"stale because {root} changed{via}", root)
+            root_of[name] = root
+            marks.append([name, f"{root} changed{via}"])
+            continue
+        if state == "done" and stamp is not None and not stamp.get("stale"):
+            for producer in after:
+                theirs = stamps.get(producer)
+                if ran_again((stamp.get("producers") or {}).get(producer), theirs.get("id") if theirs else None):
+                    effects[name] = Effect("stale", f"stale because {producer} ran again after it", producer)
+                    root_of[name] = producer
+                    marks.append([name, f"{producer} ran again after it"])
+                    break
+    return effects, marks
