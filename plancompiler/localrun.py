@@ -84,16 +84,24 @@ def run_queue(root: Path, jobs: list[str], tick: float = 0.5, echo: Callable[[st
     started = time.monotonic()
     stuck_since: float | None = None
     last_line = 0.0
+    serving = proc.pid  # the runner whose status counts: ours, or the one that already serves ROOT
     try:
         while True:
             time.sleep(0.2)
             offset = _follow(events_path, offset, summary, echo)
             status = _read_status(root)
-            if status and status.get("runner", {}).get("pid") != proc.pid:
+            if status and status.get("runner", {}).get("pid") != serving:
                 status = None  # left by an earlier runner: wait for ours
-            if proc.poll() is not None:
-                echo(f"runner exited with {proc.returncode}; see {root / 'runner.log'}")
-                break
+            if serving == proc.pid and proc.poll() is not None:
+                other = _other_runner(root, proc.returncode)
+                if other is None:
+                    echo(f"runner exited with {proc.returncode}; see {root / 'runner.log'}")
+                    break
+                # Another runner (a unit, a second `plan run`) serves this root: its ticks run our jobs.
+                serving = other
+                echo(f"another runner (pid {other}) already serves {root}: following it; stopping this command "
+                     "leaves it running")
+                continue
             finished = all(summary.states.get(j) in ("done", "failed") for j in jobs)
             running = (status or {}).get("running", [])
             queued = (status or {}).get("queued", [])
@@ -132,8 +140,26 @@ def run_queue(root: Path, jobs: list[str], tick: float = 0.5, echo: Callable[[st
         if job not in summary.states:
             for state in ("done", "failed", "queue", "running"):
                 if (root / state / job).exists():
-                    summary.states[job] = {"queue": "waiting", "running": "stopped"}.get(state, state)
+                    ended = "stopped" if serving == proc.pid else "running"  # another runner's run goes on
+                    summary.states[job] = {"queue": "waiting", "running": ended}.get(state, state)
     return summary
+
+
+def _other_runner(root: Path, returncode: int | None) -> int | None:
+    """The pid of the runner that holds ROOT's lock, when ours exited because of it (exit 3)."""
+    if returncode != 3:
+        return None
+    status = _read_status(root)
+    pid = (status or {}).get("runner", {}).get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    return pid
 
 
 def _follow(path: Path, offset: int, summary: RunSummary, echo: Callable[[str], None]) -> int:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, RunnerProcess
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -45,6 +45,23 @@ def test_plan_run_exits_1_when_a_job_fails(tmp_path: Path) -> None:
                          capture_output=True, text=True, env=_env(tmp_path), timeout=60)
     assert out.returncode == 1
     assert "1/2 done" in out.stdout and "failed" in out.stdout
+
+
+def test_plan_run_on_a_root_another_runner_serves_follows_that_runner(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    serving = RunnerProcess(root).start()
+    try:
+        plan = tmp_path / "p.yaml"
+        plan.write_text(f"plan: p\njobs:\n  - name: a\n    run: sleep 0.5; echo a > {tmp_path}/a.out\n"
+                        f"    outputs: [{tmp_path}/a.out]\n")
+        out = subprocess.run([sys.executable, "-m", "plancompiler.cli", "run", str(plan), "--root", str(root)],
+                             capture_output=True, text=True, env=_env(tmp_path), timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"another runner (pid {serving.proc.pid}) already serves {root}: following it" in out.stdout
+        assert "1/1 done" in out.stdout and "stopped" not in out.stdout and "exited with" not in out.stdout
+        assert serving.proc.poll() is None  # the runner that served the root was left running
+    finally:
+        serving.stop()
 
 
 def test_pre_push_hook_refuses_a_plan_with_errors(tmp_path: Path) -> None:
