@@ -108,7 +108,10 @@ def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str)
     files = transport.runner_sources()
     user = run_as or (None if user_unit else (host.ssh.split("@")[0] if host.ssh and "@" in host.ssh
                                               else getpass.getuser()))
-    unit = unit_for(host.root, python, user_unit, user)
+    try:
+        unit = unit_for(host.root, python, user_unit, user)
+    except ValueError as exc:
+        raise OperateError(f"{host.describe()}: {exc}") from None
     return BootstrapPlan(files, unit, [
         f"bootstrap {host.describe()}:", f"  copy the runner ({len(files)} files) to {host.root}/.plan-runner/runner/",
         f"  write the {'user' if user_unit else 'system'} unit {UNIT_NAME}; enable and start it"])

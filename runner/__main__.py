@@ -214,7 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     from runner.unit import unit_text
 
     package_parent = str(Path(__file__).resolve().parent.parent)
-    print(unit_text(str(args.root.resolve()), args.python, package_parent, args.user, args.tick), end="")
+    try:
+        print(unit_text(str(args.root.resolve()), args.python, package_parent, args.user, args.tick), end="")
+    except ValueError as exc:
+        print(f"runner: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

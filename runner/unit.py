@@ -2,19 +2,33 @@
 from __future__ import annotations
 
 
+def _specifiers(text: str) -> str:
+    """TEXT with systemd's specifiers (%h, %n, ...) made literal; a newline cannot be written in a unit."""
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"a unit file cannot hold a newline: {text!r}")
+    return text.replace("%", "%%")
+
+
+def _word(arg: str, command: bool = True) -> str:
+    """ARG as one quoted word of ExecStart= (where $ expands, so it is doubled) or of Environment=, with
+    backslashes, quotes and % made literal (systemd.syntax(7), systemd.service(5))."""
+    escaped = _specifiers(arg).replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + (escaped.replace("$", "$$") if command else escaped) + '"'
+
+
 def unit_text(root: str, python: str, pythonpath: str, user: str | None = None, tick: str = "10",
               wanted_by: str = "multi-user.target") -> str:
     """Restart=always, KillMode=control-group (a job's leftovers die with the unit), LimitMEMLOCK=infinity
     (jobs inherit the runner's limits, and the NPU runtime needs it), Delegate=yes (a cgroup subtree)."""
-    user_line = f"User={user}\n" if user else ""
+    user_line = f"User={_specifiers(user)}\n" if user else ""
     return f"""[Unit]
-Description=plancompiler queue runner ({root})
+Description=plancompiler queue runner ({_specifiers(root)})
 Wants=network-online.target
 After=network-online.target
 
 [Service]
-{user_line}Environment=PYTHONPATH={pythonpath}
-ExecStart={python} -u -m runner run --root {root} --tick {tick} --cgroup auto
+{user_line}Environment={_word("PYTHONPATH=" + pythonpath, command=False)}
+ExecStart={_word(python)} -u -m runner run --root {_word(root)} --tick {_word(tick)} --cgroup auto
 Restart=always
 RestartSec=15
 KillMode=control-group

@@ -84,7 +84,7 @@ def test_bootstrap_into_an_empty_directory(tmp_path: Path) -> None:
     code, out = plan("bootstrap", str(root), "--dry-run")
     assert code == 0 and "Restart=always" in out and not root.exists()
     unit = out[out.index("[Unit]"):]
-    for line in ("KillMode=control-group", "LimitMEMLOCK=infinity", f"--root {root}"):
+    for line in ("KillMode=control-group", "LimitMEMLOCK=infinity", f"--root \"{root}\""):
         assert line in unit
     if shutil.which("systemd-analyze"):
         path = tmp_path / "plan-runner.service"

@@ -301,7 +301,7 @@ def test_status_command_and_unit(queue_root: Path, runner: RunnerProcess) -> Non
     assert raw["runner"]["format_version"] == 1
     unit = subprocess.run([sys.executable, "-m", "runner", "unit", "--root", str(queue_root)],
                           capture_output=True, text=True, env=env, check=True).stdout
-    for line in ("Restart=always", "KillMode=control-group", "LimitMEMLOCK=infinity", f"--root {queue_root}"):
+    for line in ("Restart=always", "KillMode=control-group", "LimitMEMLOCK=infinity", f"--root \"{queue_root}\""):
         assert line in unit
 
 
@@ -435,3 +435,20 @@ def test_bad_slots_are_refused_with_a_clear_message(queue_root: Path) -> None:
                              capture_output=True, text=True, env=env, timeout=30)
         assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, (flag, out.stderr)
     assert not (queue_root / "events.jsonl").exists()
+
+
+def test_unit_keeps_an_odd_root_one_literal_word() -> None:
+    """systemd splits ExecStart= at spaces and expands %specifiers and $VARS: a root with them stays one word."""
+    import shlex
+
+    root = '/tmp/my jobs%h$HOME"q\\z'
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    unit = subprocess.run([sys.executable, "-m", "runner", "unit", "--root", root, "--python", "/usr/bin/python3"],
+                          capture_output=True, text=True, env=env, check=True).stdout
+    exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    words = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(exec_line.removeprefix("ExecStart="))]
+    assert words[words.index("--root") + 1] == root and words[0] == "/usr/bin/python3"
+    assert "Description=plancompiler queue runner (/tmp/my jobs%%h$HOME\"q\\z)" in unit
+    bad = subprocess.run([sys.executable, "-m", "runner", "unit", "--root", "/tmp/a\nb"], capture_output=True,
+                         text=True, env=env)
+    assert bad.returncode == 2 and "cannot hold a newline" in bad.stderr and "Traceback" not in bad.stderr
