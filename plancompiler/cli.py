@@ -335,6 +335,8 @@ def status(
                                                           "parked")}, indent=1))
     else:
         typer.echo(status_text(target, answer))
+    if answer.get("status_error"):
+        raise typer.Exit(1)  # the queue's status.json is there but unreadable: said above
 
 
 def _watch_words() -> tuple[str, str, str, str]:
