@@ -485,9 +485,10 @@ def report(
     blocked, backoff, runner down. Then each job's attempts and outcome, failure clusters, and the
     longest silences. Reads the seed's events too (lane states then marked as inferred).
     """
-    from plancompiler.report import build_report, parse_ts, read_events
+    from plancompiler.report import build_report, file_liveness, liveness, parse_events, parse_ts
     from plancompiler.report_html import render_html
 
+    answer: dict = {}
     path = Path(source)
     if path.is_file():
         text = path.read_text(errors="replace")
@@ -509,9 +510,11 @@ def report(
     try:
         start = parse_ts(since) if since else None
         end = parse_ts(until) if until else None
+        events, skipped = parse_events(text, source)
+        live = file_liveness(path) if path.is_file() else liveness(answer)
+        result = build_report(events, start, end, live=live, skipped=skipped)
     except ValueError as exc:
         raise _fail(str(exc)) from exc
-    result = build_report(read_events(text), start, end)
     typer.echo(json.dumps(result.to_json(), indent=1) if as_json else result.text())
     if html_file:
         html_file.write_text(render_html(result))

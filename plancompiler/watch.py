@@ -391,11 +391,11 @@ def _status_text(host: Host, answer: dict[str, Any]) -> str:
     now = answer_now(answer)
     corrupt = status_corrupt(answer)
     status = None if corrupt else answer.get("status")
-    counts = answer.get("counts") if isinstance(answer.get("counts"), dict) else {}
+    counts: dict[str, Any] = answer["counts"] if isinstance(answer.get("counts"), dict) else {}
     if status is None:
         why = (f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)")
         return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
-    logs = answer.get("logs") if isinstance(answer.get("logs"), dict) else {}
+    logs: dict[str, Any] = answer["logs"] if isinstance(answer.get("logs"), dict) else {}
     for run in status.get("running") or []:
         log = logs.get(run["job"])
         tail = log.get("tail") if isinstance(log, dict) else None

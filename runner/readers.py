@@ -11,8 +11,8 @@ from typing import Any
 
 from runner.vocab import Event
 
-_STR = (str,)
-_NUM = (int, float)
+_STR: tuple[type, ...] = (str,)
+_NUM: tuple[type, ...] = (int, float)
 # The fields readers use, and the types they must have where present.
 _EVENT_FIELDS: dict[str, tuple[type, ...]] = {
     "ts": _STR, "event": _STR, "job": _STR, "lane": _STR, "state": _STR, "reason": _STR, "blocker": _STR,
@@ -26,6 +26,8 @@ _NOT_NULL = frozenset({"ts", "event", "job", "lane", "state", "tail", "jobs"})
 _JOB_EVENTS = frozenset(e.value for e in (Event.START, Event.DONE, Event.FAILED, Event.RETRY, Event.SKIPPED,
                                           Event.INVALID, Event.BLOCKED, Event.TIMEOUT, Event.CANCELLED,
                                           Event.START_FAILED))
+# A `lane` event's states: anything else there is a malformed event (and never a class name in the HTML report).
+LANE_STATES = frozenset({"busy", "idle", "waiting", "down", "stopped"})
 _TS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?$")
 
 
@@ -51,10 +53,12 @@ def event_problem(event: Any) -> str | None:
             continue
         if not isinstance(value, types) or (types is _NUM and isinstance(value, bool)):
             return f"{name!r} is {_kind(value)}"
-        if name in _STR_LISTS and not all(isinstance(v, str) for v in value):
+        if name in _STR_LISTS and not all(isinstance(v, str) for v in event[name]):
             return f"{name!r} holds something that is not a string"
     if not _TS.match(event["ts"].strip()):
         return f"'ts' {event['ts'][:40]!r} is not a time"
+    if event["event"] == Event.LANE.value and event.get("state", "idle") not in LANE_STATES:
+        return f"lane state {event['state'][:40]!r} is not one of {', '.join(sorted(LANE_STATES))}"
     if event["event"] in _JOB_EVENTS and "job" not in event:
         return f"a {event['event']!r} event with no 'job'"
     return None
@@ -99,8 +103,9 @@ def _items(value: Any, at: str, fields: dict[str, tuple[type, ...]], required: t
     return None
 
 
-_RUNNING = {"elapsed_s": _NUM, "warn_after_s": _NUM, "log_grew_at": _NUM, "last_line": _STR, "progress": _STR}
-_QUEUED = {"since": _NUM, "detail": _STR, "blocker": _STR}
+_RUNNING: dict[str, tuple[type, ...]] = {
+    "elapsed_s": _NUM, "warn_after_s": _NUM, "log_grew_at": _NUM, "last_line": _STR, "progress": _STR}
+_QUEUED: dict[str, tuple[type, ...]] = {"since": _NUM, "detail": _STR, "blocker": _STR}
 
 
 def status_problem(status: Any) -> str | None:
@@ -155,8 +160,9 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def terminal_safe(text: str, newlines: bool = True) -> str:
     """TEXT with every terminal control sequence removed and each other control character shown as '?':
     what a job printed, or a queue file holds, can then not retitle, recolour or rewrite a terminal.
-    Tabs become spaces; newlines stay unless NEWLINES is false."""
-    text = _SEQUENCES.sub("", text).replace("\t", " ")
+    Tabs become spaces; a carriage return (a progress bar's redraw) a newline; newlines stay unless NEWLINES
+    is false."""
+    text = _SEQUENCES.sub("", text).replace("\t", " ").replace("\r\n", "\n").replace("\r", "\n")
     if not newlines:
         text = text.replace("\n", " ")
     return _CONTROLS.sub("?", text)

@@ -99,3 +99,152 @@ def test_a_corrupt_status_json_is_said_to_be_corrupt(tmp_path: Path, content: st
     assert code == 16 and out.startswith("ERROR: ") and said in out, out + err
     assert "no runner has ever ticked" not in out
     assert (root / "status.json").read_text() == content  # nothing changed
+
+
+def _write_events(path: Path, events: list[dict]) -> None:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass", "runner"])
+    proc.wait()
+    return proc.pid
+
+
+def test_report_of_a_killed_runner_runs_to_now_with_the_downtime(tmp_path: Path) -> None:
+    """kill -9 while a job ran: the window runs to now, the lanes are down since the last heartbeat."""
+    root = tmp_path / "root"
+    root.mkdir()
+    began = time.time() - 600
+    _write_events(root / "events.jsonl", [
+        {"ts": _ts(began), "job": "-", "event": "runner-start", "pid": 1, "last_alive": None},
+        {"ts": _ts(began), "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
+        {"ts": _ts(began), "job": "-", "event": "lane", "lane": "gpu", "state": "idle"},
+        {"ts": _ts(began), "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"}])
+    status = {"runner": {"pid": _dead_pid(), "heartbeat": began + 8}, "running": [], "queued": []}
+    (root / "status.json").write_text(json.dumps(status))
+    for source in (str(root), str(root / "events.jsonl")):
+        result = cli.invoke(app, ["report", source, "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        end = time.mktime(time.strptime(data["end"], "%Y-%m-%d %H:%M:%S"))
+        assert abs(end - time.time()) < 5
+        cpu, gpu = data["lanes"]["cpu"], data["lanes"]["gpu"]
+        assert 7 <= cpu["busy_s"] <= 9 and abs(cpu["down_s"] - (time.time() - began - 8)) < 5
+        assert abs(gpu["down_s"] - cpu["down_s"]) < 1 and 7 <= gpu["idle_s"] <= 9
+        assert data["jobs"]["a.job"]["outcome"] == "unknown"
+    text = cli.invoke(app, ["report", str(root)]).stdout
+    assert "runner: not running; last sign of life" in text and "a.job" in text
+
+
+def test_report_of_a_live_runner_runs_to_now(tmp_path: Path, stand_in: int) -> None:
+    root = _live_root(tmp_path, stand_in)
+    began = time.time() - 300
+    _write_events(root / "events.jsonl", [
+        {"ts": _ts(began), "job": "-", "event": "runner-start", "pid": 1},
+        {"ts": _ts(began), "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
+        {"ts": _ts(began), "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"}])
+    data = json.loads(cli.invoke(app, ["report", str(root), "--json"]).stdout)
+    assert abs(data["lanes"]["cpu"]["busy_s"] - 300) < 5 and data["lanes"]["cpu"]["down_s"] == 0
+    assert data["jobs"]["a.job"]["outcome"] == ""  # still running: unfinished, truly
+
+
+def test_a_job_that_ended_while_the_runner_was_down_keeps_its_own_duration(tmp_path: Path) -> None:
+    d = "2026-10-12 "
+    path = tmp_path / "events.jsonl"
+    _write_events(path, [
+        {"ts": d + "01:00:00", "job": "-", "event": "runner-start", "pid": 1},
+        {"ts": d + "01:00:00", "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
+        {"ts": d + "01:40:00", "job": "-", "event": "runner-start", "pid": 2, "last_alive": d + "01:00:05"},
+        {"ts": d + "01:40:00", "job": "a.job", "event": "done", "rc": 0, "duration_s": 8.0,
+         "ended": d + "01:00:08", "while_down": True},
+        {"ts": d + "01:40:01", "job": "b.job", "event": "start", "lane": "cpu", "attempt": 1},
+        {"ts": d + "01:40:31", "job": "b.job", "event": "done", "rc": 0, "ended": d + "01:40:21"}])
+    data = json.loads(cli.invoke(app, ["report", str(path), "--json"]).stdout)
+    assert data["jobs"]["a.job"]["durations"] == [8.0] and data["jobs"]["a.job"]["outcome"] == "done"
+    assert data["jobs"]["b.job"]["durations"] == [20.0]  # from `ended` where there is no duration_s
+
+
+@pytest.fixture
+def new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_report_across_the_dst_fall_back_keeps_file_order(tmp_path: Path, new_york: None) -> None:
+    """01:50 EDT start, done at 01:10 EST (20 minutes later): the runner writes naive local times."""
+    d = "2026-11-01 "
+    path = tmp_path / "events.jsonl"
+    _write_events(path, [
+        {"ts": d + "01:40:00", "job": "-", "event": "runner-start", "pid": 1},
+        {"ts": d + "01:50:00", "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
+        {"ts": d + "01:50:00", "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"},
+        {"ts": d + "01:10:00", "job": "a.job", "event": "done", "rc": 0},
+        {"ts": d + "01:10:00", "job": "-", "event": "lane", "lane": "cpu", "state": "idle"},
+        {"ts": d + "01:30:00", "job": "-", "event": "heartbeat"}])
+    result = cli.invoke(app, ["report", str(path), "--json"])
+    data = json.loads(result.stdout)
+    assert data["jobs"]["a.job"] == {"attempts": 1, "outcome": "done", "busy_s": 1200.0, "durations": [1200.0],
+                                     "lane": "cpu"}
+    assert data["lanes"]["cpu"]["busy_s"] == 1200 and data["lanes"]["cpu"]["idle_s"] == 1200
+    text = cli.invoke(app, ["report", str(path)]).stdout
+    assert text.startswith("report 2026-11-01 01:40:00 EDT .. 2026-11-01 01:30:00 EST (50m00s)")
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    ("", "no events (it is empty)"),
+    ("myhost\n", "not an events.jsonl: none of its 1 lines is an event record (line 1: not JSON)"),
+    ('{"a": 1}\n', "line 1: no 'event' field"),
+])
+def test_report_of_a_file_that_is_no_events_file_is_an_error(tmp_path: Path, content: str, said: str) -> None:
+    path = tmp_path / "runner.out"
+    path.write_text(content)
+    result = cli.invoke(app, ["report", str(path)])
+    assert result.exit_code == 2 and said in result.output and "1970" not in result.output
+
+
+def test_report_since_after_until_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    _write_events(path, [{"ts": "2026-10-12 01:00:00", "job": "-", "event": "runner-start"}])
+    result = cli.invoke(app, ["report", str(path), "--since", "2026-10-12 02:00", "--until", "2026-10-12 01:00"])
+    assert result.exit_code == 2 and "is not before --until" in result.output and "-3600" not in result.output
+
+
+def test_report_skips_and_counts_malformed_events(tmp_path: Path) -> None:
+    d = "2026-10-12 "
+    path = tmp_path / "events.jsonl"
+    _write_events(path, [
+        {"ts": d + "01:00:00", "job": "-", "event": "runner-start"},
+        {"ts": d + "01:00:01", "job": ["x"], "event": "start", "lane": "cpu"},
+        {"ts": 5, "job": "a.job", "event": "start"},
+        {"ts": d + "01:00:02", "job": "a.job", "event": "failed", "tail": [5]},
+        {"ts": d + "01:00:03", "job": "-", "event": "lane", "lane": ["cpu"], "state": "idle"},
+        {"ts": d + "01:00:04", "job": "b.job", "event": "start", "lane": "cpu"},
+        {"ts": d + "01:00:09", "job": "b.job", "event": "done", "rc": 0}])
+    result = cli.invoke(app, ["report", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "skipped 4 malformed events: line 2: 'job' is a list; line 3: 'ts' is an int; line 4: 'tail' holds" \
+        in result.stdout
+    assert "line 5: 'lane' is a list" in result.stdout
+    data = json.loads(cli.invoke(app, ["report", str(path), "--json"]).stdout)
+    assert list(data["jobs"]) == ["b.job"] and len(data["skipped"]) == 4
+
+
+def test_html_report_escapes_a_hostile_lane_state(tmp_path: Path) -> None:
+    path, page = tmp_path / "events.jsonl", tmp_path / "r.html"
+    _write_events(path, [
+        {"ts": "2026-12-02 10:00:00", "job": "-", "event": "lane", "lane": "cpu",
+         "state": 'busy"><script>alert(1)</script>'},
+        {"ts": "2026-12-02 10:00:05", "job": '"><img src=x onerror=alert(2)>', "event": "start", "lane": "cpu"},
+        {"ts": "2026-12-02 10:00:05", "job": '"><img src=x onerror=alert(2)>', "event": "lane", "lane": "cpu",
+         "state": "busy"},
+        {"ts": "2026-12-02 10:00:10", "job": "-", "event": "lane", "lane": "cpu", "state": "idle"}])
+    result = cli.invoke(app, ["report", str(path), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    assert "<script" not in html and "<img" not in html and "&quot;&gt;&lt;img" in html
+    assert 'class="bar busy" data-state="busy"' in html
+    assert "line 1: lane state" in result.stdout
