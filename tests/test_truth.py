@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from runner.queue import STATES
+from runner.readers import terminal_safe
+from tests.conftest import RunnerProcess, wait_for, write_job
 
 cli = CliRunner()
 
@@ -248,3 +250,28 @@ def test_html_report_escapes_a_hostile_lane_state(tmp_path: Path) -> None:
     assert "<script" not in html and "<img" not in html and "&quot;&gt;&lt;img" in html
     assert 'class="bar busy" data-state="busy"' in html
     assert "line 1: lane state" in result.stdout
+
+
+def test_escape_sequences_from_a_job_never_reach_the_terminal(queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start()
+    write_job(queue_root, "1-cpu-title.job", "printf 'progress \\033]0;PWNED-TITLE\\007 \\033[31mred\\033[0m "
+              "\\033P1;2qdcs\\033\\\\ \\233Kc1 \\x07bell\\n'\nsleep 60\n")
+    runner.wait_event("start")
+    wait_for(lambda: "PWNED" in json.dumps(runner.status().get("running")))
+    result = cli.invoke(app, ["status", str(queue_root)])
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.stdout.splitlines() if "progress" in ln)
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\x9b" not in result.stdout
+    assert "]0;" not in line and "PWNED-TITLE" not in line and "red" in line and "1;2q" not in line
+    logs = cli.invoke(app, ["logs", str(queue_root), "1-cpu-title"])
+    assert "progress" in logs.stdout and "\x1b" not in logs.stdout and "\x07" not in logs.stdout
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("a\x1b]0;TITLE\x07b", "ab"), ("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),
+    ("a\x1b[2J\x1b[Hb", "ab"), ("a\x1bPq#0\x1b\\b", "ab"), ("a\x1b(0b", "ab"), ("a\x9b31mb", "ab"),
+    ("a\x9d0;T\x9cb", "ab"), ("a\x00b\x7fc\x85d", "a?b?c?d"), ("a\tb\r\nc\rd", "a b\nc\nd"), ("a\x1b", "a"),
+])
+def test_terminal_safe_removes_every_control_sequence(raw: str, shown: str) -> None:
+    assert terminal_safe(raw) == shown
+    assert terminal_safe(raw, newlines=False) == shown.replace("\n", " ")
