@@ -425,8 +425,9 @@ def watch(
                   parked_repeat_s=parked_repeat, waiting_s=waiting_s, waiting_by_reason=waiting_by_reason)
     options = WatchOptions(interval=interval, once=once, probe_timeout=probe_timeout, on_alert=on_alert,
                            realert=realert, hook_timeout=hook_timeout, ping=ping, heartbeat_every=every)
-    raise typer.Exit(watch_loop(target, rules, path, options,
-                                echo=typer.echo, warn=lambda m: typer.echo(m, err=True)))
+    with _host_errors():  # a bad --probe-timeout is a usage error before any probe
+        code = watch_loop(target, rules, path, options, echo=typer.echo, warn=lambda m: typer.echo(m, err=True))
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -13,6 +13,7 @@ from typing import Any
 
 from plancompiler.hosts import Host, RemoteFailed, Unreachable
 from plancompiler.incidents import EXIT_CODES, Alert, Condition, Incident, dump_incidents, load_incidents, reconcile
+from plancompiler.transport import check_timeout
 from plancompiler.watch_args import DEFAULT_EVENTS, WAITING_REASONS
 from runner.durations import format_duration
 from runner.queue import atomic_write
@@ -284,6 +285,7 @@ class WatchOptions:
 def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo: Callable[[str], None],
                warn: Callable[[str], None]) -> int:
     """Probe until an alert (its exit code), or forever with --on-alert; --once probes once."""
+    check_timeout(options.probe_timeout, "--probe-timeout")  # PlanError: before any probe or state change
     while True:
         started = time.monotonic()
         state = WatchState.load(path)  # each time: `plan ack` may have changed it since

@@ -275,3 +275,23 @@ def test_escape_sequences_from_a_job_never_reach_the_terminal(queue_root: Path, 
 def test_terminal_safe_removes_every_control_sequence(raw: str, shown: str) -> None:
     assert terminal_safe(raw) == shown
     assert terminal_safe(raw, newlines=False) == shown.replace("\n", " ")
+
+
+@pytest.mark.parametrize("value", ["inf", "1e308", "nan", "-1", "0", "86401"])
+def test_an_unusable_timeout_is_a_usage_error(tmp_path: Path, value: str, stand_in: int) -> None:
+    root = _live_root(tmp_path, stand_in)
+    result = cli.invoke(app, ["status", str(root), "--timeout", value])
+    assert result.exit_code == 2 and "give seconds above 0 and at most 86400" in result.output, result.output
+    assert "unreachable" not in result.output and "internal error" not in result.output
+    state = tmp_path / "w.json"
+    watched = cli.invoke(app, ["watch", str(root), "--once", "--state", str(state), "--probe-timeout", value])
+    assert watched.exit_code == 2 and "--probe-timeout" in watched.output and not state.exists()
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-1", "0", "1e308"])
+def test_an_unusable_hosts_file_timeout_is_located(tmp_path: Path, value: str) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"hosts:\n  h:\n    root: {tmp_path}\n    ssh: nowhere\n    connect_timeout: {value}\n")
+    result = cli.invoke(app, ["status", "h", "--hosts", str(hosts)])
+    assert result.exit_code == 2 and f"{hosts}:5:" in result.output and "connect_timeout" in result.output
+    assert "internal error" not in result.output
