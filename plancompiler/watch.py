@@ -70,9 +70,30 @@ class WatchState:
 
 
 def state_path(host: Host) -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    ident = hashlib.sha1(f"{host.ssh}:{host.root}".encode()).hexdigest()[:12]
-    return Path(base) / "plancompiler" / f"watch-{host.name.replace('/', '_')[-40:]}-{ident}.json"
+    """The watcher's state file for HOST's queue: keyed by where the queue is (a local root by its resolved
+    path, a remote one by destination and root), not by how the command line spelt it, so `plan ack` given
+    ./q, /abs/q or a hosts-file name finds the incidents `plan watch` opened under another spelling."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")) / "plancompiler"
+    root = os.path.realpath(os.path.expanduser(host.root)) if host.local else host.root
+    label = os.path.basename(root.rstrip("/")) if host.local else str(host.ssh)
+    ident = hashlib.sha1(f"{host.ssh}:{root}".encode()).hexdigest()[:12]
+    path = base / f"watch-{label.replace('/', '_')[-40:] or 'root'}-{ident}.json"
+    legacy = base / f"watch-{host.name.replace('/', '_')[-40:]}-" \
+        f"{hashlib.sha1(f'{host.ssh}:{host.root}'.encode()).hexdigest()[:12]}.json"
+    if legacy != path and legacy.exists() and not path.exists():
+        try:  # a state file named the old way (by the spelling): carried over once, its incidents kept
+            legacy.rename(path)
+        except OSError:
+            return legacy
+    return path
+
+
+def host_subject(host: Host) -> str:
+    """What a host's incidents are about: a local queue by its resolved root (however it was spelt), else the
+    host's name."""
+    if host.local and host.backend == "queue":
+        return os.path.realpath(os.path.expanduser(host.root))
+    return host.name
 
 
 class ControllerDown(Exception):
@@ -112,29 +133,30 @@ _ENDS = frozenset(e.value for e in (Event.DONE, Event.FAILED, Event.SKIPPED, Eve
 
 def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> Probe:
     """One bounded probe: alerts for what it saw, conditions for what is true, or why it could not see."""
+    subject = host_subject(host)
     try:
         answer = fetch_status(host, {"offset": state.offset, "head": state.head}, timeout)
     except ControllerDown as exc:
         state.failures = 0
-        return Probe(conditions=[Condition("DEAD", host.name, f"{host.name}: the submit host answers but its Slurm "
+        return Probe(conditions=[Condition("DEAD", subject, f"{host.name}: the submit host answers but its Slurm "
                                            f"controller does not: {exc}", "controller")], judged=_HOST_KINDS)
     except Unreachable as exc:
         state.failures += 1
         if state.failures >= rules.unreachable_n:
-            return Probe(conditions=[Condition("UNREACHABLE", host.name, f"{state.failures} probes in a row failed; "
+            return Probe(conditions=[Condition("UNREACHABLE", subject, f"{state.failures} probes in a row failed; "
                                                f"last: {exc}", "unreachable")], judged=frozenset({"UNREACHABLE"}))
         return Probe(judged=frozenset(), note=f"probe failed ({state.failures}/{rules.unreachable_n}): {exc}")
     except RemoteFailed as exc:
         state.failures = 0
-        return Probe(conditions=[Condition("ERROR", host.name, str(exc), "error")], judged=_HOST_KINDS)
+        return Probe(conditions=[Condition("ERROR", subject, str(exc), "error")], judged=_HOST_KINDS)
     state.failures = 0
     if "error" in answer:
-        return Probe(conditions=[Condition("ERROR", host.name, f"reached {host.name}, but could not read the queue: "
+        return Probe(conditions=[Condition("ERROR", subject, f"reached {host.name}, but could not read the queue: "
                                            f"{answer['error']}", "error")], judged=_HOST_KINDS)
     first = state.offset < 0
     state.offset = answer["offset"]
     state.head = answer.get("head", "")
-    return evaluate(answer, state, rules, replay=not first, host=host.name)
+    return evaluate(answer, state, rules, replay=not first, host=subject)
 
 
 def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bool = True,

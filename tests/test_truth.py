@@ -295,3 +295,21 @@ def test_an_unusable_hosts_file_timeout_is_located(tmp_path: Path, value: str) -
     result = cli.invoke(app, ["status", "h", "--hosts", str(hosts)])
     assert result.exit_code == 2 and f"{hosts}:5:" in result.output and "connect_timeout" in result.output
     assert "internal error" not in result.output
+
+
+def test_incidents_are_keyed_by_the_queue_not_its_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opened as ./root from one directory, acked as an absolute path: the same incident."""
+    root = tmp_path / "q" / "root"
+    for state in STATES:
+        (root / state).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "q")
+    opened = cli.invoke(app, ["watch", "./root", "--once"])
+    assert opened.exit_code == 14 and "no runner has ever ticked" in opened.stdout
+    monkeypatch.chdir(tmp_path)
+    acked = cli.invoke(app, ["ack", str(root), "DEAD"])
+    assert acked.exit_code == 0 and f"acked DEAD:{root.resolve()} on" in acked.output, acked.output
+    (tmp_path / "link").symlink_to(tmp_path / "q")
+    again = cli.invoke(app, ["watch", "link/root", "--once"])
+    assert again.exit_code == 0 and "DEAD" not in again.stdout  # acked, and the same queue through a link
+    listed = cli.invoke(app, ["watch", "q/root/", "--incidents"])
+    assert "open incidents as of the last probe" in listed.stdout and "acked until it changes" in listed.stdout
