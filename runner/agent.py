@@ -211,6 +211,8 @@ SLURM_HANDLERS: dict[str, Handler] = {
 def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
     """One request: the backend named in it picks the handler; any failure is reported as a value."""
     root = os.path.expanduser(root)
+    if os.path.lexists(root) and not os.path.isdir(root):
+        return {"error": f"no queue at {root} ({root} is not a directory)"}
     if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
         return {"error": f"no queue at {root} (the directory does not exist)"}
     backend = request.get("backend") or "queue"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -313,3 +314,49 @@ def test_incidents_are_keyed_by_the_queue_not_its_spelling(tmp_path: Path, monke
     assert again.exit_code == 0 and "DEAD" not in again.stdout  # acked, and the same queue through a link
     listed = cli.invoke(app, ["watch", "q/root/", "--incidents"])
     assert "open incidents as of the last probe" in listed.stdout and "acked until it changes" in listed.stdout
+
+
+def _plan(tmp_path: Path, external: str | None = None) -> Path:
+    path = tmp_path / "p.yaml"
+    ext = f"external: [{json.dumps(external)}]\n" if external else ""
+    path.write_text(f"plan: p\n{ext}jobs:\n  - name: a\n    run: \"true\"\n    outputs: [{tmp_path}/out/a]\n")
+    return path
+
+
+def test_a_refused_push_leaves_no_root_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+    plan = _plan(tmp_path, external=str(tmp_path / "missing-gate"))
+    root = tmp_path / "new" / "root"
+    result = cli.invoke(app, ["push", str(root), str(plan)])
+    assert result.exit_code == 1 and "does not exist" in result.output and "nothing was changed" in result.output
+    assert not (tmp_path / "new").exists()  # neither the root, its parent, nor a .push.lock
+    assert "1 job would be queued on" in result.output and "1 jobs" not in result.output.split("warning:")[1]
+    # A root that was there keeps what it had; only what the push made is undone.
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert cli.invoke(app, ["push", str(kept), str(plan)]).exit_code == 1 and kept.is_dir()
+
+
+def test_push_or_status_to_a_file_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    pushed = cli.invoke(app, ["push", str(afile), str(_plan(tmp_path))])
+    assert pushed.exit_code == 1 and f"{afile} is not a directory" in pushed.output
+    assert "Errno" not in pushed.output and "FileExistsError" not in pushed.output
+    status = cli.invoke(app, ["status", str(afile)])
+    assert status.exit_code == 1 and "is not a directory" in status.output and "does not exist" not in status.output
+    assert afile.read_text() == "mine\n"
+
+
+def test_push_hints_quote_the_root_and_a_dry_run_queues_nothing(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "sp ace" / "my root ü"
+    dry = cli.invoke(app, ["push", str(root), str(_plan(tmp_path)), "--dry-run"])
+    assert dry.exit_code == 0 and "1 job would be queued on" in dry.output and not (tmp_path / "sp ace").exists()
+    result = cli.invoke(app, ["push", str(root), str(_plan(tmp_path))])
+    assert result.exit_code == 0 and "1 job queued on" in result.output
+    hint = result.output.split("start one with `", 1)[1].split("`", 1)[0]
+    assert hint == f"python3 -m runner run --root '{root}'"
+    assert shlex.split(hint)[-1] == str(root)
