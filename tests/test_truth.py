@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 from plancompiler.cli import app
 from runner.queue import STATES
 from runner.readers import terminal_safe
-from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.conftest import REPO, RunnerProcess, wait_for, write_job
 
 cli = CliRunner()
 
@@ -264,6 +265,9 @@ def test_escape_sequences_from_a_job_never_reach_the_terminal(queue_root: Path, 
     line = next(ln for ln in result.stdout.splitlines() if "progress" in ln)
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\x9b" not in result.stdout
     assert "]0;" not in line and "PWNED-TITLE" not in line and "red" in line and "1;2q" not in line
+    shown = subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    assert "progress" in shown.stdout and "\x1b" not in shown.stdout and "PWNED-TITLE" not in shown.stdout
     logs = cli.invoke(app, ["logs", str(queue_root), "1-cpu-title"])
     assert "progress" in logs.stdout and "\x1b" not in logs.stdout and "\x07" not in logs.stdout
 
