@@ -80,10 +80,27 @@ def read_events(root: str, request: dict[str, Any]) -> dict[str, Any]:
         if problem is None:
             events.append(event)
         elif line.strip():
-            skipped.append(f"events.jsonl byte {at}: {problem}")
+            skipped.append(f"events.jsonl line {_line_at(events_path, at)}: {problem}")
         at += len(line) + 1
     head = _head(events_path, new_offset) if new_offset else ""
     return {"events": events, "offset": new_offset, "rotated": rotated, "head": head, "skipped": skipped}
+
+
+def _line_at(path: str, offset: int) -> int:
+    """The line number of the line that starts at byte OFFSET: counted only for a malformed line, which is
+    said once, so a healthy probe never reads the whole file."""
+    count = 1
+    try:
+        with open(path, "rb") as handle:
+            while offset > 0:
+                chunk = handle.read(min(offset, 1 << 20))
+                if not chunk:
+                    break
+                count += chunk.count(b"\n")
+                offset -= len(chunk)
+    except OSError:
+        pass
+    return count
 
 
 def _head(path: str, offset: int) -> str:

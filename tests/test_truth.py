@@ -73,7 +73,7 @@ def test_a_malformed_event_is_skipped_once_and_the_watcher_moves_on(tmp_path: Pa
     assert code == 0, out + err
     assert "internal error" not in out + err
     assert "skipped 3 malformed events" in err and "'tail' holds something that is not a string" in err
-    assert "a 'done' event with no 'job'" in err and "not JSON" in err and "byte " in err
+    assert "a 'done' event with no 'job'" in err and "not JSON" in err and "events.jsonl line 2:" in err and "line 4: not JSON" in err
     offset = json.loads(state.read_text())["offset"]
     assert offset == (root / "events.jsonl").stat().st_size  # the offset moved past them
     # Said once; a good event after them still alerts.
