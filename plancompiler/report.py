@@ -42,10 +42,10 @@ def _struct(text: str) -> time.struct_time:
 
 def parse_ts(text: str) -> float:
     """Event or --since/--until time: 'YYYY-MM-DD HH:MM:SS', 'YYYY-MM-DDTHH:MM:SS' or 'YYYY-MM-DD' (local)."""
-    value = time.mktime(_struct(text))
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"not a time: {text!r}")
-    return value
+    try:
+        return time.mktime(_struct(text))
+    except OverflowError as exc:
+        raise ValueError(f"not a time: {text!r} ({exc})") from exc
 
 
 def _local(text: str, after: float | None) -> float:
@@ -63,16 +63,22 @@ def _local(text: str, after: float | None) -> float:
     return min(later) if later else max(readings)
 
 
-def event_times(events: list[dict[str, Any]]) -> list[float]:
-    """Each event's time, in file order (the order the runner appended them): DST-ambiguous wall times are
-    read so the order holds, and a clock set back is held at the previous time, so no span is negative."""
-    times: list[float] = []
+def timed(events: list[dict[str, Any]]) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
+    """Each event with its time, in file order (the order the runner appended them): DST-ambiguous wall times
+    are read so the order holds, and a clock set back is held at the previous time, so no span is negative.
+    An event whose time is no real time is left out, and said."""
+    items: list[tuple[float, dict[str, Any]]] = []
+    bad: list[str] = []
     last: float | None = None
     for event in events:
-        value = _local(event["ts"], last)
+        try:
+            value = _local(event["ts"], last)
+        except (ValueError, OverflowError):
+            bad.append(f"{event['ts'][:40]!r}: not a time")
+            continue
         last = value if last is None else max(last, value)
-        times.append(last)
-    return times
+        items.append((last, event))
+    return items, bad
 
 
 def parse_events(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -252,7 +258,8 @@ def build_report(events: Iterable[dict[str, Any]], since: float | None = None, u
     good, bad = valid_events(list(events), "event")
     left_out = [*skipped, *bad]
     kept = [event for event in good if not _refused(event)]
-    items = list(zip(event_times(kept), kept, strict=True))
+    items, untimed = timed(kept)
+    left_out += untimed
     notes = _close_at_now(items, live, until)
     has_lane_events = any(e.get("event") == "lane" for _, e in items)
     spans = _lane_spans(items) if has_lane_events else _inferred_spans(items)
@@ -451,7 +458,7 @@ def _took(event: dict[str, Any], started: float, ts: float) -> float:
     if event.get("ended"):
         try:
             return max(0.0, _local(event["ended"], started) - started)
-        except ValueError:
+        except (ValueError, OverflowError):
             pass
     return max(0.0, ts - started)
 

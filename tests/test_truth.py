@@ -364,3 +364,13 @@ def test_push_hints_quote_the_root_and_a_dry_run_queues_nothing(tmp_path: Path,
     hint = result.output.split("start one with `", 1)[1].split("`", 1)[0]
     assert hint == f"python3 -m runner run --root '{root}'"
     assert shlex.split(hint)[-1] == str(root)
+
+
+def test_report_skips_an_event_whose_time_is_no_time(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    _write_events(path, [{"ts": "2026-10-12 01:00:00", "job": "-", "event": "runner-start"},
+                         {"ts": "2026-13-45 99:99:99", "job": "a.job", "event": "start"},
+                         {"ts": "0001-01-01 00:00:00", "job": "b.job", "event": "start"}])
+    result = cli.invoke(app, ["report", str(path)])
+    assert result.exit_code == 0 and "'2026-13-45 99:99:99': not a time" in result.output, result.output
+    assert "a.job" not in result.output.split("jobs:")[1]
