@@ -1,7 +1,9 @@
 """`plan report`: from events.jsonl, where each lane's time went, and why the work that waited waited."""
 from __future__ import annotations
 
+import functools
 import json
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -48,19 +50,36 @@ def parse_ts(text: str) -> float:
         raise ValueError(f"not a time: {text!r} ({exc})") from exc
 
 
-def _local(text: str, after: float | None) -> float:
-    """TEXT, a naive local time as the runner writes them, as epoch seconds. In the hour a DST fall-back
-    repeats, a wall time has two readings: the first one not before AFTER (the previous event) is taken."""
-    st = _struct(text)
+_WALL = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?$")
+
+
+@functools.lru_cache(maxsize=4096)
+def _hour_readings(year: int, month: int, day: int, hour: int) -> tuple[float, ...]:
+    """The epoch readings of that wall hour's start: one, two in the hour a DST fall-back repeats, none in
+    the hour a spring-forward skips (or for a date that does not exist)."""
     readings = set()
     for dst in (0, 1):
-        value = time.mktime((*st[:8], dst))
-        if time.localtime(value)[:6] == st[:6]:
+        value = time.mktime((year, month, day, hour, 0, 0, 0, 0, dst))
+        if time.localtime(value)[:4] == (year, month, day, hour):
             readings.add(value)
-    if not readings:  # a wall time the spring-forward skipped
-        return time.mktime(st)
-    later = [v for v in readings if after is None or v >= after]
-    return min(later) if later else max(readings)
+    return tuple(sorted(readings))
+
+
+def _local(text: str, after: float | None) -> float:
+    """TEXT, a naive local time as the runner writes them, as epoch seconds. In the hour a DST fall-back
+    repeats, a wall time has two readings: the first one not before AFTER (the previous event) is taken.
+    (Per wall hour, cached: a report reads every event's time.)"""
+    found = _WALL.match(text.strip())
+    if not found:
+        return parse_ts(text)
+    year, month, day, hour, minute = (int(found.group(i)) for i in range(1, 6))
+    second = int(found.group(6) or 0)
+    readings = _hour_readings(year, month, day, hour) if minute < 60 and second < 62 else ()
+    if not readings:  # a wall time the spring-forward skipped, or no time at all (ValueError)
+        return parse_ts(text)
+    offset = minute * 60 + second
+    later = [v + offset for v in readings if after is None or v + offset >= after]
+    return min(later) if later else readings[-1] + offset
 
 
 def timed(events: list[dict[str, Any]]) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
