@@ -335,6 +335,8 @@ def status(
                                                           "parked")}, indent=1))
     else:
         typer.echo(status_text(target, answer))
+    if answer.get("status_error"):
+        raise typer.Exit(1)  # the queue's status.json is there but unreadable: said above
 
 
 def _watch_words() -> tuple[str, str, str, str]:
@@ -423,8 +425,9 @@ def watch(
                   parked_repeat_s=parked_repeat, waiting_s=waiting_s, waiting_by_reason=waiting_by_reason)
     options = WatchOptions(interval=interval, once=once, probe_timeout=probe_timeout, on_alert=on_alert,
                            realert=realert, hook_timeout=hook_timeout, ping=ping, heartbeat_every=every)
-    raise typer.Exit(watch_loop(target, rules, path, options,
-                                echo=typer.echo, warn=lambda m: typer.echo(m, err=True)))
+    with _host_errors():  # a bad --probe-timeout is a usage error before any probe
+        code = watch_loop(target, rules, path, options, echo=typer.echo, warn=lambda m: typer.echo(m, err=True))
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -483,9 +486,10 @@ def report(
     blocked, backoff, runner down. Then each job's attempts and outcome, failure clusters, and the
     longest silences. Reads the seed's events too (lane states then marked as inferred).
     """
-    from plancompiler.report import build_report, parse_ts, read_events
+    from plancompiler.report import build_report, file_liveness, liveness, parse_events, parse_ts
     from plancompiler.report_html import render_html
 
+    answer: dict = {}
     path = Path(source)
     if path.is_file():
         text = path.read_text(errors="replace")
@@ -507,9 +511,11 @@ def report(
     try:
         start = parse_ts(since) if since else None
         end = parse_ts(until) if until else None
+        events, skipped = parse_events(text, source)
+        live = file_liveness(path) if path.is_file() else liveness(answer)
+        result = build_report(events, start, end, live=live, skipped=skipped)
     except ValueError as exc:
         raise _fail(str(exc)) from exc
-    result = build_report(read_events(text), start, end)
     typer.echo(json.dumps(result.to_json(), indent=1) if as_json else result.text())
     if html_file:
         html_file.write_text(render_html(result))

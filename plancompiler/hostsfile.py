@@ -5,7 +5,7 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from plancompiler.diagnostics import PlanError
 from plancompiler.load import Source, load_yaml
@@ -22,8 +22,9 @@ class HostEntry(_Strict):
     root: str = Field(description="the queue root on the host")
     ssh: str | None = Field(None, description="ssh destination (an alias from ~/.ssh/config); none for a local queue")
     ssh_options: list[str] = Field(default_factory=list, description="extra ssh arguments, as a list: [-F, cfg]")
-    connect_timeout: PositiveFloat = Field(10.0, description="seconds for ssh to connect")
-    timeout: PositiveFloat = Field(60.0, description="seconds for a whole round trip")
+    # Finite, above 0, at most a day (transport.MAX_TIMEOUT_S): ssh takes whole seconds, inf is no limit.
+    connect_timeout: float = Field(10.0, gt=0, le=86400, allow_inf_nan=False, description="seconds for ssh to connect")
+    timeout: float = Field(60.0, gt=0, le=86400, allow_inf_nan=False, description="seconds for a whole round trip")
     python: str = Field("python3", description="the interpreter on the host")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.durations import format_duration
+from runner.readers import terminal_safe
 from runner.vocab import Event, Reason
 
 _SHOWN = {e.value for e in (Event.START, Event.DONE, Event.FAILED, Event.RETRY, Event.SKIPPED, Event.INVALID,
@@ -186,7 +187,7 @@ def _follow(path: Path, offset: int, summary: RunSummary, echo: Callable[[str], 
             summary.states[job] = "failed"
             summary.reasons[job] = (event.get("why") or event.get("reason") or f"rc {event.get('rc')}")[:120]
         if kind in _SHOWN:
-            echo(_event_line(event))
+            echo(terminal_safe(_event_line(event)))  # a job's last line is its own output
     return offset + cut
 
 

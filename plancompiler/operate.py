@@ -11,6 +11,7 @@ from plancompiler import transport
 from plancompiler.backends import backend_for
 from plancompiler.backends.protocol import who
 from plancompiler.hosts import Host
+from runner.readers import terminal_safe
 
 
 class OperateError(Exception):
@@ -73,13 +74,13 @@ def logs(host: Host, job: str, lines: int, follow: bool, interval: float, echo: 
     answer = _ask(host, "logs", {"job": name, "lines": lines})
     if not answer.get("exists") and not answer.get("state"):
         raise OperateError(f"no job {name} and no log for it on {host.name}")
-    echo(answer.get("text", ""))
+    echo(terminal_safe(str(answer.get("text", ""))))
     offset = answer.get("offset", 0)
     try:
         while follow and answer.get("state") in ("running", "queue"):
             time.sleep(interval)
             answer = _ask(host, "logs", {"job": name, "offset": offset})
-            echo(answer.get("text", ""))
+            echo(terminal_safe(str(answer.get("text", ""))))
             offset = answer.get("offset", offset)
     except KeyboardInterrupt:
         pass

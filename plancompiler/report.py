@@ -1,16 +1,26 @@
 """`plan report`: from events.jsonl, where each lane's time went, and why the work that waited waited."""
 from __future__ import annotations
 
+import functools
 import json
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
+from runner.delivery import runner_alive
 from runner.durations import format_duration
 from runner.logs import signature
+from runner.queue import read_json
+from runner.readers import status_problem, terminal_safe, valid_events
 from runner.vocab import Event
+
+# The synthetic last event that carries the window to its end: the runner alive now (or down since its
+# last sign of life) is the truth after the last event, not nothing.
+_NOW = "(now)"
 
 # Events that end a job's attempt (the busy span in seed-format reports, the attempt's duration).
 _END = frozenset(e.value for e in (Event.DONE, Event.FAILED, Event.RETRY, Event.TIMEOUT, Event.CANCELLED,
@@ -22,19 +32,101 @@ _OUTCOME = {Event.DONE.value: "done", Event.FAILED.value: "failed", Event.RETRY.
             Event.START_FAILED.value: "start-failed"}
 
 
-def parse_ts(text: str) -> float:
-    """Event or --since/--until time: 'YYYY-MM-DD HH:MM:SS', 'YYYY-MM-DDTHH:MM:SS' or 'YYYY-MM-DD' (local)."""
+def _struct(text: str) -> time.struct_time:
     text = text.strip().replace("T", " ")
     for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
         try:
-            return time.mktime(time.strptime(text, fmt))
+            return time.strptime(text, fmt)
         except ValueError:
             continue
     raise ValueError(f"not a time: {text!r} (use 'YYYY-MM-DD HH:MM:SS' or 'YYYY-MM-DD')")
 
 
-def _fmt(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+def parse_ts(text: str) -> float:
+    """Event or --since/--until time: 'YYYY-MM-DD HH:MM:SS', 'YYYY-MM-DDTHH:MM:SS' or 'YYYY-MM-DD' (local)."""
+    try:
+        return time.mktime(_struct(text))
+    except OverflowError as exc:
+        raise ValueError(f"not a time: {text!r} ({exc})") from exc
+
+
+_WALL = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?$")
+
+
+@functools.lru_cache(maxsize=4096)
+def _hour_readings(year: int, month: int, day: int, hour: int) -> tuple[float, ...]:
+    """The epoch readings of that wall hour's start: one, two in the hour a DST fall-back repeats, none in
+    the hour a spring-forward skips (or for a date that does not exist)."""
+    readings = set()
+    for dst in (0, 1):
+        value = time.mktime((year, month, day, hour, 0, 0, 0, 0, dst))
+        if time.localtime(value)[:4] == (year, month, day, hour):
+            readings.add(value)
+    return tuple(sorted(readings))
+
+
+def _local(text: str, after: float | None) -> float:
+    """TEXT, a naive local time as the runner writes them, as epoch seconds. In the hour a DST fall-back
+    repeats, a wall time has two readings: the first one not before AFTER (the previous event) is taken.
+    (Per wall hour, cached: a report reads every event's time.)"""
+    found = _WALL.match(text.strip())
+    if not found:
+        return parse_ts(text)
+    year, month, day, hour, minute = (int(found.group(i)) for i in range(1, 6))
+    second = int(found.group(6) or 0)
+    readings = _hour_readings(year, month, day, hour) if minute < 60 and second < 62 else ()
+    if not readings:  # a wall time the spring-forward skipped, or no time at all (ValueError)
+        return parse_ts(text)
+    offset = minute * 60 + second
+    later = [v + offset for v in readings if after is None or v + offset >= after]
+    return min(later) if later else readings[-1] + offset
+
+
+def timed(events: list[dict[str, Any]]) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
+    """Each event with its time, in file order (the order the runner appended them): DST-ambiguous wall times
+    are read so the order holds, and a clock set back is held at the previous time, so no span is negative.
+    An event whose time is no real time is left out, and said."""
+    items: list[tuple[float, dict[str, Any]]] = []
+    bad: list[str] = []
+    last: float | None = None
+    for event in events:
+        try:
+            value = _local(event["ts"], last)
+        except (ValueError, OverflowError):
+            bad.append(f"{event['ts'][:40]!r}: not a time")
+            continue
+        last = value if last is None else max(last, value)
+        items.append((last, event))
+    return items, bad
+
+
+def parse_events(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The usable events in an events.jsonl TEXT, and a line for each malformed line (by line number).
+    ValueError when there are none: SOURCE is then no events file (or has no events yet)."""
+    events: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            skipped.append(f"line {number}: not JSON")
+            continue
+        good, bad = valid_events([value], f"line {number}")
+        events += good
+        skipped += [b.replace(f"line {number} 1:", f"line {number}:") for b in bad]
+    if not events:
+        if not any(line.strip() for line in lines):
+            raise ValueError(f"{source}: no events (it is empty)")
+        raise ValueError(f"{source}: not an events.jsonl: none of its {len(lines)} lines is an event record "
+                         f"({skipped[0]})")
+    return events, skipped
+
+
+def _fmt(ts: float, zone: bool = False) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S" + (" %Z" if zone else ""), time.localtime(ts))
 
 
 @dataclass
@@ -71,6 +163,8 @@ class Report:
     silences: list[tuple[float, float]]
     inferred: bool
     lanes: list[str]
+    skipped: list[str] = field(default_factory=list)  # malformed events left out, each with where it was
+    notes: list[str] = field(default_factory=list)
 
     def totals(self) -> dict[str, dict[str, Any]]:
         result: dict[str, dict[str, Any]] = {}
@@ -93,10 +187,21 @@ class Report:
             "jobs": {name: asdict(stats) for name, stats in sorted(self.jobs.items())},
             "failure_clusters": self.clusters,
             "silences": [{"from": _fmt(a), "to": _fmt(b), "seconds": b - a} for a, b in self.silences],
+            "skipped": self.skipped, "notes": self.notes,
         }
 
     def text(self) -> str:
-        out = [f"report {_fmt(self.start)} .. {_fmt(self.end)} ({format_duration(self.end - self.start)})"]
+        """The report for a terminal: names and lines from the events are made safe to print."""
+        return terminal_safe(self._text())
+
+    def _text(self) -> str:
+        # Event times are naive local times (as the runner writes them): across a DST change, say which.
+        zone = time.localtime(self.start).tm_isdst != time.localtime(self.end).tm_isdst
+        out = [f"report {_fmt(self.start, zone)} .. {_fmt(self.end, zone)} ({format_duration(self.end - self.start)})"]
+        out += self.notes
+        if self.skipped:
+            out.append(f"skipped {len(self.skipped)} malformed event{'s' * (len(self.skipped) != 1)}: "
+                       + "; ".join(self.skipped[:5]) + ("; ..." if len(self.skipped) > 5 else ""))
         if self.inferred:
             out.append("(seed-format events: no `lane` records; lane states are inferred from start/end events)")
         out.append("")
@@ -125,25 +230,63 @@ class Report:
             out.append("")
             out.append("longest silences (no event but the runner's heartbeat):")
             for a, b in self.silences:
-                out.append(f"  {format_duration(b - a):>8}  {_fmt(a)} .. {_fmt(b)}")
+                out.append(f"  {format_duration(b - a):>8}  {_fmt(a, zone)} .. {_fmt(b, zone)}")
         return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class Liveness:
+    """What is known of the runner now, beyond its events: the window then runs to NOW, and a runner that is
+    not ALIVE has been down since its last sign of life (its last event, or HEARTBEAT if later)."""
+
+    now: float
+    alive: bool
+    heartbeat: float | None = None
+
+
+def liveness(answer: dict[str, Any]) -> Liveness | None:
+    """From a host's status answer (or a local root's status.json read the same way)."""
+    now, status = answer.get("now"), answer.get("status")
+    if not isinstance(now, (int, float)) or not isinstance(status, dict):
+        return None
+    runner: dict[str, Any] = status["runner"] if isinstance(status.get("runner"), dict) else {}
+    beat = runner.get("heartbeat")
+    return Liveness(float(now), bool(answer.get("runner_alive")),
+                    float(beat) if isinstance(beat, (int, float)) and not isinstance(beat, bool) else None)
+
+
+def file_liveness(path: Path) -> Liveness | None:
+    """For a queue root's own events.jsonl: its status.json next to it, read as a host's status answer is."""
+    if path.name != "events.jsonl":
+        return None
+    try:
+        status = read_json(path.parent / "status.json")
+    except (OSError, ValueError):
+        return None
+    if status is None or status_problem(status):
+        return None
+    return liveness({"now": time.time(), "status": status, "runner_alive": runner_alive(status)})
+
+
 def build_report(events: Iterable[dict[str, Any]], since: float | None = None, until: float | None = None,
-                 lanes: tuple[str, ...] = ("net", "gpu", "cpu")) -> Report:
-    items = []
-    for event in events:
-        try:
-            if not _refused(event):
-                items.append((parse_ts(event["ts"]), event))
-        except (KeyError, ValueError, TypeError):
-            continue
-    items.sort(key=lambda item: item[0])
+                 lanes: tuple[str, ...] = ("net", "gpu", "cpu"), live: Liveness | None = None,
+                 skipped: Iterable[str] = ()) -> Report:
+    """The report of EVENTS in file order; ValueError for a window that ends before it starts."""
+    if since is not None and until is not None and since >= until:
+        raise ValueError(f"--since {_fmt(since)} is not before --until {_fmt(until)}: the window would be empty")
+    good, bad = valid_events(list(events), "event")
+    left_out = [*skipped, *bad]
+    kept = [event for event in good if not _refused(event)]
+    items, untimed = timed(kept)
+    left_out += untimed
+    notes = _close_at_now(items, live, until)
     has_lane_events = any(e.get("event") == "lane" for _, e in items)
     spans = _lane_spans(items) if has_lane_events else _inferred_spans(items)
     seen_lanes = list(dict.fromkeys([*lanes, *(s.lane for s in spans)]))
+    items = [(t, e) for t, e in items if _NOW not in e]
     start = since if since is not None else (items[0][0] if items else 0.0)
-    end = until if until is not None else (items[-1][0] if items else 0.0)
+    last = live.now if live is not None else (items[-1][0] if items else 0.0)
+    end = until if until is not None else last
     clipped = []
     for span in spans:
         a, b = max(span.start, start), min(span.end, end)
@@ -152,8 +295,30 @@ def build_report(events: Iterable[dict[str, Any]], since: float | None = None, u
     window = [(t, e) for t, e in items if start <= t <= end]
     jobs = _jobs(window)
     _resolve_requires(clipped, jobs)
+    if live is not None and not live.alive:
+        gone = [name for name, stats in jobs.items() if stats.attempts and not stats.outcome]
+        for name in gone:
+            jobs[name].outcome = "unknown"  # it was running when the runner went down: nobody saw it end
+        if gone:
+            notes.append(f"  running when the runner went down (outcome unknown): {', '.join(sorted(gone))}")
     return Report(start, end, clipped, jobs, _clusters(window), _silences(window), not has_lane_events,
-                  [ln for ln in seen_lanes if any(s.lane == ln for s in clipped)] or list(lanes))
+                  [ln for ln in seen_lanes if any(s.lane == ln for s in clipped)] or list(lanes), left_out, notes)
+
+
+def _close_at_now(items: list[tuple[float, dict[str, Any]]], live: Liveness | None, until: float | None) -> list[str]:
+    """Carry the lanes from the last event to now: as they were if the runner is alive, else down from its last
+    sign of life. A synthetic last event does it, so both span builders treat it like any restart."""
+    if live is None or not items:
+        return []
+    last = items[-1][0]
+    end = max(last, live.now if until is None else min(until, live.now))
+    if live.alive:
+        items.append((end, {"event": _NOW, "ts": _fmt(end), _NOW: True}))
+        return []
+    alive = max(last, min(live.heartbeat or last, end))
+    restart = {"event": Event.RUNNER_START.value, "ts": _fmt(end), "_alive_at": alive, "job": "-", _NOW: True}
+    items.append((end, restart))
+    return [f"runner: not running; last sign of life {_fmt(alive)}, down {format_duration(live.now - alive)} since"]
 
 
 def _refused(event: dict[str, Any]) -> bool:
@@ -169,7 +334,8 @@ def _last_alive(event: dict[str, Any], last_ts: float, now: float) -> float:
     """When the previous runner life was last known alive: its last heartbeat (from `runner-start`'s
     `last_alive`) where the runner records it, else its last event (a `heartbeat` event counts)."""
     try:
-        alive = parse_ts(event["last_alive"]) if event.get("last_alive") else last_ts
+        at = event.get("_alive_at")
+        alive = at if isinstance(at, float) else parse_ts(event["last_alive"]) if event.get("last_alive") else last_ts
     except (ValueError, TypeError):
         alive = last_ts
     return min(max(alive, last_ts), now)
@@ -293,7 +459,7 @@ def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
         if kind == Event.BLOCKED and job in started:
             continue  # announced while it ran (a stale event): not what became of this attempt
         if kind in _END and job in started:
-            took = ts - started.pop(job)
+            took = _took(event, started.pop(job), ts)
             stats.durations.append(took)
             stats.busy_s += took
         outcome = _OUTCOME[kind]
@@ -301,6 +467,19 @@ def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
             outcome = "timeout"  # the runner logs `timeout` when it ends the job, then `failed`
         stats.outcome = outcome
     return dict(jobs)
+
+
+def _took(event: dict[str, Any], started: float, ts: float) -> float:
+    """An attempt's length: the runner's own `duration_s` where it wrote one (a job that ended while the runner
+    was down is logged when it comes back, with `ended`), else from `ended`, else from the event's time."""
+    if isinstance(event.get("duration_s"), (int, float)):
+        return max(0.0, float(event["duration_s"]))
+    if event.get("ended"):
+        try:
+            return max(0.0, _local(event["ended"], started) - started)
+        except (ValueError, OverflowError):
+            pass
+    return max(0.0, ts - started)
 
 
 def _resolve_requires(spans: list[Span], jobs: dict[str, JobStats]) -> None:

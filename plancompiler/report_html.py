@@ -31,7 +31,8 @@ def _t(ts: float) -> str:
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text))
+    """Escaped for text and for a quoted attribute alike (quotes too): every value from the events goes here."""
+    return html.escape(str(text), quote=True)
 
 
 def _bar(span: Span, report: Report, total: float) -> str:
@@ -46,7 +47,7 @@ def _bar(span: Span, report: Report, total: float) -> str:
         what, label = span.cause, span.cause
     title = f"{span.state}: {what} ({format_duration(span.seconds)}, {_t(span.start)} .. {_t(span.end)})"
     inner = f'<span class="label">{_e(label)}</span>' if label and width >= _LABEL_MIN_PERCENT else ""
-    return (f'<div class="bar {span.state}" data-state="{span.state}" data-job="{_e(span.job)}" '
+    return (f'<div class="bar {_e(span.state)}" data-state="{_e(span.state)}" data-job="{_e(span.job)}" '
             f'data-seconds="{span.seconds:.0f}" style="left:{left:.4f}%;width:{width:.4f}%" '
             f'title="{_e(title)}">{inner}</div>')
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import runner as runner_package
+from plancompiler.diagnostics import PlanError
 from plancompiler.tools import run_command
 
 SSH_UNREACHABLE = 255
@@ -83,6 +84,24 @@ class RemoteFailed(Exception):
     """The host was reached but the command there failed."""
 
 
+# A round trip longer than a day is a mistake (a misplaced unit), not a plan: and ssh needs an integer.
+MAX_TIMEOUT_S = 86400.0
+
+
+def check_timeout(value: float, what: str = "timeout") -> float:
+    """VALUE if it is a usable number of seconds (finite, above 0, at most a day); else a PlanError (exit 2)."""
+    if not isinstance(value, (int, float)) or not (0 < value <= MAX_TIMEOUT_S):  # nan fails every comparison
+        raise PlanError(f"{what} {value!r}: give seconds above 0 and at most {MAX_TIMEOUT_S:g} (a day)")
+    return float(value)
+
+
+def _limit(timeout: float | None, endpoint: Endpoint) -> float:
+    """The round trip's limit: TIMEOUT as given (0 and negatives are refused, not taken for the default)."""
+    if timeout is None:
+        return check_timeout(endpoint.timeout, f"{endpoint.label}: timeout")
+    return check_timeout(timeout)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where a queue root is and how to reach it; `label` names it in messages."""
@@ -119,7 +138,8 @@ def runner_zip() -> tuple[str, bytes]:
 
 def _ssh(endpoint: Endpoint, *remote: str) -> list[str]:
     assert endpoint.ssh is not None
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(endpoint.connect_timeout)}",
+    connect = max(1, round(check_timeout(endpoint.connect_timeout, f"{endpoint.label}: connect_timeout")))
+    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect}",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2", *endpoint.ssh_options, endpoint.ssh,
             " ".join(shlex.quote(a) for a in remote)]
 
@@ -138,7 +158,7 @@ def upload(endpoint: Endpoint, timeout: float | None = None) -> None:
     """Store this runner package on the host (once per content hash)."""
     digest, data = runner_zip()
     argv = _ssh(endpoint, endpoint.python, "-c", LOADER, digest, "--upload", endpoint.root)
-    _check(endpoint, *_timed(argv, timeout or endpoint.timeout, data, None))
+    _check(endpoint, *_timed(argv, _limit(timeout, endpoint), data, None))
 
 
 def _timed(argv: list[str], limit: float, stdin: str | bytes | None,
@@ -172,7 +192,7 @@ def _decode(endpoint: Endpoint, out: str) -> dict[str, Any]:
 
 def call(endpoint: Endpoint, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
     """One round trip: the agent answers REQUEST in MODE (two more, once, if the host lacks this runner)."""
-    limit = timeout or endpoint.timeout
+    limit = _limit(timeout, endpoint)
     payload = json.dumps(request)
     argv, env = agent_argv(endpoint, mode)
     rc, out, err, took, _ = _timed(argv, limit, payload, env)
@@ -192,7 +212,7 @@ class Session:
 
     def __init__(self, endpoint: Endpoint, timeout: float | None = None) -> None:
         self.endpoint = endpoint
-        self.timeout = timeout or endpoint.timeout
+        self.timeout = _limit(timeout, endpoint)
         self.answered = 0
         self._start()
 
@@ -210,7 +230,7 @@ class Session:
         self._eof = False
 
     def ask(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        limit = timeout or self.timeout
+        limit = self.timeout if timeout is None else check_timeout(timeout)
         started = time.monotonic()
         line = self._exchange(mode, request, limit)
         for _ in range(2):  # twice at most, as in call()

@@ -13,9 +13,11 @@ from typing import Any
 
 from plancompiler.hosts import Host, RemoteFailed, Unreachable
 from plancompiler.incidents import EXIT_CODES, Alert, Condition, Incident, dump_incidents, load_incidents, reconcile
+from plancompiler.transport import check_timeout
 from plancompiler.watch_args import DEFAULT_EVENTS, WAITING_REASONS
 from runner.durations import format_duration
 from runner.queue import atomic_write
+from runner.readers import status_problem, terminal_safe, valid_events
 from runner.status import render_status
 from runner.vocab import Event, Reason
 
@@ -68,9 +70,30 @@ class WatchState:
 
 
 def state_path(host: Host) -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    ident = hashlib.sha1(f"{host.ssh}:{host.root}".encode()).hexdigest()[:12]
-    return Path(base) / "plancompiler" / f"watch-{host.name.replace('/', '_')[-40:]}-{ident}.json"
+    """The watcher's state file for HOST's queue: keyed by where the queue is (a local root by its resolved
+    path, a remote one by destination and root), not by how the command line spelt it, so `plan ack` given
+    ./q, /abs/q or a hosts-file name finds the incidents `plan watch` opened under another spelling."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")) / "plancompiler"
+    root = os.path.realpath(os.path.expanduser(host.root)) if host.local else host.root
+    label = os.path.basename(root.rstrip("/")) if host.local else str(host.ssh)
+    ident = hashlib.sha1(f"{host.ssh}:{root}".encode()).hexdigest()[:12]
+    path = base / f"watch-{label.replace('/', '_')[-40:] or 'root'}-{ident}.json"
+    legacy = base / f"watch-{host.name.replace('/', '_')[-40:]}-" \
+        f"{hashlib.sha1(f'{host.ssh}:{host.root}'.encode()).hexdigest()[:12]}.json"
+    if legacy != path and legacy.exists() and not path.exists():
+        try:  # a state file named the old way (by the spelling): carried over once, its incidents kept
+            legacy.rename(path)
+        except OSError:
+            return legacy
+    return path
+
+
+def host_subject(host: Host) -> str:
+    """What a host's incidents are about: a local queue by its resolved root (however it was spelt), else the
+    host's name."""
+    if host.local and host.backend == "queue":
+        return os.path.realpath(os.path.expanduser(host.root))
+    return host.name
 
 
 class ControllerDown(Exception):
@@ -99,6 +122,7 @@ class Probe:
     judged: frozenset[str] | None = None  # None: every kind
     note: str = ""  # a failed probe's one line
     lanes: str = ""
+    skipped: list[str] = field(default_factory=list)  # malformed events.jsonl lines this probe passed over
 
 
 _HOST_KINDS = frozenset({"DEAD", "UNREACHABLE", "ERROR"})
@@ -109,48 +133,55 @@ _ENDS = frozenset(e.value for e in (Event.DONE, Event.FAILED, Event.SKIPPED, Eve
 
 def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> Probe:
     """One bounded probe: alerts for what it saw, conditions for what is true, or why it could not see."""
+    subject = host_subject(host)
     try:
         answer = fetch_status(host, {"offset": state.offset, "head": state.head}, timeout)
     except ControllerDown as exc:
         state.failures = 0
-        return Probe(conditions=[Condition("DEAD", host.name, f"{host.name}: the submit host answers but its Slurm "
+        return Probe(conditions=[Condition("DEAD", subject, f"{host.name}: the submit host answers but its Slurm "
                                            f"controller does not: {exc}", "controller")], judged=_HOST_KINDS)
     except Unreachable as exc:
         state.failures += 1
         if state.failures >= rules.unreachable_n:
-            return Probe(conditions=[Condition("UNREACHABLE", host.name, f"{state.failures} probes in a row failed; "
+            return Probe(conditions=[Condition("UNREACHABLE", subject, f"{state.failures} probes in a row failed; "
                                                f"last: {exc}", "unreachable")], judged=frozenset({"UNREACHABLE"}))
         return Probe(judged=frozenset(), note=f"probe failed ({state.failures}/{rules.unreachable_n}): {exc}")
     except RemoteFailed as exc:
         state.failures = 0
-        return Probe(conditions=[Condition("ERROR", host.name, str(exc), "error")], judged=_HOST_KINDS)
+        return Probe(conditions=[Condition("ERROR", subject, str(exc), "error")], judged=_HOST_KINDS)
     state.failures = 0
     if "error" in answer:
-        return Probe(conditions=[Condition("ERROR", host.name, f"reached {host.name}, but could not read the queue: "
+        return Probe(conditions=[Condition("ERROR", subject, f"reached {host.name}, but could not read the queue: "
                                            f"{answer['error']}", "error")], judged=_HOST_KINDS)
     first = state.offset < 0
     state.offset = answer["offset"]
     state.head = answer.get("head", "")
-    return evaluate(answer, state, rules, replay=not first, host=host.name)
+    return evaluate(answer, state, rules, replay=not first, host=subject)
 
 
 def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bool = True,
              host: str = "host") -> Probe:
     """Judge one status answer: new events of the alerting kinds, and every standing state it shows."""
-    result = Probe()
-    now = float(answer.get("now", time.time()))
+    events, skipped = checked_events(answer)
+    result = Probe(skipped=skipped)
+    now = answer_now(answer)
     status = answer.get("status")
     if replay:
-        for event in answer.get("events", []):
+        for event in events:
             if event.get("event") in rules.events:
                 result.events.append(Alert("EVENT", _event_text(event), str(event.get("job", "-")),
                                            {"event": event}))
     conditions = result.conditions
+    corrupt = status_corrupt(answer)
+    if corrupt:
+        conditions.append(Condition("ERROR", host, f"reached {host}, but its {corrupt}", "status-corrupt"))
+        result.judged = _HOST_KINDS
+        return result
     if status is None:
         conditions.append(Condition("DEAD", host, f"no runner has ever ticked on {host} (no status.json)", "never"))
         result.judged = _HOST_KINDS
         return result
-    runner = status.get("runner", {})
+    runner = status.get("runner") or {}
     beat = now - float(runner.get("heartbeat", 0) or 0)
     dead = True
     if beat > rules.dead_s:
@@ -159,7 +190,7 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
         conditions.append(Condition("DEAD", host, f"runner pid {runner.get('pid')} is not running", "dead"))
     else:
         dead = False
-    running = status.get("running", [])
+    running = status.get("running") or []
     for run in running:
         elapsed = float(run.get("elapsed_s", 0)) + max(0.0, now - float(runner.get("heartbeat", now) or now))
         warn = run.get("warn_after_s")
@@ -170,7 +201,7 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
             conditions.append(Condition("STALL", run["job"], f"{run['job']} past its WARN_AFTER "
                                         f"({format_duration(float(warn))}): running {format_duration(elapsed)}",
                                         "warn-after"))
-    queued = status.get("queued", [])
+    queued = status.get("queued") or []
     for item in queued:
         if item.get("reason") == Reason.BLOCKED:
             conditions.append(Condition("BLOCKED", item["job"], f"{item['job']} can never run: "
@@ -203,6 +234,30 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
         else:
             conditions.append(Condition("IDLE", host, f"nothing running for {idle}, nothing queued", "idle"))
     return result
+
+
+def checked_events(answer: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The answer's events that are well-formed, and a line for each malformed one it or the host skipped."""
+    raw = answer.get("events")
+    events, skipped = valid_events(raw if isinstance(raw, list) else [], "event")
+    said = answer.get("skipped")
+    lines = [line for line in said if isinstance(line, str)] if isinstance(said, list) else []
+    return events, lines + skipped
+
+
+def status_corrupt(answer: dict[str, Any]) -> str | None:
+    """Why the answer's status.json is unusable (it exists but is corrupt), or None."""
+    said = answer.get("status_error")
+    if said:
+        return str(said)
+    status = answer.get("status")
+    problem = status_problem(status) if status is not None else None
+    return f"status.json is corrupt: {problem}" if problem else None
+
+
+def answer_now(answer: dict[str, Any]) -> float:
+    now = answer.get("now")
+    return float(now) if isinstance(now, (int, float)) and not isinstance(now, bool) else time.time()
 
 
 def _waiting(queued: list[dict[str, Any]], state: WatchState, rules: Rules, now: float) -> list[Condition]:
@@ -252,6 +307,7 @@ class WatchOptions:
 def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo: Callable[[str], None],
                warn: Callable[[str], None]) -> int:
     """Probe until an alert (its exit code), or forever with --on-alert; --once probes once."""
+    check_timeout(options.probe_timeout, "--probe-timeout")  # PlanError: before any probe or state change
     while True:
         started = time.monotonic()
         state = WatchState.load(path)  # each time: `plan ack` may have changed it since
@@ -260,6 +316,10 @@ def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo
         state.probed = now
         if seen.note:
             echo(seen.note)
+        if seen.skipped:
+            # Said once: the offset moves past them with this probe.
+            warn(terminal_safe(f"plan watch: {host.name}: skipped {_count(len(seen.skipped), 'malformed event')}: "
+                               + "; ".join(seen.skipped[:5]) + ("; ..." if len(seen.skipped) > 5 else "")))
         _take_acks(state, WatchState.load(path))
         alerts = seen.events + reconcile(state.incidents, seen.conditions, now, {"PARKED": rules.parked_repeat_s},
                                          options.realert, seen.judged)
@@ -274,7 +334,7 @@ def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo
                 warn(f"plan watch: --ping failed: {problem}")
         trouble = [a for a in alerts if EXIT_CODES[a.kind]]
         for alert in alerts:
-            echo(alert.line())
+            echo(terminal_safe(alert.line()))
             if options.on_alert:
                 problem = run_hook(options.on_alert, alert, options.hook_timeout)
                 if problem:
@@ -340,24 +400,39 @@ def run_hook(command: str, alert: Alert | None, timeout: float) -> str | None:
 
 
 def status_text(host: Host, answer: dict[str, Any]) -> str:
-    status = answer.get("status")
-    now = float(answer.get("now", time.time()))
+    """`plan status`'s screen, made safe for a terminal: job output can hold escape sequences."""
+    return terminal_safe(_status_text(host, answer))
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _status_text(host: Host, answer: dict[str, Any]) -> str:
+    events, skipped = checked_events(answer)
+    note = (f"\n\nskipped {_count(len(skipped), 'malformed event')}: " + "; ".join(skipped[:5])
+            + ("; ..." if len(skipped) > 5 else "")) if skipped else ""
+    now = answer_now(answer)
+    corrupt = status_corrupt(answer)
+    status = None if corrupt else answer.get("status")
+    counts: dict[str, Any] = answer["counts"] if isinstance(answer.get("counts"), dict) else {}
     if status is None:
-        counts = answer.get("counts", {})
-        return (f"{host.describe()}: no runner has ever ticked here (no status.json); jobs: "
-                + "  ".join(f"{k} {v}" for k, v in counts.items()))
-    for run in status.get("running", []):
-        tail = answer.get("logs", {}).get(run["job"], {}).get("tail", "")
+        why = (f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)")
+        return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
+    logs: dict[str, Any] = answer["logs"] if isinstance(answer.get("logs"), dict) else {}
+    for run in status.get("running") or []:
+        log = logs.get(run["job"])
+        tail = log.get("tail") if isinstance(log, dict) else None
         from runner.progress import parse_progress
 
-        progress = parse_progress(tail)
+        progress = parse_progress(tail) if isinstance(tail, str) else None
         if progress:
             run["progress"] = progress
     text = render_status(status, now)
     if not answer.get("runner_alive", True):
-        text = f"DEAD: runner pid {status.get('runner', {}).get('pid')} is not running\n" + text
-    ends = [e for e in answer.get("events", []) if e.get("event") in _ENDS]
+        text = f"DEAD: runner pid {(status.get('runner') or {}).get('pid')} is not running\n" + text
+    ends = [e for e in events if e.get("event") in _ENDS]
     if ends:
         text += "\n\nrecent ends:\n" + "\n".join(
             f"  {e['ts']}  {e['event']:<8} {e['job']}" + (f"  rc {e['rc']}" if "rc" in e else "") for e in ends[-8:])
-    return text
+    return text + note

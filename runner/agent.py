@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner import delivery, slurm_agent
+from runner import delivery, readers, slurm_agent
 from runner.controls import PARK_FILE, park_record, request_name
 from runner.queue import STATES, Queue, atomic_write, read_json
 
@@ -50,13 +50,10 @@ def read_events(root: str, request: dict[str, Any]) -> dict[str, Any]:
     except OSError:
         size = 0
     events: list[Any] = []
-    new_offset, rotated, head = size, False, ""
-    if size:
-        with open(events_path, "rb") as handle:
-            head = hashlib.sha256(handle.read(256)).hexdigest()[:16]
+    new_offset, rotated = size, False
     if offset >= 0:
         # A file truncated or replaced since the last probe starts with other bytes: read it all.
-        if offset > size or (request.get("head") and request["head"] != head and offset > 0):
+        if offset > size or (request.get("head") and offset > 0 and request["head"] != _head(events_path, offset)):
             offset, rotated = 0, True
         data = b""
         if size:
@@ -65,17 +62,55 @@ def read_events(root: str, request: dict[str, Any]) -> dict[str, Any]:
                 data = handle.read(int(request.get("max_bytes", 1 << 20)))
         cut = data.rfind(b"\n") + 1
         new_offset = offset + cut
-        lines = data[:cut].splitlines()
+        lines = data[:cut].split(b"\n")[:-1]
+        at = offset
     else:
         limit = int(request.get("tail_bytes", 16384))
         text, _ = tail(events_path, limit)
         lines = [ln.encode() for ln in (text.splitlines()[1:] if len(text) >= limit else text.splitlines())]
+        at = max(0, size - sum(len(ln) + 1 for ln in lines))
+    skipped: list[str] = []
     for line in lines:
+        # A malformed line is skipped and named by its byte offset, so the watcher's offset still advances.
         try:
-            events.append(json.loads(line))
+            event: Any = json.loads(line)
+            problem = readers.event_problem(event)
         except ValueError:
-            pass
-    return {"events": events, "offset": new_offset, "rotated": rotated, "head": head}
+            problem = "not JSON"
+        if problem is None:
+            events.append(event)
+        elif line.strip():
+            skipped.append(f"events.jsonl line {_line_at(events_path, at)}: {problem}")
+        at += len(line) + 1
+    head = _head(events_path, new_offset) if new_offset else ""
+    return {"events": events, "offset": new_offset, "rotated": rotated, "head": head, "skipped": skipped}
+
+
+def _line_at(path: str, offset: int) -> int:
+    """The line number of the line that starts at byte OFFSET: counted only for a malformed line, which is
+    said once, so a healthy probe never reads the whole file."""
+    count = 1
+    try:
+        with open(path, "rb") as handle:
+            while offset > 0:
+                chunk = handle.read(min(offset, 1 << 20))
+                if not chunk:
+                    break
+                count += chunk.count(b"\n")
+                offset -= len(chunk)
+    except OSError:
+        pass
+    return count
+
+
+def _head(path: str, offset: int) -> str:
+    """The fingerprint of the file's first bytes up to OFFSET (at most 256): a file still shorter than 256
+    bytes keeps the one a watcher stored as it grows; a rotated one has another."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read(min(256, offset))).hexdigest()[:16]
+    except OSError:
+        return ""
 
 
 def counts(root: str) -> dict[str, int]:
@@ -84,14 +119,24 @@ def counts(root: str) -> dict[str, int]:
 
 
 def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    st = _read_json(os.path.join(root, "status.json"))
+    st, corrupt = _read_status(os.path.join(root, "status.json"))
     logs = {}
     for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
         text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)
         logs[run.get("job")] = {"tail": text, "size": log_size}
     return {"status": st, **read_events(root, request), "logs": logs, "counts": counts(root),
             "runner_alive": delivery.runner_alive(st), "now": time.time(),
-            "parked": _read_json(os.path.join(root, PARK_FILE))}
+            "parked": _read_json(os.path.join(root, PARK_FILE)), **({"status_error": corrupt} if corrupt else {})}
+
+
+def _read_status(path: str) -> tuple[Any, str | None]:
+    """status.json's content, or None and why it is unusable: a corrupt file is not a runner that never ran."""
+    try:
+        st = read_json(Path(path))
+    except (OSError, ValueError) as exc:
+        return None, f"{path} exists but is not readable JSON ({exc})"
+    problem = readers.status_problem(st) if st is not None else None
+    return (None, f"{path} exists but is corrupt: {problem}") if problem else (st, None)
 
 
 def park(root: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -183,6 +228,8 @@ SLURM_HANDLERS: dict[str, Handler] = {
 def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
     """One request: the backend named in it picks the handler; any failure is reported as a value."""
     root = os.path.expanduser(root)
+    if os.path.lexists(root) and not os.path.isdir(root):
+        return {"error": f"no queue at {root} ({root} is not a directory)"}
     if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
         return {"error": f"no queue at {root} (the directory does not exist)"}
     backend = request.get("backend") or "queue"

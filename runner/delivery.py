@@ -30,6 +30,9 @@ LOCK_NAME = ".push.lock"
 MANIFEST_VERSION = 2
 
 _held: dict[str, int] = {}  # root -> fd of its push lock, held by this process
+# root -> the topmost directory lock() created for it: removed again, if still empty, by a push that
+# never installed (a refused push leaves the host as it found it)
+_created: dict[str, str] = {}
 
 
 def _who() -> str:
@@ -147,7 +150,15 @@ def lock(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """Take ROOT/.push.lock for this process (until it exits), waiting at most `wait_s`."""
     if root in _held:
         return {"locked": True}
+    if os.path.lexists(root) and not os.path.isdir(root):
+        return {"error": f"{root} is not a directory (a queue root is one)"}
+    top = root
+    while not os.path.lexists(os.path.dirname(top.rstrip("/")) or "/"):
+        top = os.path.dirname(top.rstrip("/"))
+    new = not os.path.lexists(root)
     os.makedirs(root, exist_ok=True)
+    if new:
+        _created[root] = top
     path = os.path.join(root, LOCK_NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + float(request.get("wait_s", 60))
@@ -179,6 +190,24 @@ def release_lock() -> None:
             pass
         os.close(fd)  # closing the descriptor releases the flock
         del _held[root]
+    for root, top in list(_created.items()):
+        _remove_unused(root, top)
+        del _created[root]
+
+
+def _remove_unused(root: str, top: str) -> None:
+    """A root this process created for a push that never installed: its lock file and the directories up to
+    TOP, each only if empty (another push may have put something there meanwhile)."""
+    try:
+        os.unlink(os.path.join(root, LOCK_NAME))
+        path = root.rstrip("/")
+        while True:
+            os.rmdir(path)
+            if path == top.rstrip("/"):
+                break
+            path = os.path.dirname(path)
+    except OSError:
+        pass
 
 
 def _clean_stages(root: str, now: float) -> None:
@@ -202,6 +231,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
         if got.get("busy"):
             return got
     queue = Queue(Path(root))
+    _created.pop(root, None)  # a push installs here: the root stays
     queue.ensure()
     (Path(root) / "control").mkdir(exist_ok=True)
     manifest = read_manifest(root)

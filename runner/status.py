@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.durations import format_duration
+from runner.readers import terminal_safe
 
 # Worst first: what can never run, then what waits on something outside the plan.
 _REASON_ORDER = ("blocked", "disk-full", "gpu-foreign", "exclusive", "parked", "backoff", "requires", "settling",
@@ -24,7 +25,7 @@ def render_status(status: dict[str, Any], now: float) -> str:
         for item in sorted(queued, key=lambda q: (order.get(q["reason"], 99), q.get("since") or 0)):
             since = format_duration(now - float(item.get("since") or now))
             lines.append(f"  {item['reason']:<11} {since:>7}  {item['job']}  {item.get('detail', '')[:90]}")
-    return "\n".join(lines)
+    return terminal_safe("\n".join(lines))  # last lines and details are job output: no escapes reach a terminal
 
 
 def _header(status: dict[str, Any], now: float) -> list[str]:

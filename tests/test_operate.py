@@ -114,7 +114,7 @@ def test_push_refuses_an_old_format_and_warns_on_a_stale_heartbeat(tmp_path: Pat
     status["runner"].update(format_version=1, heartbeat=time.time() - 3 * 3600)
     (root / "status.json").write_text(json.dumps(status))
     code, out = plan("push", str(root), str(plan_file))
-    assert code == 0 and "1 jobs queued on" in out and "no runner has ticked there for 3h00m" in out
+    assert code == 0 and "1 job queued on" in out and "no runner has ticked there for 3h00m" in out
 
 
 def test_logs_follow_ends_when_the_job_ends(queue_root: Path, runner: RunnerProcess) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -162,8 +163,8 @@ def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOpt
     queued = len(probe.get("files", {}).get("queue", {})) + len(result.request.get("files", {}))
     if not status:
         state, why = "never-started", (f"no runner has ever ticked there (no status.json under {host.root}): "
-                                      f"start one with `python3 -m runner run --root {host.root}` or "
-                                      f"`plan bootstrap {host.name}`")
+                                      f"start one with `python3 -m runner run --root {shlex.quote(host.root)}` or "
+                                      f"`plan bootstrap {shlex.quote(host.name)}`")
     elif lifecycle.get("event") == "runner-stop":
         state, why = "stopped", (f"its runner stopped at {lifecycle.get('ts', '?')} (runner-stop) and has not "
                                  "started since")
@@ -176,7 +177,9 @@ def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOpt
     result.host_state = {"runner": state, "heartbeat_age_s": age, "pid": runner.get("pid"),
                          "format_version": version, "parked": parked}
     if why and options.expect_runner:
-        result.warnings.append(f"{queued} jobs queued on {host.name}, but {why}")
+        jobs = f"{queued} job{'s' * (queued != 1)}"
+        done = "would be queued" if options.dry_run or result.errors else "queued"  # nothing is queued yet
+        result.warnings.append(f"{jobs} {done} on {host.name}, but {why}")
     if parked:
         result.warnings.append(f"{host.name} is parked since {parked.get('since', '?')} by {parked.get('by', '?')}"
                                f"{': ' + parked['reason'] if parked.get('reason') else ''}; no job starts until "

@@ -1,0 +1,168 @@
+"""Validated readers of events.jsonl lines and status.json, and the one terminal-safe text filter.
+
+The runner writes these files, but a person, a crash or a disk can leave anything in them; whoever
+reads them (the host agent, `plan status`, `plan watch`, `plan report`) checks the field types here,
+skips what is malformed and says so, instead of failing later on a KeyError or a TypeError.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from runner.vocab import Event
+
+_STR: tuple[type, ...] = (str,)
+_NUM: tuple[type, ...] = (int, float)
+# The fields readers use, and the types they must have where present.
+_EVENT_FIELDS: dict[str, tuple[type, ...]] = {
+    "ts": _STR, "event": _STR, "job": _STR, "lane": _STR, "state": _STR, "reason": _STR, "blocker": _STR,
+    "detail": _STR, "why": _STR, "note": _STR, "was": _STR, "by": _STR, "line": _STR, "ended": _STR,
+    "last_alive": _STR, "duration_s": _NUM, "while_down": (bool,), "tail": (list,), "jobs": (list,),
+}
+_STR_LISTS = ("tail", "jobs")
+# Fields a reader uses as they are; any other may be null (the runner writes `last_alive: null`).
+_NOT_NULL = frozenset({"ts", "event", "job", "lane", "state", "tail", "jobs"})
+# Events about one job: without a job name they say nothing.
+_JOB_EVENTS = frozenset(e.value for e in (Event.START, Event.DONE, Event.FAILED, Event.RETRY, Event.SKIPPED,
+                                          Event.INVALID, Event.BLOCKED, Event.TIMEOUT, Event.CANCELLED,
+                                          Event.START_FAILED))
+# A `lane` event's states: anything else there is a malformed event (and never a class name in the HTML report).
+LANE_STATES = frozenset({"busy", "idle", "waiting", "down", "stopped"})
+_TS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?$")
+
+
+def _kind(value: Any) -> str:
+    """VALUE's JSON type with its article: 'a list', 'an int', 'null'."""
+    if value is None:
+        return "null"
+    name = {"str": "string", "dict": "object", "list": "list", "bool": "boolean"}.get(type(value).__name__,
+                                                                                   type(value).__name__)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def event_problem(event: Any) -> str | None:
+    """Why EVENT (one parsed events.jsonl line) cannot be used, or None when it can."""
+    if not isinstance(event, dict):
+        return f"not a JSON object but {_kind(event)}"
+    for name in ("event", "ts"):
+        if name not in event:
+            return f"no {name!r} field"
+    for name, types in _EVENT_FIELDS.items():
+        value = event.get(name)
+        if value is None and (name not in _NOT_NULL or name not in event):
+            continue
+        if not isinstance(value, types) or (types is _NUM and isinstance(value, bool)):
+            return f"{name!r} is {_kind(value)}"
+        if name in _STR_LISTS and not all(isinstance(v, str) for v in event[name]):
+            return f"{name!r} holds something that is not a string"
+    if not _TS.match(event["ts"].strip()):
+        return f"'ts' {event['ts'][:40]!r} is not a time"
+    if event["event"] == Event.LANE.value and event.get("state", "idle") not in LANE_STATES:
+        return f"lane state {event['state'][:40]!r} is not one of {', '.join(sorted(LANE_STATES))}"
+    if event["event"] in _JOB_EVENTS and "job" not in event:
+        return f"a {event['event']!r} event with no 'job'"
+    return None
+
+
+def valid_events(events: list[Any], where: str = "") -> tuple[list[dict[str, Any]], list[str]]:
+    """The usable EVENTS, and one line per skipped one (WHERE says which line of which file, if known)."""
+    good: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for index, event in enumerate(events):
+        problem = event_problem(event)
+        if problem is None:
+            good.append(event)
+        else:
+            skipped.append(f"{where or 'event'} {index + 1}: {problem}")
+    return good, skipped
+
+
+def _check(value: Any, types: tuple[type, ...], at: str, nullable: bool = True) -> str | None:
+    if value is None and nullable:
+        return None
+    if not isinstance(value, types) or (types is _NUM and isinstance(value, bool)):
+        return f"{at} is {_kind(value)}"
+    return None
+
+
+def _items(value: Any, at: str, fields: dict[str, tuple[type, ...]], required: tuple[str, ...]) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        return f"{at} is {_kind(value)}, not a list"
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            return f"{at}[{i}] is {_kind(item)}, not an object"
+        for name in required:
+            if not isinstance(item.get(name), str):
+                return f"{at}[{i}].{name} is {_kind(item.get(name))}, not a string"
+        for name, types in fields.items():
+            problem = _check(item.get(name), types, f"{at}[{i}].{name}")
+            if problem:
+                return problem
+    return None
+
+
+_RUNNING: dict[str, tuple[type, ...]] = {
+    "elapsed_s": _NUM, "warn_after_s": _NUM, "log_grew_at": _NUM, "last_line": _STR, "progress": _STR}
+_QUEUED: dict[str, tuple[type, ...]] = {"since": _NUM, "detail": _STR, "blocker": _STR}
+
+
+def status_problem(status: Any) -> str | None:
+    """Why STATUS (status.json's content) cannot be read, or None when it can."""
+    if not isinstance(status, dict):
+        return f"it is {_kind(status)}, not an object"
+    runner = status.get("runner")
+    if runner is not None:
+        if not isinstance(runner, dict):
+            return f"'runner' is {_kind(runner)}, not an object"
+        for name, types in (("heartbeat", _NUM), ("pid", (int,))):
+            problem = _check(runner.get(name), types, f"runner.{name}")
+            if problem:
+                return problem
+    problem = (_items(status.get("running"), "running", _RUNNING, ("job", "lane"))
+               or _items(status.get("queued"), "queued", _QUEUED, ("job", "reason")))
+    if problem:
+        return problem
+    lanes = status.get("lanes")
+    if lanes is not None:
+        if not isinstance(lanes, dict):
+            return f"'lanes' is {_kind(lanes)}, not an object"
+        for name, view in lanes.items():
+            if not isinstance(view, dict):
+                return f"lanes.{name} is {_kind(view)}, not an object"
+            problem = _check(view.get("since"), _NUM, f"lanes.{name}.since") or _check(
+                view.get("state"), _STR, f"lanes.{name}.state")
+            if problem:
+                return problem
+    order = status.get("lane_order")
+    if order is not None and not (isinstance(order, list) and all(isinstance(x, str) for x in order)):
+        return "'lane_order' is not a list of names"
+    for name in ("counts", "write_errors", "gpu_unknown"):
+        problem = _check(status.get(name), (dict,), f"'{name}'")
+        if problem:
+            return problem
+    return _items(status.get("leaks"), "leaks", {}, ())
+
+
+# Every escape sequence a terminal acts on: CSI, OSC/DCS/SOS/PM/APC strings (to their terminator or the
+# end), and two-byte ESC sequences; then the 8-bit C1 forms of the same.
+_SEQUENCES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str, newlines: bool = True) -> str:
+    """TEXT with every terminal control sequence removed and each other control character shown as '?':
+    what a job printed, or a queue file holds, can then not retitle, recolour or rewrite a terminal.
+    Tabs become spaces; a carriage return (a progress bar's redraw) a newline; newlines stay unless NEWLINES
+    is false."""
+    text = _SEQUENCES.sub("", text).replace("\t", " ").replace("\r\n", "\n").replace("\r", "\n")
+    if not newlines:
+        text = text.replace("\n", " ")
+    return _CONTROLS.sub("?", text)
