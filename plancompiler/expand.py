@@ -275,7 +275,7 @@ def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = Non
                                          f"duplicate job name {item.name!r} (also made by the job on line "
                                          f"{seen[item.name]})"))
                 continue
-            if not NAME_RE.match(item.name) or ".." in item.name or len(item.name) > 200:
+            if not NAME_RE.fullmatch(item.name) or ".." in item.name or len(item.name) > 200:
                 diagnostics.append(error(source.path, name_pos[0], name_pos[1], "P021",
                                          f"job name {_short(item.name)}: use letters, digits, '.', '_' and '-', "
                                          "starting with a letter or digit, at most 200 characters"))
