@@ -1,4 +1,5 @@
 """Sizes of what a filter or string method would build, estimated from its arguments before it runs."""
+
 from __future__ import annotations
 
 import inspect
@@ -10,11 +11,42 @@ import jinja2
 
 # Filters that pick or count items rather than make text of their whole value: `biglist | length` is fine
 # even where `biglist | string` would be gigabytes (a list can hold one long string a million times).
-_KEEPS_ITEMS = frozenset({
-    "abs", "attr", "batch", "bool", "count", "d", "default", "dictsort", "first", "float", "groupby", "int",
-    "items", "join", "last", "length", "list", "map", "max", "min", "q", "random", "reject", "rejectattr",
-    "reverse", "round", "select", "selectattr", "slice", "sort", "sum", "unique",
-})
+_KEEPS_ITEMS = frozenset(
+    {
+        "abs",
+        "attr",
+        "batch",
+        "bool",
+        "count",
+        "d",
+        "default",
+        "dictsort",
+        "first",
+        "float",
+        "groupby",
+        "int",
+        "items",
+        "join",
+        "last",
+        "length",
+        "list",
+        "map",
+        "max",
+        "min",
+        "q",
+        "random",
+        "reject",
+        "rejectattr",
+        "reverse",
+        "round",
+        "select",
+        "selectattr",
+        "slice",
+        "sort",
+        "sum",
+        "unique",
+    }
+)
 
 
 class Budget(Protocol):
@@ -60,8 +92,9 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
-def _materialize(value: Iterable[Any], getter: Callable[[Any], Any] | None, sep: int, budget: Budget,
-                 what: str) -> tuple[list[Any], int]:
+def _materialize(
+    value: Iterable[Any], getter: Callable[[Any], Any] | None, sep: int, budget: Budget, what: str
+) -> tuple[list[Any], int]:
     """VALUE's items as a list, and the text they join to, refused as soon as that passes the limit."""
     limit = budget.limits.max_size
     items: list[Any] = []
@@ -103,8 +136,9 @@ def _json_indent_size(value: Any, indent: int, limit: int) -> int:
     return total
 
 
-def estimate_filter(name: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                    skip: int, budget: Budget) -> tuple[Any, ...]:
+def estimate_filter(
+    name: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], skip: int, budget: Budget
+) -> tuple[Any, ...]:
     """Refuse filter NAME before it builds a value past the limit; ARGS back, an iterable made a list."""
     if name not in ("indent", "replace", "join", "wordwrap", "tojson", "sum"):
         return args
@@ -147,18 +181,22 @@ def estimate_filter(name: str, func: Callable[..., Any], args: tuple[Any, ...], 
             sep = given.get("d", "")
             budget.check_text(sep, what)
             items, _ = _materialize(value, getter, len(str(sep)), budget, what)
-            return (*args[:skip - 1], items, *args[skip:])
+            return (*args[: skip - 1], items, *args[skip:])
         start = given.get("start", 0)
         if isinstance(start, (str, list, tuple)):  # sum() of sequences concatenates them, copying each time
             items, _ = _materialize(value, getter, 0, budget, what)
-            budget.refuse(len(start) + sum(len(getter(i) if getter else i) for i in items
-                                           if hasattr(getter(i) if getter else i, "__len__")), what)
-            return (*args[:skip - 1], items, *args[skip:])
+            budget.refuse(
+                len(start)
+                + sum(len(getter(i) if getter else i) for i in items if hasattr(getter(i) if getter else i, "__len__")),
+                what,
+            )
+            return (*args[: skip - 1], items, *args[skip:])
     return args
 
 
-def estimate_method(text: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    budget: Budget) -> tuple[Any, ...]:
+def estimate_method(
+    text: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], budget: Budget
+) -> tuple[Any, ...]:
     """The same for a string method called in a template: `s.replace(a, b)`, `s.join(xs)`, ..."""
     what = f"str.{name}"
     if name == "replace" and len(args) >= 2:
