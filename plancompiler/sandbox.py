@@ -11,7 +11,7 @@ import jinja2
 from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from plancompiler.sizes import _KEEPS_ITEMS, estimate_filter, estimate_method, text_size
+from plancompiler.sizes import _KEEPS_ITEMS, ESTIMATED, estimate_filter, estimate_method, text_size
 
 MiB = 1 << 20
 DEFAULT_MAX_SIZE = MiB
@@ -72,6 +72,8 @@ class _Budget:
                 raise LimitExceeded(f"the argument {arg:,} passes the size limit of {self.limits.max_size:,}")
 
     def check_text(self, value: Any, what: str) -> None:
+        if isinstance(value, str) and len(value) <= self.limits.max_size:
+            return  # the common case, without the walk
         size = text_size(value, self.limits.max_size)
         if size > self.limits.max_size:
             raise LimitExceeded(f"{what} would be more than {self.limits.max_size:,} bytes as text "
@@ -149,8 +151,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         """Each `{{ value }}` is measured before it becomes text: str() of a list can be far larger than it."""
         budget = self.budget
 
+        limit = budget.limits.max_size
+
         def finalize(value: Any) -> Any:
-            budget.check_text(value, "a value written out")
+            if not (isinstance(value, str) and len(value) <= limit):
+                budget.check_text(value, "a value written out")
             return value if inner is None else inner(value)
 
         return finalize
@@ -173,15 +178,25 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
         skip = 2 if hasattr(func, "jinja_pass_arg") else 1  # the value, and the context it may take
 
+        makes_text = name not in _KEEPS_ITEMS
+        estimated = name in ESTIMATED
+        what = f"the value given to | {name}"
+        limit = budget.limits.max_size
+
         def bounded(*args: Any, **kwargs: Any) -> Any:
-            budget.check_args(args[skip:])
-            budget.check_args(kwargs.values())
+            if len(args) > skip:
+                budget.check_args(args[skip:])
+            if kwargs:
+                budget.check_args(kwargs.values())
             if func is jinja2.filters.do_format and args and isinstance(args[0], str):
-                _check_format(args[0], _PRINTF_WIDTH, budget.limits.max_size)
-            if len(args) >= skip and name not in _KEEPS_ITEMS:
+                _check_format(args[0], _PRINTF_WIDTH, limit)
+            if makes_text and len(args) >= skip:
                 # A filter that makes text of its value: measured first (str() of a list can be huge).
-                budget.check_text(args[skip - 1], f"the value given to | {name}")
-            args = estimate_filter(name, func, args, kwargs, skip, budget)
+                value = args[skip - 1]
+                if not (isinstance(value, str) and len(value) <= limit):
+                    budget.check_text(value, what)
+            if estimated:
+                args = estimate_filter(name, func, args, kwargs, skip, budget)
             return budget.charge(func(*args, **kwargs))
 
         # Filters that take the environment or context keep doing so.

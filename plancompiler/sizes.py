@@ -49,6 +49,10 @@ _KEEPS_ITEMS = frozenset(
 )
 
 
+# The filters whose result can be far larger than their arguments: estimated before they run.
+ESTIMATED = frozenset({"indent", "replace", "join", "wordwrap", "tojson", "sum"})
+
+
 class Budget(Protocol):
     """What sandbox._Budget offers: the limits, and the checks that raise LimitExceeded."""
 
@@ -140,7 +144,7 @@ def estimate_filter(
     name: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], skip: int, budget: Budget
 ) -> tuple[Any, ...]:
     """Refuse filter NAME before it builds a value past the limit; ARGS back, an iterable made a list."""
-    if name not in ("indent", "replace", "join", "wordwrap", "tojson", "sum"):
+    if name not in ESTIMATED:
         return args
     signature = _signature(func)
     if signature is None:
