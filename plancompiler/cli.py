@@ -42,7 +42,8 @@ class GraphFormat(str, Enum):
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", metavar="KEY=VALUE", help="override a plan var (repeatable), e.g. --set work=/tmp/demo")]
 TemplatesOpt = Annotated[list[Path] | None, typer.Option(
-    "--templates", metavar="DIR", help="look for templates here first (repeatable); then templates/ beside the plan")]
+    "--templates", metavar="DIR", help="look for templates here first (repeatable); then in templates/ "
+    "beside the plan, templates/ in the plan's parent directory, and ./templates")]
 PlansArg = Annotated[list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)",
                                                 metavar="PLAN...")]
 PlanArg = Annotated[Path, typer.Argument(help="a plan file: YAML or Python", metavar="PLAN")]

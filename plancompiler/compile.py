@@ -63,7 +63,7 @@ def display_path(path: Path) -> str:
 def compile_plan(path: Path, overrides: Mapping[str, str] | None = None, templates: Sequence[Path] = (),
                  lint: bool = True, use_cache: bool = True,
                  progress: Callable[[str], None] | None = None, limits: Limits | None = None) -> Compiled:
-    loaded = load_plan(path, display_path(path))
+    loaded = load_plan(path, display_path(path), (limits or Limits()).max_size)
     result = Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
     if loaded.plan is None:
         return result

@@ -1,9 +1,10 @@
 """Stage 2, expand: resolve vars (and --set), multiply jobs by `foreach`, render names and fields."""
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ import jinja2
 from jinja2 import meta
 from jinja2.sandbox import SecurityError
 
-from plancompiler.diagnostics import Diagnostic, error
+from plancompiler.diagnostics import Diagnostic, error, warning
 from plancompiler.load import Source
 from plancompiler.models import Job, Output, Plan, Requirement
 from plancompiler.sandbox import BoundedSandbox, LimitExceeded, Limits
@@ -131,17 +132,26 @@ def render_value(value: Any, context: Any, limits: Limits | None = None) -> Any:
     return value
 
 
-def resolve_vars(raw: Mapping[str, Any], source: Source,
-                 limits: Limits | None = None) -> tuple[dict[str, Any], list[Diagnostic]]:
-    """Vars in dependency order; a cycle or an undefined name is a located error."""
+def resolve_vars(raw: Mapping[str, Any], source: Source, limits: Limits | None = None,
+                 from_set: Collection[str] = ()) -> tuple[dict[str, Any], list[Diagnostic]]:
+    """Vars in dependency order; a cycle or an undefined name is a located error.
+
+    FROM_SET names the vars whose value came from `--set`: their findings say so, since the
+    value at the plan's line is not the one that failed.
+    """
     diagnostics: list[Diagnostic] = []
     deps: dict[str, set[str]] = {}
+
+    def var(name: str) -> str:
+        return f"var {name!r} (--set {name}={_short(str(raw[name]))[1:-1]})" if name in from_set else \
+            f"var {name!r}"
+
     for name, value in raw.items():
         try:
             deps[name] = _names_in(value, limits or Limits()) & set(raw)
         except _RenderError as exc:
             line, col = source.where(("vars", name))
-            diagnostics.append(error(source.path, line, col, "P011", f"var {name!r}: {exc}"))
+            diagnostics.append(error(source.path, line, col, "P011", f"{var(name)}: {exc}"))
             deps[name] = set()
     resolved: dict[str, Any] = {}
     visiting: list[str] = []
@@ -153,8 +163,10 @@ def resolve_vars(raw: Mapping[str, Any], source: Source,
         if name in visiting:
             cycle = visiting[visiting.index(name):] + [name]
             line, col = source.key(("vars", name))
+            given = sorted(set(cycle) & set(from_set))
+            by_set = f" (made by --set {', '.join(given)})" if given else ""
             diagnostics.append(error(source.path, line, col, "P010", f"vars refer to each other in a cycle: "
-                                     f"{' -> '.join(cycle)}"))
+                                     f"{' -> '.join(cycle)}{by_set}"))
             broken.update(cycle)
             return
         visiting.append(name)
@@ -168,7 +180,7 @@ def resolve_vars(raw: Mapping[str, Any], source: Source,
             resolved[name] = render_value(raw[name], resolved, limits)
         except _RenderError as exc:
             line, col = source.where(("vars", name))
-            diagnostics.append(error(source.path, line, col, "P011", f"var {name!r}: {exc}"))
+            diagnostics.append(error(source.path, line, col, "P011", f"{var(name)}: {exc}"))
             broken.add(name)
 
     for name in raw:
@@ -229,7 +241,13 @@ def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = Non
     limits = limits or Limits()
     raw = dict(plan.vars)
     raw.update(overrides or {})
-    variables, diagnostics = resolve_vars(raw, source, limits)
+    variables, diagnostics = resolve_vars(raw, source, limits, set(overrides or ()))
+    for key in overrides or ():
+        if key not in plan.vars:  # most likely a typo, which would otherwise change nothing, silently
+            hint = difflib.get_close_matches(key, list(plan.vars), n=1)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            diagnostics.append(warning(source.path, 1, 1, "P013", f"--set {key}: no such var in this plan"
+                                       f"{suggestion}"))
     variables.setdefault("plan_name", plan.plan)
     external = []
     for i, path in enumerate(plan.external):
@@ -275,7 +293,7 @@ def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = Non
                                          f"duplicate job name {item.name!r} (also made by the job on line "
                                          f"{seen[item.name]})"))
                 continue
-            if not NAME_RE.match(item.name) or ".." in item.name or len(item.name) > 200:
+            if not NAME_RE.fullmatch(item.name) or ".." in item.name or len(item.name) > 200:
                 diagnostics.append(error(source.path, name_pos[0], name_pos[1], "P021",
                                          f"job name {_short(item.name)}: use letters, digits, '.', '_' and '-', "
                                          "starting with a letter or digit, at most 200 characters"))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,9 +85,9 @@ def _dotted(loc: tuple[Any, ...]) -> str:
 def load_hosts(path: Path) -> dict[str, HostEntry]:
     """Every host of the file at PATH, validated; PlanError (exit 2) listing every mistake with its line."""
     display = str(path)
-    data, source, problems = load_yaml(path, display)
-    if problems:
-        raise PlanError("\n".join(d.text() for d in problems))
+    data, source, problems = load_yaml(path, display, "hosts")
+    if problems:  # the loader's findings, under the hosts file's own code
+        raise PlanError("\n".join(replace(d, code="H001").text() for d in problems))
     if data is None:
         return {}
     if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
+import stat
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from pydantic import ValidationError
 
 from plancompiler.diagnostics import Diagnostic, error
 from plancompiler.models import RECORDING, Plan, fields_of
+from plancompiler.sandbox import DEFAULT_MAX_SIZE
 
 Loc = tuple[Any, ...]
 
@@ -153,14 +156,58 @@ def _check_depth(text: str) -> None:
         loader.dispose()
 
 
-def load_yaml(path: Path, display: str) -> tuple[Any, Source, list[Diagnostic]]:
+class Unreadable(Exception):
+    """A file that is not read at all: not a regular file (a FIFO, a device), or larger than the limit."""
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a device"),
+          (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_limited(path: Path, limit: int, what: str = "plan") -> bytes:
+    """The bytes of the regular file PATH, at most LIMIT of them; Unreadable or OSError otherwise.
+
+    Opened without blocking (a FIFO would wait for a writer forever) and checked on the open
+    descriptor, so what is read is what was checked; never more than LIMIT + 1 bytes are read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+            raise Unreadable(f"{kind}, not a {what} file")
+        too_large = f"the {what} file is larger than {limit:,} bytes (raise the limit with --max-size)"
+        if info.st_size > limit:
+            raise Unreadable(too_large)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise Unreadable(too_large)  # it grew after the check
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def load_yaml(path: Path, display: str, what: str = "plan",
+              max_size: int = DEFAULT_MAX_SIZE) -> tuple[Any, Source, list[Diagnostic]]:
+    """The data of the YAML file PATH (a WHAT: plan or hosts), or located findings about why there is none."""
     source = Source(display)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path, max_size, what).decode("utf-8")
+    except Unreadable as exc:
+        return None, source, [error(display, 1, 1, "P001", str(exc))]
     except UnicodeDecodeError as exc:
-        return None, source, [error(display, 1, 1, "P001", f"plan is not valid UTF-8: {exc}")]
+        return None, source, [error(display, 1, 1, "P001", f"{what} file is not valid UTF-8: {exc}")]
+    except FileNotFoundError:
+        return None, source, [error(display, 1, 1, "P000", f"{what} file not found")]
     except OSError as exc:
-        return None, source, [error(display, 1, 1, "P000", f"cannot read the plan: {exc.strerror or exc}")]
+        return None, source, [error(display, 1, 1, "P000", f"cannot read the {what} file: {exc.strerror or exc}")]
     try:
         _check_depth(text)
     except _Refused as exc:
@@ -173,7 +220,7 @@ def load_yaml(path: Path, display: str) -> tuple[Any, Source, list[Diagnostic]]:
     try:
         node = loader.get_single_node()
         if node is None:
-            return None, source, [error(display, 1, 1, "P001", "plan file is empty")]
+            return None, source, [error(display, 1, 1, "P001", f"{what} file is empty")]
         data = _build(node, loader, (), source, _Walk())
     except _Refused as exc:
         line, col = _pos(exc.mark) if exc.mark else (1, 1)
@@ -230,15 +277,22 @@ def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnos
     return found
 
 
-def load_plan(path: Path, display: str | None = None) -> Loaded:
+def load_plan(path: Path, display: str | None = None, max_size: int = DEFAULT_MAX_SIZE) -> Loaded:
     display = display or str(path)
     if not path.exists():
         return Loaded(None, Source(display), [error(display, 1, 1, "P000", "plan file not found")])
-    if path.suffix == ".py":
-        return _load_python(path, display)
     if path.is_dir():
         return Loaded(None, Source(display), [error(display, 1, 1, "P000", "a directory, not a plan file")])
-    data, source, diagnostics = load_yaml(path, display)
+    if path.suffix == ".py":
+        try:
+            read_limited(path, max_size)  # a FIFO or a device would hang the import; a huge file fill memory
+        except Unreadable as exc:
+            return Loaded(None, Source(display), [error(display, 1, 1, "P001", str(exc))])
+        except OSError as exc:
+            return Loaded(None, Source(display), [error(display, 1, 1, "P000",
+                                                        f"cannot read the plan file: {exc.strerror or exc}")])
+        return _load_python(path, display)
+    data, source, diagnostics = load_yaml(path, display, "plan", max_size)
     if diagnostics:
         return Loaded(None, source, diagnostics)
     if not isinstance(data, dict):

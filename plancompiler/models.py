@@ -82,10 +82,14 @@ class Output(Strict):
 
 
 def _check_duration(value: str | None) -> str | None:
+    """The duration as the job header will carry it: checked, stripped, and one line."""
     if value is None:
         return None
-    parse_duration(str(value))
-    return str(value)
+    text = str(value)
+    if not text.isprintable():  # parse_duration allows any whitespace around the number, newlines too
+        raise ValueError(f"not a duration: {text!r} (one line: 90, 90s, 10m, 6h or 2d)")
+    parse_duration(text)
+    return text.strip()
 
 
 class Job(Strict):

@@ -128,7 +128,7 @@ def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_
     renderer = Renderer(template_dirs, jobs, limits)
     rendered: list[RenderedJob] = []
     diagnostics: list[Diagnostic] = []
-    comment = f"generated from {Path(source.path).name} by plan; do not edit"
+    comment = f"generated from {_shown_name(Path(source.path).name)} by plan; do not edit"
     for job in jobs:
         name = job.job.template if job.job.template is not None else f"{_INLINE}{job.index}"
         if job.job.template is not None:
@@ -154,7 +154,12 @@ def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_
         diagnostics.extend(found)
         if body is None:
             continue
-        text, header = _with_header(job, body, graph, plan_name, comment)
+        try:
+            text, header = _with_header(job, body, graph, plan_name, comment)
+        except ValueError as exc:  # a header value jobfile.format refuses (a newline in it): never written
+            line, col = source.where(("jobs", job.index))
+            diagnostics.append(error(source.path, line, col, "R010", f"job {job.name}: {exc}"))
+            continue
         if len(text) > renderer.env.limits.max_size:
             line, col = source.where(("jobs", job.index))
             diagnostics.append(error(source.path, line, col, "R007", f"job {job.name}: the job file would be "
@@ -164,6 +169,13 @@ def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_
         matches = body.count("\n") == template_source.count("\n")
         rendered.append(RenderedJob(job, text, header, place.origin, place.line, matches))
     return rendered, diagnostics
+
+
+def _shown_name(name: str) -> str:
+    """NAME as the job file's comment line may show it: as written if plain, else quoted with its escapes."""
+    if name.isprintable() and "'" not in name and '"' not in name:
+        return name
+    return repr(name)  # repr escapes every newline and other non-printable character
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ import jinja2
 from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from plancompiler.sizes import _KEEPS_ITEMS, ESTIMATED, estimate_filter, estimate_method, text_size
+
 MiB = 1 << 20
 DEFAULT_MAX_SIZE = MiB
 DEFAULT_MAX_LOOPS = 1_000_000
@@ -69,6 +71,20 @@ class _Budget:
             if isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) > self.limits.max_size:
                 raise LimitExceeded(f"the argument {arg:,} passes the size limit of {self.limits.max_size:,}")
 
+    def check_text(self, value: Any, what: str) -> None:
+        if isinstance(value, str) and len(value) <= self.limits.max_size:
+            return  # the common case, without the walk
+        size = text_size(value, self.limits.max_size)
+        if size > self.limits.max_size:
+            raise LimitExceeded(f"{what} would be more than {self.limits.max_size:,} bytes as text "
+                                "(raise the limit with --max-size)")
+
+    def refuse(self, size: int, what: str) -> None:
+        """Raise before computing a result estimated at SIZE items or bytes, if that passes the limit."""
+        if size > self.limits.max_size:
+            raise LimitExceeded(f"{what} would make a value of {size:,} items or bytes, over the limit of "
+                                f"{self.limits.max_size:,} (raise it with --max-size)")
+
     def loop(self, iterable: Any) -> Iterator[Any]:
         for item in iterable:
             self.loops += 1
@@ -84,21 +100,36 @@ def _check_format(text: str, pattern: re.Pattern[str], limit: int) -> None:
                 raise LimitExceeded(f"a format width of {int(number):,} passes the size limit of {limit:,}")
 
 
+class _BoundedFilters(dict[str, Any]):
+    """The filter table: every filter in it is bounded, also those an environment adds after it is made."""
+
+    def __init__(self, wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]],
+                 filters: Mapping[str, Callable[..., Any]]) -> None:
+        super().__init__()
+        self._wrap = wrap
+        for name, func in filters.items():
+            self[name] = func
+
+    def __setitem__(self, name: str, func: Callable[..., Any]) -> None:
+        super().__setitem__(name, self._wrap(name, func))
+
+
 class BoundedSandbox(ImmutableSandboxedEnvironment):
     """Jinja's immutable sandbox, with every operator, call and filter that can grow a value bounded."""
 
     intercepted_binops = frozenset({"*", "**", "%", "+"})
 
     def __init__(self, limits: Limits | None = None, **kwargs: Any) -> None:
+        self.budget = _Budget(limits or Limits())
+        kwargs["finalize"] = self._finalizer(kwargs.get("finalize"))
         super().__init__(undefined=jinja2.StrictUndefined, autoescape=False,
                          keep_trailing_newline=True, **kwargs)
-        self.budget = _Budget(limits or Limits())
         self.compiled: dict[str, jinja2.Template] = {}  # each distinct value's text, compiled once
         # cycler, joiner, lipsum and namespace are left out: none is needed to write a path or a job,
         # and namespace is the one way to mutate state across loop turns.
         self.globals = {"range": self._range, "dict": dict, "_plan_loop": self.budget.loop,
                         "_plan_concat": self._concat}
-        self.filters = {name: self._bounded(func) for name, func in self.filters.items()}
+        self.filters = _BoundedFilters(self._bounded, self.filters)
 
     @property
     def limits(self) -> Limits:
@@ -116,7 +147,22 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _replace(tree, concat, call)
         return tree
 
+    def _finalizer(self, inner: Callable[..., Any] | None) -> Callable[..., Any]:
+        """Each `{{ value }}` is measured before it becomes text: str() of a list can be far larger than it."""
+        budget = self.budget
+
+        limit = budget.limits.max_size
+
+        def finalize(value: Any) -> Any:
+            if not (isinstance(value, str) and len(value) <= limit):
+                budget.check_text(value, "a value written out")
+            return value if inner is None else inner(value)
+
+        return finalize
+
     def _concat(self, parts: list[Any]) -> str:
+        for part in parts:
+            self.budget.check_text(part, "a part of a joined value")
         texts = [str(p) for p in parts]
         if sum(map(len, texts)) > self.limits.max_size:
             raise LimitExceeded(f"a joined value passes the size limit of {self.limits.max_size:,} "
@@ -127,16 +173,30 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         self.budget.check_args(args)
         return range(*args)
 
-    def _bounded(self, func: Callable[..., Any]) -> Callable[..., Any]:
+    def _bounded(self, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         budget = self.budget
 
         skip = 2 if hasattr(func, "jinja_pass_arg") else 1  # the value, and the context it may take
 
+        makes_text = name not in _KEEPS_ITEMS
+        estimated = name in ESTIMATED
+        what = f"the value given to | {name}"
+        limit = budget.limits.max_size
+
         def bounded(*args: Any, **kwargs: Any) -> Any:
-            budget.check_args(args[skip:])
-            budget.check_args(kwargs.values())
+            if len(args) > skip:
+                budget.check_args(args[skip:])
+            if kwargs:
+                budget.check_args(kwargs.values())
             if func is jinja2.filters.do_format and args and isinstance(args[0], str):
-                _check_format(args[0], _PRINTF_WIDTH, budget.limits.max_size)
+                _check_format(args[0], _PRINTF_WIDTH, limit)
+            if makes_text and len(args) >= skip:
+                # A filter that makes text of its value: measured first (str() of a list can be huge).
+                value = args[skip - 1]
+                if not (isinstance(value, str) and len(value) <= limit):
+                    budget.check_text(value, what)
+            if estimated:
+                args = estimate_filter(name, func, args, kwargs, skip, budget)
             return budget.charge(func(*args, **kwargs))
 
         # Filters that take the environment or context keep doing so.
@@ -160,6 +220,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
                 raise LimitExceeded(f"{left} ** {right} is too large to compute")
         elif operator == "%" and isinstance(left, str):
             _check_format(left, _PRINTF_WIDTH, limit)
+            self.budget.check_text(right, "the values given to %")
         return self.budget.charge(super().call_binop(context, operator, left, right))
 
     def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any,
@@ -170,6 +231,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         if getattr(__obj, "__name__", "") in ("format", "format_map") and isinstance(
                 getattr(__obj, "__self__", None), str):
             _check_format(__obj.__self__, _FORMAT_WIDTH, budget.limits.max_size)
+        if isinstance(getattr(__obj, "__self__", None), str):
+            args = estimate_method(__obj.__self__, __obj.__name__, args, kwargs, budget)
         return budget.charge(super().call(__context, __obj, *args, **kwargs))
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
@@ -181,6 +244,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         def checked(*args: Any, **kwargs: Any) -> str:
             _check_format(str(text), _FORMAT_WIDTH, limit)
             self.budget.check_args(args)
+            self.budget.check_text([args, kwargs], "the values given to format")
             return self.budget.charge(wrapped(*args, **kwargs))
 
         return checked

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,8 +26,45 @@ def _exchange(a: Path, b: Path) -> bool:
     return fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
 
 
+class WriteRefused(OSError):
+    """DIR is something `plan render` must not replace: a file, or a directory holding more than job files."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _check_replaceable(out_dir: Path) -> None:
+    """Refuse, before anything is created, to replace what is not a directory of job files."""
+    try:
+        info = os.stat(out_dir)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise WriteRefused("it exists and is not a directory; nothing written (-o names a directory "
+                           "that will hold only this plan's job files)")
+    try:
+        cwd: Path | None = Path.cwd().resolve()
+    except OSError:
+        cwd = None
+    if cwd is not None and (out_dir == cwd or out_dir in cwd.parents):
+        raise WriteRefused("it is the working directory or holds it; nothing written (give -o a "
+                           "directory of its own, e.g. -o jobs)")
+    others = []
+    with os.scandir(out_dir) as entries:
+        for entry in entries:
+            if not (entry.name.endswith(".job") and entry.is_file(follow_symlinks=False)):
+                others.append(entry.name)
+    if others:
+        listed = ", ".join(repr(n) for n in sorted(others)[:5]) + (", ..." if len(others) > 5 else "")
+        raise WriteRefused(f"it holds {len(others)} entr{'y' if len(others) == 1 else 'ies'} that "
+                           f"{'is' if len(others) == 1 else 'are'} not a job file ({listed}); it would be "
+                           "replaced as a whole, so nothing written (give -o a directory of its own)")
+
+
 def write_jobs(jobs: Sequence[RenderedJob], out_dir: Path) -> None:
+    """Replace OUT_DIR with exactly these job files; WriteRefused (nothing changed) where that would lose data."""
     out_dir = out_dir.resolve()
+    _check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -36,10 +74,10 @@ def write_jobs(jobs: Sequence[RenderedJob], out_dir: Path) -> None:
                 handle.flush()
                 os.fsync(handle.fileno())
         os.chmod(stage, 0o755)
-        if out_dir.exists() and _exchange(stage, out_dir):
+        if out_dir.is_dir() and _exchange(stage, out_dir):
             shutil.rmtree(stage)  # now holds the old files
             return
-        if out_dir.exists():
+        if out_dir.is_dir():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             os.rename(out_dir, old)
             os.rename(stage, out_dir)

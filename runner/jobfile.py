@@ -13,7 +13,8 @@ SEED_KEYS = ("LANE", "REQUIRES", "DONE_IF", "RETRIES")
 HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN")
 DEFAULT_LANES = ("net", "gpu", "cpu")
 DEFAULT_LANE = "cpu"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# \Z, not $: `$` also matches before a final newline, and a name ending in "\n" must never pass.
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _KEY_LINE = re.compile(r"^#\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # A comment that looks like it meant to be a header key (`# LANE: gpu`, `#REQUIRE =x`).
 _KEYISH_LINE = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)\s*[:=]")
@@ -56,7 +57,7 @@ def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> J
     name = job_name(filename)
     if not filename.endswith(".job"):
         return Invalid(f"job file name {filename!r} does not end in .job")
-    if not NAME_RE.match(name) or ".." in name:
+    if not NAME_RE.fullmatch(name) or ".." in name:
         return Invalid(f"bad job name {name!r}: use letters, digits, '.', '_' and '-', not starting with '.' or '-'")
     if not data.strip():
         return Invalid("empty file" if not data else "file holds only whitespace")
@@ -176,6 +177,9 @@ def format(  # noqa: A001 - the contract's name for the writer
             raise ValueError(f"header value for {key} must be one non-empty line: {value!r}")
         lines.append(f"# {key}={value}")
     if comment:
+        # The comment line is inside the script: a newline in it would start a command.
+        if "\n" in comment or "\r" in comment:
+            raise ValueError(f"the header comment must be one line: {comment!r}")
         lines.append(f"# {comment}")
     text = "\n".join(lines) + "\n" + body
     return text if text.endswith("\n") else text + "\n"
