@@ -132,6 +132,8 @@ class Scanner:
             return i + 1
         if top.kind == "dq":
             if ch == "\\":
+                if nxt not in (EXPR, TAG, "") and self.stack[-2].kind == "cmd":
+                    self.stack[-2].word += nxt  # the escaped character is part of the word too
                 return skip(text, i)
             if ch == '"':
                 self.stack.pop()
@@ -216,7 +218,7 @@ class Scanner:
         if ch == "\\":
             if nxt == "\n":
                 return i + 2
-            top.word += ch
+            top.word += ch if nxt in (EXPR, TAG, "") else ch + nxt  # `\eval` is still eval
             return skip(text, i)
         if ch in " \t":
             self._end_word(top)
