@@ -207,7 +207,7 @@ def _tag_places(body: str, lines: list[str], line: int, col: int) -> tuple[tuple
     written = [(n, m.start() + 1) for n in range(max(line, 1), len(lines) + 1)
                for m in re.finditer(r"\{[{%]", lines[n - 1]) if n > line or m.start() + 1 >= col]
     found = [(n, m.start() + 1) for n, text in enumerate(body.split("\n"), 1) for m in re.finditer(r"\{[{%]", text)]
-    return tuple(zip(found, written[:len(found)])) if len(written) >= len(found) else ()
+    return tuple(zip(found, written[:len(found)], strict=True)) if len(written) >= len(found) else ()
 
 
 def _render_one(job: ExpandedJob, name: str, renderer: Renderer,

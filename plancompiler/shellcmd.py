@@ -5,6 +5,7 @@ in, before the value. The command is normalised the way bash and the usual wrapp
 (assignments, redirections anywhere, `timeout 5`, `env -u X`, `flock F`, ...), then the interpreter it
 names is asked where its program comes from.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,42 +22,136 @@ _REDIR = re.compile(r"(\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(&>>|&>|>>|>\||>&|<&|<>|<
 _SHELL = re.compile(r"(?:ba|da|z|k|mk|c|tc|ya|rba|a|)sh[\d.]*|fish|busybox")
 _INT_FORMAT = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[diouxXc]")
 # Interpreters whose program is an option's argument: the option letters (in a cluster) and long names.
-_FLAGGED = [(re.compile(r"python[\d.]*|pypy[\d.]*"), "c", ()),
-            (re.compile(r"perl[\d.]*"), "eEmM", ()),
-            (re.compile(r"ruby[\d.]*|jruby"), "e", ()),
-            (re.compile(r"node(js)?[\d.]*|bun"), "ep", ("--eval", "--print")),
-            (re.compile(r"php[\d.]*"), "rBRE", ()),
-            (re.compile(r"lua[\d.]*|luajit"), "e", ()),
-            (re.compile(r"Rscript|R"), "e", ()),
-            (re.compile(r"tclsh[\d.]*|wish[\d.]*|osascript"), "e", ()),
-            (re.compile(r"su|runuser"), "c", ("--command", "--session-command"))]
+_FLAGGED = [
+    (re.compile(r"python[\d.]*|pypy[\d.]*"), "c", ()),
+    (re.compile(r"perl[\d.]*"), "eEmM", ()),
+    (re.compile(r"ruby[\d.]*|jruby"), "e", ()),
+    (re.compile(r"node(js)?[\d.]*|bun"), "ep", ("--eval", "--print")),
+    (re.compile(r"php[\d.]*"), "rBRE", ()),
+    (re.compile(r"lua[\d.]*|luajit"), "e", ()),
+    (re.compile(r"Rscript|R"), "e", ()),
+    (re.compile(r"tclsh[\d.]*|wish[\d.]*|osascript"), "e", ()),
+    (re.compile(r"su|runuser"), "c", ("--command", "--session-command")),
+]
 # Programs whose first positional argument is the program, unless a file option gives it: (options with an
 # argument, options whose argument is code, options naming a program file, options taking two arguments).
-_POSITIONAL = [(re.compile(r"[gmn]?awk|busybox-awk"), {"-F", "-v", "-W", "-i", "-l", "-E", "--assign",
-                                                       "--field-separator", "--include", "--load"},
-                {"-e", "--source"}, {"-f", "--file", "-E", "--exec"}, set()),
-               (re.compile(r"sed|gsed"), {"-l", "--line-length"}, {"-e", "--expression"}, {"-f", "--file"}, set()),
-               (re.compile(r"jq|gojq|jaq"), {"--indent", "-L"}, set(), {"-f", "--from-file"},
-                {"--arg", "--argjson", "--slurpfile", "--rawfile"})]
+_POSITIONAL = [
+    (
+        re.compile(r"[gmn]?awk|busybox-awk"),
+        {"-F", "-v", "-W", "-i", "-l", "-E", "--assign", "--field-separator", "--include", "--load"},
+        {"-e", "--source"},
+        {"-f", "--file", "-E", "--exec"},
+        set(),
+    ),
+    (re.compile(r"sed|gsed"), {"-l", "--line-length"}, {"-e", "--expression"}, {"-f", "--file"}, set()),
+    (
+        re.compile(r"jq|gojq|jaq"),
+        {"--indent", "-L"},
+        set(),
+        {"-f", "--from-file"},
+        {"--arg", "--argjson", "--slurpfile", "--rawfile"},
+    ),
+]
 # Wrappers that run their arguments as a command: options taking an argument, positionals before the command.
 _WRAPPERS: dict[str, tuple[set[str], int]] = {
-    "sudo": ({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "-R", "--user", "--group", "--chdir",
-              "--host", "--prompt", "--role", "--type", "--other-user", "--command-timeout", "--chroot"}, 0),
-    "doas": ({"-u", "-C"}, 0), "env": ({"-u", "-C", "--unset", "--chdir"}, 0), "exec": ({"-a"}, 0),
-    "command": (set(), 0), "builtin": (set(), 0), "time": (set(), 0), "nohup": (set(), 0),
-    "nice": ({"-n", "--adjustment"}, 0), "ionice": ({"-c", "-n", "-p", "-P", "-u", "--class", "--classdata"}, 0),
-    "stdbuf": ({"-i", "-o", "-e", "--input", "--output", "--error"}, 0), "setsid": (set(), 0),
-    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1), "flock": ({"-w", "-E", "--timeout"}, 1),
-    "xargs": ({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--eof", "--replace",
-               "--max-lines", "--max-args", "--max-procs", "--max-chars", "--process-slot-var"}, 0),
-    "chrt": (set(), 1), "taskset": (set(), 1), "unbuffer": (set(), 0), "chroot": ({"--userspec", "--groups"}, 1)}
+    "sudo": (
+        {
+            "-u",
+            "-g",
+            "-C",
+            "-D",
+            "-h",
+            "-p",
+            "-r",
+            "-t",
+            "-U",
+            "-T",
+            "-R",
+            "--user",
+            "--group",
+            "--chdir",
+            "--host",
+            "--prompt",
+            "--role",
+            "--type",
+            "--other-user",
+            "--command-timeout",
+            "--chroot",
+        },
+        0,
+    ),
+    "doas": ({"-u", "-C"}, 0),
+    "env": ({"-u", "-C", "--unset", "--chdir"}, 0),
+    "exec": ({"-a"}, 0),
+    "command": (set(), 0),
+    "builtin": (set(), 0),
+    "time": (set(), 0),
+    "nohup": (set(), 0),
+    "nice": ({"-n", "--adjustment"}, 0),
+    "ionice": ({"-c", "-n", "-p", "-P", "-u", "--class", "--classdata"}, 0),
+    "stdbuf": ({"-i", "-o", "-e", "--input", "--output", "--error"}, 0),
+    "setsid": (set(), 0),
+    "timeout": ({"-s", "-k", "--signal", "--kill-after"}, 1),
+    "flock": ({"-w", "-E", "--timeout"}, 1),
+    "xargs": (
+        {
+            "-a",
+            "-d",
+            "-E",
+            "-I",
+            "-L",
+            "-n",
+            "-P",
+            "-s",
+            "--arg-file",
+            "--delimiter",
+            "--eof",
+            "--replace",
+            "--max-lines",
+            "--max-args",
+            "--max-procs",
+            "--max-chars",
+            "--process-slot-var",
+        },
+        0,
+    ),
+    "chrt": (set(), 1),
+    "taskset": (set(), 1),
+    "unbuffer": (set(), 0),
+    "chroot": ({"--userspec", "--groups"}, 1),
+}
 # Launchers whose options are too many to model: the command they run is their first interpreter-like word.
-_LAUNCHERS = {"srun", "salloc", "mpirun", "mpiexec", "apptainer", "singularity", "docker", "podman", "numactl",
-              "strace", "ltrace", "find", "uv", "conda", "poetry", "pipenv", "pixi", "nsenter", "unshare", "parallel"}
+_LAUNCHERS = {
+    "srun",
+    "salloc",
+    "mpirun",
+    "mpiexec",
+    "apptainer",
+    "singularity",
+    "docker",
+    "podman",
+    "numactl",
+    "strace",
+    "ltrace",
+    "find",
+    "uv",
+    "conda",
+    "poetry",
+    "pipenv",
+    "pixi",
+    "nsenter",
+    "unshare",
+    "parallel",
+}
 # Commands whose argument is always code.
-_ALWAYS = {"eval": "in an eval", "ssh": "in an ssh command (the remote shell reads it)", "let": "in let's arithmetic",
-           "alias": "in an alias, which is read as code", "watch": "in a watch command (watch runs it with sh -c)",
-           "parallel": "in a parallel command (parallel runs it with a shell)"}
+_ALWAYS = {
+    "eval": "in an eval",
+    "ssh": "in an ssh command (the remote shell reads it)",
+    "let": "in let's arithmetic",
+    "alias": "in an alias, which is read as code",
+    "watch": "in a watch command (watch runs it with sh -c)",
+    "parallel": "in a parallel command (parallel runs it with a shell)",
+}
 
 
 @dataclass
@@ -118,7 +213,7 @@ def _unwrap(words: list[str], at: int | None) -> tuple[list[str], int | None]:
                     j += 1
                 else:
                     break
-            if name == "env" and any(unquote(w).startswith(("-S", "--split-string")) for w in words[1:j + 1]):
+            if name == "env" and any(unquote(w).startswith(("-S", "--split-string")) for w in words[1 : j + 1]):
                 return ["sh", "-c", *words[j:]], (None if at is None or at < j else at - j + 2)
             if name == "command" and any(unquote(w) in ("-v", "-V") for w in words[1:j]):
                 return [], None
@@ -139,8 +234,13 @@ def _unwrap(words: list[str], at: int | None) -> tuple[list[str], int | None]:
 
 
 def _interpreter(name: str) -> bool:
-    return bool(_SHELL.fullmatch(name) or any(p.fullmatch(name) for p, _, _ in _FLAGGED)
-                or any(p[0].fullmatch(name) for p in _POSITIONAL) or name in _ALWAYS or name in ("source", "."))
+    return bool(
+        _SHELL.fullmatch(name)
+        or any(p.fullmatch(name) for p, _, _ in _FLAGGED)
+        or any(p[0].fullmatch(name) for p in _POSITIONAL)
+        or name in _ALWAYS
+        or name in ("source", ".")
+    )
 
 
 def command(words: list[str]) -> list[str]:
@@ -158,8 +258,8 @@ def analyse(words: list[str], current: str, integers: set[str]) -> Verdict:
     if at is None:
         return Verdict()
     if at == 0:
-        name = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=", current)
-        if name and name.group(1) in integers:
+        assigned = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=", current)
+        if assigned and assigned.group(1) in integers:
             return Verdict("in an assignment to an integer (-i) variable, which is evaluated as arithmetic,")
         return Verdict()
     found, k = _unwrap(split, at)
@@ -167,8 +267,7 @@ def analyse(words: list[str], current: str, integers: set[str]) -> Verdict:
         return Verdict()
     head = unquote(found[0])
     if _expansion(head):
-        return Verdict(f"as an argument of {head}, a command that is itself an expansion: what it runs cannot "
-                       "be told")
+        return Verdict(f"as an argument of {head}, a command that is itself an expansion: what it runs cannot be told")
     name = os.path.basename(head)
     args = [unquote(w) for w in found[1:k]]
     cur = unquote(current)
@@ -191,15 +290,16 @@ def _verdict(name: str, args: list[str], cur: str, integers: set[str]) -> Verdic
     if name == "printf":
         if (args and args[-1] == "-v") or cur.startswith("-v"):
             return Verdict(check="name")
-        rest = args[args.index("-v") + 2:] if "-v" in args else [w for w in args if not w.startswith("-")]
+        rest = args[args.index("-v") + 2 :] if "-v" in args else [w for w in args if not w.startswith("-")]
         if rest and _INT_FORMAT.search(rest[0]):  # the format is written: the value is one of its arguments
             return Verdict("as an argument of a printf integer format (%d), which is evaluated as arithmetic,")
         return Verdict()
     if name == "unset":
         return Verdict(check="name")
     if name in ("read", "mapfile", "readarray"):
-        strings = {"-p", "-d", "-i", "-t", "-n", "-N", "-u"} if name == "read" else {"-d", "-n", "-O", "-s", "-u",
-                                                                                   "-C", "-c"}
+        strings = (
+            {"-p", "-d", "-i", "-t", "-n", "-N", "-u"} if name == "read" else {"-d", "-n", "-O", "-s", "-u", "-C", "-c"}
+        )
         return Verdict() if args and args[-1] in strings else Verdict(check="name")
     if name == "getopts" and len([a for a in args if not a.startswith("-")]) == 1:
         return Verdict(check="name")
@@ -267,8 +367,10 @@ def _shell(name: str, args: list[str], cur: str) -> Verdict:
 
 def _flagged(name: str, args: list[str], cur: str, letters: str, longs: tuple[str, ...]) -> Verdict:
     """python -c, perl -e/-ne/-E, node -p ...: the word after the option (or the rest of its cluster) is code."""
+
     def flag(a: str) -> bool:
         return a in longs or (a.startswith("-") and not a.startswith("--") and any(c in letters for c in a[1:]))
+
     if cur.startswith("-") and flag(cur):
         return Verdict(f"in {name}'s program option {cur.rstrip(EXPR)}")
     if args and flag(args[-1]) and (args[-1] in longs or args[-1][-1] in letters):
@@ -276,8 +378,9 @@ def _flagged(name: str, args: list[str], cur: str, letters: str, longs: tuple[st
     return Verdict()
 
 
-def _positional(name: str, args: list[str], cur: str, takes: set[str], code: set[str], files: set[str],
-                pairs: set[str]) -> Verdict:
+def _positional(
+    name: str, args: list[str], cur: str, takes: set[str], code: set[str], files: set[str], pairs: set[str]
+) -> Verdict:
     """awk/sed/jq: the program is the first positional argument unless a file option gives it. An option this
     table does not know may or may not take an argument: the value is code if it is the program either way."""
     if args and args[-1] in code or (cur.startswith("-") and any(cur.startswith(c) for c in code if len(c) == 2)):
@@ -294,8 +397,13 @@ def _positional(name: str, args: list[str], cur: str, takes: set[str], code: set
                 positional += len(args) - i - 1
                 break
             if a.startswith("-") and len(a) > 1:
-                i += 3 if a in pairs else 2 if a in takes or (unknown_takes and "=" not in a and not _known(a, takes)) \
+                i += (
+                    3
+                    if a in pairs
+                    else 2
+                    if a in takes or (unknown_takes and "=" not in a and not _known(a, takes))
                     else 1
+                )
                 continue
             positional += 1
             i += 1
@@ -306,9 +414,34 @@ def _positional(name: str, args: list[str], cur: str, takes: set[str], code: set
 
 def _known(option: str, takes: set[str]) -> bool:
     """An option the tables know takes no argument (so is not ambiguous): flags such as -n, -r, -s."""
-    return option in {"-n", "-r", "-s", "-E", "-z", "-u", "-c", "-e", "-j", "-a", "-S", "-C", "-M", "--tab", "--args",
-                      "--jsonargs", "--raw-output", "--compact-output", "--slurp", "--null-input", "-i", "-P"} \
+    return (
+        option
+        in {
+            "-n",
+            "-r",
+            "-s",
+            "-E",
+            "-z",
+            "-u",
+            "-c",
+            "-e",
+            "-j",
+            "-a",
+            "-S",
+            "-C",
+            "-M",
+            "--tab",
+            "--args",
+            "--jsonargs",
+            "--raw-output",
+            "--compact-output",
+            "--slurp",
+            "--null-input",
+            "-i",
+            "-P",
+        }
         and option not in takes
+    )
 
 
 def stdin_program(words: list[str]) -> str:
@@ -338,8 +471,10 @@ def stdin_program(words: list[str]) -> str:
     for pattern, letters, longs in _FLAGGED:
         if pattern.fullmatch(name):
             code = letters.replace("m", "").replace("M", "")
-            if any(a in longs or (a.startswith("-") and not a.startswith("--") and any(c in code for c in a[1:]))
-                   for a in args):
+            if any(
+                a in longs or (a.startswith("-") and not a.startswith("--") and any(c in code for c in a[1:]))
+                for a in args
+            ):
                 return ""
             return reason if not positionals or positionals[0] in ("-", "/dev/stdin") else ""
     return ""
