@@ -397,13 +397,14 @@ def _positional(
                 positional += len(args) - i - 1
                 break
             if a.startswith("-") and len(a) > 1:
-                i += (
-                    3
-                    if a in pairs
-                    else 2
-                    if a in takes or (unknown_takes and "=" not in a and not _known(a, takes))
-                    else 1
-                )
+                if a in pairs:
+                    i += 3
+                elif a in takes or (unknown_takes and "=" not in a and len(a) == 2 and not _known(a, takes)):
+                    i += 2
+                elif unknown_takes and a.startswith("--") and "=" not in a and not _known(a, takes):
+                    i += 2
+                else:
+                    i += 1  # a flag, `--opt=value`, or a short option with its argument attached (`-F,`)
                 continue
             positional += 1
             i += 1

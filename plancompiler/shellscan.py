@@ -39,6 +39,9 @@ class _Frame:
     array: bool = False  # cmd: the elements of a compound array assignment a=( ... )
     heredocs: list[int] = field(default_factory=list)  # cmd: pending heredocs of this command, decided at its end
     strings: list[tuple[int, int]] = field(default_factory=list)  # cmd: values in this command's here-strings
+    values: list[tuple[int, int]] = field(default_factory=list)  # cmd: values in this command (nested ones too)
+    piped: list[tuple[int, int]] = field(default_factory=list)  # cmd: values of the pipeline's earlier commands
+    piped_docs: list[int] = field(default_factory=list)  # cmd: their heredocs (pending indices)
 
 
 @dataclass
@@ -278,7 +281,8 @@ class Scanner:
             return i + 1
         if ch in ";&|":
             self._end_word(top)
-            self._end_command(top)
+            pipe = ch == "|" and nxt != "|" and text[i - 1:i] != "|" or ch == "&" and text[i - 1:i] == "|"
+            self._end_command(top, pipe)
             return i + 1
         top.word += ch
         return i + 1
@@ -301,19 +305,28 @@ class Scanner:
             elif not top.cond and not top.array and word == "[[" and shellcmd.command(top.words) == ["[["]:
                 top.cond = True
 
-    def _end_command(self, top: _Frame) -> None:
-        """The simple command in TOP is over: decide its heredocs and here-strings, note its -i names."""
-        if top.heredocs or top.strings:
+    def _end_command(self, top: _Frame, pipe: bool = False) -> None:
+        """The simple command in TOP is over (PIPE: its output feeds the next one): decide its heredocs and
+        here-strings, and whether the pipeline's earlier commands feed their values to an interpreter."""
+        if top.heredocs or top.strings or top.piped or top.piped_docs:
             why = shellcmd.stdin_program(top.words)
-            for index in top.heredocs:
+            for index in top.heredocs + (top.piped_docs if why else []):
                 if index < len(self.pending):
                     delim, dash, quoted, _ = self.pending[index]
                     self.pending[index] = (delim, dash, quoted, why)
             if why:
-                for line, col in top.strings:
-                    self.problems.append((line, col, f"a value {why.replace('heredoc', 'here-string')} would be "
-                                          "read as code, not data; pass it as an argument (bash -c '... \"$1\"' _ "
-                                          "{{ v }}) or mark code on purpose with | sh"))
+                piped = [(line, col, why.replace("in a heredoc that ", "piped into ").replace(
+                    " reads as code", ", which reads its program from stdin,")) for line, col in top.piped]
+                for line, col, reason in piped + [(ln, col, why.replace("heredoc", "here-string"))
+                                                  for ln, col in top.strings]:
+                    self.problems.append((line, col, f"a value {reason} would be read as code, not data; pass it "
+                                          "as an argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on "
+                                          "purpose with | sh"))
+        if pipe:
+            top.piped, top.piped_docs = top.piped + top.values, top.piped_docs + top.heredocs
+        else:
+            top.piped, top.piped_docs = [], []
+        top.values = []
         words = shellcmd.command(top.words)
         if words[:1] and words[0] in DECLARE - {"export", "readonly"} and any(
                 re.fullmatch(r"-[A-Za-z]*i[A-Za-z]*", w) for w in words[1:]):
@@ -362,6 +375,10 @@ class Scanner:
         elif not cmd.comment:
             cmd.word_expr = (line, col)
             cmd.word += EXPR  # the word holds a value: it is not empty, and not a comment's start
+        if not cmd.comment:
+            for frame in stack:
+                if frame.kind == "cmd":
+                    frame.values.append((line, col))  # what a pipeline's later command may read as code
         if is_sh:
             self.sites.append(Site(line, col, "sh"))
             return

@@ -377,6 +377,10 @@ REVIEW_REFUSED = [
      "R005", "{% call %} is not allowed"),
     ("{% macro m() %}x{% endmacro %}\necho {% call m() %}{% endcall %}#{{ v }}", "$(touch PWNED)", "R005",
      "{% call %} is not allowed"),
+    # beyond the review: a value piped into an interpreter that reads its program from stdin
+    ("cat <<EOF | bash\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that bash reads as code"),
+    ("echo {{ v }} | sh", CMD, "R005", "piped into sh, which reads its program from stdin"),
+    ("echo \"$(printf %s {{ v }})\" | cat | bash -s", CMD, "R005", "piped into bash, which reads its program"),
 ]
 
 
@@ -443,6 +447,10 @@ REVIEW_ACCEPTED = [
     ("export {{ v }}; printf ok", IDX, "ok"),
     ("a=(x {{ v }}); printf '%s|' \"${a[@]}\"", "[$(touch PWNED)]=1", "x|[$(touch PWNED)]=1|"),
     ('echo "{% if true %}{{ v }}{% endif %}"', "$(touch PWNED)", "$(touch PWNED)\n"),
+    ("echo {{ v }} | cat", CMD, CMD + "\n"),
+    ("echo {{ v }} || bash", CMD, CMD + "\n"),
+    ("echo {{ v }} | python3 -c 'import sys; print(sys.stdin.read(), end=\"\")'", CMD, CMD + "\n"),
+    ("bash -s {{ v }} <<'EOF'\nprintf '%s' \"$1\"\nEOF", CMD, CMD),
 ]
 
 
