@@ -42,6 +42,8 @@ class _Frame:
     values: list[tuple[int, int]] = field(default_factory=list)  # cmd: values in this command (nested ones too)
     piped: list[tuple[int, int]] = field(default_factory=list)  # cmd: values of the pipeline's earlier commands
     piped_docs: list[int] = field(default_factory=list)  # cmd: their heredocs (pending indices)
+    alts: list[tuple[list[str], list[str]]] = field(default_factory=list)  # cmd: other {% if %} branches' words
+    alt_cut: int = 0  # cmd: how much of `word` was read before the branches closed (alts have their own start)
 
 
 @dataclass
@@ -288,6 +290,12 @@ class Scanner:
         return i + 1
 
     def _end_word(self, top: _Frame) -> None:
+        for words, partial in top.alts:
+            piece = partial[0] + top.word[top.alt_cut:]
+            if piece:
+                words.append(piece)
+            partial[0] = ""
+        top.alt_cut = 0
         if top.word:
             word = top.word
             top.word = ""
@@ -309,7 +317,7 @@ class Scanner:
         """The simple command in TOP is over (PIPE: its output feeds the next one): decide its heredocs and
         here-strings, and whether the pipeline's earlier commands feed their values to an interpreter."""
         if top.heredocs or top.strings or top.piped or top.piped_docs:
-            why = shellcmd.stdin_program(top.words)
+            why = next(filter(None, (shellcmd.stdin_program(w) for w in [top.words, *(w for w, _ in top.alts)])), "")
             for index in top.heredocs + (top.piped_docs if why else []):
                 if index < len(self.pending):
                     delim, dash, quoted, _ = self.pending[index]
@@ -331,7 +339,7 @@ class Scanner:
         if words[:1] and words[0] in DECLARE - {"export", "readonly"} and any(
                 re.fullmatch(r"-[A-Za-z]*i[A-Za-z]*", w) for w in words[1:]):
             self.integers.update(re.split(r"[=\[+]", w)[0] for w in words[1:] if not w.startswith(("-", "+")))
-        top.words, top.heredocs, top.strings = [], [], []
+        top.words, top.heredocs, top.strings, top.alts = [], [], [], []
 
     def _newline(self, top: _Frame, i: int) -> int:
         if self.pending:
@@ -405,9 +413,12 @@ class Scanner:
         elif re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
             code = "in an array subscript, which is evaluated as arithmetic,"
         else:
-            verdict = shellcmd.analyse(cmd.words, cmd.word[:-1], self.integers)
-            code, check = verdict.code, verdict.check
-            if verdict.herestring:
+            verdicts = [shellcmd.analyse(words, current[:-1], self.integers) for words, current in
+                        self._words_now(stack)]
+            verdict = next((v for v in verdicts if v.code), verdicts[0])
+            code = verdict.code
+            check = "name" if any(v.check == "name" for v in verdicts) else next((v.check for v in verdicts), "")
+            if any(v.herestring for v in verdicts):
                 cmd.strings.append((line, col))  # code or not is known when the command ends
         if code:
             self.problems.append((line, col, f"a value {code} would be read as code, not data; pass it as an "
@@ -457,16 +468,26 @@ class Scanner:
     def _tag(self, line: int, col: int, tag: tuple[str, bool, Any]) -> None:
         name, has_assign, saved = tag
         if name in ("if", "for", "block", "with"):
-            saved.append(("open", name, self._state()))
+            saved.append(["open", name, self._state(), [], False])
             return
         if name in ("elif", "else"):
             if saved and saved[-1][0] == "open":
                 self._check_same(saved[-1][2], line, col, name)
+                saved[-1][3].extend(self._words_now(self.stack))
+                saved[-1][4] = saved[-1][4] or name == "else"
                 self._restore(saved[-1][2])
             return
         if name in ("endif", "endfor", "endblock", "endwith"):
             if saved and saved[-1][0] == "open":
-                self._check_same(saved.pop()[2], line, col, name)
+                _, opened, state, alts, had_else = saved.pop()
+                if self._check_same(state, line, col, name) and opened in ("if", "for"):
+                    if not had_else or opened == "for":
+                        alts.extend(self._words_now(state[0]))  # no branch taken, or no iteration
+                    cmd = next(f for f in reversed(self.stack) if f.kind == "cmd")
+                    now = self._words_now(self.stack)
+                    alts.extend(now[1:])
+                    cmd.alts = [(a[0], [a[1]]) for i, a in enumerate(alts) if a != now[0] and a not in alts[:i]]
+                    cmd.alt_cut = len(cmd.word)
             return
         if name in ("call", "endcall"):
             self.problems.append((line, col, "{% call %} is not allowed in a job template: its body is written into "
@@ -493,6 +514,13 @@ class Scanner:
         self.problems.append((line, col, f"{{% {name} %}} is not allowed in a job template: its output could "
                               "undo the escaping of values"))
 
+    @staticmethod
+    def _words_now(stack: list[_Frame]) -> list[tuple[list[str], str]]:
+        """The words (and the word being read) of the command in STACK so far, then the other branches' ones:
+        a value after the branches is judged under each (`{% if x %}eval{% else %}echo{% endif %} {{ v }}`)."""
+        cmd = next(f for f in reversed(stack) if f.kind == "cmd")
+        return [(list(cmd.words), cmd.word)] + [(list(w), p[0] + cmd.word[cmd.alt_cut:]) for w, p in cmd.alts]
+
     def _state(self) -> tuple[list[_Frame], list[tuple[str, bool, bool, str]]]:
         return copy.deepcopy(self.stack), list(self.pending)
 
@@ -500,10 +528,12 @@ class Scanner:
         self.stack, self.pending = copy.deepcopy(state[0]), list(state[1])
 
     def _check_same(self, state: tuple[list[_Frame], list[tuple[str, bool, bool, str]]], line: int, col: int,
-                    name: str) -> None:
+                    name: str) -> bool:
         if _signature(state[0], state[1]) != _signature(self.stack, self.pending):
             self.problems.append((line, col, f"the quoting at {{% {name} %}} differs from where the block opened: "
                                   "open and close quotes and heredocs inside each branch"))
+            return False
+        return True
 
 
 def skip(text: str, i: int) -> int:

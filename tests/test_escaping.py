@@ -377,6 +377,12 @@ REVIEW_REFUSED = [
      "R005", "{% call %} is not allowed"),
     ("{% macro m() %}x{% endmacro %}\necho {% call m() %}{% endcall %}#{{ v }}", "$(touch PWNED)", "R005",
      "{% call %} is not allowed"),
+    # beyond the review: a value after {% if %} branches is judged under each branch's command
+    ("{% if true %}eval{% else %}echo{% endif %} {{ v }}", CMD, "R005", "in an eval"),
+    ("bash {% if false %}-x{% else %}-c{% endif %} {{ v }}", CMD, "R005", "as bash's program (after -c)"),
+    ("bash -c {% if false %}'echo' {% endif %}{{ v }}", CMD, "R005", "as bash's program (after -c)"),
+    ("{% if true %}bash{% else %}cat{% endif %} <<EOF\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that bash reads"),
+    ("{% for i in [1] %}eval {% endfor %}echo {{ v }}", CMD, "R005", "in an eval"),
     # beyond the review: a value piped into an interpreter that reads its program from stdin
     ("cat <<EOF | bash\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that bash reads as code"),
     ("echo {{ v }} | sh", CMD, "R005", "piped into sh, which reads its program from stdin"),
@@ -447,6 +453,8 @@ REVIEW_ACCEPTED = [
     ("export {{ v }}; printf ok", IDX, "ok"),
     ("a=(x {{ v }}); printf '%s|' \"${a[@]}\"", "[$(touch PWNED)]=1", "x|[$(touch PWNED)]=1|"),
     ('echo "{% if true %}{{ v }}{% endif %}"', "$(touch PWNED)", "$(touch PWNED)\n"),
+    ("printf '%s' {% if true %}--{% endif %} {{ v }}", CMD, "--" + CMD),
+    ("cat {% if true %}-n{% endif %} <<EOF\n{{ v }}\nEOF", CMD, "     1\t" + CMD + "\n"),
     ("echo {{ v }} | cat", CMD, CMD + "\n"),
     ("echo {{ v }} || bash", CMD, CMD + "\n"),
     ("echo {{ v }} | python3 -c 'import sys; print(sys.stdin.read(), end=\"\")'", CMD, CMD + "\n"),
