@@ -15,6 +15,7 @@ from plancompiler import shellcmd
 from plancompiler.shellcmd import ARITH_OPS, DECLARE, EXPR, KEYWORDS
 
 TAG = "\x01"  # placeholder for `{% %}` in the scanned text (EXPR, "\x00", stands for `{{ }}`)
+_REDIR_START = re.compile(r"(\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?[<>&]*")  # a word a redirection may go on
 _ARRAY_START = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
 
@@ -251,6 +252,8 @@ class Scanner:
             self.stack.append(_Frame("cmd", ")"))
             top.word += ch
             return i + 2
+        if ch in "<>" and top.word and not _REDIR_START.fullmatch(top.word):
+            self._end_word(top)  # `eval>&2`, `bash<<<x`: bash splits the word before a redirection
         if ch == "<" and nxt == "<" and not top.cond:
             return self._heredoc_op(top, text, i)
         if top.cond and ch in "&|()":

@@ -345,6 +345,8 @@ REVIEW_REFUSED = [
     ("\\eval {{ v }}", CMD, "R005", "in an eval"),
     ("'eval' {{ v }}", CMD, "R005", "in an eval"),
     ("command eval {{ v }}", CMD, "R005", "in an eval"),
+    ("eval>/dev/null {{ v }}", CMD, "R005", "in an eval"),
+    ("bash<<<{{ v }}", CMD, "R005", "in a here-string that bash reads as code"),
     ("python3.11 -c {{ v }}", PROG, "R005", "as python3.11's program (after -c)"),
     ("perl -ne {{ v }}", PROG, "R005", "as perl's program (after -ne)"),
     ("perl -pe {{ v }}", PROG, "R005", "as perl's program (after -pe)"),
