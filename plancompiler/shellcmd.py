@@ -243,6 +243,11 @@ def _interpreter(name: str) -> bool:
     )
 
 
+def runs_files(name: str) -> bool:
+    """NAME runs a file it is given as code (`source <(...)`, `bash <(...)`)."""
+    return name in ("source", ".") or bool(_SHELL.fullmatch(name)) or any(p.fullmatch(name) for p, _, _ in _FLAGGED)
+
+
 def command(words: list[str]) -> list[str]:
     """The command WORDS run, wrappers and redirections removed, names unquoted (for the scanner's checks)."""
     split, _, _ = _split([*words, ""])

@@ -44,6 +44,7 @@ class _Frame:
     piped: list[tuple[int, int]] = field(default_factory=list)  # cmd: values of the pipeline's earlier commands
     piped_docs: list[int] = field(default_factory=list)  # cmd: their heredocs (pending indices)
     alts: list[tuple[list[str], list[str]]] = field(default_factory=list)  # cmd: other {% if %} branches' words
+    procsub: bool = False  # cmd: the inside of <( ): its output is a file the outer command reads
     alt_cut: int = 0  # cmd: how much of `word` was read before the branches closed (alts have their own start)
 
 
@@ -249,7 +250,7 @@ class Scanner:
             top.word += ch
             return self._dollar(text, i)
         if ch in "<>" and nxt == "(":
-            self.stack.append(_Frame("cmd", ")"))
+            self.stack.append(_Frame("cmd", ")", procsub=ch == "<"))
             top.word += ch
             return i + 2
         if ch in "<>" and top.word and not _REDIR_START.fullmatch(top.word):
@@ -423,6 +424,7 @@ class Scanner:
             check = "name" if any(v.check == "name" for v in verdicts) else next((v.check for v in verdicts), "")
             if any(v.herestring for v in verdicts):
                 cmd.strings.append((line, col))  # code or not is known when the command ends
+        code = code or self._enclosing_code(cmd)
         if code:
             self.problems.append((line, col, f"a value {code} would be read as code, not data; pass it as an "
                                   "argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on purpose with | sh"))
@@ -434,6 +436,25 @@ class Scanner:
             self.sites.append(Site(line, col, "cond", check=check))  # always quoted: -n would be an operator
         else:
             self.sites.append(Site(line, col, "bare", check=check))
+
+    def _enclosing_code(self, cmd: _Frame) -> str:
+        """Why the output of the $( ) or <( ) a value is in (at any depth) would be code: it lands in an
+        interpreter's heredoc, in a code argument (`eval "$(echo {{ v }})"`), or is the file `source` reads."""
+        inner = cmd
+        depth = next(i for i, f in enumerate(self.stack) if f is cmd)
+        for frame in reversed(self.stack[:depth]):
+            if frame.kind == "heredoc" and frame.code:
+                return f"inside a $( ) {frame.code}"
+            if frame.kind != "cmd":
+                continue
+            name = shellcmd.command(frame.words)[:1]
+            if inner.procsub and name and shellcmd.runs_files(name[0]):
+                return f"inside a <( ) whose output {name[0]} runs"
+            verdict = shellcmd.analyse(frame.words, frame.word, self.integers)
+            if verdict.code:
+                return f"inside a $( ) whose output lands {verdict.code}"
+            inner = frame
+        return ""
 
     def _check_before(self, line: int, col: int, preceding: str) -> None:
         """A `$`, `$NAME` or lone backslash right before a value would join it (`${{ v }}` is `$'...'`). A tag

@@ -385,6 +385,11 @@ REVIEW_REFUSED = [
     ("bash -c {% if false %}'echo' {% endif %}{{ v }}", CMD, "R005", "as bash's program (after -c)"),
     ("{% if true %}bash{% else %}cat{% endif %} <<EOF\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that bash reads"),
     ("{% for i in [1] %}eval {% endfor %}echo {{ v }}", CMD, "R005", "in an eval"),
+    # beyond the review: a value in a $( ) or <( ) whose output is code
+    ('eval "$(echo {{ v }})"', CMD, "R005", "inside a $( ) whose output lands in an eval"),
+    ('bash -c "$(printf %s {{ v }})"', CMD, "R005", "whose output lands as bash's program"),
+    ("source <(echo {{ v }})", CMD, "R005", "inside a <( ) whose output source runs"),
+    ("bash <<EOF\n$(echo {{ v }})\nEOF", CMD, "R005", "inside a $( ) in a heredoc that bash reads as code"),
     # beyond the review: a value piped into an interpreter that reads its program from stdin
     ("cat <<EOF | bash\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that bash reads as code"),
     ("echo {{ v }} | sh", CMD, "R005", "piped into sh, which reads its program from stdin"),
@@ -457,6 +462,9 @@ REVIEW_ACCEPTED = [
     ('echo "{% if true %}{{ v }}{% endif %}"', "$(touch PWNED)", "$(touch PWNED)\n"),
     ("printf '%s' {% if true %}--{% endif %} {{ v }}", CMD, "--" + CMD),
     ("cat {% if true %}-n{% endif %} <<EOF\n{{ v }}\nEOF", CMD, "     1\t" + CMD + "\n"),
+    ('echo "$(echo {{ v }})"', CMD, CMD + "\n"),
+    ("diff <(echo {{ v }}) <(echo x) >/dev/null || printf differ", CMD, "differ"),
+    ('bash -c \'printf %s "$1"\' _ "$(printf %s {{ v }})"', CMD, CMD),
     ("echo {{ v }} | cat", CMD, CMD + "\n"),
     ("echo {{ v }} || bash", CMD, CMD + "\n"),
     ("echo {{ v }} | python3 -c 'import sys; print(sys.stdin.read(), end=\"\")'", CMD, CMD + "\n"),
