@@ -537,3 +537,41 @@ def test_refusals_in_quoted_folded_and_indented_bodies_point_at_the_value(tmp_pa
     assert found == [("R005", 11, 28), ("R005", 15, 13), ("R005", 19, 12)], found
     for d in compiled.diagnostics:
         assert lines[d.line - 1][d.col - 1:].startswith("{{ v }}")
+
+
+GRID_WRAPPERS = ["", "timeout 5 ", "env -u X ", "nice -n 1 ", "command ", "2>/dev/null ", "X=1 ", "\\", "xargs -0 "]
+GRID_COMMANDS = ["eval {}", "bash -c {}", "bash -xc {}", "sh -e -c {}", "bash -O extglob -c {}", "bash -c -- {} _",
+                 "source {}", "python3 -c {}", "python3 -Bc {}", "perl -e {}", "perl -lne {} /dev/null",
+                 "awk {} /dev/null", "awk -F: {} /dev/null", "sed -n {} /dev/null", "trap {} EXIT", "let x={}",
+                 "declare -i x={}", "printf -v {} %s 1", "unset {}", "read -r {} <<< hi", "f() {{ local {}=1; }}; f",
+                 "[[ -v {} ]]", "test -v {}", "[[ 1 -eq {} ]]", "printf %d {}", "bash <<< {}", "echo {} | bash",
+                 "declare x={}", "a=({})", "a[{}]=1", "env -S {}", "flock lock -c {}", "sh -c \"$(echo {})\"",
+                 "find /dev/null -exec sh -c {} \\;"]
+GRID_VALUES = ["touch PWNED", "a[$(touch PWNED)]", "$(touch PWNED)", "([0]=$(touch PWNED))", 'system("touch PWNED")',
+               "__import__('os').system('touch PWNED')"]
+
+
+def test_interpreters_behind_wrappers_and_options_never_run_a_value(tmp_path: Path) -> None:
+    """Every command of the grid behind every wrapper, with values that are code to bash, arithmetic, awk, perl
+    and python: what renders runs under bash and creates nothing (main ran 200+ of these)."""
+    bodies = [w + c.format("{{ values[i] }}") for w in GRID_WRAPPERS for c in GRID_COMMANDS]
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: g\nvars:\n  values: " + json.dumps(GRID_VALUES) + "\njobs:\n" + "".join(
+        f"  - name: \"j{n}-{{{{ i }}}}\"\n    foreach: {{i: {list(range(len(GRID_VALUES)))}}}\n    run: {json.dumps(b)}\n"
+        for n, b in enumerate(bodies)))
+    compiled = compile_plan(plan, lint=False)
+    assert {d.code for d in compiled.diagnostics} <= {"R005", "R006"}
+    assert len(compiled.jobs) > 100  # the grid's data-only forms render
+    script = []
+    for job in compiled.jobs:
+        body = job.text.split("\n", job.header_lines)[-1]
+        script.append(f"mkdir {job.name} && (cd {job.name} && timeout 5 bash -c {shlex.quote(body)} "
+                      "</dev/null >/dev/null 2>&1)\n")
+    (tmp_path / "grid.sh").write_text("".join(script))
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run(["bash", str(tmp_path / "grid.sh")], cwd=work, timeout=600, capture_output=True,
+                   env={"PATH": "/usr/bin:/bin", "HOME": str(work), "SHELL": "/bin/bash"})
+    assert len(list(work.iterdir())) == len(compiled.jobs)
+    ran = sorted(p.parent.name for p in work.glob("*/PWNED"))
+    assert not ran, [(bodies[int(n.split("-")[0][1:])], GRID_VALUES[int(n.split("-")[1])]) for n in ran][:5]
