@@ -119,6 +119,7 @@ _WRAPPERS: dict[str, tuple[set[str], int]] = {
     "taskset": (set(), 1),
     "unbuffer": (set(), 0),
     "chroot": ({"--userspec", "--groups"}, 1),
+    "coproc": (set(), 0),
 }
 # Launchers whose options are too many to model: the command they run is their first interpreter-like word.
 _LAUNCHERS = {
@@ -257,6 +258,9 @@ def command(words: list[str]) -> list[str]:
 
 def analyse(words: list[str], current: str, integers: set[str]) -> Verdict:
     """What a value in the word CURRENT (its text before the value), after the finished WORDS, is."""
+    code_var = re.match(r"(BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND)\+?=", unquote(current))
+    if code_var:
+        return Verdict(f"in {code_var.group(1)}, whose value bash expands and runs,")
     split, at, herestring = _split([*words, current + EXPR])
     if herestring:
         return Verdict(herestring=True)
@@ -296,6 +300,11 @@ def _verdict(name: str, args: list[str], cur: str, integers: set[str]) -> Verdic
         if (args and args[-1] == "-v") or cur.startswith("-v"):
             return Verdict(check="name")
         rest = args[args.index("-v") + 2 :] if "-v" in args else [w for w in args if not w.startswith("-")]
+        if rest and EXPR in rest[0]:
+            return Verdict(
+                "as an argument of printf after a format that is a value (a %d in it would evaluate "
+                "this as arithmetic),"
+            )
         if rest and _INT_FORMAT.search(rest[0]):  # the format is written: the value is one of its arguments
             return Verdict("as an argument of a printf integer format (%d), which is evaluated as arithmetic,")
         return Verdict()
@@ -305,7 +314,11 @@ def _verdict(name: str, args: list[str], cur: str, integers: set[str]) -> Verdic
         strings = (
             {"-p", "-d", "-i", "-t", "-n", "-N", "-u"} if name == "read" else {"-d", "-n", "-O", "-s", "-u", "-C", "-c"}
         )
+        if name != "read" and (args and args[-1] == "-C" or cur.startswith("-C")):
+            return Verdict(f"as {name}'s -C callback, which is run as code")
         return Verdict() if args and args[-1] in strings else Verdict(check="name")
+    if name in ("compgen", "complete") and (args and args[-1] in ("-W", "-C", "-F") or cur.startswith(("-W", "-C"))):
+        return Verdict(f"after {name} {args[-1] if args else cur[:2]}, which expands or runs it as code")
     if name == "getopts" and len([a for a in args if not a.startswith("-")]) == 1:
         return Verdict(check="name")
     if name in ("[[", "test", "[") and args and args[-1] in ("-v", "-R"):

@@ -530,7 +530,7 @@ class Scanner:
             return
         if name == "include":
             top = self.stack[-1]
-            if len(self.stack) > 1 or self.pending or top.comment or top.word:
+            if len(self.stack) > 1 or self.pending or top.comment or top.word or top.words:
                 self.problems.append((line, col, "include a template only where a command may start"))
             return
         if name in ("set", "do", "import", "from", "raw", "endraw"):

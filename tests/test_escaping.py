@@ -390,6 +390,14 @@ REVIEW_REFUSED = [
     ('bash -c "$(printf %s {{ v }})"', CMD, "R005", "whose output lands as bash's program"),
     ("source <(echo {{ v }})", CMD, "R005", "inside a <( ) whose output source runs"),
     ("bash <<EOF\n$(echo {{ v }})\nEOF", CMD, "R005", "inside a $( ) in a heredoc that bash reads as code"),
+    # beyond the review: variables bash expands as code, callbacks, a format that is itself a value, coproc
+    ("PS4={{ v }}; set -x; true", "$(touch PWNED)", "R005", "in PS4, whose value bash expands and runs"),
+    ("env BASH_ENV={{ v }} bash -c true", "$(touch PWNED)", "R005", "in BASH_ENV"),
+    ("export PS4={{ v }}; set -x; true", "$(touch PWNED)", "R005", "in PS4"),
+    ("mapfile -C {{ v }} -c 1 x <<< hi", CMD, "R005", "as mapfile's -C callback"),
+    ("compgen -W {{ v }}", "$(touch PWNED)", "R005", "after compgen -W"),
+    ("printf {{ v }} {{ v }}", "%d", "R005", "after a format that is a value"),
+    ("coproc eval {{ v }}", CMD, "R005", "in an eval"),
     # beyond the review: a value piped into an interpreter that reads its program from stdin
     ("cat <<EOF | bash\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that bash reads as code"),
     ("echo {{ v }} | sh", CMD, "R005", "piped into sh, which reads its program from stdin"),
@@ -424,7 +432,8 @@ def test_review_reproductions_are_refused_at_the_value(tmp_path: Path, body: str
 
 def test_the_review_forms_run_the_value_when_quoted_as_plain_data(tmp_path: Path) -> None:
     """The refused forms are real: each, with its value only shell-quoted (what main wrote), runs the value."""
-    skip = ("watch", "srun", "sudo", "jq", "node", "python3.11", "{%")  # they loop, need a service or other code
+    # they loop, need a service, other code, or two different values
+    skip = ("watch", "srun", "sudo", "jq", "node", "python3.11", "{%", "printf {{ v }} {{ v }}")
     for n, (body, value, _, _) in enumerate(REVIEW_REFUSED):
         if any(word in body for word in skip):
             continue
@@ -494,6 +503,18 @@ def test_an_included_template_must_end_outside_quotes(tmp_path: Path) -> None:
     assert not compiled.jobs
     assert [(d.code, Path(d.path).name, d.line) for d in compiled.diagnostics] == [("R005", "open.j2", 1)]
     assert "ends inside a double quote" in compiled.diagnostics[0].message
+
+
+def test_an_include_must_start_a_command(tmp_path: Path) -> None:
+    """`eval {% include %}` would hand the included template's escaped output to eval, which unquotes it."""
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "x.j2").write_text("echo {{ v }}")
+    (tmp_path / "templates" / "m.j2").write_text('eval {% include "x.j2" %}\n')
+    (tmp_path / "p.yaml").write_text("plan: t\njobs:\n  - name: j\n    template: m.j2\n"
+                                     "    with: {v: \"$(touch PWNED)\"}\n")
+    compiled = compile_plan(tmp_path / "p.yaml", lint=False)
+    assert [(d.code, Path(d.path).name, d.line, d.col) for d in compiled.diagnostics] == [("R005", "m.j2", 1, 6)]
+    assert "only where a command may start" in compiled.diagnostics[0].message
 
 
 def test_a_heredoc_may_end_the_body_without_a_newline(tmp_path: Path) -> None:
