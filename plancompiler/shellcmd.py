@@ -276,7 +276,9 @@ def analyse(words: list[str], current: str, integers: set[str]) -> Verdict:
         return Verdict()
     head = unquote(found[0])
     if _expansion(head):
-        return Verdict(f"as an argument of {head}, a command that is itself an expansion: what it runs cannot be told")
+        return Verdict(
+            f"as an argument of {head}, a command that is itself an expansion (what it runs cannot be told),"
+        )
     name = os.path.basename(head)
     args = [unquote(w) for w in found[1:k]]
     cur = unquote(current)
@@ -476,7 +478,7 @@ def stdin_program(words: list[str]) -> str:
     args = [unquote(w) for w in found[1:]]
     reason = f"in a heredoc that {name} reads as code"
     if _expansion(head):
-        return f"in a heredoc fed to {head}, a command that is itself an expansion: what it runs cannot be told"
+        return f"in a heredoc fed to {head}, a command that is itself an expansion (what it runs cannot be told),"
     if name in ("ssh", "source", ".", "eval"):
         return reason
     if name in _LAUNCHERS:
