@@ -148,7 +148,7 @@ def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_
             place = _Place(_display(path), 1, 0)
         else:
             template_source = job.job.run or ""
-            place = _inline_place(source, job.index)
+            place = _inline_place(source, job.index, template_source)
         diagnostics.extend(_unused_with(job, renderer, name, source))
         body, found = _render_one(job, name, renderer, place)
         diagnostics.extend(found)
@@ -185,8 +185,12 @@ class _Place:
     origin: str
     line: int
     indent: int
+    tags: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = ()  # each {{ / {% of the body: where it is written
 
     def at(self, line: int, col: int) -> tuple[str, int, int]:
+        for body, plan in self.tags:
+            if body == (line, col):
+                return self.origin, plan[0], plan[1]
         return self.origin, self.line + max(line, 1) - 1, max(col, 1) + (self.indent if col else 0)
 
 
@@ -198,13 +202,24 @@ def _plan_lines(path: str) -> list[str]:
         return []
 
 
-def _inline_place(source: Source, index: int) -> _Place:
+def _inline_place(source: Source, index: int, body: str) -> _Place:
     line, col = source.where(("jobs", index, "run"))
     lines = _plan_lines(source.path)
+    tags = _tag_places(body, lines, line, col) if source.path.endswith((".yaml", ".yml")) else ()
     if col == 1 and 0 < line <= len(lines):  # a block scalar: its text starts after the indentation
         text = lines[line - 1]
-        return _Place(source.path, line, len(text) - len(text.lstrip(" ")))
-    return _Place(source.path, line, col - 1)
+        return _Place(source.path, line, len(text) - len(text.lstrip(" ")), tags)
+    return _Place(source.path, line, col - 1, tags)
+
+
+def _tag_places(body: str, lines: list[str], line: int, col: int) -> tuple[tuple[tuple[int, int], tuple[int, int]],
+                                                                              ...]:
+    """Each `{{`/`{%` of BODY paired with the same one where the plan writes the scalar (from LINE:COL): a
+    quoted or folded scalar, or a block with an indentation indicator, does not keep the body's lines and columns."""
+    written = [(n, m.start() + 1) for n in range(max(line, 1), len(lines) + 1)
+               for m in re.finditer(r"\{[{%]", lines[n - 1]) if n > line or m.start() + 1 >= col]
+    found = [(n, m.start() + 1) for n, text in enumerate(body.split("\n"), 1) for m in re.finditer(r"\{[{%]", text)]
+    return tuple(zip(found, written[:len(found)], strict=True)) if len(written) >= len(found) else ()
 
 
 def _render_one(job: ExpandedJob, name: str, renderer: Renderer,
@@ -242,6 +257,10 @@ def _render_one(job: ExpandedJob, name: str, renderer: Renderer,
     except RecursionError as exc:
         return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003",
                             f"{who}: recursion too deep (a macro that calls itself?)")]
+    except ContextError as exc:  # an included template's own quoting problem: located in that template
+        path = renderer.template_path(exc.name) if exc.name else None
+        where = _Place(_display(path), 1, 0) if path is not None else place
+        return None, [error(*where.at(line, col), "R005", f"{who}: {msg}") for line, col, msg in exc.problems]
     except jinja2.TemplateError as exc:
         return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003", f"{who}: {exc}")]
     except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as exc:

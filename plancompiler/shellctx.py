@@ -3,7 +3,9 @@
 A jinja extension has the template's literal text read the way bash would read it (shellscan) and
 rewrites every `{{ expr }}` to `{{ (expr) | _esc(context, ...) }}`, so that a value is data in every
 context. Where the context cannot be decided (`$(( ))`, backticks, `${ }`,
-`eval`, `bash -c`, `ssh`, `trap`), the template is refused with the expression's line and column.
+`eval`, `bash -c`, `ssh`, `trap`, a heredoc fed to an interpreter, `{% call %}`), the template is refused with
+the expression's line and column; where bash reads a variable name (`printf -v`, `unset`, `read`, `[[ -v ]]`)
+the value must be a plain name.
 """
 from __future__ import annotations
 
@@ -141,7 +143,7 @@ class ShellContext(Extension):
             yield Token(ln, "pipe", "|")
             yield Token(ln, "name", "_esc")
             yield Token(ln, "lparen", "(")
-            args: tuple[Any, ...] = (site.context, site.line, site.col, site.delim, int(site.dash))
+            args: tuple[Any, ...] = (site.context, site.line, site.col, site.delim, int(site.dash), site.check)
             for n, value in enumerate(args):
                 if n:
                     yield Token(ln, "comma", ",")
@@ -163,8 +165,9 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def escape(value: Any, context: str, line: int, col: int, delim: str = "", dash: int = 0) -> Escaped:
-    """VALUE written so that bash reads it back byte for byte in CONTEXT (or as code, for | sh)."""
+def escape(value: Any, context: str, line: int, col: int, delim: str = "", dash: int = 0, check: str = "") -> Escaped:
+    """VALUE written so that bash reads it back byte for byte in CONTEXT (or as code, for | sh). CHECK: the
+    value must be a plain variable name (name), or must not start a ( ) compound assignment (decl)."""
     if isinstance(value, jinja2.Undefined):
         str(value)  # StrictUndefined raises here, at the template's line
     words = value if isinstance(value, (list, tuple)) and not isinstance(value, Shell) else [value]
@@ -177,6 +180,12 @@ def escape(value: Any, context: str, line: int, col: int, delim: str = "", dash:
                                    f"{_preview(text)}")
     if context == "sh" or isinstance(value, Shell):
         return Escaped(texts[0])
+    if check == "name" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", " ".join(texts)):
+        raise ValueRefused(line, col, "the value stands where bash reads a variable name, whose [ ] subscript "
+                           f"it would evaluate as code; it must be a plain name (letters, digits, _): {_preview(text)}")
+    if check == "decl" and " ".join(texts).startswith("("):
+        raise ValueRefused(line, col, "the value starts with ( where declare/local would read it as a compound "
+                           f"array assignment and run what it holds: {_preview(text)}")
     if context == "bare":
         return Escaped(" ".join(shlex.quote(t) for t in texts))
     if context == "cond":

@@ -7,21 +7,16 @@ context) or a problem with its line and column.
 from __future__ import annotations
 
 import copy
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-EXPR, TAG = "\x00", "\x01"  # placeholders for `{{ }}` and `{% %}` in the scanned text
+from plancompiler import shellcmd
+from plancompiler.shellcmd import ARITH_OPS, DECLARE, EXPR, KEYWORDS
 
-_SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "mksh", "fish", "su", "python", "python2", "python3", "busybox"}
-_PREFIXES = {"sudo", "env", "exec", "nohup", "command", "time", "nice", "ionice", "stdbuf", "setsid", "builtin"}
-_ARITH_OPS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
-_PROGRAMS = {"awk": ({"-F", "-v"}, None), "gawk": ({"-F", "-v"}, None), "mawk": ({"-F", "-v"}, None),
-             "nawk": ({"-F", "-v"}, None), "sed": ({"-l"}, "-e"), "jq": ({"--indent", "--tab"}, None),
-             "perl": (set(), "-e"), "ruby": (set(), "-e"), "node": (set(), "-e")}
-_INT_FORMAT = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[diouxXc]")
-_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time", "fi", "done", "esac"}
+TAG = "\x01"  # placeholder for `{% %}` in the scanned text (EXPR, "\x00", stands for `{{ }}`)
+_REDIR_START = re.compile(r"(\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?[<>&]*")  # a word a redirection may go on
+_ARRAY_START = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
 
 @dataclass
@@ -41,6 +36,16 @@ class _Frame:
     last_expr: tuple[int, int] | None = None  # cmd: where a value stood in the last finished word
     line: str = ""  # heredoc: the current line so far
     line_expr: bool = False  # heredoc: the current line holds a value
+    cond: bool = False  # cmd: inside [[ ]], where && || ( ) are the test's operators, not the command's end
+    array: bool = False  # cmd: the elements of a compound array assignment a=( ... )
+    heredocs: list[int] = field(default_factory=list)  # cmd: pending heredocs of this command, decided at its end
+    strings: list[tuple[int, int]] = field(default_factory=list)  # cmd: values in this command's here-strings
+    values: list[tuple[int, int]] = field(default_factory=list)  # cmd: values in this command (nested ones too)
+    piped: list[tuple[int, int]] = field(default_factory=list)  # cmd: values of the pipeline's earlier commands
+    piped_docs: list[int] = field(default_factory=list)  # cmd: their heredocs (pending indices)
+    alts: list[tuple[list[str], list[str]]] = field(default_factory=list)  # cmd: other {% if %} branches' words
+    procsub: bool = False  # cmd: the inside of <( ): its output is a file the outer command reads
+    alt_cut: int = 0  # cmd: how much of `word` was read before the branches closed (alts have their own start)
 
 
 @dataclass
@@ -50,10 +55,11 @@ class Site:
     context: str  # bare, dq, sq, heredoc, qheredoc, comment, sh
     delim: str = ""
     dash: bool = False
+    check: str = ""  # name: the value must be a plain variable name; decl: must not start a ( ) array
 
 
 def _signature(stack: list[_Frame], pending: list[tuple[str, bool, bool, str]]) -> tuple[Any, ...]:
-    return tuple((f.kind, f.closer, f.delim, f.comment, f.quoted) for f in stack) + (tuple(pending),)
+    return tuple((f.kind, f.closer, f.delim, f.comment, f.quoted, f.cond, f.array) for f in stack) + (tuple(pending),)
 
 
 class Scanner:
@@ -67,12 +73,14 @@ class Scanner:
         self.pending: list[tuple[str, bool, bool, str]] = []  # heredocs whose bodies start at the next newline
         self.sites: list[Site] = []
         self.problems: list[tuple[int, int, str]] = []
+        self.integers: set[str] = set()  # names declared -i: assigning a value to them is arithmetic
+        self.text = ""
 
     # -- the whole text --------------------------------------------------------------------------
     def scan(self, text: str, places: list[tuple[int, int, bool, Any]]) -> None:
         """TEXT with one placeholder per entry of PLACES: (line, col, is_sh, tag-info) each."""
         i, n = 0, len(text)
-        self.places, self.k = places, 0
+        self.places, self.k, self.text = places, 0, text
         while i < n:
             ch = text[i]
             if ch == EXPR:
@@ -84,6 +92,7 @@ class Scanner:
             if ch == TAG:
                 line, col, _, tag = places[self.k]
                 self.k += 1
+                self._dangling(line, col, text[max(0, i - 80):i])
                 self._tag(line, col, tag)
                 i += 1
                 continue
@@ -97,13 +106,25 @@ class Scanner:
         return line, col
 
     def finish(self, line: int) -> None:
+        """Every template must end where it started (an included one is read on its own, and whatever follows
+        its include would be read in the quoting it left open). A heredoc's last line needs no newline."""
         top = self.stack[-1]
+        if top.kind == "heredoc" and not top.line_expr and \
+                (top.line.lstrip("\t") if top.dash else top.line) == top.delim:
+            self.stack.pop()
+            top = self.stack[-1]
+        if top.kind == "cmd" and len(self.stack) == 1:
+            self._end_word(top)
+            self._end_command(top)
         if len(self.stack) > 1 or self.pending:
             what = {"dq": "a double quote", "sq": "a single quote", "heredoc": f"heredoc {top.delim!r}",
                     "opaque": top.reason, "cmd": "a $( )"}.get(top.kind, top.kind)
-            if self.sites or self.problems:
-                self.problems.append((line, 1, f"the template ends inside {what}: its values' quoting "
-                                      "cannot be decided"))
+            if top.kind == "cmd" and top.array:
+                what = "an array's ( )"
+            self.problems.append((line, 1, f"the template ends inside {what}: the quoting of what follows it "
+                                  "(its values, or the text after an include of it) cannot be decided"))
+        elif not top.comment:
+            self._dangling(line, 1, self.text[-80:])
 
     # -- one character ---------------------------------------------------------------------------
     def _char(self, text: str, i: int) -> int:
@@ -118,6 +139,8 @@ class Scanner:
             return i + 1
         if top.kind == "dq":
             if ch == "\\":
+                if nxt not in (EXPR, TAG, "") and self.stack[-2].kind == "cmd":
+                    self.stack[-2].word += nxt  # the escaped character is part of the word too
                 return skip(text, i)
             if ch == '"':
                 self.stack.pop()
@@ -202,14 +225,15 @@ class Scanner:
         if ch == "\\":
             if nxt == "\n":
                 return i + 2
-            top.word += ch
+            top.word += ch if nxt in (EXPR, TAG, "") else ch + nxt  # `\eval` is still eval
             return skip(text, i)
         if ch in " \t":
             self._end_word(top)
             return i + 1
         if ch == "\n":
             self._end_word(top)
-            top.words = []
+            if not top.cond:
+                self._end_command(top)
             return self._newline(top, i)
         if ch == "#" and not top.word:
             top.comment = True
@@ -226,22 +250,36 @@ class Scanner:
             top.word += ch
             return self._dollar(text, i)
         if ch in "<>" and nxt == "(":
-            self.stack.append(_Frame("cmd", ")"))
+            self.stack.append(_Frame("cmd", ")", procsub=ch == "<"))
             top.word += ch
             return i + 2
-        if ch == "<" and nxt == "<":
+        if ch in "<>" and top.word and not _REDIR_START.fullmatch(top.word):
+            self._end_word(top)  # `eval>&2`, `bash<<<x`: bash splits the word before a redirection
+        if ch == "<" and nxt == "<" and not top.cond:
             return self._heredoc_op(top, text, i)
+        if top.cond and ch in "&|()":
+            self._end_word(top)  # an operator of the test: the [[ goes on
+            top.words.append(ch)
+            return i + 1
+        if ch == "&" and (nxt == ">" or top.word[-1:] in ("<", ">")) or ch == "|" and top.word[-1:] == ">":
+            if nxt == ">" and top.word[-1:] not in ("<", ">"):
+                self._end_word(top)  # `&>file`: a redirection word
+            top.word += ch
+            return i + 1
+        if ch == "(" and _ARRAY_START.fullmatch(top.word):
+            self.stack.append(_Frame("cmd", ")", array=True))
+            return i + 1
         if ch == "(":
             if text.startswith("((", i) and not top.word and (not top.words or top.words == ["for"]):
                 self.stack.append(_Frame("opaque", "))", "(( )) arithmetic"))
                 return i + 2
             top.depth += 1
             self._end_word(top)
-            top.words = []
+            self._end_command(top)
             return i + 1
         if ch == ")":
             self._end_word(top)
-            top.words = []
+            self._end_command(top)
             if top.depth:
                 top.depth -= 1
             elif top.closer == ")":
@@ -249,24 +287,63 @@ class Scanner:
             return i + 1
         if ch in ";&|":
             self._end_word(top)
-            top.words = []
+            pipe = ch == "|" and nxt != "|" and text[i - 1:i] != "|" or ch == "&" and text[i - 1:i] == "|"
+            self._end_command(top, pipe)
             return i + 1
         top.word += ch
         return i + 1
 
     def _end_word(self, top: _Frame) -> None:
+        for words, partial in top.alts:
+            piece = partial[0] + top.word[top.alt_cut:]
+            if piece:
+                words.append(piece)
+            partial[0] = ""
+        top.alt_cut = 0
         if top.word:
             word = top.word
             top.word = ""
             last, top.last_expr, top.word_expr = top.last_expr, top.word_expr, None
-            if top.words and top.words[0] == "[[" and word in _ARITH_OPS and last:
+            if top.cond and word in ARITH_OPS and last:
                 self.problems.append((*last, f"a value before {word} inside [[ ]] is evaluated as arithmetic, "
                                       "which runs $( ) in it; compare strings with ==, or check it is a number"))
-            if not top.words and (word in _KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word)):
+            if not top.words and (word in KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word, re.S)):
                 return  # a keyword or an assignment before the command: the command is still to come
             if top.closer == ")" and word == "case":
                 self.confused = True  # a pattern's `)` would read as the end of the $( ): values after it are unsure
             top.words.append(word)
+            if top.cond and word == "]]":
+                top.cond = False
+            elif not top.cond and not top.array and word == "[[" and shellcmd.command(top.words) == ["[["]:
+                top.cond = True
+
+    def _end_command(self, top: _Frame, pipe: bool = False) -> None:
+        """The simple command in TOP is over (PIPE: its output feeds the next one): decide its heredocs and
+        here-strings, and whether the pipeline's earlier commands feed their values to an interpreter."""
+        if top.heredocs or top.strings or top.piped or top.piped_docs:
+            why = next(filter(None, (shellcmd.stdin_program(w) for w in [top.words, *(w for w, _ in top.alts)])), "")
+            for index in top.heredocs + (top.piped_docs if why else []):
+                if index < len(self.pending):
+                    delim, dash, quoted, _ = self.pending[index]
+                    self.pending[index] = (delim, dash, quoted, why)
+            if why:
+                piped = [(line, col, why.replace("in a heredoc that ", "piped into ").replace(
+                    " reads as code", ", which reads its program from stdin,")) for line, col in top.piped]
+                for line, col, reason in piped + [(ln, col, why.replace("heredoc", "here-string"))
+                                                  for ln, col in top.strings]:
+                    self.problems.append((line, col, f"a value {reason} would be read as code, not data; pass it "
+                                          "as an argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on "
+                                          "purpose with | sh"))
+        if pipe:
+            top.piped, top.piped_docs = top.piped + top.values, top.piped_docs + top.heredocs
+        else:
+            top.piped, top.piped_docs = [], []
+        top.values = []
+        words = shellcmd.command(top.words)
+        if words[:1] and words[0] in DECLARE - {"export", "readonly"} and any(
+                re.fullmatch(r"-[A-Za-z]*i[A-Za-z]*", w) for w in words[1:]):
+            self.integers.update(re.split(r"[=\[+]", w)[0] for w in words[1:] if not w.startswith(("-", "+")))
+        top.words, top.heredocs, top.strings, top.alts = [], [], [], []
 
     def _newline(self, top: _Frame, i: int) -> int:
         if self.pending:
@@ -294,9 +371,9 @@ class Scanner:
                                   "value"))
             return j
         quoted = any(c in word for c in "'\"\\")
-        command = _command(top.words)
-        why = f"in a heredoc that {command[0]} reads as code" if command and command[0] in _INTERPRETERS else ""
-        self.pending.append((word.replace("'", "").replace('"', "").replace("\\", ""), dash, quoted, why))
+        # What reads the body is known at the command's end (`<<EOF bash`, `bash 2>&1 <<EOF`): _end_command.
+        top.heredocs.append(len(self.pending))
+        self.pending.append((word.replace("'", "").replace('"', "").replace("\\", ""), dash, quoted, ""))
         self._end_word(top)
         return j
 
@@ -310,6 +387,10 @@ class Scanner:
         elif not cmd.comment:
             cmd.word_expr = (line, col)
             cmd.word += EXPR  # the word holds a value: it is not empty, and not a comment's start
+        if not cmd.comment:
+            for frame in stack:
+                if frame.kind == "cmd":
+                    frame.values.append((line, col))  # what a pipeline's later command may read as code
         if is_sh:
             self.sites.append(Site(line, col, "sh"))
             return
@@ -327,21 +408,58 @@ class Scanner:
         if top.kind == "cmd" and top.comment:
             self.sites.append(Site(line, col, "comment"))
             return
-        code = top.code if top.kind == "heredoc" else self._code_position(cmd)
+        check = ""
+        if top.kind == "heredoc":
+            code = top.code
+        elif cmd.array:
+            code = "in an array subscript, which is evaluated as arithmetic," if re.match(
+                r"\[[^\]]*$", cmd.word) else ""
+        elif re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
+            code = "in an array subscript, which is evaluated as arithmetic,"
+        else:
+            verdicts = [shellcmd.analyse(words, current[:-1], self.integers) for words, current in
+                        self._words_now(stack)]
+            verdict = next((v for v in verdicts if v.code), verdicts[0])
+            code = verdict.code
+            check = "name" if any(v.check == "name" for v in verdicts) else next((v.check for v in verdicts), "")
+            if any(v.herestring for v in verdicts):
+                cmd.strings.append((line, col))  # code or not is known when the command ends
+        code = code or self._enclosing_code(cmd)
         if code:
             self.problems.append((line, col, f"a value {code} would be read as code, not data; pass it as an "
                                   "argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on purpose with | sh"))
         if top.kind == "heredoc":
             self.sites.append(Site(line, col, "qheredoc" if top.quoted else "heredoc", top.delim, top.dash))
         elif top.kind in ("dq", "sq"):
-            self.sites.append(Site(line, col, top.kind))
-        elif _command(cmd.words)[:1] == ["[["]:
-            self.sites.append(Site(line, col, "cond"))  # always quoted: a bare -n would be read as an operator
+            self.sites.append(Site(line, col, top.kind, check=check))
+        elif cmd.cond:
+            self.sites.append(Site(line, col, "cond", check=check))  # always quoted: -n would be an operator
         else:
-            self.sites.append(Site(line, col, "bare"))
+            self.sites.append(Site(line, col, "bare", check=check))
+
+    def _enclosing_code(self, cmd: _Frame) -> str:
+        """Why the output of the $( ) or <( ) a value is in (at any depth) would be code: it lands in an
+        interpreter's heredoc, in a code argument (`eval "$(echo {{ v }})"`), or is the file `source` reads."""
+        inner = cmd
+        depth = next(i for i, f in enumerate(self.stack) if f is cmd)
+        for frame in reversed(self.stack[:depth]):
+            if frame.kind == "heredoc" and frame.code:
+                return f"inside a $( ) {frame.code}"
+            if frame.kind != "cmd":
+                continue
+            name = shellcmd.command(frame.words)[:1]
+            if inner.procsub and name and shellcmd.runs_files(name[0]):
+                return f"inside a <( ) whose output {name[0]} runs"
+            verdict = shellcmd.analyse(frame.words, frame.word, self.integers)
+            if verdict.code:
+                return f"inside a $( ) whose output lands {verdict.code}"
+            inner = frame
+        return ""
 
     def _check_before(self, line: int, col: int, preceding: str) -> None:
-        """A `$`, `$NAME` or lone backslash right before a value would join it (`${{ v }}` is `$'...'`)."""
+        """A `$`, `$NAME` or lone backslash right before a value would join it (`${{ v }}` is `$'...'`). A tag
+        between them writes nothing or text of its own: the value may still follow the `$` directly."""
+        preceding = preceding.rstrip(TAG)
         slashes = len(preceding) - len(preceding.rstrip("\\"))
         if slashes % 2:
             self.problems.append((line, col, "a value right after a backslash cannot be escaped: the backslash would "
@@ -356,70 +474,54 @@ class Scanner:
                 self.problems.append((line, col, "a value right after '$' cannot be escaped: the $ would join "
                                       "the value's quoting"))
 
-    @staticmethod
-    def _code_position(cmd: _Frame) -> str:
-        """Why a value in CMD's current word would be run or evaluated, or "" when it is an ordinary argument."""
-        words = _command(cmd.words)
-        if not words:
-            if re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
-                return "in an array subscript, which is evaluated as arithmetic,"
-            return ""
-        name, args = words[0], words[1:]
-        if re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
-            return "in an array subscript, which is evaluated as arithmetic,"
-        if cmd.word.startswith("<<<") and name in _INTERPRETERS:
-            return f"in a here-string that {name} reads as code"
-        if name == "eval":
-            return "in an eval"
-        if name == "ssh":
-            return "in an ssh command (the remote shell reads it)"
-        if name == "let":
-            return "in let's arithmetic"
-        if name in ("declare", "typeset", "local", "export", "readonly") and any(
-                re.fullmatch(r"-[A-Za-z]*i[A-Za-z]*", w) for w in args):
-            return "in an integer (-i) assignment, which is evaluated as arithmetic,"
-        if name == "[[" and args and args[-1] in _ARITH_OPS:
-            return f"after {args[-1]} inside [[ ]], which is evaluated as arithmetic,"
-        if name == "printf":
-            rest = args[args.index("-v") + 2:] if "-v" in args else [w for w in args if not w.startswith("-")]
-            if rest and _INT_FORMAT.search(rest[0]):  # the format is written: the value is one of its arguments
-                return "as an argument of a printf integer format (%d), which is evaluated as arithmetic,"
-        if name in ("trap", "alias", "watch") and not args:
-            return f"as {name}'s first argument"
-        if args and re.fullmatch(r"-[A-Za-z]*c", args[-1]) and any(w in _SHELLS for w in [name, *args[:-1]]):
-            return f"after {args[-1]}"
-        if name in _PROGRAMS:
-            takes, program_flag = _PROGRAMS[name]
-            if program_flag and args and args[-1] == program_flag:
-                return f"as {name}'s program"
-            if program_flag == "-e" and name in ("perl", "ruby", "node"):
-                return ""
-            if "-f" in args or (program_flag and program_flag in args):
-                return ""
-            positional = [w for i, w in enumerate(args) if not w.startswith("-") and not (i and args[i - 1] in takes)]
-            if not positional:
-                return f"as {name}'s program"
-        return ""
+    def _dangling(self, line: int, col: int, preceding: str) -> None:
+        """A `$` or lone backslash right before a tag (or the template's end) joins whatever is written next:
+        a value in one of the tag's branches, or the text after an include; what that makes cannot be told."""
+        top = self.stack[-1]
+        if not (top.kind == "dq" or (top.kind == "cmd" and not top.comment)
+                or (top.kind == "heredoc" and not top.quoted)):
+            return
+        preceding = preceding.rstrip(TAG)
+        slashes = len(preceding) - len(preceding.rstrip("\\"))
+        dollar = re.search(r"(\\*)\$$", preceding)
+        if slashes % 2 or (dollar and len(dollar.group(1)) % 2 == 0):
+            what = "a backslash" if slashes % 2 else "'$'"
+            self.problems.append((line, col, f"{what} right before a {{% %}} tag or the template's end would join "
+                                  "whatever is written after it; write it inside the tag's branches"))
 
     def _tag(self, line: int, col: int, tag: tuple[str, bool, Any]) -> None:
         name, has_assign, saved = tag
         if name in ("if", "for", "block", "with"):
-            saved.append(("open", name, self._state()))
+            saved.append(["open", name, self._state(), [], False])
             return
         if name in ("elif", "else"):
             if saved and saved[-1][0] == "open":
                 self._check_same(saved[-1][2], line, col, name)
+                saved[-1][3].extend(self._words_now(self.stack))
+                saved[-1][4] = saved[-1][4] or name == "else"
                 self._restore(saved[-1][2])
             return
         if name in ("endif", "endfor", "endblock", "endwith"):
             if saved and saved[-1][0] == "open":
-                self._check_same(saved.pop()[2], line, col, name)
+                _, opened, state, alts, had_else = saved.pop()
+                if self._check_same(state, line, col, name) and opened in ("if", "for"):
+                    if not had_else or opened == "for":
+                        alts.extend(self._words_now(state[0]))  # no branch taken, or no iteration
+                    cmd = next(f for f in reversed(self.stack) if f.kind == "cmd")
+                    now = self._words_now(self.stack)
+                    alts.extend(now[1:])
+                    cmd.alts = [(a[0], [a[1]]) for i, a in enumerate(alts) if a != now[0] and a not in alts[:i]]
+                    cmd.alt_cut = len(cmd.word)
             return
-        if name in ("macro", "call") or (name == "set" and not has_assign):
+        if name in ("call", "endcall"):
+            self.problems.append((line, col, "{% call %} is not allowed in a job template: its body is written into "
+                                  "the macro's text, in quoting this template cannot see; pass the macro arguments"))
+            return
+        if name == "macro" or (name == "set" and not has_assign):
             saved.append(("fragment", name, self._state()))
             self.stack, self.pending = [_Frame("cmd")], []
             return
-        if name in ("endmacro", "endcall", "endset"):
+        if name in ("endmacro", "endset"):
             if saved and saved[-1][0] == "fragment":
                 if len(self.stack) > 1 or self.pending or self.stack[0].comment:
                     self.problems.append((line, col, f"the {{% {saved[-1][1]} %}} body ends inside quotes or a "
@@ -428,13 +530,20 @@ class Scanner:
             return
         if name == "include":
             top = self.stack[-1]
-            if len(self.stack) > 1 or self.pending or top.comment or top.word:
+            if len(self.stack) > 1 or self.pending or top.comment or top.word or top.words:
                 self.problems.append((line, col, "include a template only where a command may start"))
             return
         if name in ("set", "do", "import", "from", "raw", "endraw"):
             return
         self.problems.append((line, col, f"{{% {name} %}} is not allowed in a job template: its output could "
                               "undo the escaping of values"))
+
+    @staticmethod
+    def _words_now(stack: list[_Frame]) -> list[tuple[list[str], str]]:
+        """The words (and the word being read) of the command in STACK so far, then the other branches' ones:
+        a value after the branches is judged under each (`{% if x %}eval{% else %}echo{% endif %} {{ v }}`)."""
+        cmd = next(f for f in reversed(stack) if f.kind == "cmd")
+        return [(list(cmd.words), cmd.word)] + [(list(w), p[0] + cmd.word[cmd.alt_cut:]) for w, p in cmd.alts]
 
     def _state(self) -> tuple[list[_Frame], list[tuple[str, bool, bool, str]]]:
         return copy.deepcopy(self.stack), list(self.pending)
@@ -443,25 +552,12 @@ class Scanner:
         self.stack, self.pending = copy.deepcopy(state[0]), list(state[1])
 
     def _check_same(self, state: tuple[list[_Frame], list[tuple[str, bool, bool, str]]], line: int, col: int,
-                    name: str) -> None:
+                    name: str) -> bool:
         if _signature(state[0], state[1]) != _signature(self.stack, self.pending):
             self.problems.append((line, col, f"the quoting at {{% {name} %}} differs from where the block opened: "
                                   "open and close quotes and heredocs inside each branch"))
-
-
-_INTERPRETERS = _SHELLS | {"ssh", "eval", "source", "."} | set(_PROGRAMS)
-
-
-def _command(words: list[str]) -> list[str]:
-    """WORDS without the wrappers before the real command (sudo -u x, env A=b, timeout 5, nohup ...)."""
-    found = [os.path.basename(w.strip("'\"")) if i == 0 else w.strip("'\"") for i, w in enumerate(words)]
-    while found and found[0] in _PREFIXES:
-        found.pop(0)
-        while found and (found[0].startswith("-") or re.fullmatch(r"[\d.]+[smhd]?|\w+=.*", found[0])):
-            found.pop(0)
-        if found:
-            found[0] = os.path.basename(found[0])
-    return found
+            return False
+        return True
 
 
 def skip(text: str, i: int) -> int:
