@@ -74,7 +74,7 @@ def lint_findings(
         if not text_findings:
             clean.append(job)
     if template_dirs is None:
-        views = [Shape(job, job.text, 0, (), {}) for job in clean]  # each job file exactly as written
+        views = [Shape(job, job.text, 0) for job in clean]  # each job file exactly as written
     else:
         views = shapes(clean, template_dirs, limits)
     texts: dict[str, int] = {}

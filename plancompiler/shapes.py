@@ -29,17 +29,8 @@ _WORD_CHARS = re.compile(r"[A-Za-z0-9_./:@+,-]+")
 _TEXT_CHARS = re.compile(r"[A-Za-z0-9_./:@+, -]+")
 _RUN = re.compile(r"[A-Za-z0-9_]+")
 _BARE_WORDS = re.compile(r"(?:'[^']*'|[^ ']+)(?: (?:'[^']*'|[^ ']+))*")
+_STAND_IN = re.compile(r"zq\d+z")
 SKELETON_PREFIX = "#\n"  # stands for the header: comments only, never a shellcheck directive
-
-
-@dataclass(frozen=True)
-class Span:
-    """One placeholder in a skeleton: its line, 1-based start column, its length, and the job's text there."""
-
-    line: int
-    col: int
-    size: int
-    real: str
 
 
 @dataclass(frozen=True)
@@ -49,25 +40,40 @@ class Shape:
     job: RenderedJob
     text: str  # SKELETON_PREFIX + the body with placeholders
     line_offset: int  # skeleton line N is job line N + line_offset
-    spans: tuple[Span, ...]
-    names: dict[str, str]  # placeholder -> the job's text, for messages
+    parts: tuple[str, ...] = ()  # the skeleton after the prefix: text, placeholder, text, placeholder, ..., text
+    reals: tuple[str, ...] = ()  # the job's text for each placeholder, in order
+
+    def spans(self) -> list[tuple[int, int, int, str]]:
+        """Each placeholder as (skeleton line, 1-based column, length, the job's text there)."""
+        found = []
+        line, line_start, at = 2, len(SKELETON_PREFIX), len(SKELETON_PREFIX)
+        for i, part in enumerate(self.parts):
+            if i % 2:
+                found.append((line, at - line_start + 1, len(part), self.reals[i // 2]))
+            elif "\n" in part:
+                line += part.count("\n")
+                line_start = at + part.rindex("\n") + 1
+            at += len(part)
+        return found
 
     def job_col(self, line: int, col: int) -> int:
         """The job's column for skeleton (LINE, COL): shifted by the placeholders before it on that line."""
         shift = 0
-        for span in self.spans:
-            if span.line != line or span.col > col:
+        for span_line, span_col, size, real in self.spans():
+            if span_line != line or span_col > col:
                 continue
-            if col < span.col + span.size:
-                return span.col + shift  # inside a placeholder: the start of the value
-            shift += len(span.real) - span.size
+            if col < span_col + size:
+                return span_col + shift  # inside a placeholder: the start of the value
+            shift += len(real) - size
         return col + shift
 
     def job_message(self, message: str) -> str:
-        if not self.names:
+        """MESSAGE with each placeholder it quotes replaced by the job's own text."""
+        if not self.reals:
             return message
-        pattern = "|".join(re.escape(p) for p in sorted(self.names, key=len, reverse=True))
-        return re.sub(pattern, lambda m: self.names[m.group(0)], message)
+        names = dict(zip(self.parts[1::2], self.reals, strict=True))
+        pattern = "|".join(re.escape(p) for p in sorted(names, key=len, reverse=True))
+        return re.sub(pattern, lambda m: names[m.group(0)], message)
 
 
 class _Values:
@@ -150,13 +156,25 @@ def placeholder(context: str, real: str, k: int) -> str | None:
 
 
 def _shape_filter(values: _Values):  # noqa: ANN202
+    escaped: dict[tuple[str, str, str, int], str] = {}  # most values recur: names, paths, the plan's vars
+    stand_ins: dict[tuple[str, str, int], str | None] = {}
+
     def shape_escape(value: Any, context: str, line: int, col: int, delim: str = "", dash: int = 0) -> Escaped:
-        real = str(escape(value, context, line, col, delim, dash))
-        if context in ("heredoc", "qheredoc") and not isinstance(value, Shell):
-            real = real[real.index(HEREDOC_CLOSE) + 1 : -1]  # the value without its frame
         if context == "sh" or isinstance(value, Shell):
-            return Escaped(real)
-        stand_in = placeholder(context, real, values.id_of(real))
+            return escape(value, context, line, col, delim, dash)
+        key = (value, context, delim, dash) if type(value) is str else None
+        real = escaped.get(key) if key is not None else None  # type: ignore[arg-type]
+        if real is None:
+            real = str(escape(value, context, line, col, delim, dash))
+            if context in ("heredoc", "qheredoc"):
+                real = real[real.index(HEREDOC_CLOSE) + 1 : -1]  # the value without its frame
+            if key is not None:
+                escaped[key] = real
+        k = values.id_of(real)
+        try:
+            stand_in = stand_ins[(context, real, k)]
+        except KeyError:
+            stand_in = stand_ins[(context, real, k)] = placeholder(context, real, k)
         if stand_in is None or _OPEN in real or _SEP in real:
             return Escaped(real)
         values.real.append(real)
@@ -168,7 +186,7 @@ def _shape_filter(values: _Values):  # noqa: ANN202
 def own(job: RenderedJob) -> Shape:
     """A job that is its own shape: its real body."""
     body = job.text.split("\n", job.header_lines)[-1] if job.header_lines else job.text
-    return Shape(job, SKELETON_PREFIX + body, job.header_lines - 1, (), {})
+    return Shape(job, SKELETON_PREFIX + body, job.header_lines - 1)
 
 
 def shapes(jobs: Sequence[RenderedJob], template_dirs: Sequence[Path], limits: Limits | None = None) -> list[Shape]:
@@ -187,7 +205,8 @@ def shapes(jobs: Sequence[RenderedJob], template_dirs: Sequence[Path], limits: L
 
 def _shape(job: RenderedJob, renderer: Renderer, values: _Values) -> Shape:
     body = job.text.split("\n", job.header_lines)[-1] if job.header_lines else job.text
-    if job.header_lines < 1 or _OPEN in job.text or _SEP in job.text:
+    if job.header_lines < 1 or _OPEN in job.text or _SEP in job.text or _STAND_IN.search(body):
+        # a job's own text that looks like a placeholder could make unequal values look equal
         return own(job)
     spec = job.job.job
     name = spec.template if spec.template is not None else f"{_INLINE}{job.job.index}"
@@ -196,37 +215,19 @@ def _shape(job: RenderedJob, renderer: Renderer, values: _Values) -> Shape:
         framed = renderer.env.render_bounded(template, job.job.context, job.name)
     except Exception:  # noqa: BLE001 - any failure only means this job is linted as itself
         return own(job)
-    skeleton: list[str] = []
-    rebuilt: list[str] = []
-    spans: list[Span] = []
-    names: dict[str, str] = {}
-    last = 0
-    line, line_start = 2, len(SKELETON_PREFIX)  # skeleton position: the prefix is line 1
-    size = line_start
-    for match in _MARK.finditer(framed):
-        before = framed[last : match.start()]
-        skeleton.append(before)
-        rebuilt.append(before)
-        newlines = before.count("\n")
-        if newlines:
-            line += newlines
-            line_start = size + before.rindex("\n") + 1
-        size += len(before)
-        index, stand_in = int(match.group(1)), match.group(2)
-        real = values.real[index]
-        if names.get(stand_in, real) != real:
-            return own(job)
-        names[stand_in] = real
-        spans.append(Span(line, size - line_start + 1, len(stand_in), real))
-        skeleton.append(stand_in)
-        rebuilt.append(real)
-        size += len(stand_in)
-        last = match.end()
-    skeleton.append(framed[last:])
-    rebuilt.append(framed[last:])
+    parts = _MARK.split(framed)
+    del parts[1::3]  # the indexes: what is left alternates text and placeholder
+    stand_ins = parts[1::2]
+    reals = [values.real[int(m.group(1))] for m in _MARK.finditer(framed)]
+    if len(set(zip(stand_ins, reals, strict=True))) != len(set(stand_ins)):
+        return own(job)  # one placeholder for two texts: equal-looking values that are not equal
+    skeleton = "".join(parts)
+    rebuilt = list(parts)
+    rebuilt[1::2] = reals
     real_body = "".join(rebuilt)
     if real_body + "\n" == body:  # the job file always ends with a newline
-        skeleton.append("\n")
+        parts[-1] += "\n"
+        skeleton += "\n"
     elif real_body != body:
         return own(job)  # a value reached the text another way (a set block, a macro): no mapping to trust
-    return Shape(job, SKELETON_PREFIX + "".join(skeleton), job.header_lines - 1, tuple(spans), names)
+    return Shape(job, SKELETON_PREFIX + skeleton, job.header_lines - 1, tuple(parts), tuple(reals))

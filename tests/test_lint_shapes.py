@@ -233,7 +233,7 @@ def test_one_template_of_many_rows_is_one_shape(tmp_path: Path) -> None:
     compiled = compile_plan(plan, lint=False)
     views = shapes(compiled.jobs, template_dirs(plan))
     assert len({v.text for v in views}) == 1
-    assert all(v.spans for v in views)
+    assert all(v.reals for v in views)
 
 
 def test_a_finding_quotes_the_jobs_own_text_at_its_own_column(tmp_path: Path) -> None:
