@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from plancompiler.checkmemo import cache_dir
 from plancompiler.diagnostics import Diagnostic, PlanError
 from plancompiler.load import Source
 from plancompiler.render import RenderedJob
@@ -35,13 +36,6 @@ class Finding:
     severity: str
     code: str
     message: str
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("PLAN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plancompiler"
-    )
-    return Path(base)
 
 
 def lint_jobs(

@@ -163,7 +163,7 @@ def _shape_filter(values: _Values):  # noqa: ANN202
         if context == "sh" or isinstance(value, Shell):
             return escape(value, context, line, col, delim, dash)
         key = (value, context, delim, dash) if type(value) is str else None
-        real = escaped.get(key) if key is not None else None  # type: ignore[arg-type]
+        real = escaped.get(key) if key is not None else None
         if real is None:
             real = str(escape(value, context, line, col, delim, dash))
             if context in ("heredoc", "qheredoc"):
