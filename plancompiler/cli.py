@@ -747,7 +747,9 @@ def _light_parse(fn: Any, args: list[str], command: bool) -> tuple[dict[str, Any
         else:
             raise _Unsure(name)
         default = params[name].default
-        if default is not inspect.Parameter.empty:
+        if isinstance(info, OptionInfo) and info.callback is not None:
+            kwargs[name] = None  # what typer passes for an eager option (--version) not given
+        elif default is not inspect.Parameter.empty:
             kwargs[name] = default
     given: list[str] = []
     i = 0
