@@ -825,17 +825,17 @@ def _light(argv: list[str]) -> tuple[Any, dict[str, Any], dict[str, Any]] | None
 
 def _run_light(command: Any, kwargs: dict[str, Any], root: dict[str, Any]) -> int | None:
     """Run COMMAND as typer's standalone mode would; None where typer must read the line again."""
-    from typer._click.exceptions import ClickException
-
+    # click's base error, found through typer's public class: typer vendors click in newer releases.
+    click_error: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
     try:
         try:
             _root(**root)
-        except ClickException:
+        except click_error:
             return None  # a bad --max-size: typer says so in its words
         command(**kwargs)
     except typer.Exit as exc:
         return exc.exit_code
-    except ClickException:
+    except click_error:
         return None  # raised before anything was done (--set KEY=VALUE): typer reports it
     except KeyboardInterrupt:
         return 130
