@@ -72,15 +72,19 @@ def plan_chain(directory: Path) -> Path:
 
 
 def tsp_chain(directory: Path) -> None:
-    """CHAIN jobs queued on a fresh task-spooler server with 2 slots, each depending on the one before; waits."""
-    env = dict(os.environ, TS_SOCKET=str(directory / "ts.sock"), TMPDIR=str(directory))
-    subprocess.run(["tsp", "-S", "2"], env=env, check=True, stdout=subprocess.DEVNULL)
-    last = ""
-    for i in range(CHAIN):
-        argv = ["tsp", "-n"] + (["-D", last] if last else []) + ["touch", str(directory / "out" / f"{i:03d}")]
-        last = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run(["tsp", "-w", last], env=env, check=False, stdout=subprocess.DEVNULL)
-    subprocess.run(["tsp", "-K"], env=env, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """CHAIN jobs queued on a fresh task-spooler server with 2 slots, each after the one before (-d); waits."""
+    with tempfile.TemporaryDirectory(prefix="tsp-") as server:
+        env = dict(os.environ, TS_SOCKET=str(Path(server) / "ts.sock"), TMPDIR=server)
+        subprocess.run(["tsp", "-S", "2"], env=env, check=True, stdout=subprocess.DEVNULL)
+        try:
+            last = ""
+            for i in range(CHAIN):
+                # -d: run only if the job queued before ends well (1.0.1's `-D ID` misreads the command after it)
+                argv = ["tsp", "-n", *(["-d"] if i else []), "touch", str(directory / "out" / f"{i:03d}")]
+                last = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout.strip()
+            subprocess.run(["tsp", "-w", last], env=env, check=False, stdout=subprocess.DEVNULL)
+        finally:
+            subprocess.run(["tsp", "-K"], env=env, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert (directory / "out" / f"{CHAIN - 1:03d}").exists(), "task-spooler did not run the chain"
 
 
@@ -140,7 +144,7 @@ def main() -> None:
                      ratio(dispatch["snakemake"], dispatch["plan run"]),
                      f"{1000 * min(dispatch['snakemake']) / CHAIN:.1f} ms"])
     if tsp:
-        rows.append(["task-spooler (tsp -S 2, -D chain)", spread(dispatch["tsp"]),
+        rows.append(["task-spooler (tsp -S 2, -d chain)", spread(dispatch["tsp"]),
                      ratio(dispatch["tsp"], dispatch["plan run"]), f"{1000 * min(dispatch['tsp']) / CHAIN:.1f} ms"])
     print(table(f"dispatch of {CHAIN} chained jobs (each touches one file), whole processes",
                 ["tool", "min / median / max", "vs plan run", "per job (min)"], rows))
