@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -82,7 +83,14 @@ def tsp_chain(directory: Path) -> None:
                 # -d: run only if the job queued before ends well (1.0.1's `-D ID` misreads the command after it)
                 argv = ["tsp", "-n", *(["-d"] if i else []), "touch", str(directory / "out" / f"{i:03d}")]
                 last = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout.strip()
-            subprocess.run(["tsp", "-w", last], env=env, check=False, stdout=subprocess.DEVNULL)
+            # `tsp -w` of 1.0.1 sometimes returns while the chain still runs: ask the last job's state too
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                subprocess.run(["tsp", "-w", last], env=env, check=False, stdout=subprocess.DEVNULL)
+                state = subprocess.run(["tsp", "-s", last], env=env, capture_output=True, text=True).stdout.strip()
+                if state == "finished":
+                    break
+                time.sleep(0.005)
         finally:
             subprocess.run(["tsp", "-K"], env=env, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert (directory / "out" / f"{CHAIN - 1:03d}").exists(), "task-spooler did not run the chain"
