@@ -184,9 +184,10 @@ def _typer_calls(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str,
 
 @pytest.mark.parametrize("argv", LIGHT_LINES, ids=[" ".join(a) for a in LIGHT_LINES])
 def test_light_reader_calls_each_command_as_typer_does(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from plancompiler.cli import _light
+    from plancompiler.cli import _root
+    from plancompiler.lightcli import read
 
-    light = _light(argv)
+    light = read(app, _root, argv)
     assert light is not None, argv
     command, kwargs, root = light
     name, typer_kwargs, typer_root = _typer_calls(argv, monkeypatch)
@@ -201,9 +202,10 @@ def test_light_reader_calls_each_command_as_typer_does(argv: list[str], monkeypa
                                   ["hooks", "install"], ["check", "-x", "p.yaml"], ["status", "/q", "--json=1"],
                                   ["graph", "p.yaml", "--format", "svg"]])
 def test_light_reader_leaves_help_mistakes_and_odd_forms_to_typer(argv: list[str]) -> None:
-    from plancompiler.cli import _light
+    from plancompiler.cli import _root
+    from plancompiler.lightcli import read
 
-    assert _light(argv) is None
+    assert read(app, _root, argv) is None
 
 
 def test_light_path_reports_a_mistake_in_typers_words(tmp_path: Path) -> None:
