@@ -138,8 +138,8 @@ def read(
     app: typer.Typer, root_fn: Callable[..., Any], argv: list[str]
 ) -> tuple[Any, dict[str, Any], dict[str, Any]] | None:
     """(command, its arguments, the root callback's) as typer would call them, or None to let typer read ARGV."""
-    if not argv or "--help" in argv:
-        return None
+    if not argv or "--help" in argv or os.environ.get("_PLAN_COMPLETE"):
+        return None  # help, and click's shell completion (asked for through the environment), are typer's
     try:
         root, rest = parse(root_fn, argv, command=False)
         commands = {
