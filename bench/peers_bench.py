@@ -4,6 +4,7 @@
 A peer that is not installed is skipped with a printed line (snakemake: `pip install .[bench]`;
 task-spooler: Debian's `task-spooler`, whose command is `tsp`).
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,10 @@ def plan_chain(directory: Path) -> Path:
     jobs = []
     for i in range(CHAIN):
         after = f"\n    requires: [{{after: step-{i - 1:03d}}}]" if i else ""
-        jobs.append(f"  - name: step-{i:03d}\n    lane: cpu\n    run: touch {directory}/out/{i:03d}\n"
-                    f"    outputs: [{directory}/out/{i:03d}]{after}")
+        jobs.append(
+            f"  - name: step-{i:03d}\n    lane: cpu\n    run: touch {directory}/out/{i:03d}\n"
+            f"    outputs: [{directory}/out/{i:03d}]{after}"
+        )
     path = directory / "chain.yaml"
     path.write_text("plan: chain\njobs:\n" + "\n".join(jobs) + "\n")
     return path
@@ -120,18 +123,39 @@ def main() -> None:
         env = dict(PY_ENV, PLAN_CACHE_DIR=str(directory / "cache"))
         variants = {"cold": plan_cli("check", str(plan), "--no-cache")}
         if snakemake:
-            variants["snakemake"] = [snakemake, "-n", "--quiet", "--cores", "1", "-d", str(directory / "work"),
-                                     "-s", str(directory / "Snakefile")]
+            variants["snakemake"] = [
+                snakemake,
+                "-n",
+                "--quiet",
+                "--cores",
+                "1",
+                "-d",
+                str(directory / "work"),
+                "-s",
+                str(directory / "Snakefile"),
+            ]
         run_step(plan_cli("check", str(plan)), env)  # the memo and the shellcheck cache for the warm line
         variants["warm"] = plan_cli("check", str(plan))
         static = alternate(runs, variants, env)
-        rows = [["plan check, cold (--no-cache)", spread(static["cold"]), "1.00x"],
-                ["plan check, warm (unchanged plan)", spread(static["warm"]), ratio(static["warm"], static["cold"])]]
+        rows = [
+            ["plan check, cold (--no-cache)", spread(static["cold"]), "1.00x"],
+            ["plan check, warm (unchanged plan)", spread(static["warm"]), ratio(static["warm"], static["cold"])],
+        ]
         if snakemake:
-            rows.append(["snakemake -n (DAG only, lints nothing)", spread(static["snakemake"]),
-                         ratio(static["snakemake"], static["cold"])])
-    print(table("static check of the same 1000-job DAG, whole processes",
-                ["tool", "min / median / max", "vs cold plan check"], rows))
+            rows.append(
+                [
+                    "snakemake -n (DAG only, lints nothing)",
+                    spread(static["snakemake"]),
+                    ratio(static["snakemake"], static["cold"]),
+                ]
+            )
+    print(
+        table(
+            "static check of the same 1000-job DAG, whole processes",
+            ["tool", "min / median / max", "vs cold plan check"],
+            rows,
+        )
+    )
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         chain = plan_chain(directory)
@@ -140,22 +164,52 @@ def main() -> None:
         run_step(plan_cli("check", str(chain)), env)  # plan run's check warm, as a user's second run would be
         variants = {"plan run": plan_cli("run", str(chain), "--root", str(directory / "q"))}
         if snakemake:
-            variants["snakemake"] = [snakemake, "--quiet", "--cores", "2", "-d", str(directory),
-                                     "-s", str(directory / "Snakefile")]
+            variants["snakemake"] = [
+                snakemake,
+                "--quiet",
+                "--cores",
+                "2",
+                "-d",
+                str(directory),
+                "-s",
+                str(directory / "Snakefile"),
+            ]
         if tsp:
             variants["tsp"] = lambda: tsp_chain(directory)
         dispatch = alternate(runs, variants, env, before_each=lambda: fresh(directory))
-    rows = [["plan run (check, push, runner)", spread(dispatch["plan run"]), "1.00x",
-             f"{1000 * min(dispatch['plan run']) / CHAIN:.1f} ms"]]
+    rows = [
+        [
+            "plan run (check, push, runner)",
+            spread(dispatch["plan run"]),
+            "1.00x",
+            f"{1000 * min(dispatch['plan run']) / CHAIN:.1f} ms",
+        ]
+    ]
     if snakemake:
-        rows.append(["snakemake --cores 2", spread(dispatch["snakemake"]),
-                     ratio(dispatch["snakemake"], dispatch["plan run"]),
-                     f"{1000 * min(dispatch['snakemake']) / CHAIN:.1f} ms"])
+        rows.append(
+            [
+                "snakemake --cores 2",
+                spread(dispatch["snakemake"]),
+                ratio(dispatch["snakemake"], dispatch["plan run"]),
+                f"{1000 * min(dispatch['snakemake']) / CHAIN:.1f} ms",
+            ]
+        )
     if tsp:
-        rows.append(["task-spooler (tsp -S 2, -d chain)", spread(dispatch["tsp"]),
-                     ratio(dispatch["tsp"], dispatch["plan run"]), f"{1000 * min(dispatch['tsp']) / CHAIN:.1f} ms"])
-    print(table(f"dispatch of {CHAIN} chained jobs (each touches one file), whole processes",
-                ["tool", "min / median / max", "vs plan run", "per job (min)"], rows))
+        rows.append(
+            [
+                "task-spooler (tsp -S 2, -d chain)",
+                spread(dispatch["tsp"]),
+                ratio(dispatch["tsp"], dispatch["plan run"]),
+                f"{1000 * min(dispatch['tsp']) / CHAIN:.1f} ms",
+            ]
+        )
+    print(
+        table(
+            f"dispatch of {CHAIN} chained jobs (each touches one file), whole processes",
+            ["tool", "min / median / max", "vs plan run", "per job (min)"],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

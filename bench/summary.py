@@ -1,4 +1,5 @@
 """Regenerate README.md's performance table from bench/README.md: the block between the targets markers."""
+
 from __future__ import annotations
 
 import sys
