@@ -96,8 +96,8 @@ def _word(word: str, k: int) -> str | None:
     if not _WORD_CHARS.fullmatch(word) or word.startswith("-"):
         return None
     if word.isdigit():  # numbers: `exit`, `-eq` and friends judge the value's range
-        if len(word) > 1 and word.startswith("0"):
-            return None
+        if len(word) == 1 or word.startswith("0"):
+            return None  # 0-9 name positional parameters (`0=1`), a leading 0 is octal
         return str(100 + k) if int(word) <= 255 and k < 150 else (str(40000 + k) if int(word) > 255 else None)
     shape = _RUN.sub("a", word)
     if "a" not in shape:
@@ -183,6 +183,15 @@ def _shape_filter(values: _Values):  # noqa: ANN202
     return shape_escape
 
 
+def _echoed(texts: Sequence[str], reals: set[str]) -> bool:
+    """Whether the template's own text holds one of the values as a word: `{{ v }}=1; echo "$m1"` with v = m1
+    assigns the variable it reads, and `[ "{{ v }}" = m1 ]` compares equal texts; a placeholder would not."""
+    literal = "\0".join(texts)
+    return any(
+        real in literal and re.search(rf"(?<![A-Za-z0-9_]){re.escape(real)}(?![A-Za-z0-9_])", literal) for real in reals
+    )  # the substring test first: a pattern per value would be compiled per job
+
+
 def own(job: RenderedJob) -> Shape:
     """A job that is its own shape: its real body."""
     body = job.text.split("\n", job.header_lines)[-1] if job.header_lines else job.text
@@ -230,4 +239,6 @@ def _shape(job: RenderedJob, renderer: Renderer, values: _Values) -> Shape:
         skeleton += "\n"
     elif real_body != body:
         return own(job)  # a value reached the text another way (a set block, a macro): no mapping to trust
+    if _echoed(parts[0::2], set(reals)):
+        return own(job)
     return Shape(job, SKELETON_PREFIX + skeleton, job.header_lines - 1, tuple(parts), tuple(reals))

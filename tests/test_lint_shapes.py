@@ -111,6 +111,13 @@ EOF
 sleep {{ n }}
 return {{ n }}
 """,
+    "names.sh.j2": """\
+{{ a }}=1
+echo "${m0001:-}" "${m0003:-}" "$a1"
+[ "{{ a }}" = "m0005" ] && echo literal
+read -r {{ b }} </dev/null || true
+export {{ a }}
+""",
     "blocks.sh.j2": """\
 {% set p %}{{ a }}/x{% endset %}
 echo {{ p }} "{{ p }}"
@@ -161,7 +168,7 @@ def _plan(tmp_path: Path, seed: int, rows: int) -> Path:
             "template": name,
             "with": {"a": "{{ a }}", "b": "{{ b }}", "c": "{{ c }}", "n": "{{ n }}", "l": "{{ l }}"},
         }
-        for stem, name in (("w", "words.sh.j2"), ("t", "tests.sh.j2"), ("k", "blocks.sh.j2"))
+        for stem, name in (("w", "words.sh.j2"), ("t", "tests.sh.j2"), ("k", "blocks.sh.j2"), ("v", "names.sh.j2"))
     ]
     plan = tmp_path / f"gen{seed}.yaml"
     plan.write_text(json.dumps({"plan": f"gen{seed}", "vars": {"roster": roster}, "jobs": jobs}, indent=1))
