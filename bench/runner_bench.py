@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import alternate, machine, ms, table  # noqa: E402
+from bench.common import alternate, machine, ratio, run_step, spread, table  # noqa: E402
 from runner.conditions import compile_condition  # noqa: E402
 from runner.config import Config  # noqa: E402
 from runner.core import Runner  # noqa: E402
@@ -55,31 +55,42 @@ def stat_floor(conditions: list[str]) -> None:
             pass
 
 
-def tick_rows() -> tuple[list[list[str]], str]:
+def tick_rows(runs: int) -> tuple[list[list[str]], str]:
     rows = []
-    rss = ""
     for jobs in (1000, 10000):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             conditions = make_queue(root, jobs)
-            runner = Runner(Config(root=root, settle_s=0))  # the files are complete (renamed in)
+            # the first tick parses every job file: a fresh runner process each time (it holds the root's lock)
+            firsts = [float(subprocess.run([sys.executable, __file__, "--first", str(root)], capture_output=True,
+                                           text=True, check=True).stdout) for _ in range(runs)]
+            runner = Runner(Config(root=root, settle_s=0))
             runner.start(time.time())
-            cold = alternate(1, first=lambda r=runner: r.tick(time.time()))["first"]
+            runner.tick(time.time())
             compiled = [compile_condition(c) for c in conditions]
             assert all(c.fast for c in compiled)
             # the seed's way is timed on 1 000 conditions and scaled: 20 000 bash forks take half a minute
             sample = conditions[:1000]
             scale = len(conditions) / len(sample)
-            result = alternate(3, tick=lambda r=runner: r.tick(time.time()),
-                               floor=lambda c=conditions: stat_floor(c),
-                               seed=lambda s=sample: seed_way(s))
-            seed = result["seed"] * scale
-            rows.append([str(jobs), ms(cold), ms(result["tick"]), ms(result["floor"]), ms(seed) + "*",
-                         f"{result['tick'] / result['floor']:.1f}x", f"{seed / result['tick']:.0f}x"])
+            result = alternate(runs, {"tick": lambda r=runner: r.tick(time.time()),
+                                      "floor": lambda c=conditions: stat_floor(c),
+                                      "seed": lambda s=sample: seed_way(s)})
+            seed = [t * scale for t in result["seed"]]
+            rows.append([str(jobs), spread(firsts), spread(result["tick"]), spread(result["floor"]),
+                         spread(seed) + "*", ratio(result["tick"], result["floor"]), ratio(seed, result["tick"])])
             runner.queue.close()
-    out = subprocess.run([sys.executable, __file__, "--rss"], capture_output=True, text=True, check=True)
-    rss = out.stdout.strip()
+    peaks = [subprocess.run([sys.executable, __file__, "--rss"], capture_output=True, text=True,
+                            check=True).stdout.strip() for _ in range(3)]
+    values = sorted(float(p) for p in peaks)
+    rss = f"{values[0]:.1f} / {values[1]:.1f} / {values[2]:.1f} MB (min / median / max of 3 processes, peak resident)"
     return rows, rss
+
+
+def measure_first(root: Path) -> None:
+    """Print the seconds of a fresh runner's first tick over ROOT's queue."""
+    runner = Runner(Config(root=root, settle_s=0))  # the files are complete (renamed in)
+    runner.start(time.time())
+    print(run_step(lambda: runner.tick(time.time())))
 
 
 def measure_rss() -> None:
@@ -92,10 +103,23 @@ def measure_rss() -> None:
             runner.tick(time.time())
         # VmHWM, the peak of this process image: ru_maxrss would carry the parent's peak across exec.
         peak = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM"))
-        print(f"{int(peak.split()[1]) / 1024:.1f} MB (peak resident)")
+        print(f"{int(peak.split()[1]) / 1024:.1f}")
 
 
-def latency_rows() -> list[list[str]]:
+def _stamp(path: Path) -> str:
+    """Shell that writes the time to PATH whole (to a temporary, then renamed): never read half-written."""
+    return f"d=$(date +%s.%N); printf '%s\\n' \"$d\" > {path}.tmp && mv {path}.tmp {path}\n"
+
+
+def _wait_for(path: Path, deadline: float) -> float:
+    while not path.exists():
+        if time.time() > deadline:
+            raise RuntimeError(f"{path} never appeared: is the runner running?")
+        time.sleep(0.01)
+    return float(path.read_text())
+
+
+def latency_rows(runs: int) -> list[list[str]]:
     """Real runner processes, --tick 10 as the seed ran: job exit -> successor start; file arrival -> start, for a
     pushed file (its sha256 in manifest.json: no settle wait) and one renamed in by hand (waits --settle, 1 s)."""
     succ, pushed, by_hand = [], [], []
@@ -107,51 +131,49 @@ def latency_rows() -> list[list[str]]:
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(1)
-            for i in range(5):
-                stamps = root / f"stamps{i}"
-                put_job(root, f"{i}a-gpu.job", f"# LANE=gpu\nsleep 0.3\ndate +%s.%N >> {stamps}\n")
-                put_job(root, f"{i}b-gpu.job", f"# LANE=gpu\ndate +%s.%N >> {stamps}\n")
+            for i in range(runs):
                 deadline = time.time() + 30
-                while time.time() < deadline and not (stamps.exists() and len(stamps.read_text().split()) == 2):
-                    time.sleep(0.05)
-                a, b = (float(x) for x in stamps.read_text().split())
-                succ.append(b - a)
+                end_a, start_b = root / f"end-a{i}", root / f"start-b{i}"
+                put_job(root, f"{i}a-gpu.job", f"# LANE=gpu\nsleep 0.3\n{_stamp(end_a)}")
+                put_job(root, f"{i}b-gpu.job", f"# LANE=gpu\n{_stamp(start_b)}")
+                succ.append(_wait_for(start_b, deadline) - _wait_for(end_a, deadline))
                 for kind, into in (("pushed", pushed), ("by-hand", by_hand)):
                     mark = root / f"arrive-{kind}{i}"
-                    name, text = f"{i}c-cpu-{kind}.job", f"# LANE=cpu\ndate +%s.%N > {mark}\n"
-                    if kind == "pushed":
-                        manifest = {"jobs": {name: {"sha256": hashlib.sha256(text.encode()).hexdigest()}}}
+                    name, text = f"{i}c-cpu-{kind}.job", f"# LANE=cpu\n{_stamp(mark)}"
+                    if kind == "pushed":  # its hash in manifest.json under the name push writes
+                        manifest = {"jobs": {name: {"sha": hashlib.sha256(text.encode()).hexdigest()}}}
                         (root / ".manifest.tmp").write_text(json.dumps(manifest))
                         os.replace(root / ".manifest.tmp", root / "manifest.json")
                     arrived = time.time()
                     put_job(root, name, text)
-                    while time.time() < deadline and not (mark.exists() and mark.read_text().strip()):
-                        time.sleep(0.05)
-                    into.append(float(mark.read_text()) - arrived)
+                    into.append(_wait_for(mark, deadline) - arrived)
         finally:
             proc.terminate()
             proc.wait()
-    rows = []
-    for what, values in (("job exit -> lane successor start", succ),
-                         ("pushed job file arrives -> start", pushed),
-                         ("job file renamed in by hand -> start (--settle 1s)", by_hand)):
-        values.sort()
-        rows.append([what, ms(values[len(values) // 2]), ms(max(values)), "up to 10 s (one tick)"])
-    return rows
+    return [[what, spread(values), "up to 10 s (one tick)"]
+            for what, values in (("job exit -> lane successor start", succ),
+                                 ("pushed job file arrives -> start", pushed),
+                                 ("job file renamed in by hand -> start (--settle 1s)", by_hand))]
 
 
 def main() -> None:
     if "--rss" in sys.argv:
         measure_rss()
         return
-    rows, rss = tick_rows()
-    print(f"machine: {machine()}\n")
-    print(table("runner tick, queued jobs with test -f REQUIRES chains",
-                ["queued", "first tick (parse)", "tick", "stat floor", "seed's way", "vs floor", "faster than seed"],
-                rows))
-    print("* the seed's way timed on 1 000 conditions and scaled to all of them\n")
+    if "--first" in sys.argv:
+        measure_first(Path(sys.argv[sys.argv.index("--first") + 1]))
+        return
+    runs = int(os.environ.get("BENCH_RUNS", "5"))
+    print(f"machine: {machine()}; {runs} runs of each, alternated\n")
+    rows, rss = tick_rows(runs)
+    print(table("runner tick, queued jobs with test -f REQUIRES chains (in-process CPU of one tick)",
+                ["queued", "first tick (parse)", "tick", "stat floor", "seed's way", "tick / floor",
+                 "seed / tick"], rows))
+    print("* the seed's way timed on 1 000 conditions and scaled to all of them. Ratios: of medians (range over "
+          "paired runs).\n")
     print(f"runner RSS after 3 ticks at 10 000 queued jobs: {rss}\n")
-    print(table("start latency (real runner, --tick 10)", ["what", "median", "max", "seed"], latency_rows()))
+    print(table("start latency (real runner, --tick 10)", ["what", "min / median / max", "seed"],
+                latency_rows(runs)))
 
 
 if __name__ == "__main__":

@@ -116,8 +116,22 @@ def check(
 
     Exit 0 when clean, 1 when there are errors (or warnings with --strict), 2 on usage or I/O errors.
     """
-    compiled = [_compile(p, set_, templates, no_cache) for p in plans]
+    compiled = [_checked(p, set_, templates, no_cache) for p in plans]
     raise typer.Exit(_report(compiled, fmt, strict))
+
+
+def _checked(path: Path, sets: list[str] | None, templates: list[Path] | None, no_cache: bool):  # noqa: ANN202
+    """PATH's check: remembered where every input is as the last full check found it, else compiled."""
+    from plancompiler import checkmemo
+
+    memo_key = None if no_cache else checkmemo.key(path, sets or [], templates or [], _GLOBAL["max_size"])
+    remembered = checkmemo.load(memo_key) if memo_key else None
+    if remembered is not None:
+        return remembered
+    compiled = _compile(path, sets, templates, no_cache)
+    if memo_key:
+        checkmemo.store(memo_key, compiled.diagnostics, compiled.job_count)
+    return compiled
 
 
 @app.command()
@@ -653,7 +667,7 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-_GLOBAL: dict[str, Any] = {"debug": False, "limits": None}
+_GLOBAL: dict[str, Any] = {"debug": False, "limits": None, "max_size": None}
 
 
 @app.callback()
@@ -666,18 +680,34 @@ def _root(
         "e.g. 4M) for check, render, push and run")] = None,
 ) -> None:
     """plan: typed job plans in, checked job files out, and the queue they run in."""
-    from plancompiler.sandbox import Limits, parse_size
-
     _GLOBAL["debug"] = debug
+    _GLOBAL["limits"] = None
+    _GLOBAL["max_size"] = max_size
+    if not max_size:
+        return
+    from plancompiler.sandbox import Limits, parse_size  # jinja2: only when a limit is given
+
     try:
-        _GLOBAL["limits"] = Limits(max_size=parse_size(max_size)) if max_size else None
+        _GLOBAL["limits"] = Limits(max_size=parse_size(max_size))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--max-size") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
+    from plancompiler import lightcli
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    light = lightcli.read(app, _root, args)
+    if light is not None:
+        try:
+            code = lightcli.run(_root, *light)
+        except Exception as exc:  # never a traceback and never exit 1 for a bug of ours
+            _internal(None, exc)
+            return 2
+        if code is not None:
+            return code
     try:
-        app(args=argv, prog_name="plan")
+        app(args=args, prog_name="plan")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     except Exception as exc:  # never a traceback and never exit 1 for a bug of ours

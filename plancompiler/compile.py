@@ -71,11 +71,13 @@ def compile_plan(path: Path, overrides: Mapping[str, str] | None = None, templat
     result.diagnostics += result.expanded.diagnostics
     result.graph, found = build_graph(result.expanded, loaded.source)
     result.diagnostics += found
-    result.jobs, found = render_jobs(result.expanded.jobs, result.graph, loaded.source, loaded.plan.plan,
-                                     template_dirs(path, templates), limits)
+    dirs = template_dirs(path, templates)
+    result.jobs, found = render_jobs(result.expanded.jobs, result.graph, loaded.source, loaded.plan.plan, dirs,
+                                     limits)
     result.diagnostics += found
     if lint:
-        result.diagnostics += lint_jobs(result.jobs, loaded.source, use_cache=use_cache, progress=progress)
+        result.diagnostics += lint_jobs(result.jobs, loaded.source, use_cache=use_cache, progress=progress,
+                                          template_dirs=dirs, limits=limits)
     return result
 
 

@@ -5,12 +5,14 @@ import difflib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plancompiler import transport
 from plancompiler.diagnostics import PlanError
-from plancompiler.hostsfile import HostEntry, SlurmHostEntry, load_hosts
 from plancompiler.transport import RemoteFailed, Unreachable
+
+if TYPE_CHECKING:  # the hosts model is pydantic: imported only where a hosts file is read
+    from plancompiler.hostsfile import HostEntry, SlurmHostEntry
 
 __all__ = ["Host", "RemoteFailed", "Unreachable", "hosts_file", "resolve"]
 
@@ -29,6 +31,8 @@ class Host:
 
     @classmethod
     def from_entry(cls, name: str, entry: HostEntry) -> Host:
+        from plancompiler.hostsfile import SlurmHostEntry
+
         return cls(name=name, root=entry.root, ssh=entry.ssh, ssh_options=tuple(entry.ssh_options),
                    connect_timeout=entry.connect_timeout, timeout=entry.timeout, python=entry.python,
                    backend=entry.backend, slurm=entry if isinstance(entry, SlurmHostEntry) else None)
@@ -82,6 +86,8 @@ def resolve(spec: str, hosts: Path | None = None) -> Host:
     if path is not None and not _is_path(spec):
         if not path.exists():
             raise PlanError(f"hosts file {path} not found")
+        from plancompiler.hostsfile import load_hosts  # pydantic: only where a hosts file is read
+
         table = load_hosts(path)
         if spec in table:
             return Host.from_entry(spec, table[spec])

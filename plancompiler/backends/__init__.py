@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from plancompiler.backends.protocol import Backend
 from plancompiler.backends.queue import QueueBackend
-from plancompiler.backends.slurm import SlurmBackend
 from plancompiler.hosts import Host
 
 
 def backend_for(host: Host) -> Backend:
     """The backend that serves HOST, as its hosts-file entry says (a path or DEST:PATH is a queue)."""
-    return SlurmBackend(host) if host.slurm is not None else QueueBackend(host)
+    if host.slurm is not None:
+        from plancompiler.backends.slurm import SlurmBackend  # pydantic's hosts model: only for Slurm hosts
+
+        return SlurmBackend(host)
+    return QueueBackend(host)

@@ -6,10 +6,12 @@ import socket
 from collections import Counter
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from plancompiler.compile import Compiled
 from plancompiler.hosts import Host
+
+if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
+    from plancompiler.compile import Compiled
 
 # What a push does to each job: new, changed, unchanged, retired, held (failed), retried,
 # running (left alone), running but changed (reported, left alone), done (left alone).

@@ -5,14 +5,16 @@ import hashlib
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plancompiler.backends.protocol import Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
-from plancompiler.compile import Compiled, manifest
 from plancompiler.hosts import Host
 from plancompiler.transport import Session
 from runner import FORMAT_VERSION, stamps
 from runner.durations import format_duration
+
+if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
+    from plancompiler.compile import Compiled
 
 CHANGED = "the queue changed since this push looked at it; run it again"
 
@@ -23,6 +25,8 @@ def _sha(text: str) -> str:
 
 def plan_record(compiled: Compiled) -> dict[str, Any]:
     """This plan's entry in manifest.json: its graph, each job's content hash, the plan's hash, who pushed."""
+    from plancompiler.compile import manifest
+
     graph = manifest(compiled)
     texts = {job.filename: job.text for job in compiled.jobs}
     jobs = {name: {**spec, "sha": _sha(texts[name])} for name, spec in graph["jobs"].items()}
