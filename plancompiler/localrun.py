@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.durations import format_duration
+from runner.queue import fresh_status
 from runner.vocab import Event, Reason
 
 _SHOWN = {e.value for e in (Event.START, Event.DONE, Event.FAILED, Event.RETRY, Event.SKIPPED, Event.INVALID,
@@ -166,6 +167,6 @@ def _follow(path: Path, offset: int, summary: RunSummary, echo: Callable[[str], 
 
 def _read_status(root: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((root / "status.json").read_text())
+        return fresh_status(root, json.loads((root / "status.json").read_text()))
     except (OSError, ValueError):
         return None

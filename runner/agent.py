@@ -18,7 +18,7 @@ from typing import Any
 
 from runner import delivery, slurm_agent
 from runner.controls import PARK_FILE, park_record, request_name
-from runner.queue import STATES, Queue, atomic_write, read_json
+from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -84,7 +84,7 @@ def counts(root: str) -> dict[str, int]:
 
 
 def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    st = _read_json(os.path.join(root, "status.json"))
+    st = fresh_status(root, _read_json(os.path.join(root, "status.json")))
     logs = {}
     for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
         text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)

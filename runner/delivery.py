@@ -22,7 +22,7 @@ from typing import Any
 
 from runner import jobfile, stamps
 from runner.controls import request_name
-from runner.queue import STATES, Queue, atomic_write, read_json, timestamp
+from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
@@ -108,7 +108,7 @@ def _lifecycle(root: str) -> dict[str, Any] | None:
 
 def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """What a push diffs against: each job file's hash and owning plan, manifest generation, runner health."""
-    status = _read(os.path.join(root, "status.json"))
+    status = fresh_status(root, _read(os.path.join(root, "status.json")))
     lanes = list(jobfile.DEFAULT_LANES)
     if isinstance(status, dict) and isinstance(status.get("lanes"), dict):
         lanes += [lane for lane in status["lanes"] if lane not in lanes]
@@ -322,7 +322,7 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
             return done
     deadline = time.time() + float(request.get("wait_s", 30))
     while time.time() < deadline:
-        st = _read(os.path.join(root, "status.json")) or {}
+        st = fresh_status(root, _read(os.path.join(root, "status.json"))) or {}
         if float(st.get("runner", {}).get("heartbeat", 0)) >= started:
             done["heartbeat"] = True
             break

@@ -41,6 +41,10 @@ class Manifest:
             self.problems.report(self.now, "manifest.json", problems)
         return self._cache[1]
 
+    def key(self) -> tuple[int, int, int] | None:
+        """What identifies the manifest read this tick (it changes when the file does)."""
+        return self._cache[0] if self._cache else None
+
     def sha(self, filename: str) -> str | None:
         """The sha256 push listed for FILENAME (the settle rule takes such a file at once)."""
         entry = (self.get() or {}).get("jobs", {}).get(filename)
