@@ -258,6 +258,9 @@ class Runner:
     # -- the tick ------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         self.ticks += 1
+        # First of all: whatever lands after this stays in the watch's queue and wakes `serve` for another tick
+        # (a control/ request dropped while this tick runs must not be drained with nothing to read it).
+        changed = self._changed()
         self.queue.reopen_if_rotated()
         self.processes.reap()
         self.manifest.new_tick(now)  # read (and checked) whenever it changes, not only when a reason needs it
@@ -265,7 +268,7 @@ class Runner:
         self.jobs.finish_exited(now)
         self.jobs.enforce_timeouts(now)
         self.announcer.watch_running(now, self.jobs.running)
-        queued = self.scanner.scan(now, self._changed())
+        queued = self.scanner.scan(now, changed)
         self.dispatcher.schedule(now, queued, self.controls.park)
         self.announcer.waits(now)
         self.announcer.lanes(now, self.jobs.running, queued)
