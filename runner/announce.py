@@ -44,7 +44,7 @@ class Announcer:
         self.idle_since: float | None = None
         self.failures: list[tuple[float, str, str, str]] = []  # (time, job, signature, line)
         self.correlated: dict[str, int] = {}
-        self._views: tuple[object, ...] = ()  # (what the lane views were computed from, the views)
+        self._views: tuple[tuple[Any, ...], dict[str, LaneView]] | None = None  # (computed from, the views)
 
     def correlate(self, now: float, filename: str, lines: list[str]) -> None:
         if not lines:
@@ -156,7 +156,7 @@ class Announcer:
         # Each view reads every queued job's reason: computed again only when a reason, the queue or what runs
         # changed (the scan returns the same list while the queue is unchanged).
         key = (queued, len(queued), self.reasons.generation, tuple((r.filename, r.lane) for r in running.values()))
-        if self._views and self._views[0][0] is queued and self._views[0][1:] == key[1:]:
+        if self._views is not None and self._views[0][0] is queued and self._views[0][1:] == key[1:]:
             views = self._views[1]
         else:
             views = {lane: self._lane_view(lane, running, queued) for lane in self.config.lanes}

@@ -23,6 +23,7 @@ from runner.reasons import Reasons
 from runner.records import Parsed
 from runner.vocab import Event, Reason
 
+
 def _is_job(name: str) -> bool:
     return name.endswith(".job") and not name.startswith(".")
 

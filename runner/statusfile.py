@@ -148,8 +148,14 @@ class StatusFile:
             shown = (lane, reason.reason, reason.detail, reason.blocker, reason.since)
             cached = self._entries.get(filename)
             if cached is None or cached[0] != shown:
-                entry = {"job": filename, "lane": lane, "reason": reason.reason, "detail": reason.detail,
-                         "blocker": reason.blocker, "since": reason.since}
+                entry = {
+                    "job": filename,
+                    "lane": lane,
+                    "reason": reason.reason,
+                    "detail": reason.detail,
+                    "blocker": reason.blocker,
+                    "since": reason.since,
+                }
                 cached = (shown, _encode(entry))
             entries[filename] = cached
         self._entries = entries
