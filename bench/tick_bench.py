@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import PY_ENV, machine, ms, spread, table  # noqa: E402
+from bench.common import PY_ENV, machine, spread, table  # noqa: E402
 
 JOBS = int(os.environ.get("BENCH_JOBS", "10000"))
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
@@ -122,7 +122,9 @@ def tick_figures() -> tuple[list[list[str]], str]:
         (Path(tmp) / "seed").write_text("\n".join(conditions[:SEED_SAMPLE]))
         proc = subprocess.Popen(
             [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", str(TICK_S)],
-            env=PY_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=PY_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             while not (root / "heartbeat.json").exists() or ticks(root) < 3:  # the first tick parses every file
@@ -140,11 +142,17 @@ def tick_figures() -> tuple[list[list[str]], str]:
     pairs = lambda num, den: sorted(n / d for n, d in zip(num, den, strict=True))  # noqa: E731
     rows = [
         ["runner tick (CPU)", spread(tick), "1.00x"],
-        [f"stat floor: one os.stat per condition ({len(conditions)})", spread(floor),
-         _ratio(tick, floor, pairs(tick, floor))],
+        [
+            f"stat floor: one os.stat per condition ({len(conditions)})",
+            spread(floor),
+            _ratio(tick, floor, pairs(tick, floor)),
+        ],
         [f"os.stat of every queued file ({JOBS})", spread(files), _ratio(tick, files, pairs(tick, files))],
-        [f"seed's way: bash -c per condition (CPU, scaled from {SEED_SAMPLE})", spread(seed),
-         _ratio(seed, tick, pairs(seed, tick)) + " slower"],
+        [
+            f"seed's way: bash -c per condition (CPU, scaled from {SEED_SAMPLE})",
+            spread(seed),
+            _ratio(seed, tick, pairs(seed, tick)) + " slower",
+        ],
     ]
     return rows, f"{rss:.1f} MB"
 
@@ -162,7 +170,9 @@ def latency_rows() -> list[list[str]]:
         (root / "queue").mkdir()
         proc = subprocess.Popen(
             [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"],
-            env=PY_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=PY_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             while not (root / "heartbeat.json").exists():
@@ -201,11 +211,21 @@ def latency_rows() -> list[list[str]]:
 def main() -> None:
     print(f"machine: {machine()}; {RUNS} runs of each, alternated\n")
     rows, rss = tick_figures()
-    print(table(f"runner tick at {JOBS} queued jobs (test -f REQUIRES chains), whole processes, CPU per tick",
-                ["what", "min / median / max", "runner vs it"], rows))
+    print(
+        table(
+            f"runner tick at {JOBS} queued jobs (test -f REQUIRES chains), whole processes, CPU per tick",
+            ["what", "min / median / max", "runner vs it"],
+            rows,
+        )
+    )
     print(f"runner peak RSS (VmHWM) after {RUNS} windows at {JOBS} queued jobs: {rss} (target < 40 MB)\n")
-    print(table("pick-up (real runner, --tick 10, empty queue)", ["what", "min / median / max", "target", "before"],
-                latency_rows()))
+    print(
+        table(
+            "pick-up (real runner, --tick 10, empty queue)",
+            ["what", "min / median / max", "target", "before"],
+            latency_rows(),
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from typing import Any
 
 from plancompiler import transport
 from plancompiler.diagnostics import PlanError
-from plancompiler.hostsfile import HostEntry, SlurmHostEntry, load_hosts
+from plancompiler.hostsfile import HostEntry, QueueHostEntry, SlurmHostEntry, load_hosts
 from plancompiler.transport import RemoteFailed, Unreachable
 
 __all__ = ["Host", "RemoteFailed", "Unreachable", "hosts_file", "resolve"]
@@ -26,12 +26,15 @@ class Host:
     python: str = "python3"
     backend: str = "queue"
     slurm: SlurmHostEntry | None = None  # the Slurm settings of a `backend: slurm` host
+    slots: tuple[tuple[str, int], ...] = ()  # lane -> slots from a queue host's `lanes:` (pushed to its manifest)
 
     @classmethod
     def from_entry(cls, name: str, entry: HostEntry) -> Host:
         return cls(name=name, root=entry.root, ssh=entry.ssh, ssh_options=tuple(entry.ssh_options),
                    connect_timeout=entry.connect_timeout, timeout=entry.timeout, python=entry.python,
-                   backend=entry.backend, slurm=entry if isinstance(entry, SlurmHostEntry) else None)
+                   backend=entry.backend, slurm=entry if isinstance(entry, SlurmHostEntry) else None,
+                   slots=tuple((lane, spec.slots) for lane, spec in entry.lanes.items())
+                   if isinstance(entry, QueueHostEntry) else ())
 
     @property
     def local(self) -> bool:

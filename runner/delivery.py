@@ -262,15 +262,20 @@ def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: 
     jobs: dict[str, Any] = {}
     producers: dict[str, list[str]] = {}
     external: list[str] = []
+    slots: dict[str, int] = {}  # lane -> slots, the most any plan (or its host's entry) asked for
     for entry in plans.values():
         jobs.update(entry.get("jobs") or {})
+        for lane, count in (entry.get("slots") or {}).items():
+            if isinstance(count, int) and count >= 1:
+                slots[lane] = max(slots.get(lane, 1), count)
         for path, names in (entry.get("producers") or {}).items():
             producers.setdefault(path, [])
             producers[path] += [n for n in names if n not in producers[path]]
         external += [p for p in entry.get("external") or [] if p not in external]
     last = record["plan"] if record is not None else manifest.get("plan")
     return {"version": MANIFEST_VERSION, "generation": manifest["generation"] + 1, "plan": last,
-            "plans": plans, "jobs": jobs, "producers": producers, "external": external}
+            "plans": plans, "jobs": jobs, "producers": producers, "external": external,
+            **({"slots": slots} if slots else {})}
 
 
 def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:

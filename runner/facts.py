@@ -99,7 +99,7 @@ class Facts:
             gpu,
             parked,
             tuple(self.gpu_users(running)) if look else None,
-            self.config.slots,
+            dict(self.config.slots),  # a copy: the runner updates its own in place when the manifest changes
         ), why
 
     def gpu_users(self, running: dict[str, Running]) -> list[procs.GpuUser]:

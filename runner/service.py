@@ -47,7 +47,9 @@ class Runner:
     def __init__(self, config: Config, processes: Processes | None = None) -> None:
         # Resolved once: jobs run with the root as their working directory, so a relative --root would
         # name their scripts relative to the wrong place.
-        self.config = config = replace(config, root=Path(config.root).resolve())
+        # slots: a dict of our own, kept in place as the manifest's lane slots change (every part reads it).
+        self.config = config = replace(config, root=Path(config.root).resolve(), slots=dict(config.slots))
+        self.flag_slots = dict(config.slots)  # --slots: wins over what the manifest asks for
         self.queue = queue = Queue(config.root)
         self.root = str(config.root)
         self.root_id = hashlib.sha1(self.root.encode()).hexdigest()[:12]
@@ -264,6 +266,10 @@ class Runner:
         self.queue.reopen_if_rotated()
         self.processes.reap()
         self.manifest.new_tick(now)  # read (and checked) whenever it changes, not only when a reason needs it
+        slots = {**self.manifest.slots(), **self.flag_slots}
+        if slots != self.config.slots:
+            self.config.slots.clear()
+            self.config.slots.update(slots)
         self.controls.tick(now)
         self.jobs.finish_exited(now)
         self.jobs.enforce_timeouts(now)
