@@ -39,6 +39,9 @@ MASK = (
     | IN_DELETE_SELF
     | IN_MOVE_SELF
 )
+# A file is complete (closed after writing, renamed in) or gone: worth a tick now. A bare IN_CREATE is not (the
+# writer is about to fill it); a name created and never closed (a link, a FIFO) is looked at a moment later.
+_WAKE = IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ATTRIB
 _RESET = IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF  # what was seen can no longer be trusted
 _HEADER = struct.Struct("iIII")
 
@@ -53,6 +56,7 @@ class DirWatch:
         self.dirs = dirs
         self._wd: dict[int, str] = {}
         self.lost = False
+        self._changed: dict[str, set[str]] = {}  # read from the kernel, not yet handed out by drain()
         self.rewatch()
 
     @classmethod
@@ -82,17 +86,24 @@ class DirWatch:
                 self._wd[wd] = path
 
     def drain(self) -> dict[str, set[str]]:
-        changed: dict[str, set[str]] = {}
+        """Every name changed since the last drain, by directory."""
+        self.read()
+        changed, self._changed = self._changed, {}
+        return changed
+
+    def read(self) -> tuple[bool, bool]:
+        """Take what the kernel has queued (kept for `drain`): (a file is complete or gone, a name was created)."""
+        wake = created = False
         while True:
             try:
                 data = os.read(self.fd, 1 << 16)
             except BlockingIOError:
-                return changed
+                return wake, created
             except OSError:
                 self.lost = True
-                return changed
+                return True, created
             if not data:
-                return changed
+                return wake, created
             offset = 0
             while offset + _HEADER.size <= len(data):
                 wd, mask, _cookie, length = _HEADER.unpack_from(data, offset)
@@ -100,10 +111,12 @@ class DirWatch:
                 name = data[offset : offset + length].split(b"\0", 1)[0]
                 offset += length
                 if mask & _RESET:
-                    self.lost = True
+                    self.lost = wake = True
+                wake = wake or bool(mask & _WAKE)
+                created = created or bool(mask & IN_CREATE)
                 directory = self._wd.get(wd)
                 if directory is not None and name:
-                    changed.setdefault(directory, set()).add(os.fsdecode(name))
+                    self._changed.setdefault(directory, set()).add(os.fsdecode(name))
 
     def close(self) -> None:
         if self.fd >= 0:

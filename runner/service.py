@@ -250,7 +250,11 @@ class Runner:
                 return
             ready = select.select(fds, [], [], left if self.watch is not None else min(left, DIR_POLL_S))[0]
             if self.watch is not None and self.watch.fd in ready:
-                return  # the tick reads what changed
+                wake, created = self.watch.read()
+                if wake:
+                    return  # a file is complete (or gone): the tick reads what changed
+                if created:  # being written, or a link or FIFO that will never be closed: look in a moment
+                    next_tick = min(next_tick, time.monotonic() + DIR_POLL_S)
             if ready:
                 _drain(rfd)
                 continue
