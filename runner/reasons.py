@@ -71,7 +71,8 @@ class Reasons:
             self.set(now, filename, "blocked", failure, producer or path, path=path, producer=producer)
             self._since(filename, min(self.table[filename].since, now))
             return
-        self.set(now, filename, "requires", requires, requires, why=why)
+        # WHY (which test is false) is not kept: nothing shows it, and 10 000 of them cost 2 MB.
+        self.set(now, filename, "requires", requires, requires)
         self._since(filename, since)
 
     def gpu_foreign(self, now: float, filename: str, first: procs.GpuUser, left_by: str | None) -> None:

@@ -175,9 +175,11 @@ class Scanner:
         if seen is None or seen[0] != key:
             seen = self.first_seen[filename] = (key, now)
         if settle <= 0 or now - mtime >= settle or now - seen[1] >= settle:
+            del self.first_seen[filename]  # settled: parsed from now on by its key (10 000 of these add up)
             return True
         want = self.manifest.sha(filename)
         if want and hashlib.sha256(data).hexdigest() == want:
+            del self.first_seen[filename]
             return True  # pushed: the manifest says what the whole file is
         due = min(mtime + settle, seen[1] + settle)
         self.settle_due = due if self.settle_due is None else min(self.settle_due, due)
