@@ -96,5 +96,8 @@ def manifest(compiled: Compiled) -> dict[str, Any]:
         if job.job.job.rerun == "never":  # read by runner/stamps.py: its DONE_IF alone decides
             jobs[job.filename]["rerun"] = "never"
     producers = {path: [f"{n}.job" for n in names] for path, names in graph.producers.items()}
-    return {"plan": compiled.plan.plan, "version": 1, "jobs": jobs, "producers": producers,
-            "external": list(graph.external)}
+    found = {"plan": compiled.plan.plan, "version": 1, "jobs": jobs, "producers": producers,
+             "external": list(graph.external)}
+    if compiled.plan.slots:
+        found["slots"] = compiled.plan.slots  # the runner counts these (its --slots flag overrides them)
+    return found

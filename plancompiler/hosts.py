@@ -12,7 +12,7 @@ from plancompiler.diagnostics import PlanError
 from plancompiler.transport import RemoteFailed, Unreachable
 
 if TYPE_CHECKING:  # the hosts model is pydantic: imported only where a hosts file is read
-    from plancompiler.hostsfile import HostEntry, SlurmHostEntry
+    from plancompiler.hostsfile import HostEntry, QueueHostEntry, SlurmHostEntry
 
 __all__ = ["Host", "RemoteFailed", "Unreachable", "hosts_file", "resolve"]
 
@@ -28,6 +28,7 @@ class Host:
     python: str = "python3"
     backend: str = "queue"
     slurm: SlurmHostEntry | None = None  # the Slurm settings of a `backend: slurm` host
+    slots: tuple[tuple[str, int], ...] = ()  # lane -> slots from a queue host's `lanes:` (pushed to its manifest)
 
     @classmethod
     def from_entry(cls, name: str, entry: HostEntry) -> Host:
@@ -35,7 +36,9 @@ class Host:
 
         return cls(name=name, root=entry.root, ssh=entry.ssh, ssh_options=tuple(entry.ssh_options),
                    connect_timeout=entry.connect_timeout, timeout=entry.timeout, python=entry.python,
-                   backend=entry.backend, slurm=entry if isinstance(entry, SlurmHostEntry) else None)
+                   backend=entry.backend, slurm=entry if isinstance(entry, SlurmHostEntry) else None,
+                   slots=tuple((lane, spec.slots) for lane, spec in entry.lanes.items())
+                   if isinstance(entry, QueueHostEntry) else ())
 
     @property
     def local(self) -> bool:

@@ -16,6 +16,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class QueueLane(_Strict):
+    """A lane of a queue host: how many of its jobs the runner there runs at once."""
+
+    slots: int = Field(1, ge=1, le=1024, description="jobs of this lane that run at once")
+
+
 class HostEntry(_Strict):
     """A host whose queue a stdlib runner serves (the default backend)."""
 
@@ -27,6 +33,12 @@ class HostEntry(_Strict):
     connect_timeout: float = Field(10.0, gt=0, le=86400, allow_inf_nan=False, description="seconds for ssh to connect")
     timeout: float = Field(60.0, gt=0, le=86400, allow_inf_nan=False, description="seconds for a whole round trip")
     python: str = Field("python3", description="the interpreter on the host")
+
+
+class QueueHostEntry(HostEntry):
+    """A queue host (the default backend): a runner there runs each lane's slots at once."""
+
+    lanes: dict[str, QueueLane] = Field(default_factory=dict, description="lane -> {slots: N} (pushed to the runner)")
 
 
 class SlurmLane(_Strict):
@@ -54,7 +66,7 @@ class SlurmHostEntry(HostEntry):
     exclusive_license: str | None = Field("netgpu:1", description="the license the exclusive lanes share")
 
 
-BACKENDS: dict[str, type[HostEntry]] = {"queue": HostEntry, "slurm": SlurmHostEntry}
+BACKENDS: dict[str, type[HostEntry]] = {"queue": QueueHostEntry, "slurm": SlurmHostEntry}
 
 
 def _model_for(entry: dict[str, Any]) -> type[HostEntry] | str:
@@ -69,7 +81,8 @@ def _model_for(entry: dict[str, Any]) -> type[HostEntry] | str:
 def _fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """The keys allowed at LOC inside MODEL (for did-you-mean)."""
     if loc and loc[0] == "lanes":
-        return list(SlurmLane.model_fields) if len(loc) == 2 else []
+        lane = SlurmLane if model is SlurmHostEntry else QueueLane
+        return list(lane.model_fields) if len(loc) == 2 else []
     return list(model.model_fields)
 
 

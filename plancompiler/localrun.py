@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.durations import format_duration
+from runner.queue import fresh_status
 from runner.readers import terminal_safe
 from runner.vocab import Event, Reason
 
@@ -193,6 +194,6 @@ def _follow(path: Path, offset: int, summary: RunSummary, echo: Callable[[str], 
 
 def _read_status(root: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((root / "status.json").read_text())
+        return fresh_status(root, json.loads((root / "status.json").read_text()))
     except (OSError, ValueError):
         return None

@@ -149,16 +149,48 @@ class Job(Strict):
             frame = frame.f_back  # type: ignore[assignment]
 
 
+class Lane(Strict):
+    """A lane given as a mapping: `lanes: {cpu: {slots: 4}, net: {slots: 2}}` (the list form has 1 slot each)."""
+
+    slots: int = Field(1, ge=1, le=1024, description="jobs of this lane that run at once")
+
+
 class Plan(Strict):
     plan: str = Field(description="the plan's name, written into each job's PLAN= header")
     vars: dict[str, Any] = Field(default_factory=dict, description="jinja2 variables; may use each other")
     external: list[str] = Field(default_factory=list, description="paths made outside this plan")
-    lanes: list[str] = Field(default_factory=lambda: ["net", "gpu", "cpu"])
+    # The names, in the order lanes pick jobs in; or a mapping of them to their settings (counted slots).
+    lanes: list[str] | dict[str, Lane] = Field(default_factory=lambda: ["net", "gpu", "cpu"])
     jobs: list[Job] = Field(default_factory=list)
+
+    @property
+    def slots(self) -> dict[str, int]:
+        """Lane -> jobs it runs at once, as the plan's mapping form gives them ({} for the list form)."""
+        return {lane: spec.slots for lane, spec in self.lanes.items()} if isinstance(self.lanes, dict) else {}
+
+    @field_validator("lanes", mode="before")
+    @classmethod
+    def _lane_specs(cls, value: Any) -> Any:
+        """The mapping form's mistakes said plainly (the list-or-mapping union would also say "not a list")."""
+        if not isinstance(value, dict):
+            return value
+        for lane, spec in value.items():
+            spec = {} if spec is None else spec
+            if not isinstance(spec, dict):
+                raise ValueError(f"{lane}: a mapping such as {{slots: 2}}, got {type(spec).__name__}")
+            for key in spec:
+                if key not in Lane.model_fields:
+                    hint = difflib.get_close_matches(str(key), list(Lane.model_fields), n=1)
+                    raise ValueError(f"{lane}: unknown key {key!r}"
+                                     + (f"; did you mean {hint[0]!r}?" if hint else ""))
+            slots = spec.get("slots", 1)
+            if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 1024:
+                raise ValueError(f"{lane}.slots: a whole number >= 1 (at most 1024), got {slots!r}")
+        return {lane: spec or {} for lane, spec in value.items()}
 
     @field_validator("lanes")
     @classmethod
-    def _lane_names(cls, value: list[str]) -> list[str]:
+    def _lane_names(cls, value: list[str] | dict[str, Lane]) -> list[str] | dict[str, Lane]:
         for lane in value:
             if not _LANE_RE.fullmatch(lane):
                 raise ValueError(f"lane name {lane!r}: use letters, digits, '.', '_' and '-' (the runner reads "

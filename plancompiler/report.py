@@ -138,6 +138,7 @@ class Span:
     job: str = ""
     cause: str = ""
     inferred: bool = False
+    slots_busy: int = 1  # a busy lane of several slots: how many were in use (its lane event's `busy`)
 
     @property
     def seconds(self) -> float:
@@ -169,11 +170,14 @@ class Report:
     def totals(self) -> dict[str, dict[str, Any]]:
         result: dict[str, dict[str, Any]] = {}
         for lane in self.lanes:
-            row: dict[str, Any] = {"busy_s": 0.0, "idle_s": 0.0, "waiting_s": 0.0, "down_s": 0.0, "causes": {}}
+            row: dict[str, Any] = {"busy_s": 0.0, "idle_s": 0.0, "waiting_s": 0.0, "down_s": 0.0, "causes": {},
+                                   "slot_s": 0.0}
             for span in self.spans:
                 if span.lane != lane:
                     continue
                 row[f"{span.state}_s"] = row.get(f"{span.state}_s", 0.0) + span.seconds
+                if span.state == "busy":  # busy: at least one slot in use; slot_s: each slot's busy time summed
+                    row["slot_s"] += span.seconds * span.slots_busy
                 if span.state == "waiting":
                     row["causes"][span.cause] = row["causes"].get(span.cause, 0.0) + span.seconds
             result[lane] = row
@@ -210,6 +214,8 @@ class Report:
         for lane, row in totals.items():
             out.append(f"{lane:<6} {format_duration(row['busy_s']):>8} {format_duration(row['idle_s']):>8} "
                        f"{format_duration(row['waiting_s']):>8} {format_duration(row['down_s']):>8}")
+            if row["slot_s"] > row["busy_s"]:  # a lane of several slots ran jobs side by side
+                out.append(f"         slot-time busy {format_duration(row['slot_s']):>7} (jobs side by side)")
             for cause, seconds in sorted(row["causes"].items(), key=lambda kv: -kv[1]):
                 tag = " (inferred)" if self.inferred else ""
                 out.append(f"         idle with work waiting {format_duration(seconds):>7}: {cause}{tag}")
@@ -291,7 +297,8 @@ def build_report(events: Iterable[dict[str, Any]], since: float | None = None, u
     for span in spans:
         a, b = max(span.start, start), min(span.end, end)
         if b > a:
-            clipped.append(Span(span.lane, a, b, span.state, span.job, span.cause, span.inferred))
+            clipped.append(Span(span.lane, a, b, span.state, span.job, span.cause, span.inferred,
+                                span.slots_busy))
     window = [(t, e) for t, e in items if start <= t <= end]
     jobs = _jobs(window)
     _resolve_requires(clipped, jobs)
@@ -379,7 +386,9 @@ def _lane_spans(items: list[tuple[float, dict[str, Any]]]) -> list[Span]:
                 state = "down"
             job = event.get("job", "") if event.get("job") != "-" else ""
             cause = _cause(event) if state == "waiting" else ("runner stopped" if state == "down" else "")
-            open_[lane] = Span(lane, ts, ts, state, job, cause)
+            busy = event.get("busy")
+            slots_busy = busy if isinstance(busy, int) and busy > 1 and state == "busy" else 1
+            open_[lane] = Span(lane, ts, ts, state, job, cause, slots_busy=slots_busy)
         last_ts = ts
     for span in open_.values():
         span.end = last_ts if last_ts is not None else span.start

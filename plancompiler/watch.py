@@ -286,6 +286,9 @@ def _lanes_line(status: dict[str, Any]) -> str:
         view = lanes.get(lane, {})
         state = view.get("state", "?")
         what = running.get(lane) or (view.get("reason") or "")
+        slots = view.get("slots") or 1
+        if isinstance(slots, int) and slots > 1:  # a lane of several slots: how many are in use
+            state = f"{view.get('busy', 0)}/{slots} slots busy"
         parts.append(f"{lane} {state}" + (f" ({what})" if what else ""))
     if not parts and status.get("running") is not None:
         parts.append(f"{len(status.get('running', []))} running, {len(status.get('queued', []))} queued")

@@ -246,11 +246,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from runner.queue import fresh_status
     from runner.status import render_status
 
     path = args.root / "status.json"
     try:
-        status = json.loads(path.read_text())
+        status = fresh_status(args.root, json.loads(path.read_text()))
     except FileNotFoundError:
         print(f"runner: no status.json under {args.root}: has a runner ever run there?", file=sys.stderr)
         return 1

@@ -18,7 +18,7 @@ from typing import Any
 
 from runner import delivery, readers, slurm_agent
 from runner.controls import PARK_FILE, park_record, request_name
-from runner.queue import STATES, Queue, atomic_write, read_json
+from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -120,6 +120,7 @@ def counts(root: str) -> dict[str, int]:
 
 def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     st, corrupt = _read_status(os.path.join(root, "status.json"))
+    st = fresh_status(root, st) if st is not None else None
     logs = {}
     for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
         text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)

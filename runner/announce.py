@@ -44,6 +44,7 @@ class Announcer:
         self.idle_since: float | None = None
         self.failures: list[tuple[float, str, str, str]] = []  # (time, job, signature, line)
         self.correlated: dict[str, int] = {}
+        self._views: tuple[tuple[Any, ...], dict[str, LaneView]] | None = None  # (computed from, the views)
 
     def correlate(self, now: float, filename: str, lines: list[str]) -> None:
         if not lines:
@@ -152,8 +153,16 @@ class Announcer:
         self.throttle.forget(("start-failed", filename))
 
     def lanes(self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> None:
+        # Each view reads every queued job's reason: computed again only when a reason, the queue or what runs
+        # changed (the scan returns the same list while the queue is unchanged).
+        key = (queued, len(queued), self.reasons.generation, tuple((r.filename, r.lane) for r in running.values()))
+        if self._views is not None and self._views[0][0] is queued and self._views[0][1:] == key[1:]:
+            views = self._views[1]
+        else:
+            views = {lane: self._lane_view(lane, running, queued) for lane in self.config.lanes}
+            self._views = (key, views)
         for lane in self.config.lanes:
-            view = self._lane_view(lane, running, queued)
+            view = views[lane]
             self.set_lane(now, lane, view)
             if view.state == "waiting" and now - self.lane_since[lane] >= self.config.idle_s:
                 if self.throttle.due(("idle-lane", lane), now, self.config.idle_repeat_s):

@@ -66,6 +66,26 @@ def test_path(op: str, path: str) -> bool:
     return st.st_size > 0  # -s
 
 
+# What `stat_flags` finds, one bit each; OP_BIT: the bit `test -OP` asks for.
+EXISTS, REGULAR, DIRECTORY, NONEMPTY = 1, 2, 4, 8
+OP_BIT = {"e": EXISTS, "f": REGULAR, "d": DIRECTORY, "s": NONEMPTY}
+
+
+def stat_flags(path: str) -> int:
+    """One stat() of PATH (following symlinks, as test does) as the bits every `test -OP PATH` reads; 0: none."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return 0
+    mode = st.st_mode
+    return (
+        EXISTS
+        | (REGULAR if stat_mod.S_ISREG(mode) else 0)
+        | (DIRECTORY if stat_mod.S_ISDIR(mode) else 0)
+        | (NONEMPTY if st.st_size > 0 else 0)
+    )
+
+
 @dataclass(frozen=True)
 class Outcome:
     holds: bool

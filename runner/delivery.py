@@ -22,7 +22,7 @@ from typing import Any
 
 from runner import jobfile, stamps
 from runner.controls import request_name
-from runner.queue import STATES, Queue, atomic_write, read_json, timestamp
+from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
@@ -111,7 +111,7 @@ def _lifecycle(root: str) -> dict[str, Any] | None:
 
 def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """What a push diffs against: each job file's hash and owning plan, manifest generation, runner health."""
-    status = _read(os.path.join(root, "status.json"))
+    status = fresh_status(root, _read(os.path.join(root, "status.json")))
     lanes = list(jobfile.DEFAULT_LANES)
     if isinstance(status, dict) and isinstance(status.get("lanes"), dict):
         lanes += [lane for lane in status["lanes"] if lane not in lanes]
@@ -292,15 +292,20 @@ def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: 
     jobs: dict[str, Any] = {}
     producers: dict[str, list[str]] = {}
     external: list[str] = []
+    slots: dict[str, int] = {}  # lane -> slots, the most any plan (or its host's entry) asked for
     for entry in plans.values():
         jobs.update(entry.get("jobs") or {})
+        for lane, count in (entry.get("slots") or {}).items():
+            if isinstance(count, int) and count >= 1:
+                slots[lane] = max(slots.get(lane, 1), count)
         for path, names in (entry.get("producers") or {}).items():
             producers.setdefault(path, [])
             producers[path] += [n for n in names if n not in producers[path]]
         external += [p for p in entry.get("external") or [] if p not in external]
     last = record["plan"] if record is not None else manifest.get("plan")
     return {"version": MANIFEST_VERSION, "generation": manifest["generation"] + 1, "plan": last,
-            "plans": plans, "jobs": jobs, "producers": producers, "external": external}
+            "plans": plans, "jobs": jobs, "producers": producers, "external": external,
+            **({"slots": slots} if slots else {})}
 
 
 def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -352,7 +357,7 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
             return done
     deadline = time.time() + float(request.get("wait_s", 30))
     while time.time() < deadline:
-        st = _read(os.path.join(root, "status.json")) or {}
+        st = fresh_status(root, _read(os.path.join(root, "status.json"))) or {}
         if float(st.get("runner", {}).get("heartbeat", 0)) >= started:
             done["heartbeat"] = True
             break

@@ -33,12 +33,22 @@ class Dispatcher:
         self.jobs = jobs
         self.announcer = announcer
         self.forget = forget  # drops everything the runner knows of a job file (it left queue/)
+        self._last: tuple[object, ...] | None = None  # what the last decision was made from, when it can recur
 
     def schedule(self, now: float, queued: list[tuple[str, Parsed]], parked: str) -> None:
         snapshot, why = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now)
+        # The same facts decide the same actions: a tick where nothing changed does nothing more. Not after a
+        # tick that launched (a start may have failed and is tried again) or said gpu-wait (it repeats), and
+        # what `blocked` reads beyond the snapshot (the manifest, the other states' files) is part of the key.
+        seen = (snapshot, why, self.facts.manifest.key(), self.queue.state_stamp(), len(self.state.waiting_since))
+        if seen == self._last:
+            return
         jobs = {filename: parsed.job for filename, parsed in queued}
-        for action in decide(self.state, snapshot, now):
+        actions = decide(self.state, snapshot, now)
+        for action in actions:
             self._carry_out(now, action, jobs, why, snapshot)
+        recurs = not any(isinstance(a, (Launch, GpuWait)) for a in actions)
+        self._last = seen if recurs else None
 
     def _carry_out(
         self,

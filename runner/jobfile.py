@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -105,7 +106,7 @@ def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> J
 def _typed(
     name: str, header: dict[str, str], where: dict[str, int], body: str, lanes: Sequence[str]
 ) -> JobFile | Invalid:
-    lane = header.get("LANE", DEFAULT_LANE)
+    lane = sys.intern(header.get("LANE", DEFAULT_LANE))  # one string per lane name, not per queued job
     if lane not in lanes:
         return Invalid(f"unknown LANE {lane!r}; this runner's lanes are {', '.join(lanes)}", where.get("LANE"))
     retries = 1

@@ -41,6 +41,18 @@ class Manifest:
             self.problems.report(self.now, "manifest.json", problems)
         return self._cache[1]
 
+    def key(self) -> tuple[int, int, int] | None:
+        """What identifies the manifest read this tick (it changes when the file does)."""
+        return self._cache[0] if self._cache else None
+
+    def slots(self) -> dict[str, int]:
+        """Lane -> slots the pushed plans (or their hosts file entries) ask for; what is not a count >= 1 is left
+        out (the runner's --slots flag overrides these)."""
+        found = (self.get() or {}).get("slots")
+        if not isinstance(found, dict):
+            return {}
+        return {lane: n for lane, n in found.items() if isinstance(n, int) and not isinstance(n, bool) and n >= 1}
+
     def sha(self, filename: str) -> str | None:
         """The sha256 push listed for FILENAME (the settle rule takes such a file at once)."""
         entry = (self.get() or {}).get("jobs", {}).get(filename)

@@ -13,6 +13,32 @@ from runner.state import Problem, check_manifest, check_state
 from runner.vocab import EVENT_NAMES
 
 STATES = ("queue", "running", "done", "failed")
+HEARTBEAT_FILE = "heartbeat.json"  # the runner's heartbeat, every tick; status.json only when it changed
+
+
+def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
+    """STATUS (status.json as read) with the newer heartbeat of the same runner life from heartbeat.json laid
+    over it: its heartbeat, tick and running jobs' elapsed times. Every reader of status.json reads it through
+    this; status.json of a runner older than heartbeat.json (none there, or another life's) is left as it is."""
+    if not isinstance(status, dict) or not isinstance(status.get("runner"), dict):
+        return status
+    try:
+        beat = read_json(Path(root) / HEARTBEAT_FILE)
+        runner = status["runner"]
+        if beat.get("instance") != runner.get("instance") or "instance" not in beat:
+            return status
+        ahead = float(beat["heartbeat"]) - float(runner.get("heartbeat") or 0)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return status
+    if ahead <= 0:
+        return status
+    runner.update(heartbeat=beat["heartbeat"], heartbeat_ts=beat.get("heartbeat_ts"), tick=beat.get("tick"))
+    for run in status.get("running") or []:
+        if isinstance(run, dict) and isinstance(run.get("elapsed_s"), (int, float)):
+            run["elapsed_s"] = round(run["elapsed_s"] + ahead, 1)
+    return status
+
+
 PENDING_EVENTS_MAX = 10000
 
 
@@ -95,6 +121,7 @@ class Queue:
         self.events_path = self.root / "events.jsonl"
         self.state_path = self.root / "state.json"
         self.status_path = self.root / "status.json"
+        self.heartbeat_path = self.root / HEARTBEAT_FILE
         self.manifest_path = self.root / "manifest.json"
         self._events_fd: int | None = None
         self._pending: list[bytes] = []  # events not yet written (a full disk): written first next time
@@ -103,6 +130,16 @@ class Queue:
 
     def dir(self, state: str) -> Path:
         return self.root / state
+
+    def state_stamp(self) -> tuple[int, ...]:
+        """The mtimes of the state directories: changes whenever a job file comes to or leaves one of them."""
+        stamp = []
+        for state in STATES:
+            try:
+                stamp.append(os.stat(self.root / state).st_mtime_ns)
+            except OSError:
+                stamp.append(0)
+        return tuple(stamp)
 
     def ensure(self) -> None:
         for name in (*STATES, "logs"):

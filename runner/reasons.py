@@ -15,6 +15,7 @@ class Reasons:
     def __init__(self, state: RunnerState) -> None:
         self.state = state
         self.table: dict[str, Reason] = {}
+        self.generation = 0  # changes whenever any reason (or its detail, blocker, since) does: status.json's cue
 
     def get(self, filename: str) -> Reason | None:
         return self.table.get(filename)
@@ -29,36 +30,50 @@ class Reasons:
         return self.table[filename]
 
     def drop(self, filename: str) -> None:
-        self.table.pop(filename, None)
+        if self.table.pop(filename, None) is not None:
+            self.generation += 1
 
     def keep_only(self, live: set[str]) -> None:
         for filename in [f for f in self.table if f not in live]:
             self.table.pop(filename)
+            self.generation += 1
+
+    def _since(self, filename: str, since: float) -> None:
+        reason = self.table[filename]
+        if reason.since != since:
+            reason.since = since
+            self.generation += 1
 
     def set(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
         current = self.table.get(filename)
         if current and current.reason == reason and current.blocker == blocker:
-            current.detail = detail
-            current.extra = extra
+            if current.detail != detail or current.extra != extra:
+                current.detail = detail
+                current.extra = extra
+                self.generation += 1
             return
         since = now
         if reason == "requires":
             since = self.state.waiting_since.get(filename, now)
         self.table[filename] = Reason(reason, since, detail, blocker, extra)
+        self.generation += 1
 
     def requires_false(
         self, now: float, filename: str, requires: str, why: str, blocked: tuple[str, str, str] | None
     ) -> None:
         """REQUIRES is false: `blocked` where the manifest shows it never can hold, else `requires`, timed from
         when it was first seen false (kept in state.json across runner lives)."""
-        since = self.state.waiting_since.setdefault(filename, now)
+        since = self.state.waiting_since.get(filename)
+        if since is None:
+            since = self.state.waiting_since[filename] = now
         if blocked:
             path, producer, failure = blocked
             self.set(now, filename, "blocked", failure, producer or path, path=path, producer=producer)
-            self.table[filename].since = min(self.table[filename].since, now)
+            self._since(filename, min(self.table[filename].since, now))
             return
-        self.set(now, filename, "requires", requires, requires, why=why)
-        self.table[filename].since = since
+        # WHY (which test is false) is not kept: nothing shows it, and 10 000 of them cost 2 MB.
+        self.set(now, filename, "requires", requires, requires)
+        self._since(filename, since)
 
     def gpu_foreign(self, now: float, filename: str, first: procs.GpuUser, left_by: str | None) -> None:
         origin = f", left by job {left_by}" if left_by else ""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runner.queue import Queue
@@ -18,6 +20,8 @@ class RunnerState:
     waiting_since: dict[str, float] = field(default_factory=dict)  # job -> when its REQUIRES was first false
     backoff_until: dict[str, float] = field(default_factory=dict)  # job -> no retry before this
     last_failure: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> {ts, rc, summary}
+    _saved: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
+    _saved_key: tuple[int, int, int] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def load(cls, queue: Queue) -> tuple[RunnerState, list[Problem]]:
@@ -39,7 +43,21 @@ class RunnerState:
         }
 
     def save(self, queue: Queue) -> None:
+        """Written when it differs from what was last written (a dict comparison is far cheaper than encoding
+        10 000 waiting jobs' times every tick)."""
+        now = self._copy()
+        if now == self._saved and _key(queue.state_path) == self._saved_key:  # and the file is still ours
+            return
         queue.save_state(self.to_json())
+        self._saved, self._saved_key = now, _key(queue.state_path)
+
+    def _copy(self) -> tuple[dict[str, Any], ...] | None:
+        return (
+            dict(self.attempts),
+            dict(self.waiting_since),
+            dict(self.backoff_until),
+            {k: dict(v) if isinstance(v, dict) else v for k, v in self.last_failure.items()},
+        )
 
     def reset(self, job: str) -> None:
         """Everything known about JOB, forgotten (`plan retry`, push --retry-failed)."""
@@ -53,3 +71,11 @@ class RunnerState:
 
     def failed(self, job: str, ts: str, rc: int | None, summary: str) -> None:
         self.last_failure[job] = {"ts": ts, "rc": rc, "summary": summary}
+
+
+def _key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)

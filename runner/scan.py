@@ -23,6 +23,11 @@ from runner.reasons import Reasons
 from runner.records import Parsed
 from runner.vocab import Event, Reason
 
+
+def _is_job(name: str) -> bool:
+    return name.endswith(".job") and not name.startswith(".")
+
+
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO"),
@@ -48,52 +53,87 @@ class Scanner:
         self.first_seen: dict[str, tuple[tuple[int, int, int], float]] = {}  # settle rule: key, first scan
         self.stuck: dict[str, str] = {}  # invalid entries that could not be moved to failed/
         self.settle_due: float | None = None  # when the next settling file may be taken
+        self.listing: set[str] = set()  # job names in queue/ as last seen
+        self.listed = False  # queue/ was listed once: from then on the names a watch reports are enough
+        self.taken: dict[str, Parsed] = {}  # settled, valid jobs: what scan returns
+        self.pending: set[str] = set()  # not taken yet (settling, stuck, a symlink): looked at every scan
+        self.recheck: set[str] = set()  # forgotten by the runner: looked at once more
+        self.generation = 0  # changes whenever the list scan returns does
+        self._queued: list[tuple[str, Parsed]] = []
+        self._queued_generation = -1
 
     def forget(self, filename: str) -> None:
-        for table in (self.parsed, self.first_seen, self.stuck):
+        for table in (self.parsed, self.first_seen, self.stuck, self.taken):
             table.pop(filename, None)
+        self.recheck.add(filename)  # it left queue/ (or should have): the next scan looks at it again
+        self.generation += 1
 
-    def scan(self, now: float) -> list[tuple[str, Parsed]]:
-        queued = []
+    def scan(self, now: float, changed: set[str] | None = None) -> list[tuple[str, Parsed]]:
+        """The settled, parsed jobs in name order. CHANGED: the names a directory watch saw change since the last
+        scan (then only those, and files not yet taken, are looked at); None: every file in queue/ is."""
         self.settle_due = None
-        entries = self._entries()
-        for entry in entries:
-            parsed = self._read(now, entry)
+        gone: set[str] = set()
+        full = changed is None or not self.listed
+        if full:
+            self.listed = True
+            names = self._names()
+            gone, self.listing = self.listing - names, names
+            to_read = set(names)
+        else:
+            to_read = self.pending | self.recheck
+            for name in changed or ():
+                if _is_job(name):
+                    to_read.add(name)
+                    self.listing.add(name)
+        self.recheck = set()
+        self.pending = set()
+        queue_dir = self.queue.dir("queue")
+        for name in sorted(to_read):
+            before = self.taken.get(name)
+            parsed = self._read(now, name, str(queue_dir / name))
+            if parsed is not None and isinstance(parsed.job, jobfile.Invalid):
+                self._invalid(now, name, str(parsed.job))
+                parsed = None
             if parsed is None:
-                continue
-            if isinstance(parsed.job, jobfile.Invalid):
-                self._invalid(now, entry.name, str(parsed.job))
-                continue
-            queued.append((entry.name, parsed))
-        live = {e.name for e in entries}
-        for table in (self.parsed, self.first_seen, self.stuck):
-            for filename in [f for f in table if f not in live]:
-                table.pop(filename)
-        self.reasons.keep_only(live)
-        return queued
+                self.taken.pop(name, None)
+                if os.path.lexists(queue_dir / name):
+                    self.pending.add(name)  # settling, stuck, or replaced meanwhile: looked at again next scan
+                else:
+                    gone.add(name)
+            else:
+                self.taken[name] = parsed
+            if self.taken.get(name) is not before:
+                self.generation += 1
+        for name in gone:
+            self.listing.discard(name)
+            for table in (self.parsed, self.first_seen, self.stuck, self.taken):
+                table.pop(name, None)
+            self.pending.discard(name)
+            self.reasons.drop(name)
+        if gone:
+            self.generation += 1
+        if full:
+            self.reasons.keep_only(self.listing)
+        if self._queued_generation != self.generation:
+            self._queued = [(name, self.taken[name]) for name in sorted(self.taken)]
+            self._queued_generation = self.generation
+        return self._queued
 
-    def _entries(self) -> list[os.DirEntry[str]]:
+    def _names(self) -> set[str]:
         try:
-            return sorted(
-                (
-                    e
-                    for e in os.scandir(self.queue.dir("queue"))
-                    if e.name.endswith(".job") and not e.name.startswith(".")
-                ),
-                key=lambda e: e.name,
-            )
+            return {e.name for e in os.scandir(self.queue.dir("queue")) if _is_job(e.name)}
         except FileNotFoundError:
-            return []
+            return set()
 
-    def _read(self, now: float, entry: os.DirEntry[str]) -> Parsed | None:
-        """ENTRY parsed, once it is a settled regular file; None while it is not (or is gone, or is invalid
+    def _read(self, now: float, filename: str, path: str) -> Parsed | None:
+        """FILENAME parsed, once it is a settled regular file; None while it is not (or is gone, or is invalid
         for what it is rather than what it says: then it is reported here)."""
-        filename = entry.name
         try:
-            st = os.lstat(entry.path)
-            problem = self._not_regular(entry.path, st)
+            st = os.lstat(path)
+            problem = self._not_regular(path, st)
             if problem is None and stat.S_ISLNK(st.st_mode):
-                st = os.stat(entry.path)
+                self.pending.add(filename)  # its target can change without queue/ changing: looked at every scan
+                st = os.stat(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -104,7 +144,7 @@ class Scanner:
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         parsed = self.parsed.get(filename)
         if parsed is None or parsed.key != key:
-            data = read_regular(entry.path)
+            data = read_regular(path)
             if data is None:
                 return None  # gone or replaced since the lstat: the next scan sees what it is now
             if not self._settled(now, filename, key, st.st_mtime, data):
@@ -135,9 +175,11 @@ class Scanner:
         if seen is None or seen[0] != key:
             seen = self.first_seen[filename] = (key, now)
         if settle <= 0 or now - mtime >= settle or now - seen[1] >= settle:
+            del self.first_seen[filename]  # settled: parsed from now on by its key (10 000 of these add up)
             return True
         want = self.manifest.sha(filename)
         if want and hashlib.sha256(data).hexdigest() == want:
+            del self.first_seen[filename]
             return True  # pushed: the manifest says what the whole file is
         due = min(mtime + settle, seen[1] + settle)
         self.settle_due = due if self.settle_due is None else min(self.settle_due, due)

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from runner.procs import GpuUser
 from runner.queue import timestamp
 from runner.runstate import RunnerState
 
 
-@dataclass(frozen=True)
-class JobFacts:
-    """What was found about one settled, valid queued job this tick."""
+class JobFacts(NamedTuple):
+    """What was found about one settled, valid queued job this tick (a tuple: 10 000 are made every tick)."""
 
     filename: str
     lane: str

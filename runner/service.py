@@ -19,6 +19,7 @@ from runner import __version__, wrapper
 from runner.announce import Announcer, LaneView
 from runner.config import Config
 from runner.controls import ControlHandler
+from runner.dirwatch import DirWatch
 from runner.dispatch import Dispatcher
 from runner.facts import Facts
 from runner.jobs import Jobs
@@ -26,14 +27,16 @@ from runner.manifest import Manifest
 from runner.outcomes import Outcomes, leave_running
 from runner.problems import FileProblems
 from runner.proctable import OsProcesses, Processes
-from runner.queue import Queue, read_json, timestamp
+from runner.queue import Queue, fresh_status, read_json, timestamp
 from runner.reasons import Reasons
 from runner.runstate import RunnerState
 from runner.scan import Scanner
-from runner.statusfile import write_status
+from runner.statusfile import StatusFile, write_status
 from runner.vocab import Event
 
-DIR_POLL_S = 0.5
+# Without inotify, queue/ and control/ are stat()ed this often while waiting: a new job file or a `plan
+# retry` is then taken within about this long, whatever --tick is.
+DIR_POLL_S = 0.05
 
 
 class AlreadyRunning(Exception):
@@ -44,7 +47,9 @@ class Runner:
     def __init__(self, config: Config, processes: Processes | None = None) -> None:
         # Resolved once: jobs run with the root as their working directory, so a relative --root would
         # name their scripts relative to the wrong place.
-        self.config = config = replace(config, root=Path(config.root).resolve())
+        # slots: a dict of our own, kept in place as the manifest's lane slots change (every part reads it).
+        self.config = config = replace(config, root=Path(config.root).resolve(), slots=dict(config.slots))
+        self.flag_slots = dict(config.slots)  # --slots: wins over what the manifest asks for
         self.queue = queue = Queue(config.root)
         self.root = str(config.root)
         self.root_id = hashlib.sha1(self.root.encode()).hexdigest()[:12]
@@ -72,8 +77,10 @@ class Runner:
         self.dispatcher = Dispatcher(
             queue, self.state, self.facts, self.reasons, self.jobs, self.announcer, self.forget
         )
+        self.statusfile = StatusFile(self)
         self.started_at = 0.0
         self.ticks = 0
+        self.watch: DirWatch | None = None  # set by watch_dirs(): scans read only what changed
         self._lock_fd: int | None = None
 
     # -- one life ------------------------------------------------------------------------------
@@ -141,7 +148,7 @@ class Runner:
     def _last_alive(self) -> str | None:
         """The previous life's last heartbeat, from the status.json it left (for downtime in `plan report`)."""
         try:
-            beat = read_json(self.queue.status_path)["runner"]["heartbeat"]
+            beat = fresh_status(self.root, read_json(self.queue.status_path))["runner"]["heartbeat"]
             return timestamp(float(beat))
         except (OSError, ValueError, TypeError, KeyError, OverflowError):
             return None
@@ -160,6 +167,25 @@ class Runner:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd  # held, never closed, for the life of the process
 
+    def watch_dirs(self) -> bool:
+        """Watch queue/ and control/ (inotify): a scan then reads only the files that changed, and `serve` wakes
+        the moment one lands. False where the kernel gives no watch: every scan reads every file, as before."""
+        if self.watch is None:
+            (self.queue.root / "control").mkdir(exist_ok=True)
+            self.watch = DirWatch.open([str(self.queue.dir("queue")), str(self.queue.dir("control"))])
+        return self.watch is not None
+
+    def _changed(self) -> set[str] | None:
+        """The queue/ names changed since the last tick; None when not known (no watch, or events were lost)."""
+        watch = self.watch
+        if watch is None:
+            return None
+        changed = watch.drain()
+        if watch.lost:
+            watch.rewatch()  # before the full scan, so nothing that happens during it is missed
+            return None
+        return changed.get(str(self.queue.dir("queue")), set())
+
     def stop(self, now: float, why: str = "SIGTERM") -> None:
         """End every job's tree and put the jobs back in queue/ without using an attempt."""
         for run in list(self.jobs.running.values()):
@@ -173,6 +199,9 @@ class Runner:
         except OSError:
             pass
         self.queue.close()
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
     def serve(self) -> int:
         """Tick until SIGTERM/SIGINT; a child's exit wakes the loop at once."""
@@ -189,11 +218,12 @@ class Runner:
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.start(time.time())
-        queue_dir = str(self.queue.dir("queue"))
+        self.watch_dirs()
+        dirs = [str(self.queue.dir("queue")), str(self.queue.dir("control"))]
         while not stop_signal:
             # Taken before the tick: a file that lands during the tick is seen at once afterwards
             # (the tick's own moves cost one extra tick, which then finds nothing to do).
-            seen = _mtime(queue_dir)
+            seen = [_mtime(d) for d in dirs] if self.watch is None else []
             try:
                 self.tick(time.time())
             except OSError as exc:
@@ -201,45 +231,60 @@ class Runner:
                 # die and be restarted in a loop. status.json stops being rewritten, so `plan watch` sees DEAD.
                 traceback.print_exc()
                 print(f"runner: tick failed: {exc}", file=sys.stderr, flush=True)
-            self._wait(rfd, queue_dir, seen, stop_signal)
+            self._wait(rfd, dirs, seen, stop_signal)
         self.stop(time.time(), stop_signal[0])
         return 0
 
-    def _wait(self, rfd: int, queue_dir: str, seen: int, stop_signal: list[str]) -> None:
-        """Until the next tick; at once for a child's exit and within DIR_POLL_S for a new job file (one stat
-        of queue/), so neither waits for the next tick."""
+    def _wait(self, rfd: int, dirs: list[str], seen: list[int], stop_signal: list[str]) -> None:
+        """Until the next tick; at once for a child's exit, and for a new file in queue/ or control/: the moment
+        it lands where inotify watches them, else within DIR_POLL_S (one stat of each directory)."""
         wait = self.config.tick_s
         if self.scanner.settle_due is not None:  # a file being written is taken the moment it has settled
             wait = min(wait, max(self.scanner.settle_due - time.time(), 0.0) + 0.01)
         next_tick = time.monotonic() + wait
         _drain(rfd)
+        fds = [rfd] + ([self.watch.fd] if self.watch is not None else [])
         while not stop_signal and not self.processes.child_waiting():
             left = next_tick - time.monotonic()
             if left <= 0:
                 return
-            if select.select([rfd], [], [], min(left, DIR_POLL_S))[0]:
+            ready = select.select(fds, [], [], left if self.watch is not None else min(left, DIR_POLL_S))[0]
+            if self.watch is not None and self.watch.fd in ready:
+                wake, created = self.watch.read()
+                if wake:
+                    return  # a file is complete (or gone): the tick reads what changed
+                if created:  # being written, or a link or FIFO that will never be closed: look in a moment
+                    next_tick = min(next_tick, time.monotonic() + DIR_POLL_S)
+            if ready:
                 _drain(rfd)
                 continue
-            if _mtime(queue_dir) != seen:
+            if self.watch is None and [_mtime(d) for d in dirs] != seen:
                 return
 
     # -- the tick ------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         self.ticks += 1
+        # First of all: whatever lands after this stays in the watch's queue and wakes `serve` for another tick
+        # (a control/ request dropped while this tick runs must not be drained with nothing to read it).
+        changed = self._changed()
         self.queue.reopen_if_rotated()
         self.processes.reap()
         self.manifest.new_tick(now)  # read (and checked) whenever it changes, not only when a reason needs it
+        slots = {**self.manifest.slots(), **self.flag_slots}
+        if slots != self.config.slots:
+            self.config.slots.clear()
+            self.config.slots.update(slots)
         self.controls.tick(now)
         self.jobs.finish_exited(now)
         self.jobs.enforce_timeouts(now)
         self.announcer.watch_running(now, self.jobs.running)
-        queued = self.scanner.scan(now)
+        queued = self.scanner.scan(now, changed)
         self.dispatcher.schedule(now, queued, self.controls.park)
         self.announcer.waits(now)
         self.announcer.lanes(now, self.jobs.running, queued)
         self.announcer.idle(now, self.jobs.running, queued)
         self._save_state(now)
-        self.problems.keep(now, "status.json", lambda: write_status(self, now, queued))
+        self.problems.keep(now, "status.json", lambda: self.statusfile.write(now, queued))
         if now - self.queue.last_written >= self.config.heartbeat_event_s:
             # Nothing else said we were alive for that long: `plan report` measures downtime from this.
             self.queue.emit(now, "-", Event.HEARTBEAT.value, tick=self.ticks)

@@ -1,70 +1,183 @@
-"""status.json, rewritten every tick: what runs, why each queued job waits, each lane, what is wrong."""
+"""status.json, rewritten when something in it changed (at least every REFRESH_S), and heartbeat.json every tick.
+
+At 10 000 queued jobs re-encoding every job's reason each tick was most of a tick: each queued job's entry is
+kept encoded, keyed by what it shows, and the list is joined again only when a reason or the queue changed.
+The heartbeat (what `plan watch` judges a runner alive by) lives in its own small file so that it stays fresh
+while status.json does not change; `queue.fresh_status` lays it over status.json for every reader.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner import FORMAT_VERSION, __version__, logs
 from runner.announce import progress
-from runner.queue import timestamp, write_json
+from runner.queue import STATES, atomic_write, timestamp
 from runner.records import Parsed
 
 if TYPE_CHECKING:
     from runner.service import Runner
 
+# status.json is rewritten at least this often even when nothing in it changed: a reader older than
+# heartbeat.json (which judges the runner by status.json's heartbeat alone, dead after 300 s) stays content.
+REFRESH_S = 60.0
 
-def write_status(runner: Runner, now: float, queued: list[tuple[str, Parsed]]) -> None:
-    status = {
-        "runner": {
+
+def _encode(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+class StatusFile:
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self._entries: dict[str, tuple[tuple[Any, ...], str]] = {}  # queued job -> (what it shows, encoded)
+        self._queued_key: tuple[Any, ...] | None = None
+        self._queued = "[]"
+        self._content: str | None = None  # status.json as last written, less its clock
+        self._written_queued: str | None = None
+        self._written_key: tuple[int, int, int] | None = None
+        self._written_at = 0.0
+        self._counts: dict[str, tuple[int, int]] = {}  # state -> (directory mtime, files)
+        self.writes = 0  # status.json writes (a test counts them)
+
+    def write(self, now: float, queued: list[tuple[str, Parsed]], force: bool = False) -> None:
+        runner = self.runner
+        beat = {
             "pid": os.getpid(),
-            "version": __version__,
-            "format_version": FORMAT_VERSION,
             "instance": runner.instance,
-            "root": runner.root,
-            "started": runner.started_at,
             "heartbeat": now,
             "heartbeat_ts": timestamp(now),
             "tick": runner.ticks,
-            "tick_s": runner.config.tick_s,
-        },
-        "lane_order": list(runner.config.lanes),
-        "lanes": {
-            lane: {
-                "state": v.state,
-                "job": v.job,
-                "reason": v.reason,
-                "blocker": v.blocker,
-                "since": runner.announcer.lane_since.get(lane),
-                "slots": runner.config.slots_of(lane),
-                "busy": len(runner.jobs.in_lane(lane)),
-            }
-            for lane, v in runner.announcer.lane_state.items()
-        },
-        "running": _running(runner, now),
-        "queued": _waiting(runner, queued),
-        "parked": runner.controls.park or None,
-        "gpu_unknown": {
-            "count": len(runner.facts.gpu_unknown),
-            "policy": runner.config.unreadable_gpu,
-            "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in runner.facts.gpu_unknown[:20]],
-        },
-        "counts": {s: len(runner.queue.jobs(s)) for s in ("queue", "running", "done", "failed")},
-        "disk_full": runner.jobs.disk_full or None,
-        "write_errors": {
-            **runner.problems.write_errors,
-            **({"events.jsonl": runner.queue.events_error} if runner.queue.events_error else {}),
-        },
-        "leaks": [
-            {"pid": pid, "left_by": job}
-            for pid, job in sorted(runner.jobs.kept_leaks.items())
-            if runner.processes.alive(pid)
-        ],
-    }
-    write_json(runner.queue.status_path, status)
+        }
+        # Not fsync()ed: it is rewritten next tick, and a crash loses nothing a reader needs from it.
+        path = runner.queue.heartbeat_path
+        tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
+        tmp.write_bytes((_encode(beat) + "\n").encode())
+        os.replace(tmp, path)
+        queued_json = self._queued_json(queued)
+        running = _running(runner)
+        status = self._status(running)
+        content = _encode(status)
+        same = content == self._content and queued_json is self._written_queued  # the list is rebuilt on change
+        same = same and _key(runner.queue.status_path) == self._written_key  # nobody replaced or removed it
+        if not force and same and now - self._written_at < REFRESH_S:
+            return
+        status["runner"].update(heartbeat=now, heartbeat_ts=timestamp(now), tick=runner.ticks)
+        for entry, run in zip(running, runner.jobs.running.values(), strict=True):
+            entry["elapsed_s"] = round(now - run.started, 1)
+        text = _encode(status)
+        atomic_write(runner.queue.status_path, (text[:-1] + ',"queued":' + queued_json + "}\n").encode())
+        self._content, self._written_queued, self._written_at = content, queued_json, now
+        self._written_key = _key(runner.queue.status_path)
+        self.writes += 1
+
+    def _status(self, running: list[dict[str, Any]]) -> dict[str, Any]:
+        """Everything but the queued jobs and the clock (heartbeat, tick, elapsed times)."""
+        runner = self.runner
+        return {
+            "runner": {
+                "pid": os.getpid(),
+                "version": __version__,
+                "format_version": FORMAT_VERSION,
+                "instance": runner.instance,
+                "root": runner.root,
+                "started": runner.started_at,
+                "tick_s": runner.config.tick_s,
+            },
+            "lane_order": list(runner.config.lanes),
+            "lanes": {
+                lane: {
+                    "state": v.state,
+                    "job": v.job,
+                    "reason": v.reason,
+                    "blocker": v.blocker,
+                    "since": runner.announcer.lane_since.get(lane),
+                    "slots": runner.config.slots_of(lane),
+                    "busy": len(runner.jobs.in_lane(lane)),
+                }
+                for lane, v in runner.announcer.lane_state.items()
+            },
+            "running": running,
+            "parked": runner.controls.park or None,
+            "gpu_unknown": {
+                "count": len(runner.facts.gpu_unknown),
+                "policy": runner.config.unreadable_gpu,
+                "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in runner.facts.gpu_unknown[:20]],
+            },
+            "counts": {s: self._count(s) for s in STATES},
+            "disk_full": runner.jobs.disk_full or None,
+            "write_errors": {
+                **runner.problems.write_errors,
+                **({"events.jsonl": runner.queue.events_error} if runner.queue.events_error else {}),
+            },
+            "leaks": [
+                {"pid": pid, "left_by": job}
+                for pid, job in sorted(runner.jobs.kept_leaks.items())
+                if runner.processes.alive(pid)
+            ],
+        }
+
+    def _count(self, state: str) -> int:
+        """Files in STATE, listed again only when its directory changed (or changed within the last second,
+        finer than some filesystems' mtime)."""
+        path = self.runner.queue.dir(state)
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            mtime = -1
+        cached = self._counts.get(state)
+        if cached is not None and cached[0] == mtime and time.time() - mtime / 1e9 > 1.0:
+            return cached[1]
+        count = len(self.runner.queue.jobs(state))
+        self._counts[state] = (mtime, count)
+        return count
+
+    def _queued_json(self, queued: list[tuple[str, Parsed]]) -> str:
+        runner = self.runner
+        key = (runner.scanner.generation, runner.reasons.generation, len(queued))
+        if key == self._queued_key:
+            return self._queued
+        entries = {}
+        for filename, lane in _waiting(runner, queued):
+            reason = runner.reasons.get(filename)
+            assert reason is not None
+            shown = (lane, reason.reason, reason.detail, reason.blocker, reason.since)
+            cached = self._entries.get(filename)
+            if cached is None or cached[0] != shown:
+                entry = {
+                    "job": filename,
+                    "lane": lane,
+                    "reason": reason.reason,
+                    "detail": reason.detail,
+                    "blocker": reason.blocker,
+                    "since": reason.since,
+                }
+                cached = (shown, _encode(entry))
+            entries[filename] = cached
+        self._entries = entries
+        self._queued = "[" + ",".join(encoded for _, encoded in entries.values()) + "]"
+        self._queued_key = key
+        return self._queued
 
 
-def _running(runner: Runner, now: float) -> list[dict[str, Any]]:
+def _key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def write_status(runner: Runner, now: float, queued: list[tuple[str, Parsed]]) -> None:
+    """status.json and heartbeat.json written now, whatever changed (when the runner stops)."""
+    runner.statusfile.write(now, queued, force=True)
+
+
+def _running(runner: Runner) -> list[dict[str, Any]]:
     running = []
     for run in runner.jobs.running.values():
         path = runner.queue.log_path(run.filename)
@@ -75,7 +188,6 @@ def _running(runner: Runner, now: float) -> list[dict[str, Any]]:
                 "pid": run.pid,
                 "attempt": run.attempt,
                 "started": run.started,
-                "elapsed_s": round(now - run.started, 1),
                 "log": str(path),
                 "log_size": run.log_size,
                 "log_grew_at": run.log_grew_at,
@@ -88,22 +200,12 @@ def _running(runner: Runner, now: float) -> list[dict[str, Any]]:
     return running
 
 
-def _waiting(runner: Runner, queued: list[tuple[str, Parsed]]) -> list[dict[str, Any]]:
+def _waiting(runner: Runner, queued: list[tuple[str, Parsed]]) -> list[tuple[str, str | None]]:
+    """(job, lane) of each entry: queued jobs with a reason, then files not yet jobs (settling, or invalid and
+    stuck in queue/)."""
     waiting = []
     lanes = {filename: parsed.job.lane for filename, parsed in queued}  # type: ignore[union-attr]
-    # Queued jobs with a reason, then files not yet jobs: settling, or invalid and stuck in queue/.
     for filename in [f for f, _ in queued] + sorted(f for f, _ in runner.reasons.items() if f not in lanes):
-        reason = runner.reasons.get(filename)
-        if reason is None:
-            continue
-        waiting.append(
-            {
-                "job": filename,
-                "lane": lanes.get(filename),
-                "reason": reason.reason,
-                "detail": reason.detail,
-                "blocker": reason.blocker,
-                "since": reason.since,
-            }
-        )
+        if runner.reasons.get(filename) is not None:
+            waiting.append((filename, lanes.get(filename)))
     return waiting

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from runner.queue import fresh_status
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -78,7 +80,7 @@ class RunnerProcess:
         """status.json, waiting for the runner's first one (it is replaced atomically, never partial)."""
         path = self.root / "status.json"
         wait_for(path.exists, 10)
-        return json.loads(path.read_text())
+        return fresh_status(self.root, json.loads(path.read_text()))  # its heartbeat from heartbeat.json
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.proc is None:

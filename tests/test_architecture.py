@@ -39,6 +39,7 @@ FOUNDATIONS = {
     "logs",
     "progress",
     "durations",
+    "dirwatch",
 }
 
 

@@ -190,7 +190,9 @@ def test_push_says_when_the_runner_is_not_running_it(tmp_path: Path) -> None:
     data = as_json(out)
     assert data["host_state"]["runner"] == "stopped" and data["host_state"]["parked"]["reason"] == "BIOS update"
     assert any("(runner-stop) and has not started since" in w for w in data["warnings"])
-    # a runner killed without a word: its pid is gone, its heartbeat still fresh
+    # a runner killed without a word: its pid is gone, its heartbeat still fresh (status.json's alone: as an
+    # older runner, without heartbeat.json, leaves it)
+    (root / "heartbeat.json").unlink()
     status = json.loads((root / "status.json").read_text())
     status["runner"].update(pid=2 ** 22 + 7, heartbeat=time.time())
     (root / "status.json").write_text(json.dumps(status))

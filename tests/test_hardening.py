@@ -336,7 +336,7 @@ def test_runner_start_carries_the_previous_lifes_last_heartbeat(queue_root: Path
     first = RunnerProcess(queue_root).start()
     wait_for(lambda: first.status()["runner"]["tick"] >= 2)
     first.stop(signal.SIGKILL)
-    beat = json.loads((queue_root / "status.json").read_text())["runner"]["heartbeat_ts"]
+    beat = first.status()["runner"]["heartbeat_ts"]
     second = RunnerProcess(queue_root).start()
     try:
         starts = wait_for(lambda: len(second.events("runner-start")) == 2 and second.events("runner-start"))

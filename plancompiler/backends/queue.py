@@ -23,18 +23,25 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def plan_record(compiled: Compiled) -> dict[str, Any]:
-    """This plan's entry in manifest.json: its graph, each job's content hash, the plan's hash, who pushed."""
+def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) -> dict[str, Any]:
+    """This plan's entry in manifest.json: its graph, each job's content hash, the plan's hash, who pushed; the
+    lanes' slots (the hosts file's HOST_SLOTS win over the plan's: it knows the machine)."""
     from plancompiler.compile import manifest
 
     graph = manifest(compiled)
+    slots = {**graph.get("slots", {}), **(host_slots or {})}
     texts = {job.filename: job.text for job in compiled.jobs}
     jobs = {name: {**spec, "sha": _sha(texts[name])} for name, spec in graph["jobs"].items()}
     never = sorted(n for n, spec in jobs.items() if spec.get("rerun") == "never")
     # `rerun: never` lives only in the manifest: changing it must change the plan's hash, so it is recorded.
-    digest = _sha("\0".join([*(texts[n] for n in sorted(texts)), *(["rerun: never", *never] if never else [])]))[:12]
-    return {"plan": compiled.name, "hash": digest, "by": who(), "jobs": jobs, "producers": graph["producers"],
-            "external": graph["external"]}
+    counted = [f"{lane}={n}" for lane, n in sorted(slots.items())]  # a change of slots is pushed too
+    digest = _sha("\0".join([*(texts[n] for n in sorted(texts)), *(["rerun: never", *never] if never else []),
+                             *(["slots", *counted] if counted else [])]))[:12]
+    record = {"plan": compiled.name, "hash": digest, "by": who(), "jobs": jobs, "producers": graph["producers"],
+              "external": graph["external"]}
+    if slots:
+        record["slots"] = slots
+    return record
 
 
 def busy_message(host: Host, holder: dict[str, Any]) -> str:
@@ -63,7 +70,7 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
     errors: list[str] = []
     request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
     ours = {job.filename for job in compiled.jobs}
-    record = plan_record(compiled)
+    record = plan_record(compiled, dict(host.slots))
     # Rerun on change (runner/stamps.py): which done jobs run again, and which follow them downstream.
     mine = {n: (where[n][0], where[n][1].get("sha")) for n in ours if n in where and owner(n) == plan_name}
     texts = {job.filename: job.text.encode() for job in compiled.jobs}
