@@ -34,6 +34,12 @@ class SlurmLane(_Strict):
     licenses: list[str] = Field(default_factory=list)
     partition: str | None = None
     account: str | None = None
+    qos: str | None = None
+    mem: str | None = Field(default=None, description="--mem for each job of the lane, e.g. 4G")
+    cpus: int | None = Field(default=None, ge=1, description="--cpus-per-task")
+    time: str | None = Field(default=None, description="--time for a job of the lane without `timeout:` "
+                             "(Slurm's forms, e.g. 2:00:00 or 1-00:00:00)")
+    env: dict[str, str] = Field(default_factory=dict, description="the environment its jobs get (--export=NONE)")
     extra: list[str] = Field(default_factory=list, description="more sbatch options, as a list")
 
 
@@ -47,6 +53,8 @@ class SlurmHostEntry(HostEntry):
     slurm_conf: str | None = Field(None, description="SLURM_CONF for the client commands")
     partition: str | None = None
     account: str | None = None
+    qos: str | None = None
+    gate_interval: PositiveFloat = Field(60.0, description="seconds before a closed external gate is checked again")
     lanes: dict[str, SlurmLane] = Field(default_factory=dict, description="lane -> gres, licenses, partition, ...")
     exclusive: list[str] = Field(default_factory=lambda: ["net", "gpu"], description="lanes that share a license")
     exclusive_license: str | None = Field("netgpu:1", description="the license the exclusive lanes share")

@@ -38,3 +38,7 @@ class Config:
     keep_leaks: bool = False  # let processes that escaped their job outlive it (daemons on purpose)
     heartbeat_event_s: float = 600.0  # a `heartbeat` event after this long without any other event
     cgroup: str | None = None  # a delegated cgroup v2 directory: one child per job, ended by cgroup.kill
+
+    def backoff_s(self, attempt: int) -> float:
+        """The wait before the next try after attempt ATTEMPT (1-based) failed: base * 2**(n-1), capped."""
+        return min(self.backoff_base_s * 2 ** (attempt - 1), self.backoff_max_s)

@@ -89,7 +89,7 @@ class Outcomes(RunnerBase):
             summary += f": {lines[-1][:200]}"
         details["tail"] = tail
         if run.attempt < job.retries:
-            delay = min(self.config.backoff_base_s * 2 ** (run.attempt - 1), self.config.backoff_max_s)
+            delay = self.config.backoff_s(run.attempt)
             self.state["backoff_until"][filename] = now + delay
             self._leave_running(filename, "queue")
             self.queue.emit(now, filename, Event.RETRY.value, next_attempt=run.attempt + 1, backoff_s=delay, **details)

@@ -25,8 +25,9 @@ def jobs_of(slurm: Slurm, plan_name: str) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     for job in slurm.squeue():
         if job["comment"].startswith(f"plan={plan_name}@"):
-            if job["name"] not in found or int(found[job["name"]]["id"]) < int(job["id"]):
-                found[job["name"]] = job
+            name = job["name"].removeprefix(f"{plan_name}/")
+            if name not in found or int(found[name]["id"]) < int(job["id"]):
+                found[name] = dict(job, name=name)
     return found
 
 
@@ -53,7 +54,7 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
     finally:
         cancel_plan(slurm, "demo")
     assert (work / "bench.jsonl").read_text().count("\n") == 2
-    logs = tmp_path / "submit" / "logs"
+    logs = tmp_path / "submit" / "logs" / "demo"
 
     def first_start(job: str) -> float:
         line = next(ln for ln in (logs / f"{job}.job.log").read_text().splitlines() if ln.startswith("=== "))
@@ -102,7 +103,7 @@ def test_failed_producer_blocks_its_consumer_and_watch_says_blocked(tmp_path: Pa
         wait_for(lambda: jobs_of(slurm, "bl").get("20-intake", {}).get("reason") == "DependencyNeverSatisfied", 60,
                  0.5)
         code, out = plan("watch", "cluster", "--hosts", str(hosts), "--once", "--state", str(state), "--idle", "3600")
-        assert code == 13 and "BLOCKED: 20-intake.job can never run: its producer 10-fetch failed" in out
+        assert code == 13 and "BLOCKED: bl/20-intake.job can never run: its producer 10-fetch failed" in out
         code, out = plan("status", "cluster", "--hosts", str(hosts))
         assert code == 0 and "blocked" in out and "10-fetch" in out
         # failed jobs are held: a re-push does not resubmit them without --retry-failed
@@ -121,9 +122,9 @@ def test_timeout_is_enforced(tmp_path: Path, slurm: Slurm) -> None:
         wait_for(lambda: jobs_of(slurm, "to").get("slow", {}).get("state") == "FAILED", 60, 0.5)
     finally:
         cancel_plan(slurm, "to")
-    assert "TIMEOUT: slow ended after 3s" in (tmp_path / "submit/logs/slow.job.log").read_text()
+    assert "TIMEOUT: slow ended after 3s" in (tmp_path / "submit/logs/to/slow.job.log").read_text()
     status = cli.invoke(app, ["status", "cluster", "--hosts", str(hosts), "--json"]).stdout
-    assert any(e["event"] == "timeout" and e["job"] == "slow.job" for e in json.loads(status)["events"])
+    assert any(e["event"] == "timeout" and e["job"] == "to/slow.job" for e in json.loads(status)["events"])
 
 
 def test_repush_resubmits_only_the_changed_job_and_dry_run_submits_nothing(tmp_path: Path, slurm: Slurm) -> None:
@@ -153,33 +154,12 @@ def test_repush_resubmits_only_the_changed_job_and_dry_run_submits_nothing(tmp_p
         cancel_plan(slurm, "rp")
 
 
-SACCT = """\
-101|10-fetch|COMPLETED|2026-10-15T20:00:00|2026-10-15T20:10:00|plan=p@aa|0:0|None
-102|20-intake|FAILED|2026-10-15T20:10:05|2026-10-15T20:12:00|plan=p@bb|1:0|NonZeroExitCode
-103|30-bench|CANCELLED by 0|2026-10-15T20:12:01|2026-10-15T20:12:01|plan=p@cc|0:0|DependencyNeverSatisfied
-104|other|COMPLETED|2026-10-15T20:00:00|2026-10-15T20:01:00||0:0|None
-"""
-
-
-def test_sacct_history_becomes_report_events() -> None:
-    from plancompiler.report import build_report
-    from plancompiler.slurm import sacct_events
-
-    events = sacct_events(SACCT.splitlines(), {"10-fetch": "net", "20-intake": "gpu"})
-    kinds = [(e["job"], e["event"]) for e in events]
-    assert ("10-fetch.job", "done") in kinds and ("20-intake.job", "failed") in kinds
-    assert ("30-bench.job", "blocked") in kinds and not any(j == "other.job" for j, _ in kinds)
-    report = build_report(events)
-    assert report.jobs["10-fetch.job"].outcome == "done" and report.jobs["10-fetch.job"].durations == [600.0]
-    assert report.totals()["net"]["busy_s"] == 600
-
-
 def test_report_on_a_cluster_without_accounting_says_so(tmp_path: Path, slurm: Slurm) -> None:
     hosts = slurm.hosts_file(tmp_path / "submit")
     (tmp_path / "submit").mkdir()
     result = cli.invoke(app, ["report", "cluster", "--hosts", str(hosts), "--json"])
     assert result.exit_code == 0, result.output
-    assert "Slurm accounting is off here" in result.output
+    assert result.output.count("accounting off (") == 1
 
 
 def test_push_to_a_cluster_through_its_login_node_over_ssh(tmp_path: Path, slurm: Slurm, sshd) -> None:  # noqa: ANN001
