@@ -115,8 +115,9 @@ def sync(root: str, ledger: dict[str, Any], live: dict[int, dict[str, Any]], env
             last = ledger_mod.current(record)
             if last is None:
                 continue
-            if last["id"] in live:
-                ledger_mod.record_state(record, live[last["id"]])
+            found = live_of(record, last["id"], live)
+            if found is not None:
+                ledger_mod.record_state(record, found)
             elif last.get("state") not in ledger_mod.FINAL and last.get("state") != "GATED":
                 forgotten.append((record, last["id"]))
     if not forgotten:
@@ -130,13 +131,22 @@ def sync(root: str, ledger: dict[str, Any], live: dict[int, dict[str, Any]], env
     return why
 
 
+def live_of(record: dict[str, Any], job_id: int, live: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """squeue's job JOB_ID if it is still this ledger job: a restarted controller may reuse ids for other jobs."""
+    found = live.get(job_id)
+    if found is None or (record.get("slurm_name") and found["name"] != record["slurm_name"]):
+        return None
+    return found
+
+
 def state_of(record: dict[str, Any] | None, live: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any] | None]:
     """The current attempt's state: squeue's while it knows the job, else the ledger's final one, else UNKNOWN."""
     last = ledger_mod.current(record) if record else None
-    if last is None:
+    if record is None or last is None:
         return "NONE", None
-    if last["id"] in live:
-        return live[last["id"]]["state"], last
+    found = live_of(record, last["id"], live)
+    if found is not None:
+        return found["state"], last
     return last.get("state") or "UNKNOWN", last
 
 
@@ -298,7 +308,8 @@ def _apply(root: str, request: dict[str, Any], ledger: dict[str, Any], live: dic
             ids[job["name"]] = new
             result["submitted"][job["name"]] = new
             record = jobs.setdefault(job["name"], {"attempts": []})
-            record.update(hash=job["hash"], lane=job.get("lane", ""), deps=job.get("deps", []))
+            record.update(hash=job["hash"], lane=job.get("lane", ""), deps=job.get("deps", []),
+                          slurm_name=f"{plan}/{job['name']}")
             record.setdefault("attempts", []).append({"id": new, "hash": job["hash"], "attempt": 1,
                                                       "submitted": time.time(), "state": None})
             if job.get("replaces"):

@@ -14,7 +14,7 @@ from runner import delivery
 from runner import slurm_ledger as ledger_mod
 from runner.logs import last_line, tail_lines
 from runner.queue import Queue
-from runner.slurm_agent import ControllerDown, env_for, squeue, state_of, sync
+from runner.slurm_agent import ControllerDown, env_for, live_of, squeue, state_of, sync
 from runner.slurm_ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm_wrapper import job_paths
 from runner.vocab import Event, Reason
@@ -36,9 +36,10 @@ def blocked(record: dict[str, Any], attempt: dict[str, Any], plan_jobs: dict[str
             live: dict[int, dict[str, Any]]) -> bool:
     """Cancelled because a producer failed: squeue says DependencyNeverSatisfied; sacct only says Dependency,
     so then a producer's failure in the ledger decides."""
-    if attempt.get("state") != "CANCELLED" and live.get(attempt["id"], {}).get("state") != "CANCELLED":
+    seen = live_of(record, attempt["id"], live) or {}
+    if attempt.get("state") != "CANCELLED" and seen.get("state") != "CANCELLED":
         return False
-    reason = live.get(attempt["id"], {}).get("reason") or attempt.get("reason") or ""
+    reason = seen.get("reason") or attempt.get("reason") or ""
     if reason == "DependencyNeverSatisfied":
         return True
     return reason.startswith("Dependency") and any(
@@ -57,7 +58,8 @@ def attempt_events(root: str, ledger: dict[str, Any], live: dict[int, dict[str, 
             attempts = record.get("attempts") or []
             key, lane = job_key(plan_name, name), record.get("lane", "")
             for index, attempt in enumerate(attempts):
-                info = {**attempt, **{k: v for k, v in live.get(attempt["id"], {}).items() if v is not None}}
+                seen = live_of(record, attempt["id"], live) or {}
+                info = {**attempt, **{k: v for k, v in seen.items() if v is not None}}
                 if attempt.get("result"):  # the wrapper's own record wins over what Slurm saw of it
                     info.update({k: attempt[k] for k in ("start", "end", "state") if attempt.get(k)})
                 base = {"slurm_id": attempt["id"], "attempt": attempt.get("attempt", 1), "lane": lane}
@@ -155,7 +157,7 @@ def view(root: str, ledger: dict[str, Any], live: dict[int, dict[str, Any]], now
             if last is None:
                 continue
             key, lane = job_key(plan, name), record.get("lane", "")
-            cur = live.get(last["id"])
+            cur = live_of(record, last["id"], live)
             if state in RUNNING:
                 counts["running"] += 1
                 log = job_paths(root, plan, name, "")["log"]

@@ -60,7 +60,8 @@ def _pid(path: Path, timeout: float = 10) -> int:
     raise RuntimeError(f"no pid file {path}")
 
 
-def start_slurm(d: Path) -> Slurm:
+def start_slurm(d: Path, min_job_age: int = 3600) -> Slurm:
+    """A cluster in D; MIN_JOB_AGE low makes slurmctld forget finished jobs soon (within about 10 s at 2)."""
     tools = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"]
     if any(shutil.which(t) is None and not os.path.exists(f"/usr/sbin/{t}") for t in tools):
         if IN_CI:
@@ -105,7 +106,7 @@ ReturnToService=2
 MailProg=/bin/true
 GresTypes=gpu
 Licenses=net:1,netgpu:1
-MinJobAge=3600
+MinJobAge={min_job_age}
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1 State=UNKNOWN
