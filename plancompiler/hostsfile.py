@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationErro
 
 from plancompiler.diagnostics import PlanError
 from plancompiler.load import Source, load_yaml
+from runner.config import Config
 
 
 class _Strict(BaseModel):
@@ -55,6 +56,9 @@ class SlurmHostEntry(HostEntry):
     account: str | None = None
     qos: str | None = None
     gate_interval: PositiveFloat = Field(60.0, description="seconds before a closed external gate is checked again")
+    backoff_base: PositiveFloat = Field(Config.backoff_base_s, description="seconds before the first retry (then "
+                                        "doubling, as the runner's --backoff-base)")
+    backoff_max: PositiveFloat = Field(Config.backoff_max_s, description="longest wait between retries")
     lanes: dict[str, SlurmLane] = Field(default_factory=dict, description="lane -> gres, licenses, partition, ...")
     exclusive: list[str] = Field(default_factory=lambda: ["net", "gpu"], description="lanes that share a license")
     exclusive_license: str | None = Field("netgpu:1", description="the license the exclusive lanes share")

@@ -103,8 +103,8 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     root, label = spec["root"], f"{spec['plan']}/{spec['name']}"
     job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
     result: dict[str, Any] = {"id": job_id, "attempt": attempt, "start": time.time()}
-    config = Config(root=Path(root), backoff_base_s=float(spec.get("backoff_base_s", 30)),
-                    backoff_max_s=float(spec.get("backoff_max_s", 600)))
+    config = Config(root=Path(root), backoff_base_s=float(spec.get("backoff_base_s", Config.backoff_base_s)),
+                    backoff_max_s=float(spec.get("backoff_max_s", Config.backoff_max_s)))
     gate = spec.get("gate")
     if gate and not evaluate(compile_condition(gate), root, config.condition_timeout_s).holds:
         _say(f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in "

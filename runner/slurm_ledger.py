@@ -80,7 +80,8 @@ def fold_results(root: str, ledger: dict[str, Any]) -> list[tuple[str, str, dict
                 if result is None:
                     break
                 last["result"] = True
-                last.update({k: result.get(k) for k in ("start", "end", "rc", "kind", "tail", "attempt")})
+                last.update({k: result.get(k) for k in ("start", "end", "rc", "kind", "tail", "attempt", "wait_s",
+                                                              "moved")})
                 if result.get("state") in FINAL:
                     last["state"] = result["state"]
                 folded.append((plan, name, result))

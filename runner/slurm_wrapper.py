@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import runner
+from runner.config import Config
 from runner.queue import atomic_write
 
 KILL_AFTER_S = 10  # TERM at the timeout, KILL this long after (as the runner's kill grace)
@@ -79,8 +80,8 @@ def write_job(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]
             "log": str(paths["log"]), "script": str(paths["sbatch"]), "retries": int(job.get("retries") or 1),
             "timeout_s": job.get("timeout_s"), "kill_after_s": KILL_AFTER_S, "done_if": job.get("done_if"),
             "gate": job.get("gate"), "gate_interval_s": float(request.get("gate_interval_s", 60)),
-            "backoff_base_s": float(request.get("backoff_base_s", 30)),
-            "backoff_max_s": float(request.get("backoff_max_s", 600)),
+            "backoff_base_s": float(request.get("backoff_base_s", Config.backoff_base_s)),
+            "backoff_max_s": float(request.get("backoff_max_s", Config.backoff_max_s)),
             "sbatch": sbatch_options(root, plan, job, request)}
     atomic_write(paths["body"], job["text"].encode())
     atomic_write(paths["spec"], (json.dumps(spec, indent=1) + "\n").encode())

@@ -27,9 +27,11 @@ class Slurm:
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
-    def hosts_file(self, root: Path, name: str = "cluster") -> Path:
-        path = self.directory / f"hosts-{name}.yaml"
-        path.write_text(f"hosts:\n  {name}:\n    backend: slurm\n    root: {root}\n    slurm_conf: {self.conf}\n")
+    def hosts_file(self, root: Path, name: str = "cluster", extra: str = "") -> Path:
+        """A hosts file naming this cluster NAME with ROOT; EXTRA is more YAML for the host (4-space indented)."""
+        path = root.parent / f"hosts-{name}.yaml"
+        path.write_text(f"hosts:\n  {name}:\n    backend: slurm\n    root: '{root}'\n    slurm_conf: {self.conf}\n"
+                        + extra)
         return path
 
     def squeue(self) -> list[dict[str, str]]:

@@ -68,7 +68,8 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
     return {"plan": compiled.name, "jobs": jobs, "external": list(graph.external) if options.verify_external else [],
             "retry_failed": options.retry_failed, "prune": options.prune, "dry_run": True,
             "verify_external": options.verify_external, "create": True, "by": who(),
-            "lock_wait_s": options.lock_wait_s, "gate_interval_s": host.slurm.gate_interval}
+            "lock_wait_s": options.lock_wait_s, "gate_interval_s": host.slurm.gate_interval,
+            "backoff_base_s": host.slurm.backoff_base, "backoff_max_s": host.slurm.backoff_max}
 
 
 class SlurmPushSession:
