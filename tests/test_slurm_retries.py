@@ -77,3 +77,34 @@ def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path
     code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
     kinds = {(e["job"], e["event"]) for e in json.loads(out)["events"]}
     assert ("tt/rc124.job", "failed") in kinds and ("tt/slow.job", "timeout") in kinds
+
+
+def test_an_external_gate_holds_the_job_outside_the_allocation_until_it_opens(tmp_path: Path, slurm: Slurm) -> None:
+    root, gate, done = tmp_path / "submit", tmp_path / "gate", tmp_path / "gated.out"
+    jobs = (f"  - name: gated\n    run: touch {done}\n    outputs: ['{done}']\n"
+            f"    requires: [{{sh: 'test -e {gate}', external: true}}]\n"
+            f"  - name: next\n    run: touch {tmp_path}/next.out\n    requires: [{{after: gated}}]\n"
+            f"    outputs: ['{tmp_path}/next.out']\n")
+    p = write_plan(tmp_path / "gt.yaml", "gt", jobs)
+    hosts = slurm.hosts_file(root, extra="    gate_interval: 2\n")
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    try:
+        def held() -> dict | None:
+            code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+            queued = json.loads(out)["status"]["queued"]
+            return next((q for q in queued if q["job"] == "gt/gated.job" and q["reason"] == "requires"
+                         and len(attempts(root, "gt", "gated")) >= 2), None)
+        wait_for(held, 60, 0.5)
+        code, out = plan("status", "cluster", "--hosts", str(hosts))
+        assert "requires" in out and "gt/gated.job" in out and "external REQUIRES was false" in out, out
+        assert not done.exists()
+        gate.touch()
+        opened = gate.stat().st_mtime
+        wait_for(lambda: ended(root, "gt", "next") == "COMPLETED", 60, 0.5)
+    finally:
+        cancel_root(slurm, root)
+    assert done.stat().st_mtime >= opened
+    plan("status", "cluster", "--hosts", str(hosts))
+    tries = attempts(root, "gt", "gated")
+    assert all(t["kind"] == "gated" for t in tries[:-1]) and tries[-1]["state"] == "COMPLETED"
+    assert {t["attempt"] for t in tries} == {1}  # a closed gate is not an attempt
