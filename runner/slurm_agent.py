@@ -263,7 +263,10 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
                                   "repointed": {}, "cancelled": [], "accounting": why or "on"}
         if dry or (missing and request.get("verify_external", True)):
             return result
-        _apply(root, request, ledger, live, submit, retired, result, env)
+        try:
+            _apply(root, request, ledger, live, submit, retired, result, env)
+        except ControllerDown as exc:  # what was submitted before is recorded all the same
+            result["error"] = f"the Slurm controller stopped answering during the push: {exc}"
         entry = ledger["plans"][plan]
         entry.update(by=request.get("by") or "?", pushed_at=timestamp(time.time()))
         ledger_mod.save(root, ledger)
@@ -286,11 +289,13 @@ def _apply(root: str, request: dict[str, Any], ledger: dict[str, Any], live: dic
     failed = {name: last["id"] for name, (state, last) in ((n, state_of(r, live)) for n, r in jobs.items())
               if last is not None and state in FINISHED_BAD and last["id"] in live}
     cancel: list[int] = []
+    for job in submit:
+        write_job(root, plan, job, request, job_paths(root, plan, job["name"], job["hash"]))
+    os.sync()  # once for all the scripts written above: a job must never start on a script not yet on disk
     for group in _levels(submit):
         argvs = []
         for job in group:
             paths = job_paths(root, plan, job["name"], job["hash"])
-            write_job(root, plan, job, request, paths)
             deps = [str(ids[d]) for d in job.get("deps", []) if d in ids]
             # A producer that failed and that squeue still knows: the job is blocked at once, as it would be
             deps += [str(failed[d]) for d in job.get("deps", []) if d not in ids and d in failed]

@@ -12,7 +12,6 @@ from typing import Any
 
 import runner
 from runner.config import Config
-from runner.queue import atomic_write
 
 KILL_AFTER_S = 10  # TERM at the timeout, KILL this long after (as the runner's kill grace)
 MARGIN_S = 30  # the wrapper's own start, gate and DONE_IF checks, inside --time
@@ -83,6 +82,19 @@ def write_job(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]
             "backoff_base_s": float(request.get("backoff_base_s", Config.backoff_base_s)),
             "backoff_max_s": float(request.get("backoff_max_s", Config.backoff_max_s)),
             "sbatch": sbatch_options(root, plan, job, request)}
-    atomic_write(paths["body"], job["text"].encode())
-    atomic_write(paths["spec"], (json.dumps(spec, indent=1) + "\n").encode())
-    atomic_write(paths["sbatch"], wrapper_text(root, plan, job, paths, request.get("slurm_conf")).encode())
+    write_once(paths["body"], job["text"].encode())
+    write_once(paths["spec"], (json.dumps(spec, indent=1) + "\n").encode())
+    write_once(paths["sbatch"], wrapper_text(root, plan, job, paths, request.get("slurm_conf")).encode())
+
+
+def write_once(path: Path, data: bytes) -> None:
+    """A content-addressed file: left alone when it already holds DATA, else replaced whole (renamed into place).
+    Not fsynced one by one: the push syncs once after writing them all, before anything is submitted."""
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
