@@ -46,6 +46,12 @@ def blocked(record: dict[str, Any], attempt: dict[str, Any], plan_jobs: dict[str
         state_of(plan_jobs.get(dep), live)[0] in FINISHED_BAD for dep in record.get("deps", []))
 
 
+def never_ran(info: dict[str, Any]) -> bool:
+    """Cancelled while pending: Slurm gives it a start time (the cancel's), but its reason is still why it was
+    waiting (Dependency, Resources, ...); a job cancelled while it ran has reason None."""
+    return info.get("state") == "CANCELLED" and info.get("reason") not in (None, "", "None")
+
+
 def attempt_events(root: str, ledger: dict[str, Any], live: dict[int, dict[str, Any]],
                    plan: str | None = None) -> list[tuple[float, str, Event, dict[str, Any], str]]:
     """(ts, job key, event, details, seen key) for every attempt start and end the ledger and squeue know."""
@@ -63,7 +69,8 @@ def attempt_events(root: str, ledger: dict[str, Any], live: dict[int, dict[str, 
                 if attempt.get("result"):  # the wrapper's own record wins over what Slurm saw of it
                     info.update({k: attempt[k] for k in ("start", "end", "state") if attempt.get(k)})
                 base = {"slurm_id": attempt["id"], "attempt": attempt.get("attempt", 1), "lane": lane}
-                if info.get("start") and attempt.get("kind") != "gated" and info.get("state") not in ACTIVE:
+                if info.get("start") and attempt.get("kind") != "gated" and info.get("state") not in ACTIVE \
+                        and not never_ran(info):
                     out.append((float(info["start"]), key, Event.START, base, f"{attempt['id']}:start"))
                 end = info.get("end")
                 nxt = attempts[index + 1] if index + 1 < len(attempts) else None
