@@ -124,10 +124,10 @@ def sync(root: str, ledger: dict[str, Any], live: dict[int, dict[str, Any]], env
         return ""
     on, why, lines = sacct(env, [i for _, i in forgotten])
     if on:
-        found = sacct_states(lines)
+        accounted = sacct_states(lines)
         for record, job_id in forgotten:
-            if job_id in found:
-                ledger_mod.record_state(record, found[job_id])
+            if job_id in accounted:
+                ledger_mod.record_state(record, accounted[job_id])
     return why
 
 
@@ -367,3 +367,31 @@ def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
     from runner.slurm_view import history as view_history
 
     return view_history(root, request)
+
+
+def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """A Slurm job's log (ROOT/logs/PLAN/NAME.job.log): JOB is PLAN/NAME.job, or NAME.job where one plan has it."""
+    job = str(request["job"]).removesuffix(".job")
+    plan, _, name = job.rpartition("/")
+    ledger = ledger_mod.load(root)
+    plans = [plan] if plan else [p for p, e in ledger["plans"].items() if name in (e.get("jobs") or {})]
+    if len(plans) != 1 or ".." in job or name.startswith("."):
+        return {"error": f"no job {job}.job pushed here" if not plans else
+                f"{name}.job is in plans {', '.join(sorted(plans))}: name one, as PLAN/{name}.job"}
+    record = (ledger["plans"].get(plans[0], {}).get("jobs") or {}).get(name)
+    last = ledger_mod.current(record) if isinstance(record, dict) else None
+    state = {"RUNNING": "running", "COMPLETED": "done"}.get(str((last or {}).get("state")), "queue" if last else None)
+    path = str(job_paths(root, plans[0], name, "")["log"])
+    from runner.agent import tail
+
+    offset = int(request.get("offset", -1))
+    if not os.path.exists(path):
+        return {"state": state, "text": "", "offset": 0, "exists": False}
+    if offset < 0:
+        text, size = tail(path, int(request.get("max_bytes", 65536)))
+        lines = text.splitlines()[-int(request.get("lines", 40)):]
+        return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read(int(request.get("max_bytes", 1 << 20)))
+    return {"state": state, "text": data.decode("utf-8", "replace"), "offset": offset + len(data), "exists": True}

@@ -138,6 +138,10 @@ def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, 
     code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
     events = json.loads(out)["events"]
     assert {e["job"] for e in events if e["event"] == "done"} == {"rp/a.job", "rp/b.job", "rq/a.job", "rq/b.job"}
+    code, out = plan("logs", "cluster", "rq/b", "--hosts", str(hosts))
+    assert code == 0 and "rq/b attempt 1" in out and "rp/b" not in out, out
+    code, out = plan("logs", "cluster", "b", "--hosts", str(hosts))
+    assert code != 0 and "b.job is in plans rp, rq: name one, as PLAN/b.job" in out, out
 
 
 def test_changing_a_pending_job_re_points_its_pending_dependents(tmp_path: Path, slurm: Slurm) -> None:
