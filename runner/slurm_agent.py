@@ -193,6 +193,7 @@ def diff(root: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[in
             why = "Slurm no longer knows it and left no final state" if state == "UNKNOWN" else ""
             changes.append(["!", name, f"{ident}{'; ' + why if why else ''}; not resubmitted without "
                                        "--retry-failed"])
+    submit = _hold_orphans(submit, jobs, live, changes)
     for job in submit:
         resubmitted.add(job["name"])
     _note_dependents(request, jobs, live, changes, resubmitted)
@@ -207,6 +208,32 @@ def diff(root: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[in
         if prune:
             retired.append((name, jobs[name]))
     return changes, submit, retired
+
+
+def _failed_and_forgotten(record: dict[str, Any], live: dict[int, dict[str, Any]]) -> bool:
+    state, last = state_of(record, live)
+    return (state in FINISHED_BAD or state == "UNKNOWN") and (last is None or live_of(record, last["id"], live) is None)
+
+
+def _hold_orphans(submit: list[dict[str, Any]], jobs: dict[str, Any], live: dict[int, dict[str, Any]],
+                  changes: list[list[str]]) -> list[dict[str, Any]]:
+    """Jobs whose producer failed (or is unknown) and is not resubmitted now, where squeue no longer has that
+    producer to block them on: held, since submitted they would run without its outputs."""
+    going = {job["name"] for job in submit}
+    held: set[str] = set()
+    kept = []
+    for job in submit:  # graph order: a producer is decided before its consumers
+        bad = [d for d in job.get("deps", []) if d in held or (d not in going and d in jobs
+                                                                 and _failed_and_forgotten(jobs[d], live))]
+        if not bad:
+            kept.append(job)
+            continue
+        held.add(job["name"])
+        for change in changes:
+            if change[1] == job["name"]:
+                change[0] = "!"
+                change[2] = f"its producer {', '.join(bad)} failed: not submitted (--retry-failed resubmits both)"
+    return kept
 
 
 def _note_dependents(request: dict[str, Any], jobs: dict[str, Any], live: dict[int, dict[str, Any]],

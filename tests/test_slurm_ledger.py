@@ -71,7 +71,7 @@ def ended(root: Path, plan_name: str, job: str) -> str | None:
 def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_path: Path, aging: Slurm) -> None:
     count, root = tmp_path / "count", tmp_path / "submit"
     p = write_plan(tmp_path / "lg.yaml", "lg", f"  - name: hello\n    run: echo run >> {count}\n"
-                   "  - name: bad\n    run: echo broken; exit 3\n")
+                   f"  - name: bad\n    run: echo broken; exit 3\n    outputs: ['{tmp_path}/bad.out']\n")
     hosts = aging.hosts_file(root)
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0 and out.count("submitted ") == 2, out
@@ -84,8 +84,13 @@ def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_pa
         assert re.search(r"  !  bad\.job  \(FAILED as \d+; not resubmitted without --retry-failed\)", out), out
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
         assert code == 0 and "pushed: 0 submitted" in out and not re.findall(r"submitted (\S+) as", out), out
+        # a new consumer of the failed job is held with it: submitted, it would run without bad's output
+        p.write_text(p.read_text() + "  - name: user\n    run: 'true'\n    requires: [{after: bad}]\n")
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0 and "  !  user.job  (its producer bad failed: not submitted" in out, out
+        assert not re.findall(r"submitted (\S+) as", out)
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--retry-failed")
-        assert code == 0 and re.findall(r"submitted (\S+) as", out) == ["bad.job"], out
+        assert code == 0 and re.findall(r"submitted (\S+) as", out) == ["bad.job", "user.job"], out
         assert "  r  bad.job" in out
         wait_for(lambda: ended(root, "lg", "bad") == "FAILED" and len(attempts(root, "lg", "bad")) == 2, 60, 0.5)
     finally:
