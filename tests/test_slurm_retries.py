@@ -37,6 +37,8 @@ def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_p
     hosts = slurm.hosts_file(root, extra="    backoff_base: 4\n    lanes:\n      cpu: {time: '7'}\n")
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0, out
+    watch = ["watch", "cluster", "--hosts", str(hosts), "--once", "--state", str(tmp_path / "w.json"), "--idle", "3600"]
+    plan(*watch)  # the watcher's first probe: it alerts on what comes after
     try:
         first = attempts(root, "rt", "flaky")[0]["id"]
         assert time_limit(slurm, first) == "00:01:00"  # one attempt: 10 s + kill grace + margin, rounded up
@@ -59,6 +61,8 @@ def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_p
     assert [e["next_attempt"] for e in retries] == [2, 3] and [e["backoff_s"] for e in retries] == [4, 8]
     assert retries[0]["tail"] == ["flaky failure 1"] and retries[1]["tail"][-1] == "flaky failure 2"
     assert [e["event"] for e in events if e["event"] in ("done", "failed")] == ["done"]
+    code, out = plan(*watch)  # watch's default `retry` alert fires on Slurm too
+    assert code == 10 and "EVENT" in out and "retry" in out and "rt/flaky.job" in out, out
 
 
 def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path: Path, slurm: Slurm) -> None:
