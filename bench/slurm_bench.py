@@ -1,5 +1,6 @@
 """The same 200-job plan on a real single-node Slurm cluster and on the bundled runner: push-to-done, and the
 latency from a producer's end to its consumer's start; runs alternated, figures as min / median / max."""
+
 from __future__ import annotations
 
 import shutil
@@ -23,8 +24,10 @@ def write_plan(path: Path, spans: Path, outs: Path) -> None:
     lines = ["plan: bench", "jobs:"]
     for i in range(PAIRS):
         for name, dep in ((f"p{i:03d}", None), (f"c{i:03d}", f"p{i:03d}")):
-            body = (f'echo \\"$(date +%s.%N) start {name}\\" >> {spans}; touch {outs}/{name}; '
-                    f'echo \\"$(date +%s.%N) end {name}\\" >> {spans}')
+            body = (
+                f'echo \\"$(date +%s.%N) start {name}\\" >> {spans}; touch {outs}/{name}; '
+                f'echo \\"$(date +%s.%N) end {name}\\" >> {spans}'
+            )
             lines += [f"  - name: {name}", f'    run: "{body}"', f"    outputs: ['{outs}/{name}']"]
             if dep:
                 lines.append(f"    requires: [{{after: {dep}}}]")
@@ -42,8 +45,9 @@ def successor_latency(spans: Path) -> float:
 
 def run_slurm(work: Path, hosts: Path, plan: Path, spans: Path) -> tuple[float, float]:
     start = time.perf_counter()
-    subprocess.run(plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)), env=PY_ENV, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)), env=PY_ENV, check=True, stdout=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 900
     while len(list((work / "outs").iterdir())) < 2 * PAIRS or spans.read_text().count(" end ") < 2 * PAIRS:
         if time.monotonic() > deadline:
@@ -54,8 +58,9 @@ def run_slurm(work: Path, hosts: Path, plan: Path, spans: Path) -> tuple[float, 
 
 def run_runner(work: Path, plan: Path, spans: Path) -> tuple[float, float]:
     start = time.perf_counter()
-    subprocess.run(plan_cli("run", str(plan), "--root", str(work / "queue")), env=PY_ENV, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        plan_cli("run", str(plan), "--root", str(work / "queue")), env=PY_ENV, check=True, stdout=subprocess.DEVNULL
+    )
     return time.perf_counter() - start, successor_latency(spans)
 
 
@@ -82,8 +87,13 @@ def main(runs: int = 3) -> None:
         stop_slurm(cluster)
         shutil.rmtree(base, ignore_errors=True)
     rows = [[kind, spread(s["done"]), spread(s["succ"])] for kind, s in samples.items()]
-    print(table(f"200 jobs (100 producer -> consumer pairs), {runs} alternated runs",
-                ["backend", "push to all done", "successor start latency (median per run)"], rows))
+    print(
+        table(
+            f"200 jobs (100 producer -> consumer pairs), {runs} alternated runs",
+            ["backend", "push to all done", "successor start latency (median per run)"],
+            rows,
+        )
+    )
     print(machine())
 
 

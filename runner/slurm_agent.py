@@ -6,6 +6,7 @@ its producers. Each job's script is per plan and per content hash, so a pending 
 was submitted with; a changed pending job is a new Slurm job and its pending dependents are re-pointed to it
 before the old one is cancelled. status and history live in runner.slurm_view.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,18 @@ from runner.slurm_attempt import repoint
 from runner.slurm_ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm_wrapper import job_paths, sbatch_options, wrapper_text, write_job
 
-SQUEUE_FIELDS = ("JobID", "Name", "State", "Reason", "StartTime", "EndTime", "EligibleTime", "SubmitTime",
-                 "Dependency", "Comment")
+SQUEUE_FIELDS = (
+    "JobID",
+    "Name",
+    "State",
+    "Reason",
+    "StartTime",
+    "EndTime",
+    "EligibleTime",
+    "SubmitTime",
+    "Dependency",
+    "Comment",
+)
 SUBMIT_THREADS = 8  # sbatch calls in flight at once: each is mostly a round trip to slurmctld
 
 
@@ -69,11 +80,19 @@ def squeue(env: dict[str, str]) -> dict[int, dict[str, Any]]:
             continue
         plan, _, digest = parts[9][5:].partition("@")
         job_id = int(parts[0].split("_")[0])
-        jobs[job_id] = {"id": job_id, "name": parts[1], "state": parts[2].split()[0], "reason": parts[3],
-                        "plan": plan, "hash": digest, "dependency": parts[8],
-                        "start": slurm_time(parts[4]) if parts[2] not in ACTIVE else None,
-                        "end": slurm_time(parts[5]), "eligible": slurm_time(parts[6]),
-                        "submitted": slurm_time(parts[7])}
+        jobs[job_id] = {
+            "id": job_id,
+            "name": parts[1],
+            "state": parts[2].split()[0],
+            "reason": parts[3],
+            "plan": plan,
+            "hash": digest,
+            "dependency": parts[8],
+            "start": slurm_time(parts[4]) if parts[2] not in ACTIVE else None,
+            "end": slurm_time(parts[5]),
+            "eligible": slurm_time(parts[6]),
+            "submitted": slurm_time(parts[7]),
+        }
     return jobs
 
 
@@ -100,8 +119,14 @@ def sacct_states(lines: list[str]) -> dict[int, dict[str, Any]]:
         if len(parts) < 9 or not parts[0].split("_")[0].isdigit():
             continue
         job_id = int(parts[0].split("_")[0])
-        found[job_id] = {"id": job_id, "state": parts[2].split()[0], "reason": parts[7],
-                         "start": slurm_time(parts[3]), "end": slurm_time(parts[4]), "eligible": slurm_time(parts[8])}
+        found[job_id] = {
+            "id": job_id,
+            "state": parts[2].split()[0],
+            "reason": parts[7],
+            "start": slurm_time(parts[3]),
+            "end": slurm_time(parts[4]),
+            "eligible": slurm_time(parts[8]),
+        }
     return found
 
 
@@ -154,8 +179,9 @@ def _holds(condition: str | None, root: str) -> bool:
     return bool(condition) and evaluate(compile_condition(str(condition)), root, 30).holds
 
 
-def diff(root: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[int, dict[str, Any]]
-         ) -> tuple[list[list[str]], list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+def diff(
+    root: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[int, dict[str, Any]]
+) -> tuple[list[list[str]], list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
     """(changes as [mark, name, note], jobs to submit, retired (name, record) pairs) for one plan."""
     changes: list[list[str]] = []
     submit: list[dict[str, Any]] = []
@@ -191,8 +217,7 @@ def diff(root: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[in
             submit.append(job)
         else:
             why = "Slurm no longer knows it and left no final state" if state == "UNKNOWN" else ""
-            changes.append(["!", name, f"{ident}{'; ' + why if why else ''}; not resubmitted without "
-                                       "--retry-failed"])
+            changes.append(["!", name, f"{ident}{'; ' + why if why else ''}; not resubmitted without --retry-failed"])
     submit = _hold_orphans(submit, jobs, live, changes)
     for job in submit:
         resubmitted.add(job["name"])
@@ -203,8 +228,13 @@ def diff(root: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[in
         state, last = state_of(jobs[name], live)
         if state in ACTIVE or state in RUNNING or state == "GATED":
             where = f"{state} as {last['id']}" if last else state
-            changes.append(["-" if prune else "=", name, f"no longer in the plan ({where})"
-                            + ("" if prune else "; kept (--no-prune)")])
+            changes.append(
+                [
+                    "-" if prune else "=",
+                    name,
+                    f"no longer in the plan ({where})" + ("" if prune else "; kept (--no-prune)"),
+                ]
+            )
         if prune:
             retired.append((name, jobs[name]))
     return changes, submit, retired
@@ -215,16 +245,20 @@ def _failed_and_forgotten(record: dict[str, Any], live: dict[int, dict[str, Any]
     return (state in FINISHED_BAD or state == "UNKNOWN") and (last is None or live_of(record, last["id"], live) is None)
 
 
-def _hold_orphans(submit: list[dict[str, Any]], jobs: dict[str, Any], live: dict[int, dict[str, Any]],
-                  changes: list[list[str]]) -> list[dict[str, Any]]:
+def _hold_orphans(
+    submit: list[dict[str, Any]], jobs: dict[str, Any], live: dict[int, dict[str, Any]], changes: list[list[str]]
+) -> list[dict[str, Any]]:
     """Jobs whose producer failed (or is unknown) and is not resubmitted now, where squeue no longer has that
     producer to block them on: held, since submitted they would run without its outputs."""
     going = {job["name"] for job in submit}
     held: set[str] = set()
     kept = []
     for job in submit:  # graph order: a producer is decided before its consumers
-        bad = [d for d in job.get("deps", []) if d in held or (d not in going and d in jobs
-                                                                 and _failed_and_forgotten(jobs[d], live))]
+        bad = [
+            d
+            for d in job.get("deps", [])
+            if d in held or (d not in going and d in jobs and _failed_and_forgotten(jobs[d], live))
+        ]
         if not bad:
             kept.append(job)
             continue
@@ -236,8 +270,13 @@ def _hold_orphans(submit: list[dict[str, Any]], jobs: dict[str, Any], live: dict
     return kept
 
 
-def _note_dependents(request: dict[str, Any], jobs: dict[str, Any], live: dict[int, dict[str, Any]],
-                     changes: list[list[str]], resubmitted: set[str]) -> None:
+def _note_dependents(
+    request: dict[str, Any],
+    jobs: dict[str, Any],
+    live: dict[int, dict[str, Any]],
+    changes: list[list[str]],
+    resubmitted: set[str],
+) -> None:
     """Say, on each replaced pending job's line, which pending dependents will be re-pointed to its new job."""
     consumers: dict[str, list[str]] = {}
     for job in request["jobs"]:
@@ -246,8 +285,9 @@ def _note_dependents(request: dict[str, Any], jobs: dict[str, Any], live: dict[i
     for change in changes:
         if change[0] != "~" or "pending" not in change[2]:
             continue
-        kept = [c for c in consumers.get(change[1], []) if c not in resubmitted
-                and state_of(jobs.get(c), live)[0] in ACTIVE]
+        kept = [
+            c for c in consumers.get(change[1], []) if c not in resubmitted and state_of(jobs.get(c), live)[0] in ACTIVE
+        ]
         again = [c for c in consumers.get(change[1], []) if c in resubmitted]
         if kept:
             change[2] += "; its pending dependents re-pointed to it: " + ", ".join(kept)
@@ -286,8 +326,14 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
         why = sync(root, ledger, live, env)
         jobs = ledger_mod.plan_jobs(ledger, plan)
         changes, submit, retired = diff(root, request, jobs, live)
-        result: dict[str, Any] = {"changes": changes, "external_missing": missing, "submitted": {},
-                                  "repointed": {}, "cancelled": [], "accounting": why or "on"}
+        result: dict[str, Any] = {
+            "changes": changes,
+            "external_missing": missing,
+            "submitted": {},
+            "repointed": {},
+            "cancelled": [],
+            "accounting": why or "on",
+        }
         if dry or (missing and request.get("verify_external", True)):
             return result
         try:
@@ -303,9 +349,16 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
             delivery.release_lock()
 
 
-def _apply(root: str, request: dict[str, Any], ledger: dict[str, Any], live: dict[int, dict[str, Any]],
-           submit: list[dict[str, Any]], retired: list[tuple[str, dict[str, Any]]], result: dict[str, Any],
-           env: dict[str, str]) -> None:
+def _apply(
+    root: str,
+    request: dict[str, Any],
+    ledger: dict[str, Any],
+    live: dict[int, dict[str, Any]],
+    submit: list[dict[str, Any]],
+    retired: list[tuple[str, dict[str, Any]]],
+    result: dict[str, Any],
+    env: dict[str, str],
+) -> None:
     plan = request["plan"]
     jobs = ledger_mod.plan_jobs(ledger, plan)
     ids: dict[str, int] = {}
@@ -313,8 +366,11 @@ def _apply(root: str, request: dict[str, Any], ledger: dict[str, Any], live: dic
         state, last = state_of(record, live)
         if last is not None and (state in ACTIVE or state in RUNNING or state == "GATED"):
             ids[name] = last["id"]
-    failed = {name: last["id"] for name, (state, last) in ((n, state_of(r, live)) for n, r in jobs.items())
-              if last is not None and state in FINISHED_BAD and last["id"] in live}
+    failed = {
+        name: last["id"]
+        for name, (state, last) in ((n, state_of(r, live)) for n, r in jobs.items())
+        if last is not None and state in FINISHED_BAD and last["id"] in live
+    }
     cancel: list[int] = []
     for job in submit:
         write_job(root, plan, job, request, job_paths(root, plan, job["name"], job["hash"]))
@@ -340,10 +396,12 @@ def _apply(root: str, request: dict[str, Any], ledger: dict[str, Any], live: dic
             ids[job["name"]] = new
             result["submitted"][job["name"]] = new
             record = jobs.setdefault(job["name"], {"attempts": []})
-            record.update(hash=job["hash"], lane=job.get("lane", ""), deps=job.get("deps", []),
-                          slurm_name=f"{plan}/{job['name']}")
-            record.setdefault("attempts", []).append({"id": new, "hash": job["hash"], "attempt": 1,
-                                                      "submitted": time.time(), "state": None})
+            record.update(
+                hash=job["hash"], lane=job.get("lane", ""), deps=job.get("deps", []), slurm_name=f"{plan}/{job['name']}"
+            )
+            record.setdefault("attempts", []).append(
+                {"id": new, "hash": job["hash"], "attempt": 1, "submitted": time.time(), "state": None}
+            )
             if job.get("replaces"):
                 result["repointed"][job["name"]] = _hand_over(int(job["replaces"]), new, live, env)
                 cancel.append(int(job["replaces"]))
@@ -403,8 +461,11 @@ def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
     ledger = ledger_mod.load(root)
     plans = [plan] if plan else [p for p, e in ledger["plans"].items() if name in (e.get("jobs") or {})]
     if len(plans) != 1 or ".." in job or name.startswith("."):
-        return {"error": f"no job {job}.job pushed here" if not plans else
-                f"{name}.job is in plans {', '.join(sorted(plans))}: name one, as PLAN/{name}.job"}
+        return {
+            "error": f"no job {job}.job pushed here"
+            if not plans
+            else f"{name}.job is in plans {', '.join(sorted(plans))}: name one, as PLAN/{name}.job"
+        }
     record = (ledger["plans"].get(plans[0], {}).get("jobs") or {}).get(name)
     last = ledger_mod.current(record) if isinstance(record, dict) else None
     state = {"RUNNING": "running", "COMPLETED": "done"}.get(str((last or {}).get("state")), "queue" if last else None)
@@ -416,7 +477,7 @@ def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"state": state, "text": "", "offset": 0, "exists": False}
     if offset < 0:
         text, size = tail(path, int(request.get("max_bytes", 65536)))
-        lines = text.splitlines()[-int(request.get("lines", 40)):]
+        lines = text.splitlines()[-int(request.get("lines", 40)) :]
         return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
     with open(path, "rb") as handle:
         handle.seek(offset)

@@ -7,6 +7,7 @@ runner does, and ends the allocation: a retry or a closed gate is a new Slurm jo
 and licences are free meanwhile and nothing downstream is cancelled. What happened is left as
 ROOT/results/PLAN/NAME/ID.json for the ledger (runner.slurm_ledger) to fold in under the push lock.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,7 @@ def _say(text: str) -> None:
 
 def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
     """(exit code, whether our own timer ended it): TERM to its process group at the timeout, KILL after."""
-    proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL, start_new_session=True)
     timeout = spec.get("timeout_s") or None
     try:
         return proc.wait(timeout=timeout), False
@@ -103,20 +103,30 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     root, label = spec["root"], f"{spec['plan']}/{spec['name']}"
     job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
     result: dict[str, Any] = {"id": job_id, "attempt": attempt, "start": time.time()}
-    config = Config(root=Path(root), backoff_base_s=float(spec.get("backoff_base_s", Config.backoff_base_s)),
-                    backoff_max_s=float(spec.get("backoff_max_s", Config.backoff_max_s)))
+    config = Config(
+        root=Path(root),
+        backoff_base_s=float(spec.get("backoff_base_s", Config.backoff_base_s)),
+        backoff_max_s=float(spec.get("backoff_max_s", Config.backoff_max_s)),
+    )
     gate = spec.get("gate")
     if gate and not evaluate(compile_condition(gate), root, config.condition_timeout_s).holds:
-        _say(f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in "
-             f"{spec.get('gate_interval_s', 60):g}s")
+        _say(
+            f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in "
+            f"{spec.get('gate_interval_s', 60):g}s"
+        )
         result.update(kind="gated", state="GATED", next_attempt=attempt)
         return _finish(spec, result, attempt, float(spec.get("gate_interval_s", 60)), 0)
-    _say(f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.get('retries', 1)} on "
-         f"{socket.gethostname()} (Slurm job {job_id})")
+    _say(
+        f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.get('retries', 1)} on "
+        f"{socket.gethostname()} (Slurm job {job_id})"
+    )
     rc, timed_out = run_body(spec)
     done_if = spec.get("done_if")
-    ok = rc == 0 and not timed_out and (not done_if or evaluate(compile_condition(done_if), root,
-                                                                config.condition_timeout_s).holds)
+    ok = (
+        rc == 0
+        and not timed_out
+        and (not done_if or evaluate(compile_condition(done_if), root, config.condition_timeout_s).holds)
+    )
     result["rc"] = rc
     if ok:
         result.update(kind="done", state="COMPLETED")

@@ -8,6 +8,7 @@ atomically, by whoever holds ROOT/.push.lock (runner.delivery's push lock). Each
 (runner.slurm_attempt) never writes it: it leaves ROOT/results/PLAN/NAME/ID.json when it ends, and those are
 folded in here under the lock.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,17 +81,24 @@ def fold_results(root: str, ledger: dict[str, Any]) -> list[tuple[str, str, dict
                 if result is None:
                     break
                 last["result"] = True
-                last.update({k: result.get(k) for k in ("start", "end", "rc", "kind", "tail", "attempt", "wait_s",
-                                                              "moved")})
+                last.update(
+                    {k: result.get(k) for k in ("start", "end", "rc", "kind", "tail", "attempt", "wait_s", "moved")}
+                )
                 if result.get("state") in FINAL:
                     last["state"] = result["state"]
                 folded.append((plan, name, result))
                 if not result.get("next_id"):
                     break
-                record["attempts"].append({"id": int(result["next_id"]), "hash": last.get("hash"),
-                                           "attempt": int(result.get("next_attempt") or 1),
-                                           "submitted": result.get("end"), "state": None,
-                                           "after": result.get("kind")})
+                record["attempts"].append(
+                    {
+                        "id": int(result["next_id"]),
+                        "hash": last.get("hash"),
+                        "attempt": int(result.get("next_attempt") or 1),
+                        "submitted": result.get("end"),
+                        "state": None,
+                        "after": result.get("kind"),
+                    }
+                )
     return folded
 
 

@@ -1,4 +1,5 @@
 """A single-node Slurm cluster on 127.0.0.1 (munged, slurmctld, slurmd) with a fake GPU and licenses."""
+
 from __future__ import annotations
 
 import os
@@ -30,13 +31,19 @@ class Slurm:
     def hosts_file(self, root: Path, name: str = "cluster", extra: str = "") -> Path:
         """A hosts file naming this cluster NAME with ROOT; EXTRA is more YAML for the host (4-space indented)."""
         path = root.parent / f"hosts-{name}.yaml"
-        path.write_text(f"hosts:\n  {name}:\n    backend: slurm\n    root: '{root}'\n    slurm_conf: {self.conf}\n"
-                        + extra)
+        path.write_text(
+            f"hosts:\n  {name}:\n    backend: slurm\n    root: '{root}'\n    slurm_conf: {self.conf}\n" + extra
+        )
         return path
 
     def squeue(self) -> list[dict[str, str]]:
-        out = subprocess.run(["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%r|%k|%E"], capture_output=True,
-                             text=True, env=self.env, check=True).stdout
+        out = subprocess.run(
+            ["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%r|%k|%E"],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=True,
+        ).stdout
         keys = ["id", "name", "state", "reason", "comment", "dependency"]
         return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines()]
 
@@ -65,20 +72,54 @@ def _pid(path: Path, timeout: float = 10) -> int:
 def _start_mariadb(d: Path, pids: dict[str, int]) -> int:
     """A private mariadbd on 127.0.0.1 (its data, socket and log under D) with a user `slurm`; its port."""
     data = d / "db"
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={data}",
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+        check=True,
+        capture_output=True,
+    )
     (port,) = _free_ports(1)
     sock = d / "db.sock"
-    subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--pid-file={d}/db.pid",
-                      f"--port={port}", "--bind-address=127.0.0.1", "--user=root", f"--log-error={d}/db.err",
-                      "--skip-log-bin", "--innodb-buffer-pool-size=16M"], stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True)
+    subprocess.Popen(
+        [
+            "mariadbd",
+            "--no-defaults",
+            f"--datadir={data}",
+            f"--socket={sock}",
+            f"--pid-file={d}/db.pid",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            "--user=root",
+            f"--log-error={d}/db.err",
+            "--skip-log-bin",
+            "--innodb-buffer-pool-size=16M",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     pids["mariadbd"] = _pid(d / "db.pid", 30)
     deadline = time.monotonic() + 30
     while True:
-        made = subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e",
-                               "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'plantest'; "
-                               "GRANT ALL ON *.* TO 'slurm'@'127.0.0.1'"], capture_output=True, text=True)
+        made = subprocess.run(
+            [
+                "mariadb",
+                "--no-defaults",
+                f"--socket={sock}",
+                "-uroot",
+                "-e",
+                "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'plantest'; "
+                "GRANT ALL ON *.* TO 'slurm'@'127.0.0.1'",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if made.returncode == 0:
             return port
         if time.monotonic() > deadline:
@@ -109,8 +150,9 @@ StorageLoc=slurm_acct_db
     pids["slurmdbd"] = _pid(d / "slurmdbd.pid", 30)
     deadline = time.monotonic() + 60
     while True:
-        added = subprocess.run(["sacctmgr", "-i", "add", "cluster", "plantest"], capture_output=True, text=True,
-                               env=env)
+        added = subprocess.run(
+            ["sacctmgr", "-i", "add", "cluster", "plantest"], capture_output=True, text=True, env=env
+        )
         if added.returncode == 0 or "already exists" in added.stdout + added.stderr:
             return
         if time.monotonic() > deadline:
@@ -135,9 +177,17 @@ def start_slurm(d: Path, min_job_age: int = 3600, accounting: bool = False, job_
     subprocess.run(["mknod", "-m", "666", str(d / "dev/gpu0"), "c", "1", "3"], check=True)
     subprocess.run(["mungekey", "--create", f"--keyfile={d / 'munge/munge.key'}"], check=True, capture_output=True)
     sock = munge / "sock"
-    subprocess.run(["munged", f"--key-file={d / 'munge/munge.key'}", f"--socket={sock}",
-                    f"--pid-file={d / 'munge/pid'}", f"--log-file={d / 'munge/log'}",
-                    f"--seed-file={d / 'munge/seed'}"], check=True)
+    subprocess.run(
+        [
+            "munged",
+            f"--key-file={d / 'munge/munge.key'}",
+            f"--socket={sock}",
+            f"--pid-file={d / 'munge/pid'}",
+            f"--log-file={d / 'munge/log'}",
+            f"--seed-file={d / 'munge/seed'}",
+        ],
+        check=True,
+    )
     pids = {"munged": _pid(d / "munge/pid")}
     ctld_port, slurmd_port = _free_ports(2)
     conf = d / "slurm.conf"
@@ -150,9 +200,11 @@ def start_slurm(d: Path, min_job_age: int = 3600, accounting: bool = False, job_
             pytest.skip("slurmdbd/mariadb-server not installed")
         (dbd_port,) = _free_ports(1)
         # The password slurmctld gives slurmdbd is the munge socket to authenticate through.
-        storage = (f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
-                   f"AccountingStoragePort={dbd_port}\nAccountingStoragePass={sock}\n"
-                   "JobAcctGatherType=jobacct_gather/none")
+        storage = (
+            f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
+            f"AccountingStoragePort={dbd_port}\nAccountingStoragePass={sock}\n"
+            "JobAcctGatherType=jobacct_gather/none"
+        )
         if job_comment:
             storage += "\nAccountingStoreFlags=job_comment"
     conf.write_text(f"""ClusterName=plantest
@@ -208,8 +260,12 @@ def stop_slurm(cluster: Slurm) -> None:
     subprocess.run(["scancel", "-u", "root"], env=cluster.env, capture_output=True)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-t", "running,completing,pending", "-o", "%i"],
-                             env=cluster.env, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["squeue", "-h", "-t", "running,completing,pending", "-o", "%i"],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+        ).stdout
         if not out.strip():
             break
         time.sleep(0.2)

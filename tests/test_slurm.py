@@ -1,4 +1,5 @@
 """The Slurm backend against a real single-node cluster on 127.0.0.1 started by the fixture."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,14 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
     assert code == 0, out
     assert "6 new" in out and out.count("submitted ") == 6
     try:
-        wait_for(lambda: all(j["state"] == "COMPLETED" for j in jobs_of(slurm, "demo").values())
-                 and len(jobs_of(slurm, "demo")) == 6, 120, 0.5)
+        wait_for(
+            lambda: (
+                all(j["state"] == "COMPLETED" for j in jobs_of(slurm, "demo").values())
+                and len(jobs_of(slurm, "demo")) == 6
+            ),
+            120,
+            0.5,
+        )
     finally:
         cancel_plan(slurm, "demo")
     assert (work / "bench.jsonl").read_text().count("\n") == 2
@@ -62,6 +69,7 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
 
     def finished(job: str) -> float:
         return (logs / f"{job}.job.log").stat().st_mtime
+
     assert first_start("30-gpu-intake-tiny-a") >= int(finished("10-net-fetch-tiny-a")) - 1
     assert first_start("40-gpu-bench") >= int(finished("30-gpu-intake-tiny-b")) - 1
     code, out = plan("push", "cluster", str(REPO / "plans/demo.yaml"), "--hosts", str(hosts), "--set", f"work={work}")
@@ -73,7 +81,8 @@ def test_gres_serialises_gpu_and_license_makes_net_gpu_exclusive(tmp_path: Path,
     body = 'echo "start LANE $(date +%s.%N)" >> SPANS; sleep 2; echo "end LANE $(date +%s.%N)" >> SPANS'
     jobs = "".join(
         f"  - name: {name}\n    lane: {lane}\n    run: {json.dumps(body.replace('LANE', lane).replace('SPANS', str(spans)))}\n"
-        for name, lane in (("g1", "gpu"), ("g2", "gpu"), ("n1", "net")))
+        for name, lane in (("g1", "gpu"), ("g2", "gpu"), ("n1", "net"))
+    )
     p = write_plan(tmp_path / "ex.yaml", "ex", jobs)
     hosts = slurm.hosts_file(tmp_path / "submit")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
@@ -92,16 +101,17 @@ def test_gres_serialises_gpu_and_license_makes_net_gpu_exclusive(tmp_path: Path,
 
 def test_failed_producer_blocks_its_consumer_and_watch_says_blocked(tmp_path: Path, slurm: Slurm) -> None:
     out_file = tmp_path / "model.gguf"
-    jobs = (f"  - name: 10-fetch\n    lane: cpu\n    run: \"echo 'HTTP 404'; exit 22\"\n    outputs: ['{out_file}']\n"
-            f"  - name: 20-intake\n    lane: cpu\n    run: echo intake\n    requires: ['{out_file}']\n")
+    jobs = (
+        f"  - name: 10-fetch\n    lane: cpu\n    run: \"echo 'HTTP 404'; exit 22\"\n    outputs: ['{out_file}']\n"
+        f"  - name: 20-intake\n    lane: cpu\n    run: echo intake\n    requires: ['{out_file}']\n"
+    )
     p = write_plan(tmp_path / "bl.yaml", "bl", jobs)
     hosts = slurm.hosts_file(tmp_path / "submit")
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0, out
     state = tmp_path / "w.json"
     try:
-        wait_for(lambda: jobs_of(slurm, "bl").get("20-intake", {}).get("reason") == "DependencyNeverSatisfied", 60,
-                 0.5)
+        wait_for(lambda: jobs_of(slurm, "bl").get("20-intake", {}).get("reason") == "DependencyNeverSatisfied", 60, 0.5)
         code, out = plan("watch", "cluster", "--hosts", str(hosts), "--once", "--state", str(state), "--idle", "3600")
         assert code == 13 and "BLOCKED: bl/20-intake.job can never run: its producer 10-fetch failed" in out
         code, out = plan("status", "cluster", "--hosts", str(hosts))
@@ -129,9 +139,11 @@ def test_timeout_is_enforced(tmp_path: Path, slurm: Slurm) -> None:
 
 def test_repush_resubmits_only_the_changed_job_and_dry_run_submits_nothing(tmp_path: Path, slurm: Slurm) -> None:
     gate = tmp_path / "gate"
-    jobs = (f"  - name: a-long\n    lane: gpu\n    run: sleep 60; touch {gate}\n    outputs: ['{gate}']\n"
-            f"  - name: b\n    lane: cpu\n    run: echo b\n    requires: [{{after: a-long}}]\n"
-            f"  - name: c\n    lane: cpu\n    run: echo c\n    requires: [{{after: a-long}}]\n")
+    jobs = (
+        f"  - name: a-long\n    lane: gpu\n    run: sleep 60; touch {gate}\n    outputs: ['{gate}']\n"
+        f"  - name: b\n    lane: cpu\n    run: echo b\n    requires: [{{after: a-long}}]\n"
+        f"  - name: c\n    lane: cpu\n    run: echo c\n    requires: [{{after: a-long}}]\n"
+    )
     p = write_plan(tmp_path / "rp.yaml", "rp", jobs)
     hosts = slurm.hosts_file(tmp_path / "submit")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
@@ -166,12 +178,17 @@ def test_push_to_a_cluster_through_its_login_node_over_ssh(tmp_path: Path, slurm
     import sys
 
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(f"hosts:\n  login:\n    backend: slurm\n    ssh: testbox\n    root: {tmp_path / 'submit'}\n"
-                     f"    slurm_conf: {slurm.conf}\n    python: {sys.executable}\n"
-                     f"    ssh_options: [-F, {sshd.config}]\n")
+    hosts.write_text(
+        f"hosts:\n  login:\n    backend: slurm\n    ssh: testbox\n    root: {tmp_path / 'submit'}\n"
+        f"    slurm_conf: {slurm.conf}\n    python: {sys.executable}\n"
+        f"    ssh_options: [-F, {sshd.config}]\n"
+    )
     marker = tmp_path / "made-by-slurm"
-    p = write_plan(tmp_path / "ssh.yaml", "viassh", f"  - name: touch\n    lane: cpu\n    run: touch {marker}\n"
-                   f"    outputs: ['{marker}']\n")
+    p = write_plan(
+        tmp_path / "ssh.yaml",
+        "viassh",
+        f"  - name: touch\n    lane: cpu\n    run: touch {marker}\n    outputs: ['{marker}']\n",
+    )
     code, out = plan("push", "login", str(p), "--hosts", str(hosts))
     assert code == 0 and "submitted touch.job as" in out, out
     try:

@@ -1,5 +1,6 @@
 """The sacct path against real accounting (slurmdbd over a private mariadb): what squeue forgot and no wrapper
 recorded comes from sacct, by ledger id, with or without AccountingStoreFlags=job_comment."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,13 @@ def accounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
 
 
 def sacct_comment(slurm: Slurm, job_id: int) -> str:
-    out = subprocess.run(["sacct", "-P", "-n", "-X", "--format=JobID,Comment", "-j", str(job_id)],
-                         capture_output=True, text=True, env=slurm.env, check=True).stdout
+    out = subprocess.run(
+        ["sacct", "-P", "-n", "-X", "--format=JobID,Comment", "-j", str(job_id)],
+        capture_output=True,
+        text=True,
+        env=slurm.env,
+        check=True,
+    ).stdout
     return out.strip().split("|", 1)[1]
 
 
@@ -38,7 +44,9 @@ def run_and_forget(tmp_path: Path, slurm: Slurm, name: str) -> tuple[Path, Path,
     """Push plan NAME (`ok` runs, `killed` is scancelled while it runs, so no wrapper records its end), then
     wait until squeue has forgotten both. (root, hosts file, the killed job's id)"""
     root = tmp_path / "submit"
-    p = write_plan(tmp_path / f"{name}.yaml", name, "  - name: ok\n    run: 'true'\n  - name: killed\n    run: sleep 60\n")
+    p = write_plan(
+        tmp_path / f"{name}.yaml", name, "  - name: ok\n    run: 'true'\n  - name: killed\n    run: sleep 60\n"
+    )
     hosts = slurm.hosts_file(root)
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:

@@ -1,5 +1,6 @@
 """HPC conventions of the Slurm backend: the wrapper lints clean, jobs get only their lane's environment and
 resources, and retired jobs are cancelled in one scancel call."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,14 @@ from tests.test_slurm_retries import time_limit
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
 
-JOB = {"name": "odd-name_1", "hash": "0123456789ab", "text": "true\n", "env": {"A": "it's $HOME `x`", "B": ""},
-       "timeout_s": 61, "sbatch": ["--gres=gpu:1"]}
+JOB = {
+    "name": "odd-name_1",
+    "hash": "0123456789ab",
+    "text": "true\n",
+    "env": {"A": "it's $HOME `x`", "B": ""},
+    "timeout_s": 61,
+    "sbatch": ["--gres=gpu:1"],
+}
 
 
 def test_the_wrapper_is_bash_n_and_shellcheck_clean_for_awkward_paths_and_values(tmp_path: Path) -> None:
@@ -33,12 +40,16 @@ def test_the_wrapper_is_bash_n_and_shellcheck_clean_for_awkward_paths_and_values
     script.write_text(wrapper(root, JOB, "pl", slurm_conf="/etc/slurm conf/slurm.conf"))
     check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert check.returncode == 0 and check.stderr == ""
-    lint = subprocess.run([find_tool("shellcheck") or "shellcheck", *_SHELLCHECK_ARGS[1:], str(script)],
-                          capture_output=True, text=True)  # as every rendered job is linted
+    lint = subprocess.run(
+        [find_tool("shellcheck") or "shellcheck", *_SHELLCHECK_ARGS[1:], str(script)], capture_output=True, text=True
+    )  # as every rendered job is linted
     assert lint.returncode == 0, lint.stdout
     # the values come back exactly, as bash reads them
-    shown = subprocess.run(["bash", "-c", f"source <(grep '^export [AB]=' {json.dumps(str(script))}); "
-                            'printf "%s|%s" "$A" "$B"'], capture_output=True, text=True).stdout
+    shown = subprocess.run(
+        ["bash", "-c", f'source <(grep \'^export [AB]=\' {json.dumps(str(script))}); printf "%s|%s" "$A" "$B"'],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert shown == "it's $HOME `x`|"
     options = sbatch_options(root, "pl", JOB, {})
     assert "--export=NONE" in options and f"--chdir={root}" in options and "--time=2" in options
@@ -46,28 +57,50 @@ def test_the_wrapper_is_bash_n_and_shellcheck_clean_for_awkward_paths_and_values
 
 
 def test_lane_settings_become_sbatch_options() -> None:
-    host = SlurmHostEntry.model_validate({
-        "root": "/r", "account": "proj", "qos": "normal",
-        "lanes": {"gpu": {"gres": "gpu:a100:1", "mem": "32G", "cpus": 8, "partition": "gpu", "qos": "high"},
-                  "cpu": {"mem": "2G"}}})
-    assert sbatch_args(host, "gpu") == ["--partition=gpu", "--account=proj", "--qos=high", "--mem=32G",
-                                        "--cpus-per-task=8", "--gres=gpu:a100:1", "--licenses=netgpu:1"]
+    host = SlurmHostEntry.model_validate(
+        {
+            "root": "/r",
+            "account": "proj",
+            "qos": "normal",
+            "lanes": {
+                "gpu": {"gres": "gpu:a100:1", "mem": "32G", "cpus": 8, "partition": "gpu", "qos": "high"},
+                "cpu": {"mem": "2G"},
+            },
+        }
+    )
+    assert sbatch_args(host, "gpu") == [
+        "--partition=gpu",
+        "--account=proj",
+        "--qos=high",
+        "--mem=32G",
+        "--cpus-per-task=8",
+        "--gres=gpu:a100:1",
+        "--licenses=netgpu:1",
+    ]
     assert sbatch_args(host, "cpu") == ["--account=proj", "--qos=normal", "--mem=2G"]
 
 
-def test_jobs_get_only_their_lanes_environment_and_resources(tmp_path: Path, slurm: Slurm,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_get_only_their_lanes_environment_and_resources(
+    tmp_path: Path, slurm: Slurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PLAN_LEAK", "leaked")  # in the submitter's environment: must not reach the job
     root, out = tmp_path / "submit", tmp_path / "env.out"
-    p = write_plan(tmp_path / "ev.yaml", "ev", f"  - name: show\n    run: echo \"G=$GREETING L=${{PLAN_LEAK:-none}}\""
-                   f" > {out}\n    outputs: ['{out}']\n")
-    hosts = slurm.hosts_file(root, extra="    lanes:\n      cpu: {env: {GREETING: 'hi $there'}, mem: 100M, cpus: 2,"
-                             " partition: debug, time: '3'}\n")
+    p = write_plan(
+        tmp_path / "ev.yaml",
+        "ev",
+        f"  - name: show\n    run: echo \"G=$GREETING L=${{PLAN_LEAK:-none}}\" > {out}\n    outputs: ['{out}']\n",
+    )
+    hosts = slurm.hosts_file(
+        root,
+        extra="    lanes:\n      cpu: {env: {GREETING: 'hi $there'}, mem: 100M, cpus: 2,"
+        " partition: debug, time: '3'}\n",
+    )
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:
         job_id = attempts(root, "ev", "show")[0]["id"]
-        shown = subprocess.run(["scontrol", "show", "job", str(job_id)], capture_output=True, text=True,
-                               env=slurm.env).stdout
+        shown = subprocess.run(
+            ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env
+        ).stdout
         wait_for(lambda: ended(root, "ev", "show"), 60, 0.5)
     finally:
         cancel_root(slurm, root)
@@ -77,8 +110,9 @@ def test_jobs_get_only_their_lanes_environment_and_resources(tmp_path: Path, slu
     assert time_limit(slurm, job_id) == "00:03:00"
 
 
-def test_retired_jobs_are_cancelled_in_one_scancel_call(tmp_path: Path, slurm: Slurm,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retired_jobs_are_cancelled_in_one_scancel_call(
+    tmp_path: Path, slurm: Slurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = shutil.which("scancel")
     assert real
     shims, calls = tmp_path / "bin", tmp_path / "scancel.calls"

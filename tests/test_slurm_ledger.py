@@ -1,5 +1,6 @@
 """The Slurm ledger on a real cluster: what was pushed is known after squeue forgets it, pushes take the lock,
 plans on one root stay apart, and a re-push re-points pending dependents instead of orphaning them."""
+
 from __future__ import annotations
 
 import fcntl
@@ -70,8 +71,12 @@ def ended(root: Path, plan_name: str, job: str) -> str | None:
 
 def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_path: Path, aging: Slurm) -> None:
     count, root = tmp_path / "count", tmp_path / "submit"
-    p = write_plan(tmp_path / "lg.yaml", "lg", f"  - name: hello\n    run: echo run >> {count}\n"
-                   f"  - name: bad\n    run: echo broken; exit 3\n    outputs: ['{tmp_path}/bad.out']\n")
+    p = write_plan(
+        tmp_path / "lg.yaml",
+        "lg",
+        f"  - name: hello\n    run: echo run >> {count}\n"
+        f"  - name: bad\n    run: echo broken; exit 3\n    outputs: ['{tmp_path}/bad.out']\n",
+    )
     hosts = aging.hosts_file(root)
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0 and out.count("submitted ") == 2, out
@@ -123,10 +128,13 @@ def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, 
     outs = {}
     for name in ("rp", "rq"):
         outs[name] = tmp_path / f"{name}.out"
-        write_plan(tmp_path / f"{name}.yaml", name,
-                   f"  - name: a\n    run: sleep 3; touch {tmp_path}/{name}.a\n    outputs: ['{tmp_path}/{name}.a']\n"
-                   f"  - name: b\n    run: echo {name} > {outs[name]}\n    requires: [{{after: a}}]\n"
-                   f"    outputs: ['{outs[name]}']\n")
+        write_plan(
+            tmp_path / f"{name}.yaml",
+            name,
+            f"  - name: a\n    run: sleep 3; touch {tmp_path}/{name}.a\n    outputs: ['{tmp_path}/{name}.a']\n"
+            f"  - name: b\n    run: echo {name} > {outs[name]}\n    requires: [{{after: a}}]\n"
+            f"    outputs: ['{outs[name]}']\n",
+        )
     try:
         for name in ("rp", "rq"):
             code, out = plan("push", "cluster", str(tmp_path / f"{name}.yaml"), "--hosts", str(hosts))
@@ -138,7 +146,8 @@ def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, 
         cancel_root(slurm, root)
     assert outs["rp"].read_text() == "rp\n" and outs["rq"].read_text() == "rq\n"
     assert sorted(p.name for p in (root / "scripts" / "rp").glob("b.*.job")) != sorted(
-        p.name for p in (root / "scripts" / "rq").glob("b.*.job"))
+        p.name for p in (root / "scripts" / "rq").glob("b.*.job")
+    )
     assert "rp/b attempt 1" in (root / "logs/rp/b.job.log").read_text()
     code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
     events = json.loads(out)["events"]
@@ -151,9 +160,11 @@ def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, 
 
 def test_changing_a_pending_job_re_points_its_pending_dependents(tmp_path: Path, slurm: Slurm) -> None:
     root, runs = tmp_path / "submit", tmp_path / "runs"
-    text = "".join(f"  - name: {job}\n    run: {run}; echo {job}{n} >> {runs}; touch {tmp_path}/{job}\n"
-                   f"    outputs: ['{tmp_path}/{job}']\n" + (f"    requires: [{{after: {dep}}}]\n" if dep else "")
-                   for job, run, n, dep in (("a", "sleep 8", "", ""), ("b", "true", "1", "a"), ("c", "true", "", "b")))
+    text = "".join(
+        f"  - name: {job}\n    run: {run}; echo {job}{n} >> {runs}; touch {tmp_path}/{job}\n"
+        f"    outputs: ['{tmp_path}/{job}']\n" + (f"    requires: [{{after: {dep}}}]\n" if dep else "")
+        for job, run, n, dep in (("a", "sleep 8", "", ""), ("b", "true", "1", "a"), ("c", "true", "", "b"))
+    )
     p = write_plan(tmp_path / "ch.yaml", "ch", text)
     hosts = slurm.hosts_file(root)
     try:

@@ -1,5 +1,6 @@
 """Retries outside the allocation, on a real cluster: each attempt a Slurm job of its own, started after the
 runner's backoff, its dependents moved along, GRES free in between, a `retry` event per attempt."""
+
 from __future__ import annotations
 
 import json
@@ -17,22 +18,27 @@ plan = plan_cli
 
 
 def time_limit(slurm: Slurm, job_id: int) -> str:
-    out = subprocess.run(["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env,
-                         check=True).stdout
+    out = subprocess.run(
+        ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env, check=True
+    ).stdout
     return next(w.split("=", 1)[1] for w in out.split() if w.startswith("TimeLimit="))
 
 
 def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_path: Path, slurm: Slurm) -> None:
     root, count, spans = tmp_path / "submit", tmp_path / "count", tmp_path / "spans"
-    flaky = (f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; "
-             f"echo \\\"g1 $n $(date +%s.%N)\\\" >> {spans}; "
-             f"if [ $n -lt 3 ]; then echo \\\"flaky failure $n\\\"; exit 5; fi; touch {tmp_path}/flaky.out")
-    jobs = (f"  - name: flaky\n    lane: gpu\n    retries: 3\n    timeout: 10s\n    run: \"{flaky}\"\n"
-            f"    outputs: ['{tmp_path}/flaky.out']\n"
-            f"  - name: after\n    lane: cpu\n    run: touch {tmp_path}/after.out\n    requires: [{{after: flaky}}]\n"
-            f"    outputs: ['{tmp_path}/after.out']\n"
-            f"  - name: g2\n    lane: gpu\n    run: \"echo \\\"g2 0 $(date +%s.%N)\\\" >> {spans}\"\n"
-            "  - name: plain\n    lane: cpu\n    run: 'true'\n")
+    flaky = (
+        f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; "
+        f'echo \\"g1 $n $(date +%s.%N)\\" >> {spans}; '
+        f'if [ $n -lt 3 ]; then echo \\"flaky failure $n\\"; exit 5; fi; touch {tmp_path}/flaky.out'
+    )
+    jobs = (
+        f'  - name: flaky\n    lane: gpu\n    retries: 3\n    timeout: 10s\n    run: "{flaky}"\n'
+        f"    outputs: ['{tmp_path}/flaky.out']\n"
+        f"  - name: after\n    lane: cpu\n    run: touch {tmp_path}/after.out\n    requires: [{{after: flaky}}]\n"
+        f"    outputs: ['{tmp_path}/after.out']\n"
+        f'  - name: g2\n    lane: gpu\n    run: "echo \\"g2 0 $(date +%s.%N)\\" >> {spans}"\n'
+        "  - name: plain\n    lane: cpu\n    run: 'true'\n"
+    )
     p = write_plan(tmp_path / "rt.yaml", "rt", jobs)
     hosts = slurm.hosts_file(root, extra="    backoff_base: 4\n    lanes:\n      cpu: {time: '7'}\n")
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
@@ -67,8 +73,7 @@ def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_p
 
 def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path: Path, slurm: Slurm) -> None:
     root = tmp_path / "submit"
-    jobs = ("  - name: rc124\n    run: exit 124\n    timeout: 30s\n"
-            "  - name: slow\n    run: sleep 60\n    timeout: 2s\n")
+    jobs = "  - name: rc124\n    run: exit 124\n    timeout: 30s\n  - name: slow\n    run: sleep 60\n    timeout: 2s\n"
     p = write_plan(tmp_path / "tt.yaml", "tt", jobs)
     hosts = slurm.hosts_file(root)
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
@@ -85,19 +90,31 @@ def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path
 
 def test_an_external_gate_holds_the_job_outside_the_allocation_until_it_opens(tmp_path: Path, slurm: Slurm) -> None:
     root, gate, done = tmp_path / "submit", tmp_path / "gate", tmp_path / "gated.out"
-    jobs = (f"  - name: gated\n    run: touch {done}\n    outputs: ['{done}']\n"
-            f"    requires: [{{sh: 'test -e {gate}', external: true}}]\n"
-            f"  - name: next\n    run: touch {tmp_path}/next.out\n    requires: [{{after: gated}}]\n"
-            f"    outputs: ['{tmp_path}/next.out']\n")
+    jobs = (
+        f"  - name: gated\n    run: touch {done}\n    outputs: ['{done}']\n"
+        f"    requires: [{{sh: 'test -e {gate}', external: true}}]\n"
+        f"  - name: next\n    run: touch {tmp_path}/next.out\n    requires: [{{after: gated}}]\n"
+        f"    outputs: ['{tmp_path}/next.out']\n"
+    )
     p = write_plan(tmp_path / "gt.yaml", "gt", jobs)
     hosts = slurm.hosts_file(root, extra="    gate_interval: 2\n")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:
+
         def held() -> dict | None:
             code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
             queued = json.loads(out)["status"]["queued"]
-            return next((q for q in queued if q["job"] == "gt/gated.job" and q["reason"] == "requires"
-                         and len(attempts(root, "gt", "gated")) >= 2), None)
+            return next(
+                (
+                    q
+                    for q in queued
+                    if q["job"] == "gt/gated.job"
+                    and q["reason"] == "requires"
+                    and len(attempts(root, "gt", "gated")) >= 2
+                ),
+                None,
+            )
+
         wait_for(held, 60, 0.5)
         code, out = plan("status", "cluster", "--hosts", str(hosts))
         assert "requires" in out and "gt/gated.job" in out and "external REQUIRES was false" in out, out

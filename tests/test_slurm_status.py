@@ -1,4 +1,5 @@
 """`plan status` and `plan report` on Slurm, from Slurm's own clocks and the ledger, on a real cluster."""
+
 from __future__ import annotations
 
 import json
@@ -25,17 +26,21 @@ def status(hosts: Path) -> dict:
 
 
 def scontrol_time(slurm: Slurm, job_id: int, field: str) -> float:
-    out = subprocess.run(["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env,
-                         check=True).stdout
+    out = subprocess.run(
+        ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env, check=True
+    ).stdout
     text = next(w.split("=", 1)[1] for w in out.split() if w.startswith(f"{field}="))
     return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
 
 
-def test_status_shows_running_jobs_per_lane_with_slurms_start_and_eligible_times(tmp_path: Path,
-                                                                                   slurm: Slurm) -> None:
+def test_status_shows_running_jobs_per_lane_with_slurms_start_and_eligible_times(tmp_path: Path, slurm: Slurm) -> None:
     root = tmp_path / "submit"
-    p = write_plan(tmp_path / "st.yaml", "st", "  - name: g1\n    lane: gpu\n    run: sleep 5\n"
-                   "  - name: g2\n    lane: gpu\n    run: sleep 5\n  - name: quick\n    run: 'true'\n")
+    p = write_plan(
+        tmp_path / "st.yaml",
+        "st",
+        "  - name: g1\n    lane: gpu\n    run: sleep 5\n"
+        "  - name: g2\n    lane: gpu\n    run: sleep 5\n  - name: quick\n    run: 'true'\n",
+    )
     hosts = slurm.hosts_file(root)
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:
@@ -65,16 +70,17 @@ def test_status_shows_running_jobs_per_lane_with_slurms_start_and_eligible_times
     assert time.mktime(time.strptime(done["ts"], "%Y-%m-%d %H:%M:%S")) < probe - 1
 
 
-def test_report_names_outcomes_lanes_and_retries_per_plan_without_job_comment(tmp_path: Path,
-                                                                               slurm: Slurm) -> None:
+def test_report_names_outcomes_lanes_and_retries_per_plan_without_job_comment(tmp_path: Path, slurm: Slurm) -> None:
     root, count = tmp_path / "submit", tmp_path / "count"
     flaky = f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; [ $n -ge 2 ]"
-    ra = (f"  - name: g\n    lane: gpu\n    run: 'true'\n"
-          f"  - name: t\n    run: sleep 30\n    timeout: 2s\n"
-          f"  - name: f\n    run: exit 3\n    outputs: ['{tmp_path}/f.out']\n"
-          f"  - name: bl\n    run: 'true'\n    requires: [{{after: f}}]\n"
-          f"  - name: r\n    retries: 2\n    run: \"{flaky}\"\n"
-          f"  - name: c\n    run: sleep 120\n")
+    ra = (
+        f"  - name: g\n    lane: gpu\n    run: 'true'\n"
+        f"  - name: t\n    run: sleep 30\n    timeout: 2s\n"
+        f"  - name: f\n    run: exit 3\n    outputs: ['{tmp_path}/f.out']\n"
+        f"  - name: bl\n    run: 'true'\n    requires: [{{after: f}}]\n"
+        f'  - name: r\n    retries: 2\n    run: "{flaky}"\n'
+        f"  - name: c\n    run: sleep 120\n"
+    )
     write_plan(tmp_path / "ra.yaml", "ra", ra)
     write_plan(tmp_path / "rb.yaml", "rb", "  - name: g\n    run: 'true'\n")
     hosts = slurm.hosts_file(root, extra="    backoff_base: 1\n")
@@ -97,8 +103,14 @@ def test_report_names_outcomes_lanes_and_retries_per_plan_without_job_comment(tm
     jobs = report["jobs"]
     assert set(jobs) == {f"ra/{j}.job" for j in ("g", "t", "f", "bl", "r", "c")}  # rb's g is not in it
     outcomes = {name: jobs[name]["outcome"] for name in jobs}
-    assert outcomes == {"ra/g.job": "done", "ra/t.job": "timeout", "ra/f.job": "failed", "ra/bl.job": "blocked",
-                        "ra/r.job": "done", "ra/c.job": "cancelled"}
+    assert outcomes == {
+        "ra/g.job": "done",
+        "ra/t.job": "timeout",
+        "ra/f.job": "failed",
+        "ra/bl.job": "blocked",
+        "ra/r.job": "done",
+        "ra/c.job": "cancelled",
+    }
     assert jobs["ra/g.job"]["lane"] == "gpu" and jobs["ra/r.job"]["attempts"] == 2
     result = CliRunner().invoke(app, ["report", "cluster", "--hosts", str(hosts), "--plan", "nope"])
     assert result.exit_code == 1 and "no plan 'nope' was pushed here" in result.output

@@ -1,5 +1,6 @@
 """A `backend: slurm` host: each job a batch script with afterok dependencies on its producers; lanes map to
 GRES and licenses (see README, "The Slurm backend"). The diff is made on the submit host by runner.slurm_agent."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,12 +25,14 @@ def sbatch_args(settings: SlurmHostEntry, lane: str) -> list[str]:
     """sbatch options for a job in LANE, from the host's `lanes:` mapping and the defaults."""
     spec = lane_spec(settings, lane)
     args: list[str] = []
-    for option, value in (("partition", (spec.partition if spec else None) or settings.partition),
-                          ("account", (spec.account if spec else None) or settings.account),
-                          ("qos", (spec.qos if spec else None) or settings.qos),
-                          ("mem", spec.mem if spec else None),
-                          ("cpus-per-task", spec.cpus if spec else None),
-                          ("gres", spec.gres if spec else None)):
+    for option, value in (
+        ("partition", (spec.partition if spec else None) or settings.partition),
+        ("account", (spec.account if spec else None) or settings.account),
+        ("qos", (spec.qos if spec else None) or settings.qos),
+        ("mem", spec.mem if spec else None),
+        ("cpus-per-task", spec.cpus if spec else None),
+        ("gres", spec.gres if spec else None),
+    ):
         if value:
             args.append(f"--{option}={value}")
     licenses = list(spec.licenses) if spec else []
@@ -56,20 +59,37 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
         spec = job.job.job
         lane = lane_spec(host.slurm, spec.lane)
         ok = isinstance(parsed, jobfile.JobFile)
-        jobs.append({
-            "name": name, "text": job.text, "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],
-            "deps": list(graph.deps.get(name, [])), "lane": spec.lane,
-            "done_if": parsed.done_if if isinstance(parsed, jobfile.JobFile) else None,
-            "gate": parsed.requires if ok and _gated(spec) else None,  # type: ignore[union-attr]
-            "retries": spec.retries, "timeout_s": parse_duration(spec.timeout) if spec.timeout else None,
-            "default_time": lane.time if lane else None, "env": dict(lane.env) if lane else {},
-            "sbatch": sbatch_args(host.slurm, spec.lane),
-        })
-    return {"plan": compiled.name, "jobs": jobs, "external": list(graph.external) if options.verify_external else [],
-            "retry_failed": options.retry_failed, "prune": options.prune, "dry_run": True,
-            "verify_external": options.verify_external, "create": True, "by": who(),
-            "lock_wait_s": options.lock_wait_s, "gate_interval_s": host.slurm.gate_interval,
-            "backoff_base_s": host.slurm.backoff_base, "backoff_max_s": host.slurm.backoff_max}
+        jobs.append(
+            {
+                "name": name,
+                "text": job.text,
+                "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],
+                "deps": list(graph.deps.get(name, [])),
+                "lane": spec.lane,
+                "done_if": parsed.done_if if isinstance(parsed, jobfile.JobFile) else None,
+                "gate": parsed.requires if ok and _gated(spec) else None,  # type: ignore[union-attr]
+                "retries": spec.retries,
+                "timeout_s": parse_duration(spec.timeout) if spec.timeout else None,
+                "default_time": lane.time if lane else None,
+                "env": dict(lane.env) if lane else {},
+                "sbatch": sbatch_args(host.slurm, spec.lane),
+            }
+        )
+    return {
+        "plan": compiled.name,
+        "jobs": jobs,
+        "external": list(graph.external) if options.verify_external else [],
+        "retry_failed": options.retry_failed,
+        "prune": options.prune,
+        "dry_run": True,
+        "verify_external": options.verify_external,
+        "create": True,
+        "by": who(),
+        "lock_wait_s": options.lock_wait_s,
+        "gate_interval_s": host.slurm.gate_interval,
+        "backoff_base_s": host.slurm.backoff_base,
+        "backoff_max_s": host.slurm.backoff_max,
+    }
 
 
 class SlurmPushSession:
@@ -80,10 +100,12 @@ class SlurmPushSession:
     def diff(self, compiled: Compiled, options: PushOptions) -> PushPlan:
         self.request = push_request(compiled, self.host, options)
         answer = self.host.call("push", self.request, 300)
-        changes = [Change(mark, f"{name}.job", None, note) for mark, name, note in answer.get("changes", [])
-                   if mark in MARKS]
-        result = PushPlan(self.host.describe(), compiled.name, changes, request={"submit": True},
-                          host_state={"runner": "slurm"})
+        changes = [
+            Change(mark, f"{name}.job", None, note) for mark, name, note in answer.get("changes", []) if mark in MARKS
+        ]
+        result = PushPlan(
+            self.host.describe(), compiled.name, changes, request={"submit": True}, host_state={"runner": "slurm"}
+        )
         for path in answer.get("external_missing", []):
             result.errors.append(f"external path {path} does not exist on the submit host of {self.host.name}")
         if answer.get("error"):
@@ -94,8 +116,10 @@ class SlurmPushSession:
         answer = self.host.call("push", {**self.request, "dry_run": False}, 600)
         if answer.get("busy"):
             holder = answer.get("holder") or {}
-            raise Refused(f"{self.host.describe()}: another push holds the lock (pid {holder.get('pid')}, "
-                          f"{holder.get('user')}, since {holder.get('since')}); try again, or raise --lock-wait")
+            raise Refused(
+                f"{self.host.describe()}: another push holds the lock (pid {holder.get('pid')}, "
+                f"{holder.get('user')}, since {holder.get('since')}); try again, or raise --lock-wait"
+            )
         if "error" in answer and "changes" not in answer:
             raise Refused(f"{self.host.describe()}: {answer['error']}")
         return PushOutcome(diff, not answer.get("error"), *outcome_lines(answer))
@@ -107,8 +131,10 @@ def outcome_lines(answer: dict[str, Any]) -> tuple[list[str], list[str]]:
     results = [f"  submitted {name}.job as {slurm_id}" for name, slurm_id in submitted.items()]
     for name, moved in (answer.get("repointed") or {}).items():
         if moved:
-            results.append(f"  re-pointed {len(moved)} pending dependents of {name}.job to {submitted.get(name)}: "
-                           + ", ".join(str(i) for i in moved))
+            results.append(
+                f"  re-pointed {len(moved)} pending dependents of {name}.job to {submitted.get(name)}: "
+                + ", ".join(str(i) for i in moved)
+            )
     if answer.get("cancelled"):
         results.append("  cancelled " + " ".join(str(i) for i in answer["cancelled"]))
     notes = [f"plan: {answer['error']}"] if answer.get("error") else []
@@ -133,12 +159,16 @@ class SlurmBackend:
         if "error" in history:
             raise Refused(f"{self.host.describe()}: {history['error']}")
         if plan is not None and plan not in history.get("plans", []):
-            raise Refused(f"{self.host.describe()}: no plan {plan!r} was pushed here (plans: "
-                          f"{', '.join(history.get('plans', [])) or 'none'})")
+            raise Refused(
+                f"{self.host.describe()}: no plan {plan!r} was pushed here (plans: "
+                f"{', '.join(history.get('plans', [])) or 'none'})"
+            )
         notes = ["note: read from the submit host's ledger with Slurm's job times"]
         if not history.get("accounting"):
-            notes.append(f"note: accounting off ({history.get('why') or 'sacct failed'}): jobs that squeue forgot "
-                         "before the ledger saw them end are missing")
+            notes.append(
+                f"note: accounting off ({history.get('why') or 'sacct failed'}): jobs that squeue forgot "
+                "before the ledger saw them end are missing"
+            )
         return ReportSource("\n".join(json.dumps(e) for e in history.get("events", [])), tuple(notes))
 
     def operate(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
