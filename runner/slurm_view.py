@@ -15,8 +15,8 @@ from runner import delivery
 from runner import slurm_ledger as ledger_mod
 from runner.logs import last_line, tail_lines
 from runner.queue import Queue
-from runner.slurm_agent import ControllerDown, env_for, live_of, squeue, state_of, sync
 from runner.slurm_ledger import ACTIVE, FINISHED_BAD, RUNNING
+from runner.slurm_query import ControllerDown, env_for, live_of, squeue, state_of, sync
 from runner.slurm_wrapper import job_paths
 from runner.vocab import Event, Reason
 
@@ -290,7 +290,7 @@ def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
     ledger = ledger_mod.load(root)
     why = sync(root, ledger, live, env)
     if not why:  # nothing was forgotten by squeue: ask sacct anyway, to say whether accounting is on
-        from runner.slurm_agent import sacct
+        from runner.slurm_query import sacct
 
         on, why, _ = sacct(env, [], request.get("since"))
         why = "" if on else why
