@@ -27,6 +27,24 @@ from runner.slurm_wrapper import job_paths, sbatch_options, wrapper_text, write_
 SUBMIT_THREADS = 8  # sbatch calls in flight at once: each is mostly a round trip to slurmctld
 
 
+def adopt(plan: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[int, dict[str, Any]]) -> None:
+    """Jobs an earlier version of this backend submitted (a bare job name, no ledger entry) that squeue still
+    has: taken into the ledger as they are, so an upgrade neither runs them twice nor cancels them."""
+    for job in request["jobs"]:
+        if job["name"] in jobs:
+            continue
+        found = [j for j in live.values() if j["plan"] == plan and j["name"] == job["name"]]
+        if found:
+            newest = max(found, key=lambda j: j["id"])
+            jobs[job["name"]] = {
+                "hash": newest["hash"],
+                "lane": job.get("lane", ""),
+                "deps": job.get("deps", []),
+                "slurm_name": newest["name"],
+                "attempts": [{"id": newest["id"], "hash": newest["hash"], "attempt": 1, "state": None}],
+            }
+
+
 def _holds(condition: str | None, root: str) -> bool:
     return bool(condition) and evaluate(compile_condition(str(condition)), root, 30).holds
 
@@ -177,6 +195,7 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
         ledger = ledger_mod.load(root)
         why = sync(root, ledger, live, env)
         jobs = ledger_mod.plan_jobs(ledger, plan)
+        adopt(plan, request, jobs, live)
         changes, submit, retired = diff(root, request, jobs, live)
         result: dict[str, Any] = {
             "changes": changes,

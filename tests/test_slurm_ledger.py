@@ -185,3 +185,28 @@ def test_changing_a_pending_job_re_points_its_pending_dependents(tmp_path: Path,
     assert runs.read_text() == "a\nb2\nc\n"
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
     assert code == 0 and "3 done" in out and "!" not in out, out
+
+
+def test_jobs_of_the_first_format_still_queued_are_adopted_not_run_twice(tmp_path: Path, slurm: Slurm) -> None:
+    """A job submitted by the earlier backend (bare name, no ledger) that is still pending is replaced in one
+    step, and one that runs is left alone, instead of either being submitted a second time."""
+    root = tmp_path / "submit"
+    old = {}
+    for name, hold in (("waits", True), ("runs", False)):
+        argv = ["sbatch", "--parsable", f"--job-name={name}", "--comment=plan=up@000000000000", "--wrap", "sleep 30"]
+        out = subprocess.run(
+            argv + (["--hold"] if hold else []), capture_output=True, text=True, env=slurm.env, check=True
+        ).stdout
+        old[name] = int(out.strip())
+    p = write_plan(tmp_path / "up.yaml", "up", "  - name: waits\n    run: 'true'\n  - name: runs\n    run: 'true'\n")
+    hosts = slurm.hosts_file(root)
+    try:
+        wait_for(lambda: any(j["id"] == str(old["runs"]) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.5)
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0, out
+        assert f"  ~  waits.job  (pending {old['waits']} has other content" in out
+        assert f"  >~ runs.job  (running as {old['runs']})" in out
+        assert re.findall(r"submitted (\S+) as", out) == ["waits.job"] and f"cancelled {old['waits']}" in out
+    finally:
+        cancel_root(slurm, root)
+        subprocess.run(["scancel", *(str(i) for i in old.values())], env=slurm.env, capture_output=True)
