@@ -193,7 +193,15 @@ def test_jobs_of_the_first_format_still_queued_are_adopted_not_run_twice(tmp_pat
     root = tmp_path / "submit"
     old = {}
     for name, hold in (("waits", True), ("runs", False)):
-        argv = ["sbatch", "--parsable", f"--job-name={name}", "--comment=plan=up@000000000000", "--wrap", "sleep 30"]
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={name}",
+            "--comment=plan=up@000000000000",
+            f"--output={tmp_path}/old-%j.out",
+            "--wrap",
+            "sleep 30",
+        ]
         out = subprocess.run(
             argv + (["--hold"] if hold else []), capture_output=True, text=True, env=slurm.env, check=True
         ).stdout
