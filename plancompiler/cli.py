@@ -494,6 +494,7 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
     html_file: Annotated[Path | None, typer.Option("--html", metavar="FILE",
                                                       help="also write a self-contained HTML timeline")] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="only this plan's jobs (Slurm hosts)")] = None,
 ) -> None:
     """Where each lane's time went: busy, idle, and idle with work waiting, split by cause.
 
@@ -510,19 +511,17 @@ def report(
         text = path.read_text(errors="replace")
     else:
         target = _host(source, hosts)
-        history = _call(target, "history", {"since": since}, 300) if target.backend == "slurm" else {}
-        if history.get("accounting"):
-            from plancompiler.slurm import sacct_events
+        if target.backend == "slurm":  # the ledger's attempts with Slurm's clocks; --plan picks one plan
+            from plancompiler.backends.slurm import SlurmBackend
 
-            typer.echo("note: read from Slurm accounting (sacct)", err=True)
-            text = "\n".join(json.dumps(e) for e in sacct_events(history.get("lines", [])))
+            with _host_errors():
+                found = SlurmBackend(target).report_source(since, plan)
+            text = found.text
+            for note in found.notes:
+                typer.echo(note, err=True)
         else:
             answer = _call(target, "status", {"offset": 0, "max_bytes": 1 << 30}, 300)
             text = "\n".join(json.dumps(e) for e in answer.get("events", []))
-        if target.backend == "slurm" and not history.get("accounting"):
-            typer.echo(f"note: Slurm accounting is off here ({history.get('why', 'sacct failed')}); this report is "
-                       "built from the state changes `plan status`/`plan watch` recorded on the submit host, so "
-                       "it is as complete as their probes were frequent", err=True)
     try:
         start = parse_ts(since) if since else None
         end = parse_ts(until) if until else None

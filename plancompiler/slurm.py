@@ -1,6 +1,7 @@
-"""Kept for `plan report`'s import: the Slurm backend now lives in plancompiler.backends.slurm."""
+"""Kept for older imports: the Slurm backend lives in plancompiler.backends.slurm."""
+
 from __future__ import annotations
 
-from plancompiler.backends.slurm import sacct_events, sbatch_args
+from plancompiler.backends.slurm import sbatch_args
 
-__all__ = ["sacct_events", "sbatch_args"]
+__all__ = ["sbatch_args"]

@@ -222,7 +222,7 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "control": control, "logs": logs, "bootstrap": delivery.bootstrap,
 }
 SLURM_HANDLERS: dict[str, Handler] = {
-    "push": slurm_agent.push, "status": slurm_status, "history": slurm_agent.history, "logs": logs,
+    "push": slurm_agent.push, "status": slurm_status, "history": slurm_agent.history, "logs": slurm_agent.logs,
 }
 
 

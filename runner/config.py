@@ -42,3 +42,7 @@ class Config:
 
     def slots_of(self, lane: str) -> int:
         return self.slots.get(lane, 1)
+
+    def backoff_s(self, attempt: int) -> float:
+        """The wait before the next try after attempt ATTEMPT (1-based) failed: base * 2**(n-1), capped."""
+        return min(self.backoff_base_s * 2 ** (attempt - 1), self.backoff_max_s)

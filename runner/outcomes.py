@@ -52,7 +52,7 @@ class Outcomes:
         if lines:
             summary += f": {lines[-1][:200]}"
         if run.attempt < run.job.retries:
-            delay = min(self.config.backoff_base_s * 2 ** (run.attempt - 1), self.config.backoff_max_s)
+            delay = self.config.backoff_s(run.attempt)
             self.state.backoff_until[run.filename] = now + delay
             leave_running(self.queue, run.filename, "queue")
             self.queue.emit(

@@ -1,4 +1,5 @@
 """A single-node Slurm cluster on 127.0.0.1 (munged, slurmctld, slurmd) with a fake GPU and licenses."""
+
 from __future__ import annotations
 
 import os
@@ -27,14 +28,22 @@ class Slurm:
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
-    def hosts_file(self, root: Path, name: str = "cluster") -> Path:
-        path = self.directory / f"hosts-{name}.yaml"
-        path.write_text(f"hosts:\n  {name}:\n    backend: slurm\n    root: {root}\n    slurm_conf: {self.conf}\n")
+    def hosts_file(self, root: Path, name: str = "cluster", extra: str = "") -> Path:
+        """A hosts file naming this cluster NAME with ROOT; EXTRA is more YAML for the host (4-space indented)."""
+        path = root.parent / f"hosts-{name}.yaml"
+        path.write_text(
+            f"hosts:\n  {name}:\n    backend: slurm\n    root: '{root}'\n    slurm_conf: {self.conf}\n" + extra
+        )
         return path
 
     def squeue(self) -> list[dict[str, str]]:
-        out = subprocess.run(["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%r|%k|%E"], capture_output=True,
-                             text=True, env=self.env, check=True).stdout
+        out = subprocess.run(
+            ["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%r|%k|%E"],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=True,
+        ).stdout
         keys = ["id", "name", "state", "reason", "comment", "dependency"]
         return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines()]
 
@@ -60,7 +69,100 @@ def _pid(path: Path, timeout: float = 10) -> int:
     raise RuntimeError(f"no pid file {path}")
 
 
-def start_slurm(d: Path) -> Slurm:
+def _start_mariadb(d: Path, pids: dict[str, int]) -> int:
+    """A private mariadbd on 127.0.0.1 (its data, socket and log under D) with a user `slurm`; its port."""
+    data = d / "db"
+    subprocess.run(
+        [
+            "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={data}",
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (port,) = _free_ports(1)
+    sock = d / "db.sock"
+    subprocess.Popen(
+        [
+            "mariadbd",
+            "--no-defaults",
+            f"--datadir={data}",
+            f"--socket={sock}",
+            f"--pid-file={d}/db.pid",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            "--user=root",
+            f"--log-error={d}/db.err",
+            "--skip-log-bin",
+            "--innodb-buffer-pool-size=16M",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    pids["mariadbd"] = _pid(d / "db.pid", 30)
+    deadline = time.monotonic() + 30
+    while True:
+        made = subprocess.run(
+            [
+                "mariadb",
+                "--no-defaults",
+                f"--socket={sock}",
+                "-uroot",
+                "-e",
+                "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'plantest'; "
+                "GRANT ALL ON *.* TO 'slurm'@'127.0.0.1'",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if made.returncode == 0:
+            return port
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"mariadb did not start: {made.stderr}")
+        time.sleep(0.2)
+
+
+def _start_slurmdbd(d: Path, sock: Path, db_port: int, port: int, env: dict[str, str], pids: dict[str, int]) -> None:
+    """slurmdbd on PORT over that database; it reads slurmdbd.conf from the directory of $SLURM_CONF."""
+    conf = d / "slurmdbd.conf"
+    conf.write_text(f"""AuthType=auth/munge
+AuthInfo=socket={sock}
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={port}
+SlurmUser=root
+PidFile={d}/slurmdbd.pid
+LogFile={d}/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={db_port}
+StorageUser=slurm
+StoragePass=plantest
+StorageLoc=slurm_acct_db
+""")
+    conf.chmod(0o600)  # slurmdbd refuses a config others can read: it holds the database password
+    subprocess.run(["slurmdbd"], check=True, env=env)
+    pids["slurmdbd"] = _pid(d / "slurmdbd.pid", 30)
+    deadline = time.monotonic() + 60
+    while True:
+        added = subprocess.run(
+            ["sacctmgr", "-i", "add", "cluster", "plantest"], capture_output=True, text=True, env=env
+        )
+        if added.returncode == 0 or "already exists" in added.stdout + added.stderr:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"slurmdbd did not answer: {added.stdout} {added.stderr}")
+        time.sleep(0.3)
+
+
+def start_slurm(d: Path, min_job_age: int = 3600, accounting: bool = False, job_comment: bool = False) -> Slurm:
+    """A cluster in D; MIN_JOB_AGE low makes slurmctld forget finished jobs soon (within about 10 s at 2).
+    ACCOUNTING adds slurmdbd over a private mariadb (sacct answers); JOB_COMMENT stores job comments there."""
     tools = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"]
     if any(shutil.which(t) is None and not os.path.exists(f"/usr/sbin/{t}") for t in tools):
         if IN_CI:
@@ -75,12 +177,36 @@ def start_slurm(d: Path) -> Slurm:
     subprocess.run(["mknod", "-m", "666", str(d / "dev/gpu0"), "c", "1", "3"], check=True)
     subprocess.run(["mungekey", "--create", f"--keyfile={d / 'munge/munge.key'}"], check=True, capture_output=True)
     sock = munge / "sock"
-    subprocess.run(["munged", f"--key-file={d / 'munge/munge.key'}", f"--socket={sock}",
-                    f"--pid-file={d / 'munge/pid'}", f"--log-file={d / 'munge/log'}",
-                    f"--seed-file={d / 'munge/seed'}"], check=True)
+    subprocess.run(
+        [
+            "munged",
+            f"--key-file={d / 'munge/munge.key'}",
+            f"--socket={sock}",
+            f"--pid-file={d / 'munge/pid'}",
+            f"--log-file={d / 'munge/log'}",
+            f"--seed-file={d / 'munge/seed'}",
+        ],
+        check=True,
+    )
     pids = {"munged": _pid(d / "munge/pid")}
     ctld_port, slurmd_port = _free_ports(2)
     conf = d / "slurm.conf"
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    storage = "AccountingStorageType=accounting_storage/none"
+    if accounting:
+        if shutil.which("slurmdbd") is None and not os.path.exists("/usr/sbin/slurmdbd"):
+            if IN_CI:
+                pytest.fail("slurmdbd missing in CI: .ci/run must install slurmdbd mariadb-server")
+            pytest.skip("slurmdbd/mariadb-server not installed")
+        (dbd_port,) = _free_ports(1)
+        # The password slurmctld gives slurmdbd is the munge socket to authenticate through.
+        storage = (
+            f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
+            f"AccountingStoragePort={dbd_port}\nAccountingStoragePass={sock}\n"
+            "JobAcctGatherType=jobacct_gather/none"
+        )
+        if job_comment:
+            storage += "\nAccountingStoreFlags=job_comment"
     conf.write_text(f"""ClusterName=plantest
 SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
@@ -105,14 +231,15 @@ ReturnToService=2
 MailProg=/bin/true
 GresTypes=gpu
 Licenses=net:1,netgpu:1
-MinJobAge=3600
-AccountingStorageType=accounting_storage/none
+MinJobAge={min_job_age}
+{storage}
 JobCompType=jobcomp/none
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """)
     (d / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={d}/dev/gpu0\n")
-    env = {**os.environ, "SLURM_CONF": str(conf)}
+    if accounting:
+        _start_slurmdbd(d, sock, _start_mariadb(d, pids), dbd_port, env, pids)
     subprocess.run(["slurmctld", "-c", "-f", str(conf)], check=True, env=env)
     pids["slurmctld"] = _pid(d / "slurmctld.pid")
     subprocess.run(["slurmd", "-N", "localhost", "-f", str(conf)], check=True, env=env)
@@ -133,13 +260,17 @@ def stop_slurm(cluster: Slurm) -> None:
     subprocess.run(["scancel", "-u", "root"], env=cluster.env, capture_output=True)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-t", "running,completing,pending", "-o", "%i"],
-                             env=cluster.env, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["squeue", "-h", "-t", "running,completing,pending", "-o", "%i"],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+        ).stdout
         if not out.strip():
             break
         time.sleep(0.2)
     steps = _stepds(cluster)
-    for name in ("slurmd", "slurmctld", "munged"):
+    for name in ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"):
         pid = cluster.pids.get(name)
         if pid is None:
             continue

@@ -1,4 +1,5 @@
 """The Slurm backend against a real single-node cluster on 127.0.0.1 started by the fixture."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ def jobs_of(slurm: Slurm, plan_name: str) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     for job in slurm.squeue():
         if job["comment"].startswith(f"plan={plan_name}@"):
-            if job["name"] not in found or int(found[job["name"]]["id"]) < int(job["id"]):
-                found[job["name"]] = job
+            name = job["name"].removeprefix(f"{plan_name}/")
+            if name not in found or int(found[name]["id"]) < int(job["id"]):
+                found[name] = dict(job, name=name)
     return found
 
 
@@ -48,12 +50,18 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
     assert code == 0, out
     assert "6 new" in out and out.count("submitted ") == 6
     try:
-        wait_for(lambda: all(j["state"] == "COMPLETED" for j in jobs_of(slurm, "demo").values())
-                 and len(jobs_of(slurm, "demo")) == 6, 120, 0.5)
+        wait_for(
+            lambda: (
+                all(j["state"] == "COMPLETED" for j in jobs_of(slurm, "demo").values())
+                and len(jobs_of(slurm, "demo")) == 6
+            ),
+            120,
+            0.5,
+        )
     finally:
         cancel_plan(slurm, "demo")
     assert (work / "bench.jsonl").read_text().count("\n") == 2
-    logs = tmp_path / "submit" / "logs"
+    logs = tmp_path / "submit" / "logs" / "demo"
 
     def first_start(job: str) -> float:
         line = next(ln for ln in (logs / f"{job}.job.log").read_text().splitlines() if ln.startswith("=== "))
@@ -61,6 +69,7 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
 
     def finished(job: str) -> float:
         return (logs / f"{job}.job.log").stat().st_mtime
+
     assert first_start("30-gpu-intake-tiny-a") >= int(finished("10-net-fetch-tiny-a")) - 1
     assert first_start("40-gpu-bench") >= int(finished("30-gpu-intake-tiny-b")) - 1
     code, out = plan("push", "cluster", str(REPO / "plans/demo.yaml"), "--hosts", str(hosts), "--set", f"work={work}")
@@ -72,7 +81,8 @@ def test_gres_serialises_gpu_and_license_makes_net_gpu_exclusive(tmp_path: Path,
     body = 'echo "start LANE $(date +%s.%N)" >> SPANS; sleep 2; echo "end LANE $(date +%s.%N)" >> SPANS'
     jobs = "".join(
         f"  - name: {name}\n    lane: {lane}\n    run: {json.dumps(body.replace('LANE', lane).replace('SPANS', str(spans)))}\n"
-        for name, lane in (("g1", "gpu"), ("g2", "gpu"), ("n1", "net")))
+        for name, lane in (("g1", "gpu"), ("g2", "gpu"), ("n1", "net"))
+    )
     p = write_plan(tmp_path / "ex.yaml", "ex", jobs)
     hosts = slurm.hosts_file(tmp_path / "submit")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
@@ -91,18 +101,19 @@ def test_gres_serialises_gpu_and_license_makes_net_gpu_exclusive(tmp_path: Path,
 
 def test_failed_producer_blocks_its_consumer_and_watch_says_blocked(tmp_path: Path, slurm: Slurm) -> None:
     out_file = tmp_path / "model.gguf"
-    jobs = (f"  - name: 10-fetch\n    lane: cpu\n    run: \"echo 'HTTP 404'; exit 22\"\n    outputs: ['{out_file}']\n"
-            f"  - name: 20-intake\n    lane: cpu\n    run: echo intake\n    requires: ['{out_file}']\n")
+    jobs = (
+        f"  - name: 10-fetch\n    lane: cpu\n    run: \"echo 'HTTP 404'; exit 22\"\n    outputs: ['{out_file}']\n"
+        f"  - name: 20-intake\n    lane: cpu\n    run: echo intake\n    requires: ['{out_file}']\n"
+    )
     p = write_plan(tmp_path / "bl.yaml", "bl", jobs)
     hosts = slurm.hosts_file(tmp_path / "submit")
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0, out
     state = tmp_path / "w.json"
     try:
-        wait_for(lambda: jobs_of(slurm, "bl").get("20-intake", {}).get("reason") == "DependencyNeverSatisfied", 60,
-                 0.5)
+        wait_for(lambda: jobs_of(slurm, "bl").get("20-intake", {}).get("reason") == "DependencyNeverSatisfied", 60, 0.5)
         code, out = plan("watch", "cluster", "--hosts", str(hosts), "--once", "--state", str(state), "--idle", "3600")
-        assert code == 13 and "BLOCKED: 20-intake.job can never run: its producer 10-fetch failed" in out
+        assert code == 13 and "BLOCKED: bl/20-intake.job can never run: its producer 10-fetch failed" in out
         code, out = plan("status", "cluster", "--hosts", str(hosts))
         assert code == 0 and "blocked" in out and "10-fetch" in out
         # failed jobs are held: a re-push does not resubmit them without --retry-failed
@@ -121,16 +132,18 @@ def test_timeout_is_enforced(tmp_path: Path, slurm: Slurm) -> None:
         wait_for(lambda: jobs_of(slurm, "to").get("slow", {}).get("state") == "FAILED", 60, 0.5)
     finally:
         cancel_plan(slurm, "to")
-    assert "TIMEOUT: slow ended after 3s" in (tmp_path / "submit/logs/slow.job.log").read_text()
+    assert "TIMEOUT: slow ended after 3s" in (tmp_path / "submit/logs/to/slow.job.log").read_text()
     status = cli.invoke(app, ["status", "cluster", "--hosts", str(hosts), "--json"]).stdout
-    assert any(e["event"] == "timeout" and e["job"] == "slow.job" for e in json.loads(status)["events"])
+    assert any(e["event"] == "timeout" and e["job"] == "to/slow.job" for e in json.loads(status)["events"])
 
 
 def test_repush_resubmits_only_the_changed_job_and_dry_run_submits_nothing(tmp_path: Path, slurm: Slurm) -> None:
     gate = tmp_path / "gate"
-    jobs = (f"  - name: a-long\n    lane: gpu\n    run: sleep 60; touch {gate}\n    outputs: ['{gate}']\n"
-            f"  - name: b\n    lane: cpu\n    run: echo b\n    requires: [{{after: a-long}}]\n"
-            f"  - name: c\n    lane: cpu\n    run: echo c\n    requires: [{{after: a-long}}]\n")
+    jobs = (
+        f"  - name: a-long\n    lane: gpu\n    run: sleep 60; touch {gate}\n    outputs: ['{gate}']\n"
+        f"  - name: b\n    lane: cpu\n    run: echo b\n    requires: [{{after: a-long}}]\n"
+        f"  - name: c\n    lane: cpu\n    run: echo c\n    requires: [{{after: a-long}}]\n"
+    )
     p = write_plan(tmp_path / "rp.yaml", "rp", jobs)
     hosts = slurm.hosts_file(tmp_path / "submit")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
@@ -153,45 +166,29 @@ def test_repush_resubmits_only_the_changed_job_and_dry_run_submits_nothing(tmp_p
         cancel_plan(slurm, "rp")
 
 
-SACCT = """\
-101|10-fetch|COMPLETED|2026-10-15T20:00:00|2026-10-15T20:10:00|plan=p@aa|0:0|None
-102|20-intake|FAILED|2026-10-15T20:10:05|2026-10-15T20:12:00|plan=p@bb|1:0|NonZeroExitCode
-103|30-bench|CANCELLED by 0|2026-10-15T20:12:01|2026-10-15T20:12:01|plan=p@cc|0:0|DependencyNeverSatisfied
-104|other|COMPLETED|2026-10-15T20:00:00|2026-10-15T20:01:00||0:0|None
-"""
-
-
-def test_sacct_history_becomes_report_events() -> None:
-    from plancompiler.report import build_report
-    from plancompiler.slurm import sacct_events
-
-    events = sacct_events(SACCT.splitlines(), {"10-fetch": "net", "20-intake": "gpu"})
-    kinds = [(e["job"], e["event"]) for e in events]
-    assert ("10-fetch.job", "done") in kinds and ("20-intake.job", "failed") in kinds
-    assert ("30-bench.job", "blocked") in kinds and not any(j == "other.job" for j, _ in kinds)
-    report = build_report(events)
-    assert report.jobs["10-fetch.job"].outcome == "done" and report.jobs["10-fetch.job"].durations == [600.0]
-    assert report.totals()["net"]["busy_s"] == 600
-
-
 def test_report_on_a_cluster_without_accounting_says_so(tmp_path: Path, slurm: Slurm) -> None:
     hosts = slurm.hosts_file(tmp_path / "submit")
     (tmp_path / "submit").mkdir()
     result = cli.invoke(app, ["report", "cluster", "--hosts", str(hosts), "--json"])
     assert result.exit_code == 0, result.output
-    assert "Slurm accounting is off here" in result.output
+    assert result.output.count("accounting off (") == 1
 
 
 def test_push_to_a_cluster_through_its_login_node_over_ssh(tmp_path: Path, slurm: Slurm, sshd) -> None:  # noqa: ANN001
     import sys
 
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(f"hosts:\n  login:\n    backend: slurm\n    ssh: testbox\n    root: {tmp_path / 'submit'}\n"
-                     f"    slurm_conf: {slurm.conf}\n    python: {sys.executable}\n"
-                     f"    ssh_options: [-F, {sshd.config}]\n")
+    hosts.write_text(
+        f"hosts:\n  login:\n    backend: slurm\n    ssh: testbox\n    root: {tmp_path / 'submit'}\n"
+        f"    slurm_conf: {slurm.conf}\n    python: {sys.executable}\n"
+        f"    ssh_options: [-F, {sshd.config}]\n"
+    )
     marker = tmp_path / "made-by-slurm"
-    p = write_plan(tmp_path / "ssh.yaml", "viassh", f"  - name: touch\n    lane: cpu\n    run: touch {marker}\n"
-                   f"    outputs: ['{marker}']\n")
+    p = write_plan(
+        tmp_path / "ssh.yaml",
+        "viassh",
+        f"  - name: touch\n    lane: cpu\n    run: touch {marker}\n    outputs: ['{marker}']\n",
+    )
     code, out = plan("push", "login", str(p), "--hosts", str(hosts))
     assert code == 0 and "submitted touch.job as" in out, out
     try:

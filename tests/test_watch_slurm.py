@@ -1,4 +1,5 @@
 """`plan watch` on the Slurm backend: a controller that does not answer while the submit host does is DEAD."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,22 @@ def test_stopped_controller_is_dead_on_the_first_probe_then_recovers(tmp_path: P
     hosts, state = slurm.hosts_file(root), tmp_path / "w.json"
 
     def watch() -> tuple[int, str]:
-        result = cli.invoke(app, ["watch", "cluster", "--hosts", str(hosts), "--once", "--state", str(state),
-                                  "--idle", "3600", "--probe-timeout", "60"])
+        result = cli.invoke(
+            app,
+            [
+                "watch",
+                "cluster",
+                "--hosts",
+                str(hosts),
+                "--once",
+                "--state",
+                str(state),
+                "--idle",
+                "3600",
+                "--probe-timeout",
+                "60",
+            ],
+        )
         return result.exit_code, result.stdout
 
     watch()  # the cluster is shared by the session's tests: what their jobs raise opens here, once

@@ -1,5 +1,6 @@
 """A `backend: slurm` host: each job a batch script with afterok dependencies on its producers; lanes map to
 GRES and licenses (see README, "The Slurm backend"). The diff is made on the submit host by runner.slurm_agent."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,33 +9,43 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from plancompiler.backends.protocol import MARKS, Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource
+from plancompiler.backends.protocol import MARKS, Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.compile import Compiled
 from plancompiler.hosts import Host
-from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry
+from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry, SlurmLane
 from runner import jobfile
 from runner.durations import parse_duration
-from runner.vocab import Event
+
+
+def lane_spec(settings: SlurmHostEntry, lane: str) -> SlurmLane | None:
+    return {**DEFAULT_SLURM_LANES, **settings.lanes}.get(lane)
 
 
 def sbatch_args(settings: SlurmHostEntry, lane: str) -> list[str]:
-    """#SBATCH options for a job in LANE, from the host's `lanes:` mapping and the defaults."""
-    spec = {**DEFAULT_SLURM_LANES, **settings.lanes}.get(lane)
+    """sbatch options for a job in LANE, from the host's `lanes:` mapping and the defaults."""
+    spec = lane_spec(settings, lane)
     args: list[str] = []
-    partition = (spec.partition if spec else None) or settings.partition
-    account = (spec.account if spec else None) or settings.account
-    if partition:
-        args.append(f"--partition={partition}")
-    if account:
-        args.append(f"--account={account}")
-    if spec and spec.gres:
-        args.append(f"--gres={spec.gres}")
+    for option, value in (
+        ("partition", (spec.partition if spec else None) or settings.partition),
+        ("account", (spec.account if spec else None) or settings.account),
+        ("qos", (spec.qos if spec else None) or settings.qos),
+        ("mem", spec.mem if spec else None),
+        ("cpus-per-task", spec.cpus if spec else None),
+        ("gres", spec.gres if spec else None),
+    ):
+        if value:
+            args.append(f"--{option}={value}")
     licenses = list(spec.licenses) if spec else []
     if lane in settings.exclusive and settings.exclusive_license:
         licenses.append(settings.exclusive_license)
     if licenses:
         args.append("--licenses=" + ",".join(licenses))
     return args + list(spec.extra if spec else [])
+
+
+def _gated(spec: Any) -> bool:
+    """Whether a job has a gate only the wrapper can check: an `sh:` requirement or one marked external."""
+    return any(req.kind == "sh" or req.external for req in spec.requires)
 
 
 def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[str, Any]:
@@ -44,18 +55,41 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
     jobs = []
     for name in graph.order():
         job = by_name[name]
-        parsed = jobfile.parse(job.filename, job.text.encode())  # DONE_IF as the runner reads it
+        parsed = jobfile.parse(job.filename, job.text.encode())  # DONE_IF and REQUIRES as the runner reads them
         spec = job.job.job
-        jobs.append({
-            "name": name, "text": job.text, "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],
-            "deps": list(graph.deps.get(name, [])), "lane": spec.lane,
-            "done_if": parsed.done_if if isinstance(parsed, jobfile.JobFile) else None,
-            "retries": spec.retries, "timeout_s": parse_duration(spec.timeout) if spec.timeout else None,
-            "sbatch": sbatch_args(host.slurm, spec.lane),
-        })
-    return {"plan": compiled.name, "jobs": jobs, "external": list(graph.external) if options.verify_external else [],
-            "retry_failed": options.retry_failed, "prune": options.prune, "dry_run": True,
-            "verify_external": options.verify_external, "create": True}
+        lane = lane_spec(host.slurm, spec.lane)
+        ok = isinstance(parsed, jobfile.JobFile)
+        jobs.append(
+            {
+                "name": name,
+                "text": job.text,
+                "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],
+                "deps": list(graph.deps.get(name, [])),
+                "lane": spec.lane,
+                "done_if": parsed.done_if if isinstance(parsed, jobfile.JobFile) else None,
+                "gate": parsed.requires if ok and _gated(spec) else None,  # type: ignore[union-attr]
+                "retries": spec.retries,
+                "timeout_s": parse_duration(spec.timeout) if spec.timeout else None,
+                "default_time": lane.time if lane else None,
+                "env": dict(lane.env) if lane else {},
+                "sbatch": sbatch_args(host.slurm, spec.lane),
+            }
+        )
+    return {
+        "plan": compiled.name,
+        "jobs": jobs,
+        "external": list(graph.external) if options.verify_external else [],
+        "retry_failed": options.retry_failed,
+        "prune": options.prune,
+        "dry_run": True,
+        "verify_external": options.verify_external,
+        "create": True,
+        "by": who(),
+        "lock_wait_s": options.lock_wait_s,
+        "gate_interval_s": host.slurm.gate_interval,
+        "backoff_base_s": host.slurm.backoff_base,
+        "backoff_max_s": host.slurm.backoff_max,
+    }
 
 
 class SlurmPushSession:
@@ -66,10 +100,12 @@ class SlurmPushSession:
     def diff(self, compiled: Compiled, options: PushOptions) -> PushPlan:
         self.request = push_request(compiled, self.host, options)
         answer = self.host.call("push", self.request, 300)
-        changes = [Change(mark, f"{name}.job", None, note) for mark, name, note in answer.get("changes", [])
-                   if mark in MARKS]
-        result = PushPlan(self.host.describe(), compiled.name, changes, request={"submit": True},
-                          host_state={"runner": "slurm"})
+        changes = [
+            Change(mark, f"{name}.job", None, note) for mark, name, note in answer.get("changes", []) if mark in MARKS
+        ]
+        result = PushPlan(
+            self.host.describe(), compiled.name, changes, request={"submit": True}, host_state={"runner": "slurm"}
+        )
         for path in answer.get("external_missing", []):
             result.errors.append(f"external path {path} does not exist on the submit host of {self.host.name}")
         if answer.get("error"):
@@ -78,14 +114,32 @@ class SlurmPushSession:
 
     def apply(self, diff: PushPlan) -> PushOutcome:
         answer = self.host.call("push", {**self.request, "dry_run": False}, 600)
-        submitted = answer.get("submitted", {})
-        results = [f"  submitted {name}.job as {slurm_id}" for name, slurm_id in submitted.items()]
-        notes = []
-        if answer.get("error"):
-            diff.errors.append(answer["error"])
-            notes.append(f"plan: {answer['error']}")
-        notes.append(f"pushed: {len(submitted)} submitted")
-        return PushOutcome(diff, not answer.get("error"), notes, results)
+        if answer.get("busy"):
+            holder = answer.get("holder") or {}
+            raise Refused(
+                f"{self.host.describe()}: another push holds the lock (pid {holder.get('pid')}, "
+                f"{holder.get('user')}, since {holder.get('since')}); try again, or raise --lock-wait"
+            )
+        if "error" in answer and "changes" not in answer:
+            raise Refused(f"{self.host.describe()}: {answer['error']}")
+        return PushOutcome(diff, not answer.get("error"), *outcome_lines(answer))
+
+
+def outcome_lines(answer: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(notes for stderr, results for stdout) of an applied Slurm push: what was submitted, re-pointed, cancelled."""
+    submitted = answer.get("submitted", {})
+    results = [f"  submitted {name}.job as {slurm_id}" for name, slurm_id in submitted.items()]
+    for name, moved in (answer.get("repointed") or {}).items():
+        if moved:
+            results.append(
+                f"  re-pointed {len(moved)} pending dependents of {name}.job to {submitted.get(name)}: "
+                + ", ".join(str(i) for i in moved)
+            )
+    if answer.get("cancelled"):
+        results.append("  cancelled " + " ".join(str(i) for i in answer["cancelled"]))
+    notes = [f"plan: {answer['error']}"] if answer.get("error") else []
+    notes.append(f"pushed: {len(submitted)} submitted")
+    return notes, results
 
 
 class SlurmBackend:
@@ -94,52 +148,28 @@ class SlurmBackend:
 
     @contextmanager
     def push_session(self, options: PushOptions) -> Iterator[SlurmPushSession]:
-        yield SlurmPushSession(self.host)
+        yield SlurmPushSession(self.host)  # the agent takes the push lock itself, around its diff and submit
 
     def status(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         return self.host.call("status", request, timeout)
 
-    def report_source(self, since: str | None) -> ReportSource:
-        history = self.host.call("history", {"since": since}, 300)
-        if history.get("accounting"):
-            return ReportSource("\n".join(json.dumps(e) for e in sacct_events(history.get("lines", []))),
-                                ("note: read from Slurm accounting (sacct)",))
-        answer = self.host.call("status", {"offset": 0, "max_bytes": 1 << 30}, 300)
-        if "error" in answer:
-            raise Refused(f"{self.host.describe()}: {answer['error']}")
-        return ReportSource("\n".join(json.dumps(e) for e in answer.get("events", [])), (
-            f"note: Slurm accounting is off here ({history.get('why', 'sacct failed')}); this report is built from "
-            "the state changes `plan status`/`plan watch` recorded on the submit host, so it is as complete as "
-            "their probes were frequent",))
+    def report_source(self, since: str | None, plan: str | None = None) -> ReportSource:
+        """The ledger's attempts with Slurm's clocks (sacct completing what squeue forgot, where it is on)."""
+        history = self.host.call("history", {"since": since, "plan": plan}, 300)
+        if "error" in history:
+            raise Refused(f"{self.host.describe()}: {history['error']}")
+        if plan is not None and plan not in history.get("plans", []):
+            raise Refused(
+                f"{self.host.describe()}: no plan {plan!r} was pushed here (plans: "
+                f"{', '.join(history.get('plans', [])) or 'none'})"
+            )
+        notes = ["note: read from the submit host's ledger with Slurm's job times"]
+        if not history.get("accounting"):
+            notes.append(
+                f"note: accounting off ({history.get('why') or 'sacct failed'}): jobs that squeue forgot "
+                "before the ledger saw them end are missing"
+            )
+        return ReportSource("\n".join(json.dumps(e) for e in history.get("events", [])), tuple(notes))
 
     def operate(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         return self.host.call(mode, request, timeout)
-
-
-_SACCT_EVENT = {"COMPLETED": Event.DONE, "FAILED": Event.FAILED, "TIMEOUT": Event.TIMEOUT,
-                "OUT_OF_MEMORY": Event.FAILED, "NODE_FAIL": Event.FAILED, "CANCELLED": Event.CANCELLED}
-
-
-def sacct_events(lines: list[str], lanes: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """`sacct -P -n -X --format=JobID,JobName,State,Start,End,Comment,ExitCode,Reason` lines of plan jobs as
-    runner-vocabulary events (start, done, failed, timeout, cancelled), for `plan report`."""
-    events: list[dict[str, Any]] = []
-    for line in lines:
-        parts = line.split("|")
-        if len(parts) < 8 or not parts[5].startswith("plan="):
-            continue
-        job_id, name, state, start, end, _comment, exit_code, reason = parts[:8]
-        state = state.split()[0]
-        job = f"{name}.job"
-        lane = (lanes or {}).get(name, "cpu")
-        if start and start not in ("Unknown", "None"):
-            events.append({"ts": start.replace("T", " "), "job": job, "event": Event.START.value, "lane": lane,
-                           "slurm_id": int(job_id.split("_")[0].split(".")[0])})
-        kind = _SACCT_EVENT.get(state)
-        if kind and end and end not in ("Unknown", "None"):
-            if state == "CANCELLED" and reason == "DependencyNeverSatisfied":
-                kind = Event.BLOCKED
-            rc = int(exit_code.split(":")[0]) if exit_code.split(":")[0].isdigit() else None
-            events.append({"ts": end.replace("T", " "), "job": job, "event": kind.value, "rc": rc, "state": state})
-    events.sort(key=lambda e: e["ts"])
-    return events

@@ -1,0 +1,101 @@
+"""The same 200-job plan on a real single-node Slurm cluster and on the bundled runner: push-to-done, and the
+latency from a producer's end to its consumer's start; runs alternated, figures as min / median / max."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.common import PY_ENV, machine, plan_cli, spread, table  # noqa: E402
+from tests.slurm import start_slurm, stop_slurm  # noqa: E402
+
+PAIRS = 100  # producer p<i> and its consumer c<i> (after p<i>): 200 jobs
+
+
+def write_plan(path: Path, spans: Path, outs: Path) -> None:
+    lines = ["plan: bench", "jobs:"]
+    for i in range(PAIRS):
+        for name, dep in ((f"p{i:03d}", None), (f"c{i:03d}", f"p{i:03d}")):
+            body = (
+                f'echo \\"$(date +%s.%N) start {name}\\" >> {spans}; touch {outs}/{name}; '
+                f'echo \\"$(date +%s.%N) end {name}\\" >> {spans}'
+            )
+            lines += [f"  - name: {name}", f'    run: "{body}"', f"    outputs: ['{outs}/{name}']"]
+            if dep:
+                lines.append(f"    requires: [{{after: {dep}}}]")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def successor_latency(spans: Path) -> float:
+    """Median seconds from p<i>'s end to c<i>'s start."""
+    marks: dict[tuple[str, str], float] = {}
+    for line in spans.read_text().splitlines():
+        ts, what, name = line.split()
+        marks[(what, name)] = float(ts)
+    return statistics.median(marks[("start", f"c{i:03d}")] - marks[("end", f"p{i:03d}")] for i in range(PAIRS))
+
+
+def run_slurm(work: Path, hosts: Path, plan: Path, spans: Path) -> tuple[float, float]:
+    start = time.perf_counter()
+    subprocess.run(
+        plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)), env=PY_ENV, check=True, stdout=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 900
+    while len(list((work / "outs").iterdir())) < 2 * PAIRS or spans.read_text().count(" end ") < 2 * PAIRS:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the Slurm run did not finish")
+        time.sleep(0.1)
+    return time.perf_counter() - start, successor_latency(spans)
+
+
+def run_runner(work: Path, plan: Path, spans: Path) -> tuple[float, float]:
+    start = time.perf_counter()
+    subprocess.run(
+        plan_cli("run", str(plan), "--root", str(work / "queue")), env=PY_ENV, check=True, stdout=subprocess.DEVNULL
+    )
+    return time.perf_counter() - start, successor_latency(spans)
+
+
+def main(runs: int = 3) -> None:
+    base = Path(tempfile.mkdtemp(prefix="plan-slurm-bench-"))
+    cluster = start_slurm(base / "cluster")
+    samples: dict[str, dict[str, list[float]]] = {k: {"done": [], "succ": []} for k in ("slurm", "runner")}
+    try:
+        for run in range(runs):
+            for kind in ("slurm", "runner"):  # alternated, so the machine's noise hits both alike
+                work = base / f"{kind}-{run}"
+                (work / "outs").mkdir(parents=True)
+                spans, plan = work / "spans", work / "bench.yaml"
+                spans.touch()
+                write_plan(plan, spans, work / "outs")
+                if kind == "slurm":
+                    hosts = cluster.hosts_file(work / "submit")
+                    done, succ = run_slurm(work, hosts, plan, spans)
+                else:
+                    done, succ = run_runner(work, plan, spans)
+                samples[kind]["done"].append(done)
+                samples[kind]["succ"].append(succ)
+    finally:
+        stop_slurm(cluster)
+        shutil.rmtree(base, ignore_errors=True)
+    rows = [[kind, spread(s["done"]), spread(s["succ"])] for kind, s in samples.items()]
+    print(
+        table(
+            f"200 jobs (100 producer -> consumer pairs), {runs} alternated runs",
+            ["backend", "push to all done", "successor start latency (median per run)"],
+            rows,
+        )
+    )
+    print(machine())
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)

@@ -1,0 +1,181 @@
+"""One attempt of a plan job inside its Slurm allocation: `python3 -m runner.slurm_attempt SPEC [ATTEMPT]`.
+
+The sbatch wrapper execs this. It checks an external gate (REQUIRES, by runner.conditions), runs the body
+under its own timer (TIMEOUT is this timer firing, never an exit code), decides success by DONE_IF as the
+runner does, and ends the allocation: a retry or a closed gate is a new Slurm job submitted with
+`--begin=now+WAIT` (the runner's backoff), with this job's pending dependents re-pointed to it first, so GRES
+and licences are free meanwhile and nothing downstream is cancelled. What happened is left as
+ROOT/results/PLAN/NAME/ID.json for the ledger (runner.slurm_ledger) to fold in under the push lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from runner import delivery
+from runner.conditions import compile_condition, evaluate
+from runner.config import Config
+from runner.logs import tail_lines
+from runner.queue import atomic_write, read_json, timestamp
+
+_DEP = re.compile(r"(\w+):(\d+)(?:_\*)?(?:\((\w+)\))?")
+
+
+def repoint(dependency: str, old: int, new: int) -> str | None:
+    """squeue's %E for a pending job with OLD replaced by NEW, in `scontrol update Dependency=` form; None if the
+    job does not wait on OLD. Fulfilled parts are left out: they no longer hold anything back."""
+    parts: dict[str, list[str]] = {}
+    found = False
+    for kind, job_id, status in _DEP.findall(dependency):
+        if status and status != "unfulfilled":
+            continue
+        if int(job_id) == old:
+            found, job_id = True, str(new)
+        parts.setdefault(kind, [])
+        if job_id not in parts[kind]:
+            parts[kind].append(job_id)
+    if not found:
+        return None
+    return ",".join(f"{kind}:{':'.join(ids)}" for kind, ids in parts.items())
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def hand_over(old: int, new: int) -> list[int]:
+    """Point every pending job that waits on OLD at NEW instead; the ids re-pointed."""
+    listing = _run(["squeue", "-h", "-t", "PD", "-o", "%i|%E"])
+    moved: list[int] = []
+    for line in listing.stdout.splitlines():
+        job_id, _, dependency = line.partition("|")
+        dep = repoint(dependency, old, new)
+        if dep is not None and _run(["scontrol", "update", f"JobId={job_id}", f"Dependency={dep}"]).returncode == 0:
+            moved.append(int(job_id.split("_")[0]))
+    return moved
+
+
+def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int) -> tuple[int | None, list[int], str]:
+    """Submit ATTEMPT as a new Slurm job starting WAIT_S from now; move OLD's dependents to it."""
+    begin = f"--begin=now+{max(1, int(round(wait_s)))}"
+    proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin, spec["script"], str(attempt)])
+    if proc.returncode != 0:
+        return None, [], proc.stderr.strip()
+    new = int(proc.stdout.strip().split(";")[0])
+    return new, hand_over(old, new), ""
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
+    """(exit code, whether our own timer ended it): TERM to its process group at the timeout, KILL after."""
+    proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL, start_new_session=True)
+    timeout = spec.get("timeout_s") or None
+    try:
+        return proc.wait(timeout=timeout), False
+    except subprocess.TimeoutExpired:
+        pass
+    for sig, grace in ((signal.SIGTERM, float(spec.get("kill_after_s", 10))), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+        try:
+            return proc.wait(timeout=grace), True
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait(), True
+
+
+def attempt_once(spec: dict[str, Any], attempt: int) -> int:
+    root, label = spec["root"], f"{spec['plan']}/{spec['name']}"
+    job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
+    result: dict[str, Any] = {"id": job_id, "attempt": attempt, "start": time.time()}
+    config = Config(
+        root=Path(root),
+        backoff_base_s=float(spec.get("backoff_base_s", Config.backoff_base_s)),
+        backoff_max_s=float(spec.get("backoff_max_s", Config.backoff_max_s)),
+    )
+    gate = spec.get("gate")
+    if gate and not evaluate(compile_condition(gate), root, config.condition_timeout_s).holds:
+        _say(
+            f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in "
+            f"{spec.get('gate_interval_s', 60):g}s"
+        )
+        result.update(kind="gated", state="GATED", next_attempt=attempt)
+        return _finish(spec, result, attempt, float(spec.get("gate_interval_s", 60)), 0)
+    _say(
+        f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.get('retries', 1)} on "
+        f"{socket.gethostname()} (Slurm job {job_id})"
+    )
+    rc, timed_out = run_body(spec)
+    done_if = spec.get("done_if")
+    ok = (
+        rc == 0
+        and not timed_out
+        and (not done_if or evaluate(compile_condition(done_if), root, config.condition_timeout_s).holds)
+    )
+    result["rc"] = rc
+    if ok:
+        result.update(kind="done", state="COMPLETED")
+    elif timed_out:
+        _say(f"TIMEOUT: {spec['name']} ended after {spec.get('timeout_s'):g}s")
+        result.update(kind="timeout", state="TIMEOUT")
+    else:
+        if rc == 0:
+            _say("exited 0 but DONE_IF is false")
+        result.update(kind="failed", state="FAILED")
+    result["tail"] = tail_lines(Path(spec["log"]), config.tail_lines)
+    if not ok and attempt < int(spec.get("retries", 1)):
+        result["next_attempt"] = attempt + 1
+        return _finish(spec, result, attempt, config.backoff_s(attempt), rc or 1)
+    return _finish(spec, result, attempt, None, 0 if ok else (rc or 1))
+
+
+def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: float | None, code: int) -> int:
+    """Submit the next try (if any) and leave the result file, both under the push lock, so a push sees either
+    this job as current or its successor with its dependents already moved."""
+    root = spec["root"]
+    result["end"] = time.time()
+    got = delivery.lock(root, {"wait_s": 120, "by": f"slurm job {result['id']}"})
+    try:
+        if wait_s is not None:
+            new, moved, error = resubmit(spec, int(result["next_attempt"]), wait_s, int(result["id"]))
+            result.update(next_id=new, wait_s=wait_s, moved=moved)
+            if new is None:
+                _say(f"could not submit the next try: {error}")
+                result["state"] = "FAILED"
+                code = code or 1
+            else:
+                _say(f"next try is Slurm job {new}, not before {timestamp(time.time() + wait_s)}")
+        directory = Path(root) / "results" / spec["plan"] / spec["name"]
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(directory / f"{result['id']}.json", json.dumps(result).encode())
+    finally:
+        if got.get("locked"):
+            delivery.release_lock()
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        sys.stderr.write("usage: python3 -m runner.slurm_attempt SPEC [ATTEMPT]\n")
+        return 2
+    spec = read_json(Path(argv[0]))
+    return attempt_once(spec, int(argv[1]) if len(argv) > 1 else 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""The Slurm client commands a submit host runs (squeue, sacct) and their join with the ledger: which Slurm job
+is which ledger attempt, and in what state, whatever squeue has forgotten."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Any
+
+from runner import slurm_ledger as ledger_mod
+from runner.slurm_ledger import ACTIVE
+
+SQUEUE_FIELDS = (
+    "JobID",
+    "Name",
+    "State",
+    "Reason",
+    "StartTime",
+    "EndTime",
+    "EligibleTime",
+    "SubmitTime",
+    "Dependency",
+    "Comment",
+)
+
+
+class ControllerDown(Exception):
+    """squeue/sbatch could not be run or did not answer: the cluster, not the queue, is unreachable."""
+
+
+def env_for(request: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    if request.get("slurm_conf"):
+        env["SLURM_CONF"] = str(request["slurm_conf"])
+    return env
+
+
+def slurm(argv: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    except FileNotFoundError:
+        raise ControllerDown(f"{argv[0]} not found on the submit host") from None
+    except subprocess.TimeoutExpired:
+        raise ControllerDown(f"{argv[0]} did not answer within {timeout:g}s") from None
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def slurm_time(text: str) -> float | None:
+    """Slurm's local ISO time (2026-12-02T22:17:18) as epoch seconds; None for N/A, Unknown, None, NONE."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def squeue(env: dict[str, str]) -> dict[int, dict[str, Any]]:
+    """Every plan job squeue still knows (comment plan=PLAN@HASH), by Slurm id, with Slurm's own clocks."""
+    fmt = ",".join(f"{f}:|" for f in SQUEUE_FIELDS)
+    rc, out, err = slurm(["squeue", "-h", "-a", "-t", "all", "-O", fmt], env)
+    if rc != 0:
+        raise ControllerDown(err.strip() or f"squeue exited {rc}")
+    jobs: dict[int, dict[str, Any]] = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) < len(SQUEUE_FIELDS) or not parts[9].startswith("plan="):
+            continue
+        plan, _, digest = parts[9][5:].partition("@")
+        job_id = int(parts[0].split("_")[0])
+        jobs[job_id] = {
+            "id": job_id,
+            "name": parts[1],
+            "state": parts[2].split()[0],
+            "reason": parts[3],
+            "plan": plan,
+            "hash": digest,
+            "dependency": parts[8],
+            "start": slurm_time(parts[4]) if parts[2] not in ACTIVE else None,
+            "end": slurm_time(parts[5]),
+            "eligible": slurm_time(parts[6]),
+            "submitted": slurm_time(parts[7]),
+        }
+    return jobs
+
+
+SACCT_FORMAT = "JobID,JobName,State,Start,End,Comment,ExitCode,Reason,Eligible"
+
+
+def sacct(env: dict[str, str], ids: list[int], since: str | None = None) -> tuple[bool, str, list[str]]:
+    """(accounting on, why not, lines): sacct's allocation lines for IDS (or since SINCE)."""
+    argv = ["sacct", "-P", "-n", "-X", f"--format={SACCT_FORMAT}"]
+    argv += ["-j", ",".join(str(i) for i in ids)] if ids else ["-S", since or "now-30days", "-E", "now"]
+    try:
+        rc, out, err = slurm(argv, env, timeout=120)
+    except ControllerDown as exc:
+        return False, str(exc), []
+    if rc != 0:
+        return False, (err.strip() or f"sacct exited {rc}").splitlines()[-1], []
+    return True, "", out.splitlines()
+
+
+def sacct_states(lines: list[str]) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        parts = line.split("|")
+        if len(parts) < 9 or not parts[0].split("_")[0].isdigit():
+            continue
+        job_id = int(parts[0].split("_")[0])
+        found[job_id] = {
+            "id": job_id,
+            "state": parts[2].split()[0],
+            "reason": parts[7],
+            "start": slurm_time(parts[3]),
+            "end": slurm_time(parts[4]),
+            "eligible": slurm_time(parts[8]),
+        }
+    return found
+
+
+def sync(root: str, ledger: dict[str, Any], live: dict[int, dict[str, Any]], env: dict[str, str]) -> str:
+    """Fold result files, squeue and (for what squeue forgot) sacct into the ledger. Returns why sacct is off
+    ("" when it answered or was not needed)."""
+    ledger_mod.fold_results(root, ledger)
+    forgotten: list[tuple[dict[str, Any], int]] = []
+    for entry in ledger["plans"].values():
+        for record in (entry.get("jobs") or {}).values():
+            last = ledger_mod.current(record)
+            if last is None:
+                continue
+            found = live_of(record, last["id"], live)
+            if found is not None:
+                ledger_mod.record_state(record, found)
+            elif last.get("state") not in ledger_mod.FINAL and last.get("state") != "GATED":
+                forgotten.append((record, last["id"]))
+    if not forgotten:
+        return ""
+    on, why, lines = sacct(env, [i for _, i in forgotten])
+    if on:
+        accounted = sacct_states(lines)
+        for record, job_id in forgotten:
+            if job_id in accounted:
+                ledger_mod.record_state(record, accounted[job_id])
+    return why
+
+
+def live_of(record: dict[str, Any], job_id: int, live: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """squeue's job JOB_ID if it is still this ledger job: a restarted controller may reuse ids for other jobs."""
+    found = live.get(job_id)
+    if found is None or (record.get("slurm_name") and found["name"] != record["slurm_name"]):
+        return None
+    return found
+
+
+def state_of(record: dict[str, Any] | None, live: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any] | None]:
+    """The current attempt's state: squeue's while it knows the job, else the ledger's final one, else UNKNOWN."""
+    last = ledger_mod.current(record) if record else None
+    if record is None or last is None:
+        return "NONE", None
+    found = live_of(record, last["id"], live)
+    if found is not None:
+        return found["state"], last
+    return last.get("state") or "UNKNOWN", last

@@ -1,0 +1,137 @@
+"""HPC conventions of the Slurm backend: the wrapper lints clean, jobs get only their lane's environment and
+resources, and retired jobs are cancelled in one scancel call."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from plancompiler.backends.slurm import sbatch_args
+from plancompiler.hostsfile import SlurmHostEntry
+from plancompiler.lint import _SHELLCHECK_ARGS
+from plancompiler.tools import find_tool
+from runner.slurm_agent import wrapper
+from runner.slurm_wrapper import sbatch_options
+from tests.conftest import plan_cli, wait_for
+from tests.slurm import Slurm
+from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
+from tests.test_slurm_retries import time_limit
+
+pytestmark = pytest.mark.usefixtures("plan_env")
+plan = plan_cli
+
+JOB = {
+    "name": "odd-name_1",
+    "hash": "0123456789ab",
+    "text": "true\n",
+    "env": {"A": "it's $HOME `x`", "B": ""},
+    "timeout_s": 61,
+    "sbatch": ["--gres=gpu:1"],
+}
+
+
+def test_the_wrapper_is_bash_n_and_shellcheck_clean_for_awkward_paths_and_values(tmp_path: Path) -> None:
+    root = str(tmp_path / "a root with 'quotes' and $dollars")
+    script = tmp_path / "w.sbatch"
+    script.write_text(wrapper(root, JOB, "pl", slurm_conf="/etc/slurm conf/slurm.conf"))
+    check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert check.returncode == 0 and check.stderr == ""
+    lint = subprocess.run(
+        [find_tool("shellcheck") or "shellcheck", *_SHELLCHECK_ARGS[1:], str(script)], capture_output=True, text=True
+    )  # as every rendered job is linted
+    assert lint.returncode == 0, lint.stdout
+    # the values come back exactly, as bash reads them
+    shown = subprocess.run(
+        ["bash", "-c", f'source <(grep \'^export [AB]=\' {json.dumps(str(script))}); printf "%s|%s" "$A" "$B"'],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert shown == "it's $HOME `x`|"
+    options = sbatch_options(root, "pl", JOB, {})
+    assert "--export=NONE" in options and f"--chdir={root}" in options and "--time=2" in options
+    assert "--job-name=pl/odd-name_1" in options and options[-1] == "--gres=gpu:1"
+
+
+def test_lane_settings_become_sbatch_options() -> None:
+    host = SlurmHostEntry.model_validate(
+        {
+            "root": "/r",
+            "account": "proj",
+            "qos": "normal",
+            "lanes": {
+                "gpu": {"gres": "gpu:a100:1", "mem": "32G", "cpus": 8, "partition": "gpu", "qos": "high"},
+                "cpu": {"mem": "2G"},
+            },
+        }
+    )
+    assert sbatch_args(host, "gpu") == [
+        "--partition=gpu",
+        "--account=proj",
+        "--qos=high",
+        "--mem=32G",
+        "--cpus-per-task=8",
+        "--gres=gpu:a100:1",
+        "--licenses=netgpu:1",
+    ]
+    assert sbatch_args(host, "cpu") == ["--account=proj", "--qos=normal", "--mem=2G"]
+
+
+def test_jobs_get_only_their_lanes_environment_and_resources(
+    tmp_path: Path, slurm: Slurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PLAN_LEAK", "leaked")  # in the submitter's environment: must not reach the job
+    root, out = tmp_path / "submit", tmp_path / "env.out"
+    p = write_plan(
+        tmp_path / "ev.yaml",
+        "ev",
+        f"  - name: show\n    run: echo \"G=$GREETING L=${{PLAN_LEAK:-none}}\" > {out}\n    outputs: ['{out}']\n",
+    )
+    hosts = slurm.hosts_file(
+        root,
+        extra="    lanes:\n      cpu: {env: {GREETING: 'hi $there'}, mem: 100M, cpus: 2,"
+        " partition: debug, time: '3'}\n",
+    )
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    try:
+        job_id = attempts(root, "ev", "show")[0]["id"]
+        shown = subprocess.run(
+            ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env
+        ).stdout
+        wait_for(lambda: ended(root, "ev", "show"), 60, 0.5)
+    finally:
+        cancel_root(slurm, root)
+    assert out.read_text() == "G=hi $there L=none\n"
+    fields = dict(w.split("=", 1) for w in shown.split() if "=" in w)
+    assert fields["MinMemoryNode"] == "100M" and fields["NumCPUs"] == "2" and fields["Partition"] == "debug"
+    assert time_limit(slurm, job_id) == "00:03:00"
+
+
+def test_retired_jobs_are_cancelled_in_one_scancel_call(
+    tmp_path: Path, slurm: Slurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = shutil.which("scancel")
+    assert real
+    shims, calls = tmp_path / "bin", tmp_path / "scancel.calls"
+    shims.mkdir()
+    (shims / "scancel").write_text(f'#!/bin/bash\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    (shims / "scancel").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{subprocess.os.environ['PATH']}")
+    root = tmp_path / "submit"
+    hold = f"  - name: hold\n    run: sleep 20; touch {tmp_path}/h\n    outputs: ['{tmp_path}/h']\n"
+    extra = "".join(f"  - name: x{i}\n    run: 'true'\n    requires: [{{after: hold}}]\n" for i in range(3))
+    p = write_plan(tmp_path / "sc.yaml", "sc", hold + extra)
+    hosts = slurm.hosts_file(root)
+    try:
+        assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+        ids = sorted(attempts(root, "sc", f"x{i}")[0]["id"] for i in range(3))
+        p.write_text(f"plan: sc\njobs:\n{hold}")
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0 and out.count("  -  x") == 3, out
+    finally:
+        cancel_root(slurm, root)
+    first = calls.read_text().splitlines()[0]
+    assert sorted(int(x) for x in first.split()) == ids

@@ -1,0 +1,220 @@
+"""The Slurm ledger on a real cluster: what was pushed is known after squeue forgets it, pushes take the lock,
+plans on one root stay apart, and a re-push re-points pending dependents instead of orphaning them."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import plan_cli, wait_for
+from tests.slurm import Slurm, start_slurm, stop_slurm
+
+pytestmark = pytest.mark.usefixtures("plan_env")
+plan = plan_cli
+
+
+@pytest.fixture(scope="module")
+def aging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
+    """A cluster that forgets finished jobs about 10 s after they end (MinJobAge=2)."""
+    cluster = start_slurm(tmp_path_factory.mktemp("aging"), min_job_age=2)
+    yield cluster
+    stop_slurm(cluster)
+
+
+def write_plan(path: Path, name: str, jobs: str) -> Path:
+    path.write_text(f"plan: {name}\njobs:\n" + jobs)
+    return path
+
+
+def ledger(root: Path) -> dict[str, Any]:
+    return json.loads((root / "slurm.json").read_text())
+
+
+def attempts(root: Path, plan_name: str, job: str) -> list[dict[str, Any]]:
+    try:
+        return ledger(root)["plans"][plan_name]["jobs"][job]["attempts"]
+    except (OSError, KeyError, ValueError):
+        return []
+
+
+def known_ids(slurm: Slurm) -> set[str]:
+    return {j["id"] for j in slurm.squeue()}
+
+
+def cancel_root(slurm: Slurm, root: Path) -> None:
+    """scancel every job the root's ledger knows (one call)."""
+    try:
+        plans = ledger(root)["plans"]
+    except (OSError, ValueError):
+        return
+    ids = [str(a["id"]) for p in plans.values() for r in p["jobs"].values() for a in r["attempts"]]
+    if ids:
+        subprocess.run(["scancel", *ids], env=slurm.env, capture_output=True)
+
+
+def ended(root: Path, plan_name: str, job: str) -> str | None:
+    """The state the job's wrapper recorded for its last attempt (its result file), if it has ended."""
+    found = attempts(root, plan_name, job)
+    if not found:
+        return None
+    result = root / "results" / plan_name / job / f"{found[-1]['id']}.json"
+    return json.loads(result.read_text())["state"] if result.exists() else None
+
+
+def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_path: Path, aging: Slurm) -> None:
+    count, root = tmp_path / "count", tmp_path / "submit"
+    p = write_plan(
+        tmp_path / "lg.yaml",
+        "lg",
+        f"  - name: hello\n    run: echo run >> {count}\n"
+        f"  - name: bad\n    run: echo broken; exit 3\n    outputs: ['{tmp_path}/bad.out']\n",
+    )
+    hosts = aging.hosts_file(root)
+    code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+    assert code == 0 and out.count("submitted ") == 2, out
+    try:
+        wait_for(lambda: ended(root, "lg", "hello") == "COMPLETED" and ended(root, "lg", "bad") == "FAILED", 60, 0.5)
+        ids = {str(a["id"]) for job in ("hello", "bad") for a in attempts(root, "lg", job)}
+        wait_for(lambda: not ids & known_ids(aging), 60, 1)  # squeue has forgotten both; no probe ever ran
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
+        assert code == 0 and re.search(r"  d  hello\.job  \(completed as \d+\)", out), out
+        assert re.search(r"  !  bad\.job  \(FAILED as \d+; not resubmitted without --retry-failed\)", out), out
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0 and "pushed: 0 submitted" in out and not re.findall(r"submitted (\S+) as", out), out
+        # a new consumer of the failed job is held with it: submitted, it would run without bad's output
+        p.write_text(p.read_text() + "  - name: user\n    run: 'true'\n    requires: [{after: bad}]\n")
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0 and "  !  user.job  (its producer bad failed: not submitted" in out, out
+        assert not re.findall(r"submitted (\S+) as", out)
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--retry-failed")
+        assert code == 0 and re.findall(r"submitted (\S+) as", out) == ["bad.job", "user.job"], out
+        assert "  r  bad.job" in out
+        wait_for(lambda: ended(root, "lg", "bad") == "FAILED" and len(attempts(root, "lg", "bad")) == 2, 60, 0.5)
+    finally:
+        cancel_root(aging, root)
+    assert count.read_text() == "run\n"  # hello ran once, whatever squeue forgot
+    record = ledger(root)["plans"]["lg"]
+    assert [a["state"] for a in record["jobs"]["hello"]["attempts"]] == ["COMPLETED"]
+    assert record["by"] and record["pushed_at"]
+
+
+def test_a_push_waits_for_the_push_lock_and_is_refused_naming_its_holder(tmp_path: Path, slurm: Slurm) -> None:
+    root = tmp_path / "submit"
+    root.mkdir()
+    p = write_plan(tmp_path / "lk.yaml", "lk", "  - name: one\n    run: 'true'\n")
+    hosts = slurm.hosts_file(root)
+    fd = os.open(root / ".push.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, json.dumps({"pid": os.getpid(), "user": "someone@else", "since": "now"}).encode())
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--lock-wait", "1")
+    finally:
+        os.close(fd)
+    assert code == 1 and "another push holds the lock" in out and "someone@else" in out, out
+    assert not (root / "slurm.json").exists() and not any(j["name"].startswith("lk/") for j in slurm.squeue())
+
+
+def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, slurm: Slurm) -> None:
+    root = tmp_path / "sub mit"  # a root with a space: every path is quoted or passed as one argument
+    hosts = slurm.hosts_file(root)
+    outs = {}
+    for name in ("rp", "rq"):
+        outs[name] = tmp_path / f"{name}.out"
+        write_plan(
+            tmp_path / f"{name}.yaml",
+            name,
+            f"  - name: a\n    run: sleep 3; touch {tmp_path}/{name}.a\n    outputs: ['{tmp_path}/{name}.a']\n"
+            f"  - name: b\n    run: echo {name} > {outs[name]}\n    requires: [{{after: a}}]\n"
+            f"    outputs: ['{outs[name]}']\n",
+        )
+    try:
+        for name in ("rp", "rq"):
+            code, out = plan("push", "cluster", str(tmp_path / f"{name}.yaml"), "--hosts", str(hosts))
+            assert code == 0 and out.count("submitted ") == 2, out
+        names = {j["name"] for j in slurm.squeue()}
+        assert {"rp/a", "rp/b", "rq/a", "rq/b"} <= names
+        wait_for(lambda: all(ended(root, n, "b") == "COMPLETED" for n in ("rp", "rq")), 90, 0.5)
+    finally:
+        cancel_root(slurm, root)
+    assert outs["rp"].read_text() == "rp\n" and outs["rq"].read_text() == "rq\n"
+    assert sorted(p.name for p in (root / "scripts" / "rp").glob("b.*.job")) != sorted(
+        p.name for p in (root / "scripts" / "rq").glob("b.*.job")
+    )
+    assert "rp/b attempt 1" in (root / "logs/rp/b.job.log").read_text()
+    code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+    events = json.loads(out)["events"]
+    assert {e["job"] for e in events if e["event"] == "done"} == {"rp/a.job", "rp/b.job", "rq/a.job", "rq/b.job"}
+    code, out = plan("logs", "cluster", "rq/b", "--hosts", str(hosts))
+    assert code == 0 and "rq/b attempt 1" in out and "rp/b" not in out, out
+    code, out = plan("logs", "cluster", "b", "--hosts", str(hosts))
+    assert code != 0 and "b.job is in plans rp, rq: name one, as PLAN/b.job" in out, out
+
+
+def test_changing_a_pending_job_re_points_its_pending_dependents(tmp_path: Path, slurm: Slurm) -> None:
+    root, runs = tmp_path / "submit", tmp_path / "runs"
+    text = "".join(
+        f"  - name: {job}\n    run: {run}; echo {job}{n} >> {runs}; touch {tmp_path}/{job}\n"
+        f"    outputs: ['{tmp_path}/{job}']\n" + (f"    requires: [{{after: {dep}}}]\n" if dep else "")
+        for job, run, n, dep in (("a", "sleep 8", "", ""), ("b", "true", "1", "a"), ("c", "true", "", "b"))
+    )
+    p = write_plan(tmp_path / "ch.yaml", "ch", text)
+    hosts = slurm.hosts_file(root)
+    try:
+        assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+        first = {job: attempts(root, "ch", job)[-1]["id"] for job in ("a", "b", "c")}
+        p.write_text(p.read_text().replace("echo b1", "echo b2"))
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0, out
+        assert "  ~  b.job  (pending" in out and "its pending dependents re-pointed to it: c" in out, out
+        new_b = attempts(root, "ch", "b")[-1]["id"]
+        assert re.findall(r"submitted (\S+) as", out) == ["b.job"] and new_b != first["b"]
+        assert f"re-pointed 1 pending dependents of b.job to {new_b}: {first['c']}" in out
+        assert f"cancelled {first['b']}" in out
+        assert attempts(root, "ch", "c")[-1]["id"] == first["c"]
+        wait_for(lambda: ended(root, "ch", "c") == "COMPLETED", 90, 0.5)
+    finally:
+        cancel_root(slurm, root)
+    assert runs.read_text() == "a\nb2\nc\n"
+    code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
+    assert code == 0 and "3 done" in out and "!" not in out, out
+
+
+def test_jobs_of_the_first_format_still_queued_are_adopted_not_run_twice(tmp_path: Path, slurm: Slurm) -> None:
+    """A job submitted by the earlier backend (bare name, no ledger) that is still pending is replaced in one
+    step, and one that runs is left alone, instead of either being submitted a second time."""
+    root = tmp_path / "submit"
+    old = {}
+    for name, hold in (("waits", True), ("runs", False)):
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={name}",
+            "--comment=plan=up@000000000000",
+            f"--output={tmp_path}/old-%j.out",
+            "--wrap",
+            "sleep 30",
+        ]
+        out = subprocess.run(
+            argv + (["--hold"] if hold else []), capture_output=True, text=True, env=slurm.env, check=True
+        ).stdout
+        old[name] = int(out.strip())
+    p = write_plan(tmp_path / "up.yaml", "up", "  - name: waits\n    run: 'true'\n  - name: runs\n    run: 'true'\n")
+    hosts = slurm.hosts_file(root)
+    try:
+        wait_for(lambda: any(j["id"] == str(old["runs"]) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.5)
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0, out
+        assert f"  ~  waits.job  (pending {old['waits']} has other content" in out
+        assert f"  >~ runs.job  (running as {old['runs']})" in out
+        assert re.findall(r"submitted (\S+) as", out) == ["waits.job"] and f"cancelled {old['waits']}" in out
+    finally:
+        cancel_root(slurm, root)
+        subprocess.run(["scancel", *(str(i) for i in old.values())], env=slurm.env, capture_output=True)

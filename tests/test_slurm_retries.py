@@ -1,0 +1,131 @@
+"""Retries outside the allocation, on a real cluster: each attempt a Slurm job of its own, started after the
+runner's backoff, its dependents moved along, GRES free in between, a `retry` event per attempt."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import plan_cli, wait_for
+from tests.slurm import Slurm
+from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
+
+pytestmark = pytest.mark.usefixtures("plan_env")
+plan = plan_cli
+
+
+def time_limit(slurm: Slurm, job_id: int) -> str:
+    out = subprocess.run(
+        ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env, check=True
+    ).stdout
+    return next(w.split("=", 1)[1] for w in out.split() if w.startswith("TimeLimit="))
+
+
+def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_path: Path, slurm: Slurm) -> None:
+    root, count, spans = tmp_path / "submit", tmp_path / "count", tmp_path / "spans"
+    flaky = (
+        f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; "
+        f'echo \\"g1 $n $(date +%s.%N)\\" >> {spans}; '
+        f'if [ $n -lt 3 ]; then echo \\"flaky failure $n\\"; exit 5; fi; touch {tmp_path}/flaky.out'
+    )
+    jobs = (
+        f'  - name: flaky\n    lane: gpu\n    retries: 3\n    timeout: 10s\n    run: "{flaky}"\n'
+        f"    outputs: ['{tmp_path}/flaky.out']\n"
+        f"  - name: after\n    lane: cpu\n    run: touch {tmp_path}/after.out\n    requires: [{{after: flaky}}]\n"
+        f"    outputs: ['{tmp_path}/after.out']\n"
+        f'  - name: g2\n    lane: gpu\n    run: "echo \\"g2 0 $(date +%s.%N)\\" >> {spans}"\n'
+        "  - name: plain\n    lane: cpu\n    run: 'true'\n"
+    )
+    p = write_plan(tmp_path / "rt.yaml", "rt", jobs)
+    hosts = slurm.hosts_file(root, extra="    backoff_base: 4\n    lanes:\n      cpu: {time: '7'}\n")
+    code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+    assert code == 0, out
+    watch = ["watch", "cluster", "--hosts", str(hosts), "--once", "--state", str(tmp_path / "w.json"), "--idle", "3600"]
+    plan(*watch)  # the watcher's first probe: it alerts on what comes after
+    try:
+        first = attempts(root, "rt", "flaky")[0]["id"]
+        assert time_limit(slurm, first) == "00:01:00"  # one attempt: 10 s + kill grace + margin, rounded up
+        assert time_limit(slurm, attempts(root, "rt", "plain")[0]["id"]) == "00:07:00"  # the lane's default
+        wait_for(lambda: ended(root, "rt", "after") == "COMPLETED", 120, 0.5)
+    finally:
+        cancel_root(slurm, root)
+    code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")  # folds the attempts into the ledger
+    tries = attempts(root, "rt", "flaky")
+    assert [t["attempt"] for t in tries] == [1, 2, 3] and len({t["id"] for t in tries}) == 3
+    assert [t["state"] for t in tries] == ["FAILED", "FAILED", "COMPLETED"]
+    # the runner's backoff: 4 s, then 8 s, between one attempt's end and the next one's start
+    assert tries[1]["start"] - tries[0]["end"] >= 4 - 1 and tries[2]["start"] - tries[1]["end"] >= 8 - 1
+    runs = sorted((float(t), job, int(n)) for job, n, t in (ln.split() for ln in spans.read_text().splitlines()))
+    g2 = next(t for t, job, _ in runs if job == "g2")
+    second = next(t for t, job, n in runs if job == "g1" and n == 2)
+    assert g2 < second, "the gpu job waited for flaky's backoff: the allocation was held"
+    events = [e for e in json.loads(out)["events"] if e["job"] == "rt/flaky.job"]
+    retries = [e for e in events if e["event"] == "retry"]
+    assert [e["next_attempt"] for e in retries] == [2, 3] and [e["backoff_s"] for e in retries] == [4, 8]
+    assert retries[0]["tail"] == ["flaky failure 1"] and retries[1]["tail"][-1] == "flaky failure 2"
+    assert [e["event"] for e in events if e["event"] in ("done", "failed")] == ["done"]
+    code, out = plan(*watch)  # watch's default `retry` alert fires on Slurm too
+    assert code == 10 and "EVENT" in out and "retry" in out and "rt/flaky.job" in out, out
+
+
+def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path: Path, slurm: Slurm) -> None:
+    root = tmp_path / "submit"
+    jobs = "  - name: rc124\n    run: exit 124\n    timeout: 30s\n  - name: slow\n    run: sleep 60\n    timeout: 2s\n"
+    p = write_plan(tmp_path / "tt.yaml", "tt", jobs)
+    hosts = slurm.hosts_file(root)
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    try:
+        wait_for(lambda: ended(root, "tt", "rc124") and ended(root, "tt", "slow"), 60, 0.5)
+    finally:
+        cancel_root(slurm, root)
+    assert ended(root, "tt", "rc124") == "FAILED" and ended(root, "tt", "slow") == "TIMEOUT"
+    assert "TIMEOUT" not in (root / "logs/tt/rc124.job.log").read_text()
+    code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+    kinds = {(e["job"], e["event"]) for e in json.loads(out)["events"]}
+    assert ("tt/rc124.job", "failed") in kinds and ("tt/slow.job", "timeout") in kinds
+
+
+def test_an_external_gate_holds_the_job_outside_the_allocation_until_it_opens(tmp_path: Path, slurm: Slurm) -> None:
+    root, gate, done = tmp_path / "submit", tmp_path / "gate", tmp_path / "gated.out"
+    jobs = (
+        f"  - name: gated\n    run: touch {done}\n    outputs: ['{done}']\n"
+        f"    requires: [{{sh: 'test -e {gate}', external: true}}]\n"
+        f"  - name: next\n    run: touch {tmp_path}/next.out\n    requires: [{{after: gated}}]\n"
+        f"    outputs: ['{tmp_path}/next.out']\n"
+    )
+    p = write_plan(tmp_path / "gt.yaml", "gt", jobs)
+    hosts = slurm.hosts_file(root, extra="    gate_interval: 2\n")
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    try:
+
+        def held() -> dict | None:
+            code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+            queued = json.loads(out)["status"]["queued"]
+            return next(
+                (
+                    q
+                    for q in queued
+                    if q["job"] == "gt/gated.job"
+                    and q["reason"] == "requires"
+                    and len(attempts(root, "gt", "gated")) >= 2
+                ),
+                None,
+            )
+
+        wait_for(held, 60, 0.5)
+        code, out = plan("status", "cluster", "--hosts", str(hosts))
+        assert "requires" in out and "gt/gated.job" in out and "external REQUIRES was false" in out, out
+        assert not done.exists()
+        gate.touch()
+        opened = gate.stat().st_mtime
+        wait_for(lambda: ended(root, "gt", "next") == "COMPLETED", 60, 0.5)
+    finally:
+        cancel_root(slurm, root)
+    assert done.stat().st_mtime >= opened
+    plan("status", "cluster", "--hosts", str(hosts))
+    tries = attempts(root, "gt", "gated")
+    assert all(t["kind"] == "gated" for t in tries[:-1]) and tries[-1]["state"] == "COMPLETED"
+    assert {t["attempt"] for t in tries} == {1}  # a closed gate is not an attempt
