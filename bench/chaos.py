@@ -4,6 +4,7 @@ Prints jobs lost, double runs (two runs of one job at once), re-runs of finished
 after it had ended by itself, done or failed) and leftover processes; all must be 0. Interrupted jobs (ended
 by a new runner life) are re-run by design and counted separately. tests/test_chaos.py runs a short form.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,14 @@ def make_plan(root: Path, jobs: int, rng: random.Random, longest: float) -> dict
         lane = ("net", "gpu", "cpu")[i % 3]
         name = f"{i:02d}-{lane}-chaos.job"
         fails = i % 7 == 3
-        text = JOB.format(lane=lane, name=name, log=root / "runs.log", seconds=f"{rng.uniform(0.05, longest):.2f}",
-                          rc=3 if fails else 0, retries="")
+        text = JOB.format(
+            lane=lane,
+            name=name,
+            log=root / "runs.log",
+            seconds=f"{rng.uniform(0.05, longest):.2f}",
+            rc=3 if fails else 0,
+            retries="",
+        )
         tmp = root / "queue" / f".{name}.tmp"
         tmp.write_text(text)
         os.replace(tmp, root / "queue" / name)
@@ -68,9 +75,27 @@ def make_plan(root: Path, jobs: int, rng: random.Random, longest: float) -> dict
 def _start(root: Path, err: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with open(err, "ab") as handle:
-        return subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "0.2",
-                                 "--kill-grace", "1", "--settle", "0", "--backoff-base", "0.2"],
-                                env=env, stdout=handle, stderr=handle)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "run",
+                "--root",
+                str(root),
+                "--tick",
+                "0.2",
+                "--kill-grace",
+                "1",
+                "--settle",
+                "0",
+                "--backoff-base",
+                "0.2",
+            ],
+            env=env,
+            stdout=handle,
+            stderr=handle,
+        )
 
 
 def _events(root: Path) -> list[dict]:
@@ -129,8 +154,9 @@ def run(kills: int, jobs: int = 30, seed: int = 1, root: Path | None = None) -> 
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             out.kills += 1
-            out.kills_mid_plan += any(not ((qroot / "done" / n).exists() or (qroot / "failed" / n).exists())
-                                      for n in want)
+            out.kills_mid_plan += any(
+                not ((qroot / "done" / n).exists() or (qroot / "failed" / n).exists()) for n in want
+            )
             time.sleep(rng.uniform(0.0, 0.4))  # jobs go on (their own sessions); some end while it is down
             proc = _start(qroot, err)
             lives += 1
@@ -189,15 +215,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     out = run(args.kills, args.jobs, args.seed)
-    print(f"## runner chaos: kill -9 x{out.kills} over a {out.jobs}-job plan (seed {args.seed}, "
-          f"{out.seconds:.0f} s)\n")
+    print(f"## runner chaos: kill -9 x{out.kills} over a {out.jobs}-job plan (seed {args.seed}, {out.seconds:.0f} s)\n")
     print("| what | count |\n|---|---|")
-    for label, value in (("jobs lost", len(out.lost)), ("double runs", len(out.double_runs)),
-                         ("re-runs of finished jobs", len(out.reruns_of_finished)),
-                         ("leftover processes", len(out.leftovers)),
-                         ("kills that fell before the plan had ended", out.kills_mid_plan),
-                         ("interrupted runs re-run (by design)", out.interrupted_reruns),
-                         ("ends recorded while the runner was down", out.recorded_while_down)):
+    for label, value in (
+        ("jobs lost", len(out.lost)),
+        ("double runs", len(out.double_runs)),
+        ("re-runs of finished jobs", len(out.reruns_of_finished)),
+        ("leftover processes", len(out.leftovers)),
+        ("kills that fell before the plan had ended", out.kills_mid_plan),
+        ("interrupted runs re-run (by design)", out.interrupted_reruns),
+        ("ends recorded while the runner was down", out.recorded_while_down),
+    ):
         print(f"| {label} | {value} |")
     for detail in out.lost + out.double_runs + out.reruns_of_finished:
         print(f"  {detail}")

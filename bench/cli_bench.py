@@ -1,4 +1,5 @@
 """Start-up cost of the commands people run most, as whole processes against a bare interpreter start."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import PY_ENV, alternate, machine, plan_cli, ratio, run_step, spread, table  # noqa: E402
+from bench.common import PY_ENV, alternate, machine, plan_cli, ratio, run_step, spread, table
 
 ONE_JOB = """plan: one
 jobs:
@@ -30,14 +31,19 @@ def main() -> None:
             (root / state).mkdir(parents=True)
         env = dict(PY_ENV, PLAN_CACHE_DIR=str(directory / "cache"))
         run_step(plan_cli("check", str(plan)), env)  # warm: the shellcheck result is cached
-        samples = alternate(runs, {
-            "bare": [sys.executable, "-c", "pass"],
-            "check": plan_cli("check", str(plan)),
-            "status": plan_cli("status", str(root)),
-            "runner status": [sys.executable, "-m", "runner", "status", "--root", str(root)],
-        }, env)
-    rows = [[name, spread(values), ratio(values, samples["bare"])] for name, values in samples.items()
-            if name != "bare"]
+        samples = alternate(
+            runs,
+            {
+                "bare": [sys.executable, "-c", "pass"],
+                "check": plan_cli("check", str(plan)),
+                "status": plan_cli("status", str(root)),
+                "runner status": [sys.executable, "-m", "runner", "status", "--root", str(root)],
+            },
+            env,
+        )
+    rows = [
+        [name, spread(values), ratio(values, samples["bare"])] for name, values in samples.items() if name != "bare"
+    ]
     rows.insert(0, ["python3 -c pass", spread(samples["bare"]), "1.00x"])
     print(table("command start-up, whole processes", ["command", "min / median / max", "vs bare python3"], rows))
 

@@ -1,4 +1,5 @@
 """Helpers for the benchmark scripts: whole-process timings, paired and alternated, printed as min/median/max."""
+
 from __future__ import annotations
 
 import os
@@ -23,15 +24,20 @@ def run_step(step: Step, env: Mapping[str, str] | None = None) -> float:
     if callable(step):
         step()
     else:
-        proc = subprocess.run(list(step), env=dict(env or PY_ENV), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, check=False)
+        proc = subprocess.run(
+            list(step), env=dict(env or PY_ENV), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+        )
         if proc.returncode not in (0, 1):  # `plan check` exits 1 on findings; anything else is a broken bench
             raise RuntimeError(f"{' '.join(step)} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
     return time.perf_counter() - start
 
 
-def alternate(runs: int, variants: Mapping[str, Step], env: Mapping[str, str] | None = None,
-              before_each: Callable[[], object] | None = None) -> dict[str, list[float]]:
+def alternate(
+    runs: int,
+    variants: Mapping[str, Step],
+    env: Mapping[str, str] | None = None,
+    before_each: Callable[[], object] | None = None,
+) -> dict[str, list[float]]:
     """Every variant's samples, run A, B, C, A, B, C, ... so that the machine's noise hits all alike."""
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(runs):
@@ -55,8 +61,12 @@ def ratio(numerator: Sequence[float], denominator: Sequence[float]) -> str:
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = [f"## {title}", "", "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines = [
+        f"## {title}",
+        "",
+        "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
     for row in rows:
         lines.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
     return "\n".join(lines) + "\n"
@@ -68,8 +78,10 @@ def ms(seconds: float) -> str:
 
 def machine() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}); "
-            f"load average at start {load}")
+    return (
+        f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}); "
+        f"load average at start {load}"
+    )
 
 
 def plan_cli(*args: str) -> list[str]:

@@ -1,4 +1,5 @@
 """A generated week of runner events (current vocabulary): for `plan report` benchmarks and tests."""
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,17 @@ def week_of_events(jobs: int = 200, events: int = 50000, seed: int = 7) -> list[
     for i, name in enumerate(names):
         lane = name.split("-")[1]
         t = max(t, start + i * per_job + 1)
-        emit(t, name, "lane", lane=lane, state="waiting", reason=rng.choice(["requires", "exclusive", "backoff"]),
-             blocker="x")
+        emit(
+            t,
+            name,
+            "lane",
+            lane=lane,
+            state="waiting",
+            reason=rng.choice(["requires", "exclusive", "backoff"]),
+            blocker="x",
+        )
         for k in range(filler):
-            emit(t + (k + 1) * (per_job * 0.3 / (filler + 1)), name, "requires-wait", requires="test -f /x",
-                 waited_s=k)
+            emit(t + (k + 1) * (per_job * 0.3 / (filler + 1)), name, "requires-wait", requires="test -f /x", waited_s=k)
         t += per_job * 0.3
         attempts = rng.choice([1, 1, 1, 2, 3])
         for attempt in range(1, attempts + 1):
@@ -41,8 +48,14 @@ def week_of_events(jobs: int = 200, events: int = 50000, seed: int = 7) -> list[
             t += per_job * 0.15
             last = attempt == attempts
             ok = last and rng.random() < 0.9
-            emit(t, name, "done" if ok else ("failed" if last else "retry"), rc=0 if ok else 1, attempt=attempt,
-                 tail=[] if ok else [f"error {rng.randint(1, 99)}: flag -b"])
+            emit(
+                t,
+                name,
+                "done" if ok else ("failed" if last else "retry"),
+                rc=0 if ok else 1,
+                attempt=attempt,
+                tail=[] if ok else [f"error {rng.randint(1, 99)}: flag -b"],
+            )
             emit(t, "-", "lane", lane=lane, state="idle")
         if rng.random() < 0.02:
             t += 600

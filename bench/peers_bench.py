@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.check_bench import make_plan  # noqa: E402
-from bench.common import PY_ENV, alternate, machine, plan_cli, ratio, run_step, spread, table  # noqa: E402
+from bench.check_bench import make_plan
+from bench.common import PY_ENV, alternate, machine, plan_cli, ratio, run_step, spread, table
 
 CHAIN = 200
 

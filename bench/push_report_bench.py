@@ -1,5 +1,6 @@
 """Push of a 1000-job plan over ssh to a loopback sshd (wall time, ssh connections), and `plan report`
 on a generated week of events."""
+
 from __future__ import annotations
 
 import json
@@ -27,10 +28,9 @@ def push_rows(directory: Path, runs: int) -> list[list[str]]:
     wrapper_dir.mkdir()
     count_file = directory / "ssh-count"
     wrapper = wrapper_dir / "ssh"
-    wrapper.write_text(f"#!/bin/sh\necho x >> {count_file}\nexec /usr/bin/ssh \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\necho x >> {count_file}\nexec /usr/bin/ssh "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    env = dict(PY_ENV, PATH=f"{wrapper_dir}{os.pathsep}{os.environ['PATH']}",
-               PLAN_CACHE_DIR=str(directory / "cache"))
+    env = dict(PY_ENV, PATH=f"{wrapper_dir}{os.pathsep}{os.environ['PATH']}", PLAN_CACHE_DIR=str(directory / "cache"))
     steps = ("first push", "re-push, unchanged", "re-push, one job changed")
     times: dict[str, list[float]] = {step: [] for step in steps}
     connections: dict[str, set[int]] = {step: set() for step in steps}
@@ -67,10 +67,20 @@ def main() -> None:
     runs = int(os.environ.get("BENCH_RUNS", "5"))
     print(f"machine: {machine()}; {runs} runs of each\n")
     with tempfile.TemporaryDirectory() as tmp:
-        print(table("plan push of a 1000-job plan over ssh (loopback sshd), whole processes",
-                    ["push", "min / median / max", "ssh connections"], push_rows(Path(tmp), runs)))
-        print(table("plan report on a generated week, whole processes",
-                    ["events", "jobs", "plan report", "python3 -c pass"], report_rows(Path(tmp), runs)))
+        print(
+            table(
+                "plan push of a 1000-job plan over ssh (loopback sshd), whole processes",
+                ["push", "min / median / max", "ssh connections"],
+                push_rows(Path(tmp), runs),
+            )
+        )
+        print(
+            table(
+                "plan report on a generated week, whole processes",
+                ["events", "jobs", "plan report", "python3 -c pass"],
+                report_rows(Path(tmp), runs),
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The runner: tick time at 1 000 and 10 000 queued jobs against the seed's way and the stat() floor; RSS;
 start latency of a lane successor and of a newly arrived job."""
+
 from __future__ import annotations
 
 import hashlib
@@ -62,8 +63,14 @@ def tick_rows(runs: int) -> tuple[list[list[str]], str]:
             root = Path(tmp)
             conditions = make_queue(root, jobs)
             # the first tick parses every job file: a fresh runner process each time (it holds the root's lock)
-            firsts = [float(subprocess.run([sys.executable, __file__, "--first", str(root)], capture_output=True,
-                                           text=True, check=True).stdout) for _ in range(runs)]
+            firsts = [
+                float(
+                    subprocess.run(
+                        [sys.executable, __file__, "--first", str(root)], capture_output=True, text=True, check=True
+                    ).stdout
+                )
+                for _ in range(runs)
+            ]
             runner = Runner(Config(root=root, settle_s=0))
             runner.start(time.time())
             runner.tick(time.time())
@@ -72,15 +79,31 @@ def tick_rows(runs: int) -> tuple[list[list[str]], str]:
             # the seed's way is timed on 1 000 conditions and scaled: 20 000 bash forks take half a minute
             sample = conditions[:1000]
             scale = len(conditions) / len(sample)
-            result = alternate(runs, {"tick": lambda r=runner: r.tick(time.time()),
-                                      "floor": lambda c=conditions: stat_floor(c),
-                                      "seed": lambda s=sample: seed_way(s)})
+            result = alternate(
+                runs,
+                {
+                    "tick": lambda r=runner: r.tick(time.time()),
+                    "floor": lambda c=conditions: stat_floor(c),
+                    "seed": lambda s=sample: seed_way(s),
+                },
+            )
             seed = [t * scale for t in result["seed"]]
-            rows.append([str(jobs), spread(firsts), spread(result["tick"]), spread(result["floor"]),
-                         spread(seed) + "*", ratio(result["tick"], result["floor"]), ratio(seed, result["tick"])])
+            rows.append(
+                [
+                    str(jobs),
+                    spread(firsts),
+                    spread(result["tick"]),
+                    spread(result["floor"]),
+                    spread(seed) + "*",
+                    ratio(result["tick"], result["floor"]),
+                    ratio(seed, result["tick"]),
+                ]
+            )
             runner.queue.close()
-    peaks = [subprocess.run([sys.executable, __file__, "--rss"], capture_output=True, text=True,
-                            check=True).stdout.strip() for _ in range(3)]
+    peaks = [
+        subprocess.run([sys.executable, __file__, "--rss"], capture_output=True, text=True, check=True).stdout.strip()
+        for _ in range(3)
+    ]
     values = sorted(float(p) for p in peaks)
     rss = f"{values[0]:.1f} / {values[1]:.1f} / {values[2]:.1f} MB (min / median / max of 3 processes, peak resident)"
     return rows, rss
@@ -127,8 +150,12 @@ def latency_rows(runs: int) -> list[list[str]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "queue").mkdir()
-        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             time.sleep(1)
             for i in range(runs):
@@ -150,10 +177,14 @@ def latency_rows(runs: int) -> list[list[str]]:
         finally:
             proc.terminate()
             proc.wait()
-    return [[what, spread(values), "up to 10 s (one tick)"]
-            for what, values in (("job exit -> lane successor start", succ),
-                                 ("pushed job file arrives -> start", pushed),
-                                 ("job file renamed in by hand -> start (--settle 1s)", by_hand))]
+    return [
+        [what, spread(values), "up to 10 s (one tick)"]
+        for what, values in (
+            ("job exit -> lane successor start", succ),
+            ("pushed job file arrives -> start", pushed),
+            ("job file renamed in by hand -> start (--settle 1s)", by_hand),
+        )
+    ]
 
 
 def main() -> None:
@@ -166,14 +197,19 @@ def main() -> None:
     runs = int(os.environ.get("BENCH_RUNS", "5"))
     print(f"machine: {machine()}; {runs} runs of each, alternated\n")
     rows, rss = tick_rows(runs)
-    print(table("runner tick, queued jobs with test -f REQUIRES chains (in-process CPU of one tick)",
-                ["queued", "first tick (parse)", "tick", "stat floor", "seed's way", "tick / floor",
-                 "seed / tick"], rows))
-    print("* the seed's way timed on 1 000 conditions and scaled to all of them. Ratios: of medians (range over "
-          "paired runs).\n")
+    print(
+        table(
+            "runner tick, queued jobs with test -f REQUIRES chains (in-process CPU of one tick)",
+            ["queued", "first tick (parse)", "tick", "stat floor", "seed's way", "tick / floor", "seed / tick"],
+            rows,
+        )
+    )
+    print(
+        "* the seed's way timed on 1 000 conditions and scaled to all of them. Ratios: of medians (range over "
+        "paired runs).\n"
+    )
     print(f"runner RSS after 3 ticks at 10 000 queued jobs: {rss}\n")
-    print(table("start latency (real runner, --tick 10)", ["what", "min / median / max", "seed"],
-                latency_rows(runs)))
+    print(table("start latency (real runner, --tick 10)", ["what", "min / median / max", "seed"], latency_rows(runs)))
 
 
 if __name__ == "__main__":

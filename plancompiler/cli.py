@@ -1,4 +1,5 @@
 """The `plan` command: parses arguments, calls one stage function, prints, returns an exit code."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,13 +40,22 @@ class GraphFormat(str, Enum):
     mermaid = "mermaid"
 
 
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", metavar="KEY=VALUE", help="override a plan var (repeatable), e.g. --set work=/tmp/demo")]
-TemplatesOpt = Annotated[list[Path] | None, typer.Option(
-    "--templates", metavar="DIR", help="look for templates here first (repeatable); then in templates/ "
-    "beside the plan, templates/ in the plan's parent directory, and ./templates")]
-PlansArg = Annotated[list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)",
-                                                metavar="PLAN...")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="KEY=VALUE", help="override a plan var (repeatable), e.g. --set work=/tmp/demo"),
+]
+TemplatesOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--templates",
+        metavar="DIR",
+        help="look for templates here first (repeatable); then in templates/ "
+        "beside the plan, templates/ in the plan's parent directory, and ./templates",
+    ),
+]
+PlansArg = Annotated[
+    list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)", metavar="PLAN...")
+]
 PlanArg = Annotated[Path, typer.Argument(help="a plan file: YAML or Python", metavar="PLAN")]
 
 
@@ -64,14 +74,22 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _compile(path: Path, sets: list[str] | None, templates: list[Path] | None, no_cache: bool = False,
-             lint: bool = True):  # noqa: ANN202
+def _compile(
+    path: Path, sets: list[str] | None, templates: list[Path] | None, no_cache: bool = False, lint: bool = True
+):
     from plancompiler.compile import compile_plan
 
     try:
         progress = (lambda m: typer.echo(f"{path}: {m}", err=True)) if sys.stderr.isatty() else None
-        return compile_plan(path, _overrides(sets), templates or [], lint=lint, use_cache=not no_cache,
-                            progress=progress, limits=_GLOBAL["limits"])
+        return compile_plan(
+            path,
+            _overrides(sets),
+            templates or [],
+            lint=lint,
+            use_cache=not no_cache,
+            progress=progress,
+            limits=_GLOBAL["limits"],
+        )
     except PlanError as exc:
         raise _fail(str(exc)) from exc
     except (typer.Exit, typer.BadParameter):
@@ -85,11 +103,13 @@ def _internal(what: str | None, exc: BaseException) -> typer.Exit:
         import traceback
 
         traceback.print_exception(exc)
-    return _fail(f"{what + ': ' if what else ''}internal error, please report ({type(exc).__name__}: {str(exc)[:200]})"
-                 + ("" if _GLOBAL["debug"] else "; run with --debug for the traceback"))
+    return _fail(
+        f"{what + ': ' if what else ''}internal error, please report ({type(exc).__name__}: {str(exc)[:200]})"
+        + ("" if _GLOBAL["debug"] else "; run with --debug for the traceback")
+    )
 
 
-def _report(compiled_list, fmt: Format, strict: bool) -> int:  # noqa: ANN001
+def _report(compiled_list, fmt: Format, strict: bool) -> int:
     diagnostics = [d for c in compiled_list for d in c.diagnostics]
     text = format_all(diagnostics, fmt.value)
     if text:
@@ -107,8 +127,12 @@ def check(
     plans: PlansArg,
     set_: SetOpt = None,
     templates: TemplatesOpt = None,
-    fmt: Annotated[Format, typer.Option("--format", help="text (path:line:col: severity[code]: message), "
-                                        "json, or github (workflow annotations)")] = Format.text,
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format", help="text (path:line:col: severity[code]: message), json, or github (workflow annotations)"
+        ),
+    ] = Format.text,
     strict: Annotated[bool, typer.Option("--strict", help="warnings fail the check too")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="re-run shellcheck on every job")] = False,
 ) -> None:
@@ -120,7 +144,7 @@ def check(
     raise typer.Exit(_report(compiled, fmt, strict))
 
 
-def _checked(path: Path, sets: list[str] | None, templates: list[Path] | None, no_cache: bool):  # noqa: ANN202
+def _checked(path: Path, sets: list[str] | None, templates: list[Path] | None, no_cache: bool):
     """PATH's check: remembered where every input is as the last full check found it, else compiled."""
     from plancompiler import checkmemo
 
@@ -185,13 +209,15 @@ def schema() -> None:
     typer.echo(json.dumps(Plan.model_json_schema(by_alias=True), indent=1))
 
 
-HostsOpt = Annotated[Path | None, typer.Option(
-    "--hosts", metavar="FILE", help="hosts file (default $PLAN_HOSTS, else plans/hosts.yaml)")]
-HostArg = Annotated[str, typer.Argument(help="a name from the hosts file, a path (./q, /srv/jobs), or DEST:PATH",
-                                        metavar="HOST")]
+HostsOpt = Annotated[
+    Path | None, typer.Option("--hosts", metavar="FILE", help="hosts file (default $PLAN_HOSTS, else plans/hosts.yaml)")
+]
+HostArg = Annotated[
+    str, typer.Argument(help="a name from the hosts file, a path (./q, /srv/jobs), or DEST:PATH", metavar="HOST")
+]
 
 
-def _host(spec: str, hosts: Path | None):  # noqa: ANN202
+def _host(spec: str, hosts: Path | None):
     """HOST resolved; a hosts-file mistake is a located error, exit 2."""
     from plancompiler.hosts import resolve
 
@@ -220,7 +246,7 @@ def _host_errors() -> Iterator[None]:
         raise _fail(str(exc)) from exc
 
 
-def _call(host, mode: str, request: dict, timeout: float | None = None) -> dict:  # noqa: ANN001
+def _call(host, mode: str, request: dict, timeout: float | None = None) -> dict:
     with _host_errors():
         result = host.call(mode, request, timeout)
     if "error" in result:
@@ -236,20 +262,31 @@ def push(
     templates: TemplatesOpt = None,
     hosts: HostsOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="show the diff and change nothing")] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="re-queue this plan's failed jobs "
-                                               "and reset their attempts")] = False,
-    no_prune: Annotated[bool, typer.Option("--no-prune", help="keep queued jobs of this plan that it no "
-                                           "longer has")] = False,
-    no_verify_external: Annotated[bool, typer.Option("--no-verify-external", help="do not check that the "
-                                                     "plan's external paths exist on the host")] = False,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="re-queue this plan's failed jobs and reset their attempts")
+    ] = False,
+    no_prune: Annotated[
+        bool, typer.Option("--no-prune", help="keep queued jobs of this plan that it no longer has")
+    ] = False,
+    no_verify_external: Annotated[
+        bool, typer.Option("--no-verify-external", help="do not check that the plan's external paths exist on the host")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the diff and result as JSON")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="warnings also refuse the push")] = False,
-    take_over: Annotated[bool, typer.Option("--take-over", help="replace jobs of the same name that another plan "
-                                            "(or a hand-written file) owns; their attempts are reset")] = False,
-    lock_wait: Annotated[float, typer.Option("--lock-wait", help="seconds to wait for another push to the same "
-                                             "host to finish")] = 60.0,
-    dead: Annotated[float, typer.Option("--dead", help="heartbeat age in seconds that counts as a dead runner "
-                                        "(a warning)")] = 300.0,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help="replace jobs of the same name that another plan "
+            "(or a hand-written file) owns; their attempts are reset",
+        ),
+    ] = False,
+    lock_wait: Annotated[
+        float, typer.Option("--lock-wait", help="seconds to wait for another push to the same host to finish")
+    ] = 60.0,
+    dead: Annotated[
+        float, typer.Option("--dead", help="heartbeat age in seconds that counts as a dead runner (a warning)")
+    ] = 300.0,
 ) -> None:
     """Check PLAN, diff it against HOST's queue, print the diff, then install it atomically.
 
@@ -269,11 +306,17 @@ def push(
     if code:
         typer.echo(f"plan: push refused: {plan} has errors; nothing was sent to {target.name}", err=True)
         raise typer.Exit(code)
-    options = PushOptions(dry_run=dry_run, retry_failed=retry_failed, prune=not no_prune,
-                          verify_external=not no_verify_external, take_over=take_over, lock_wait_s=lock_wait,
-                          dead_s=dead)
+    options = PushOptions(
+        dry_run=dry_run,
+        retry_failed=retry_failed,
+        prune=not no_prune,
+        verify_external=not no_verify_external,
+        take_over=take_over,
+        lock_wait_s=lock_wait,
+        dead_s=dead,
+    )
 
-    def show(diff) -> None:  # noqa: ANN001
+    def show(diff) -> None:
         typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
 
     with _host_errors():
@@ -312,7 +355,7 @@ def run_plan(
     queue_root = (root or Path(".plan") / compiled.name).resolve()
     target = Host(name=str(queue_root), root=str(queue_root))
 
-    def show(diff) -> None:  # noqa: ANN001
+    def show(diff) -> None:
         typer.echo(diff.text())
 
     with _host_errors():  # no warning about the runner: this command starts one now
@@ -329,8 +372,9 @@ def run_plan(
 def status(
     host: HostArg,
     hosts: HostsOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the host's status.json, counts and recent "
-                                          "events as JSON")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the host's status.json, counts and recent events as JSON")
+    ] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds the probe may take in all")] = 60.0,
 ) -> None:
     """What each lane runs, why each queued job waits and since when, recent ends, runner heartbeat.
@@ -346,8 +390,11 @@ def status(
     if "error" in answer:
         raise _fail(f"{target.describe()}: {answer['error']}", 1)
     if as_json:
-        typer.echo(json.dumps({k: answer.get(k) for k in ("status", "counts", "events", "runner_alive", "now",
-                                                          "parked")}, indent=1))
+        typer.echo(
+            json.dumps(
+                {k: answer.get(k) for k in ("status", "counts", "events", "runner_alive", "now", "parked")}, indent=1
+            )
+        )
     else:
         typer.echo(status_text(target, answer))
     if answer.get("status_error"):
@@ -358,8 +405,12 @@ def _watch_words() -> tuple[str, str, str, str]:
     from plancompiler.incidents import INCIDENT_KINDS
     from plancompiler.watch_args import ALERTABLE_EVENTS, DEFAULT_EVENTS, WAITING_REASONS
 
-    return (", ".join(ALERTABLE_EVENTS), ", ".join(WAITING_REASONS), ", ".join(INCIDENT_KINDS),
-            ", ".join(DEFAULT_EVENTS))
+    return (
+        ", ".join(ALERTABLE_EVENTS),
+        ", ".join(WAITING_REASONS),
+        ", ".join(INCIDENT_KINDS),
+        ", ".join(DEFAULT_EVENTS),
+    )
 
 
 _EVENT_WORDS, _REASON_WORDS, _KIND_WORDS, _DEFAULT_EVENT_WORDS = _watch_words()
@@ -372,43 +423,93 @@ def watch(
     hosts: HostsOpt = None,
     interval: Annotated[float, typer.Option("--interval", metavar=_SECONDS, help="seconds between probes")] = 120.0,
     once: Annotated[bool, typer.Option("--once", help="probe once and exit (for cron)")] = False,
-    probe_timeout: Annotated[float, typer.Option("--probe-timeout", metavar=_SECONDS,
-                                                 help="seconds one probe may take in all")] = 60.0,
-    wake_on: Annotated[list[str] | None, typer.Option(
-        "--wake-on", metavar="EVENT", help=f"also alert on these events (repeatable or comma-separated), e.g. "
-        f"--wake-on done. Events: {_EVENT_WORDS}")] = None,
-    events: Annotated[str | None, typer.Option(
-        "--events", metavar="EVENT,...", help="the events that alert, comma-separated, or 'none' (default: "
-        f"{_DEFAULT_EVENT_WORDS})")] = None,
-    waiting: Annotated[list[str] | None, typer.Option(
-        "--waiting", metavar="[REASON=]DURATION", help="WAITING when a queued job has waited this long on one "
-        "reason (default 30m); REASON=DURATION sets one reason's limit (repeatable). "
-        f"Reasons: {_REASON_WORDS}")] = None,
-    stall: Annotated[float, typer.Option("--stall", metavar=_SECONDS,
-                                         help="seconds a net job may run before STALL")] = 3600.0,
-    idle: Annotated[float, typer.Option("--idle", metavar=_SECONDS,
-                                        help="seconds of nothing running before IDLE")] = 600.0,
-    dead: Annotated[float, typer.Option("--dead", metavar=_SECONDS,
-                                        help="heartbeat age in seconds that means DEAD")] = 300.0,
-    unreachable: Annotated[int, typer.Option("--unreachable", metavar="N",
-                                             help="failed probes in a row before UNREACHABLE")] = 5,
-    parked_repeat: Annotated[float, typer.Option("--parked-repeat", metavar=_SECONDS,
-                                                 help="seconds before a lasting park is reported again")] = 7200.0,
-    on_alert: Annotated[str | None, typer.Option("--on-alert", metavar="CMD", help="run CMD for each alert (alert "
-                                                 "JSON on stdin, kind in $PLAN_ALERT_KIND) and keep watching")] = None,
-    realert: Annotated[float, typer.Option("--realert", metavar=_SECONDS, help="seconds before an open incident "
-                                           "is sent again")] = 3600.0,
-    hook_timeout: Annotated[float, typer.Option("--hook-timeout", metavar=_SECONDS,
-                                                help="seconds --on-alert/--ping may run")] = 30.0,
-    ping: Annotated[str | None, typer.Option("--ping", metavar="CMD", help="run CMD after every successful probe "
-                                             "(a dead-man's switch for the watcher itself)")] = None,
-    heartbeat_every: Annotated[str | None, typer.Option(
-        "--heartbeat-every", metavar="DURATION", help="also print (or send to --on-alert as OK) one all-clear line "
-        "this often, e.g. 6h: the lanes and the open incidents")] = None,
-    incidents: Annotated[bool, typer.Option("--incidents", help="list the open incidents from the state file "
-                                            "and exit (no probe)")] = False,
-    state: Annotated[Path | None, typer.Option("--state", metavar="FILE", help="state file (event offset, "
-                                               "incidents); default under ~/.local/state/plancompiler")] = None,
+    probe_timeout: Annotated[
+        float, typer.Option("--probe-timeout", metavar=_SECONDS, help="seconds one probe may take in all")
+    ] = 60.0,
+    wake_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--wake-on",
+            metavar="EVENT",
+            help=f"also alert on these events (repeatable or comma-separated), e.g. "
+            f"--wake-on done. Events: {_EVENT_WORDS}",
+        ),
+    ] = None,
+    events: Annotated[
+        str | None,
+        typer.Option(
+            "--events",
+            metavar="EVENT,...",
+            help=f"the events that alert, comma-separated, or 'none' (default: {_DEFAULT_EVENT_WORDS})",
+        ),
+    ] = None,
+    waiting: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--waiting",
+            metavar="[REASON=]DURATION",
+            help="WAITING when a queued job has waited this long on one "
+            "reason (default 30m); REASON=DURATION sets one reason's limit (repeatable). "
+            f"Reasons: {_REASON_WORDS}",
+        ),
+    ] = None,
+    stall: Annotated[
+        float, typer.Option("--stall", metavar=_SECONDS, help="seconds a net job may run before STALL")
+    ] = 3600.0,
+    idle: Annotated[
+        float, typer.Option("--idle", metavar=_SECONDS, help="seconds of nothing running before IDLE")
+    ] = 600.0,
+    dead: Annotated[
+        float, typer.Option("--dead", metavar=_SECONDS, help="heartbeat age in seconds that means DEAD")
+    ] = 300.0,
+    unreachable: Annotated[
+        int, typer.Option("--unreachable", metavar="N", help="failed probes in a row before UNREACHABLE")
+    ] = 5,
+    parked_repeat: Annotated[
+        float, typer.Option("--parked-repeat", metavar=_SECONDS, help="seconds before a lasting park is reported again")
+    ] = 7200.0,
+    on_alert: Annotated[
+        str | None,
+        typer.Option(
+            "--on-alert",
+            metavar="CMD",
+            help="run CMD for each alert (alert JSON on stdin, kind in $PLAN_ALERT_KIND) and keep watching",
+        ),
+    ] = None,
+    realert: Annotated[
+        float, typer.Option("--realert", metavar=_SECONDS, help="seconds before an open incident is sent again")
+    ] = 3600.0,
+    hook_timeout: Annotated[
+        float, typer.Option("--hook-timeout", metavar=_SECONDS, help="seconds --on-alert/--ping may run")
+    ] = 30.0,
+    ping: Annotated[
+        str | None,
+        typer.Option(
+            "--ping",
+            metavar="CMD",
+            help="run CMD after every successful probe (a dead-man's switch for the watcher itself)",
+        ),
+    ] = None,
+    heartbeat_every: Annotated[
+        str | None,
+        typer.Option(
+            "--heartbeat-every",
+            metavar="DURATION",
+            help="also print (or send to --on-alert as OK) one all-clear line "
+            "this often, e.g. 6h: the lanes and the open incidents",
+        ),
+    ] = None,
+    incidents: Annotated[
+        bool, typer.Option("--incidents", help="list the open incidents from the state file and exit (no probe)")
+    ] = False,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            "--state",
+            metavar="FILE",
+            help="state file (event offset, incidents); default under ~/.local/state/plancompiler",
+        ),
+    ] = None,
 ) -> None:
     """Probe HOST every --interval seconds; judge new events and what is true now; print `KIND: detail` lines.
 
@@ -436,10 +537,26 @@ def watch(
         every = duration("--heartbeat-every", heartbeat_every) if heartbeat_every else None
     except ValueError as exc:
         raise _fail(str(exc)) from exc
-    rules = Rules(events=kinds, net_stall_s=stall, idle_s=idle, dead_s=dead, unreachable_n=unreachable,
-                  parked_repeat_s=parked_repeat, waiting_s=waiting_s, waiting_by_reason=waiting_by_reason)
-    options = WatchOptions(interval=interval, once=once, probe_timeout=probe_timeout, on_alert=on_alert,
-                           realert=realert, hook_timeout=hook_timeout, ping=ping, heartbeat_every=every)
+    rules = Rules(
+        events=kinds,
+        net_stall_s=stall,
+        idle_s=idle,
+        dead_s=dead,
+        unreachable_n=unreachable,
+        parked_repeat_s=parked_repeat,
+        waiting_s=waiting_s,
+        waiting_by_reason=waiting_by_reason,
+    )
+    options = WatchOptions(
+        interval=interval,
+        once=once,
+        probe_timeout=probe_timeout,
+        on_alert=on_alert,
+        realert=realert,
+        hook_timeout=hook_timeout,
+        ping=ping,
+        heartbeat_every=every,
+    )
     with _host_errors():  # a bad --probe-timeout is a usage error before any probe
         code = watch_loop(target, rules, path, options, echo=typer.echo, warn=lambda m: typer.echo(m, err=True))
     raise typer.Exit(code)
@@ -448,13 +565,28 @@ def watch(
 @app.command()
 def ack(
     host: HostArg,
-    incident: Annotated[str, typer.Argument(metavar="KIND[:SUBJECT]", help=f"the open incident: its kind "
-                                            f"({_KIND_WORDS}) and, where several are open, its job, lane or host")],
-    for_: Annotated[str | None, typer.Option("--for", metavar="DURATION", help="silence it at most this long, "
-                                             "e.g. 8h (default: until it changes or recovers)")] = None,
+    incident: Annotated[
+        str,
+        typer.Argument(
+            metavar="KIND[:SUBJECT]",
+            help=f"the open incident: its kind ({_KIND_WORDS}) and, where several are open, its job, lane or host",
+        ),
+    ],
+    for_: Annotated[
+        str | None,
+        typer.Option(
+            "--for",
+            metavar="DURATION",
+            help="silence it at most this long, e.g. 8h (default: until it changes or recovers)",
+        ),
+    ] = None,
     hosts: HostsOpt = None,
-    state: Annotated[Path | None, typer.Option("--state", metavar="FILE", help="the watcher's state file "
-                                               "(default under ~/.local/state/plancompiler)")] = None,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            "--state", metavar="FILE", help="the watcher's state file (default under ~/.local/state/plancompiler)"
+        ),
+    ] = None,
 ) -> None:
     """Silence one open incident `plan watch` knows of, until it changes, recovers, or --for passes.
 
@@ -480,20 +612,25 @@ def ack(
     except AckError as exc:
         raise _fail(str(exc), exc.code) from exc
     book.save(path)
-    typer.echo(f"acked {found.kind}:{found.subject} on {target.name} "
-               + (f"for {for_}" if for_ else "until it changes or recovers") + f": {found.detail}")
+    typer.echo(
+        f"acked {found.kind}:{found.subject} on {target.name} "
+        + (f"for {for_}" if for_ else "until it changes or recovers")
+        + f": {found.detail}"
+    )
 
 
 @app.command()
 def report(
-    source: Annotated[str, typer.Argument(help="an events.jsonl file, or a HOST (name, path or DEST:PATH)",
-                                          metavar="HOST|EVENTS")],
+    source: Annotated[
+        str, typer.Argument(help="an events.jsonl file, or a HOST (name, path or DEST:PATH)", metavar="HOST|EVENTS")
+    ],
     hosts: HostsOpt = None,
     since: Annotated[str | None, typer.Option("--since", help="start, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,
     until: Annotated[str | None, typer.Option("--until", help="end, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
-    html_file: Annotated[Path | None, typer.Option("--html", metavar="FILE",
-                                                      help="also write a self-contained HTML timeline")] = None,
+    html_file: Annotated[
+        Path | None, typer.Option("--html", metavar="FILE", help="also write a self-contained HTML timeline")
+    ] = None,
     plan: Annotated[str | None, typer.Option("--plan", help="only this plan's jobs (Slurm hosts)")] = None,
 ) -> None:
     """Where each lane's time went: busy, idle, and idle with work waiting, split by cause.
@@ -544,8 +681,9 @@ def park(
     host: HostArg,
     hosts: HostsOpt = None,
     reason: Annotated[str, typer.Option("--reason", help="why: shown in status, events and by watch")] = "",
-    now: Annotated[bool, typer.Option("--now", help="also end running jobs and put them back in queue/ "
-                                      "(no attempt used)")] = False,
+    now: Annotated[
+        bool, typer.Option("--now", help="also end running jobs and put them back in queue/ (no attempt used)")
+    ] = False,
 ) -> None:
     """Stop HOST's runner from starting new jobs (running jobs finish unless --now), e.g. for reboot-per-side work.
 
@@ -570,7 +708,9 @@ def unpark(host: HostArg, hosts: HostsOpt = None) -> None:
 
 @app.command()
 def retry(
-    host: HostArg, job: JobArg, hosts: HostsOpt = None,
+    host: HostArg,
+    job: JobArg,
+    hosts: HostsOpt = None,
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
 ) -> None:
     """Move JOB from failed/ back to queue/ with its attempts reset; the runner does it and logs `retry`."""
@@ -583,7 +723,9 @@ def retry(
 
 @app.command()
 def cancel(
-    host: HostArg, job: JobArg, hosts: HostsOpt = None,
+    host: HostArg,
+    job: JobArg,
+    hosts: HostsOpt = None,
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
 ) -> None:
     """Remove a queued JOB, or end a running one's whole tree and file it in failed/ (`cancelled` event)."""
@@ -596,7 +738,9 @@ def cancel(
 
 @app.command()
 def logs(
-    host: HostArg, job: JobArg, hosts: HostsOpt = None,
+    host: HostArg,
+    job: JobArg,
+    hosts: HostsOpt = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing until the job ends or Ctrl-C")] = False,
     lines: Annotated[int, typer.Option("-n", "--lines", help="lines of the end of the log to show first")] = 40,
     interval: Annotated[float, typer.Option("--interval", help="seconds between reads with -f")] = 1.0,
@@ -613,7 +757,8 @@ def logs(
 
 @app.command()
 def bootstrap(
-    host: HostArg, hosts: HostsOpt = None,
+    host: HostArg,
+    hosts: HostsOpt = None,
     user_unit: Annotated[bool, typer.Option("--user", help="a systemd --user unit instead of a system one")] = False,
     run_as: Annotated[str | None, typer.Option("--run-as", help="User= of a system unit (default: ssh user)")] = None,
     python: Annotated[str, typer.Option("--python", help="interpreter on the host")] = "/usr/bin/python3",
@@ -641,9 +786,11 @@ def bootstrap(
 @hooks_app.command("install")
 def hooks_install(
     repo: Annotated[Path, typer.Option("--repo", help="the git repository (default: the current directory)")] = Path(
-        "."),
-    plans: Annotated[str, typer.Option("--plans", help="shell globs of the plan files the hook checks; the hosts "
-                                       "file is skipped")] = "plans/*.yaml plans/*.yml plans/*.py",
+        "."
+    ),
+    plans: Annotated[
+        str, typer.Option("--plans", help="shell globs of the plan files the hook checks; the hosts file is skipped")
+    ] = "plans/*.yaml plans/*.yml plans/*.py",
 ) -> None:
     """Write a git pre-push hook that runs `plan check` on the repository's plans and refuses the push on errors."""
     from plancompiler.operate import pre_push_hook
@@ -671,12 +818,18 @@ _GLOBAL: dict[str, Any] = {"debug": False, "limits": None, "max_size": None}
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="print the version and exit")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="on an internal error, print its traceback")] = False,
-    max_size: Annotated[str | None, typer.Option(
-        "--max-size", metavar="SIZE", help="most bytes one rendered value or job may have (default 1M; "
-        "e.g. 4M) for check, render, push and run")] = None,
+    max_size: Annotated[
+        str | None,
+        typer.Option(
+            "--max-size",
+            metavar="SIZE",
+            help="most bytes one rendered value or job may have (default 1M; e.g. 4M) for check, render, push and run",
+        ),
+    ] = None,
 ) -> None:
     """plan: typed job plans in, checked job files out, and the queue they run in."""
     _GLOBAL["debug"] = debug

@@ -1,4 +1,5 @@
 """The pipeline: load -> expand -> graph -> render -> lint, all findings of all stages collected in one run."""
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,12 @@ class Compiled:
 
 def template_dirs(plan_path: Path, extra: Sequence[Path] = ()) -> list[Path]:
     """--templates first, then templates/ beside the plan, above it, and in the working directory."""
-    candidates = [*extra, plan_path.parent / "templates", plan_path.parent.parent / "templates",
-                  Path.cwd() / "templates"]
+    candidates = [
+        *extra,
+        plan_path.parent / "templates",
+        plan_path.parent.parent / "templates",
+        Path.cwd() / "templates",
+    ]
     found: list[Path] = []
     for directory in candidates:
         resolved = directory.resolve()
@@ -60,9 +65,15 @@ def display_path(path: Path) -> str:
     return rel if not rel.startswith("..") else str(path)
 
 
-def compile_plan(path: Path, overrides: Mapping[str, str] | None = None, templates: Sequence[Path] = (),
-                 lint: bool = True, use_cache: bool = True,
-                 progress: Callable[[str], None] | None = None, limits: Limits | None = None) -> Compiled:
+def compile_plan(
+    path: Path,
+    overrides: Mapping[str, str] | None = None,
+    templates: Sequence[Path] = (),
+    lint: bool = True,
+    use_cache: bool = True,
+    progress: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
+) -> Compiled:
     loaded = load_plan(path, display_path(path), (limits or Limits()).max_size)
     result = Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
     if loaded.plan is None:
@@ -72,12 +83,12 @@ def compile_plan(path: Path, overrides: Mapping[str, str] | None = None, templat
     result.graph, found = build_graph(result.expanded, loaded.source)
     result.diagnostics += found
     dirs = template_dirs(path, templates)
-    result.jobs, found = render_jobs(result.expanded.jobs, result.graph, loaded.source, loaded.plan.plan, dirs,
-                                     limits)
+    result.jobs, found = render_jobs(result.expanded.jobs, result.graph, loaded.source, loaded.plan.plan, dirs, limits)
     result.diagnostics += found
     if lint:
-        result.diagnostics += lint_jobs(result.jobs, loaded.source, use_cache=use_cache, progress=progress,
-                                          template_dirs=dirs, limits=limits)
+        result.diagnostics += lint_jobs(
+            result.jobs, loaded.source, use_cache=use_cache, progress=progress, template_dirs=dirs, limits=limits
+        )
     return result
 
 
@@ -96,8 +107,13 @@ def manifest(compiled: Compiled) -> dict[str, Any]:
         if job.job.job.rerun == "never":  # read by runner/stamps.py: its DONE_IF alone decides
             jobs[job.filename]["rerun"] = "never"
     producers = {path: [f"{n}.job" for n in names] for path, names in graph.producers.items()}
-    found = {"plan": compiled.plan.plan, "version": 1, "jobs": jobs, "producers": producers,
-             "external": list(graph.external)}
+    found = {
+        "plan": compiled.plan.plan,
+        "version": 1,
+        "jobs": jobs,
+        "producers": producers,
+        "external": list(graph.external),
+    }
     if compiled.plan.slots:
         found["slots"] = compiled.plan.slots  # the runner counts these (its --slots flag overrides them)
     return found

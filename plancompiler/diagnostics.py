@@ -1,4 +1,5 @@
 """Findings as values with a source location; sorted and formatted once, at the CLI edge."""
+
 from __future__ import annotations
 
 import json

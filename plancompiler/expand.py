@@ -1,4 +1,5 @@
 """Stage 2, expand: resolve vars (and --set), multiply jobs by `foreach`, render names and fields."""
+
 from __future__ import annotations
 
 import difflib
@@ -132,8 +133,9 @@ def render_value(value: Any, context: Any, limits: Limits | None = None) -> Any:
     return value
 
 
-def resolve_vars(raw: Mapping[str, Any], source: Source, limits: Limits | None = None,
-                 from_set: Collection[str] = ()) -> tuple[dict[str, Any], list[Diagnostic]]:
+def resolve_vars(
+    raw: Mapping[str, Any], source: Source, limits: Limits | None = None, from_set: Collection[str] = ()
+) -> tuple[dict[str, Any], list[Diagnostic]]:
     """Vars in dependency order; a cycle or an undefined name is a located error.
 
     FROM_SET names the vars whose value came from `--set`: their findings say so, since the
@@ -143,8 +145,7 @@ def resolve_vars(raw: Mapping[str, Any], source: Source, limits: Limits | None =
     deps: dict[str, set[str]] = {}
 
     def var(name: str) -> str:
-        return f"var {name!r} (--set {name}={_short(str(raw[name]))[1:-1]})" if name in from_set else \
-            f"var {name!r}"
+        return f"var {name!r} (--set {name}={_short(str(raw[name]))[1:-1]})" if name in from_set else f"var {name!r}"
 
     for name, value in raw.items():
         try:
@@ -161,12 +162,15 @@ def resolve_vars(raw: Mapping[str, Any], source: Source, limits: Limits | None =
         if name in resolved or name in broken:
             return
         if name in visiting:
-            cycle = visiting[visiting.index(name):] + [name]
+            cycle = visiting[visiting.index(name) :] + [name]
             line, col = source.key(("vars", name))
             given = sorted(set(cycle) & set(from_set))
             by_set = f" (made by --set {', '.join(given)})" if given else ""
-            diagnostics.append(error(source.path, line, col, "P010", f"vars refer to each other in a cycle: "
-                                     f"{' -> '.join(cycle)}{by_set}"))
+            diagnostics.append(
+                error(
+                    source.path, line, col, "P010", f"vars refer to each other in a cycle: {' -> '.join(cycle)}{by_set}"
+                )
+            )
             broken.update(cycle)
             return
         visiting.append(name)
@@ -225,8 +229,7 @@ def _rows(job: Job, index: int, variables: Mapping[str, Any], source: Source) ->
             if not isinstance(key, str) or not key.isidentifier():
                 raise _LocatedError((*where, i), f"foreach key {key!r} must be a name (letters, digits, _)")
             if key in RESERVED:
-                raise _LocatedError((*where, i), f"foreach key {key!r} would replace the built-in {key!r}; "
-                                    "rename it")
+                raise _LocatedError((*where, i), f"foreach key {key!r} would replace the built-in {key!r}; rename it")
     return rows
 
 
@@ -236,8 +239,9 @@ class _LocatedError(Exception):
         self.loc = loc
 
 
-def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = None,
-           limits: Limits | None = None) -> Expanded:
+def expand(
+    plan: Plan, source: Source, overrides: Mapping[str, str] | None = None, limits: Limits | None = None
+) -> Expanded:
     limits = limits or Limits()
     raw = dict(plan.vars)
     raw.update(overrides or {})
@@ -246,8 +250,7 @@ def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = Non
         if key not in plan.vars:  # most likely a typo, which would otherwise change nothing, silently
             hint = difflib.get_close_matches(key, list(plan.vars), n=1)
             suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-            diagnostics.append(warning(source.path, 1, 1, "P013", f"--set {key}: no such var in this plan"
-                                       f"{suggestion}"))
+            diagnostics.append(warning(source.path, 1, 1, "P013", f"--set {key}: no such var in this plan{suggestion}"))
     variables.setdefault("plan_name", plan.plan)
     external = []
     for i, path in enumerate(plan.external):
@@ -264,9 +267,16 @@ def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = Non
         for key in job.with_:
             if key in RESERVED:
                 pos = source.key(("jobs", index, "with", key))
-                diagnostics.append(error(source.path, pos[0], pos[1], "P023",
-                                         f"with: {key!r} would replace the built-in {key!r} (the job's own "
-                                         f"{key.replace('_', ' ')}); rename it"))
+                diagnostics.append(
+                    error(
+                        source.path,
+                        pos[0],
+                        pos[1],
+                        "P023",
+                        f"with: {key!r} would replace the built-in {key!r} (the job's own "
+                        f"{key.replace('_', ' ')}); rename it",
+                    )
+                )
         try:
             rows = _rows(job, index, variables, source)
         except _LocatedError as exc:
@@ -276,8 +286,9 @@ def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = Non
             continue
         if attempted + len(rows) > MAX_JOBS:
             pos = source.where(("jobs", index))
-            diagnostics.append(error(source.path, pos[0], pos[1], "P012",
-                                     f"the plan makes more than {MAX_JOBS:,} jobs"))
+            diagnostics.append(
+                error(source.path, pos[0], pos[1], "P012", f"the plan makes more than {MAX_JOBS:,} jobs")
+            )
             break
         attempted += len(rows)
         for row in rows:
@@ -289,21 +300,40 @@ def expand(plan: Plan, source: Source, overrides: Mapping[str, str] | None = Non
                 continue
             name_pos = source.where(("jobs", index, "name"))
             if item.name in seen:
-                diagnostics.append(error(source.path, name_pos[0], name_pos[1], "P020",
-                                         f"duplicate job name {item.name!r} (also made by the job on line "
-                                         f"{seen[item.name]})"))
+                diagnostics.append(
+                    error(
+                        source.path,
+                        name_pos[0],
+                        name_pos[1],
+                        "P020",
+                        f"duplicate job name {item.name!r} (also made by the job on line {seen[item.name]})",
+                    )
+                )
                 continue
             if not NAME_RE.fullmatch(item.name) or ".." in item.name or len(item.name) > 200:
-                diagnostics.append(error(source.path, name_pos[0], name_pos[1], "P021",
-                                         f"job name {_short(item.name)}: use letters, digits, '.', '_' and '-', "
-                                         "starting with a letter or digit, at most 200 characters"))
+                diagnostics.append(
+                    error(
+                        source.path,
+                        name_pos[0],
+                        name_pos[1],
+                        "P021",
+                        f"job name {_short(item.name)}: use letters, digits, '.', '_' and '-', "
+                        "starting with a letter or digit, at most 200 characters",
+                    )
+                )
                 continue
             seen[item.name] = line
             if item.job.lane not in plan.lanes:
                 lane_pos = source.where(("jobs", index, "lane"))
-                diagnostics.append(error(source.path, lane_pos[0], lane_pos[1], "P022",
-                                         f"lane {item.job.lane!r} is not one of the plan's lanes: "
-                                         f"{', '.join(plan.lanes)}"))
+                diagnostics.append(
+                    error(
+                        source.path,
+                        lane_pos[0],
+                        lane_pos[1],
+                        "P022",
+                        f"lane {item.job.lane!r} is not one of the plan's lanes: {', '.join(plan.lanes)}",
+                    )
+                )
                 continue  # never rendered: a job file cannot carry that lane
             jobs.append(item)
     if any(d.code == "P023" for d in diagnostics):
@@ -349,8 +379,9 @@ def render_shell(text: str, context: Mapping[str, Any], limits: Limits) -> str:
     return body
 
 
-def _expand_one(plan: Plan, job: Job, index: int, line: int, row: dict[str, Any],
-                variables: Mapping[str, Any], limits: Limits) -> ExpandedJob:
+def _expand_one(
+    plan: Plan, job: Job, index: int, line: int, row: dict[str, Any], variables: Mapping[str, Any], limits: Limits
+) -> ExpandedJob:
     def render(value: Any, loc: tuple[Any, ...], context: Mapping[str, Any]) -> Any:
         try:
             return render_value(value, context, limits)
@@ -373,15 +404,16 @@ def _expand_one(plan: Plan, job: Job, index: int, line: int, row: dict[str, Any]
     name = render(job.name, ("name",), context)
     if not isinstance(name, str):
         raise _LocatedError(("jobs", index, "name"), "name: must be a string")
-    requires = tuple(r.model_copy(update={"value": path(r.value, ("requires", i), context, r.kind)})
-                     for i, r in enumerate(job.requires))
-    outputs = tuple(o.model_copy(update={"value": path(o.value, ("outputs", i), context)})
-                    for i, o in enumerate(job.outputs))
+    requires = tuple(
+        r.model_copy(update={"value": path(r.value, ("requires", i), context, r.kind)})
+        for i, r in enumerate(job.requires)
+    )
+    outputs = tuple(
+        o.model_copy(update={"value": path(o.value, ("outputs", i), context)}) for i, o in enumerate(job.outputs)
+    )
     done_if: tuple[Requirement, ...] | None = None
     if job.done_if is not None:
         items = job.done_if if isinstance(job.done_if, list) else [job.done_if]
-        done_if = tuple(r.model_copy(update={"value": path(r.value, ("done_if",), context, r.kind)})
-                        for r in items)
-    context.update({"name": name, "lane": job.lane, "plan": plan.plan,
-                    "job_outputs": [o.value for o in outputs]})
+        done_if = tuple(r.model_copy(update={"value": path(r.value, ("done_if",), context, r.kind)}) for r in items)
+    context.update({"name": name, "lane": job.lane, "plan": plan.plan, "job_outputs": [o.value for o in outputs]})
     return ExpandedJob(name, index, line, job, context, requires, outputs, done_if, row)

@@ -1,4 +1,5 @@
 """Stage 3, graph: producers from outputs; every REQUIRES producible or external; no cycles; DONE_IF reachable."""
+
 from __future__ import annotations
 
 import difflib
@@ -21,8 +22,12 @@ class Graph:
     def producers_of(self, path: str) -> list[str]:
         found = list(self.producers.get(path, []))
         if self._dirs is None:
-            self._dirs = [(out.value.rstrip("/") + "/", name) for name, job in self.jobs.items()
-                          for out in job.outputs if out.kind == "dir"]
+            self._dirs = [
+                (out.value.rstrip("/") + "/", name)
+                for name, job in self.jobs.items()
+                for out in job.outputs
+                if out.kind == "dir"
+            ]
         for prefix, name in self._dirs:
             if path.startswith(prefix) and name not in found:
                 found.append(name)
@@ -58,8 +63,11 @@ def build_graph(expanded: Expanded, source: Source) -> tuple[Graph, list[Diagnos
             owners = graph.producers.setdefault(out.value, [])
             if owners and owners[-1] != job.name:
                 line, col = source.where(("jobs", job.index, "outputs"))
-                diagnostics.append(warning(source.path, line, col, "G003",
-                                           f"{out.value} is produced by both {owners[0]} and {job.name}"))
+                diagnostics.append(
+                    warning(
+                        source.path, line, col, "G003", f"{out.value} is produced by both {owners[0]} and {job.name}"
+                    )
+                )
             if job.name not in owners:
                 owners.append(job.name)
     produced = sorted(graph.producers)
@@ -72,21 +80,41 @@ def build_graph(expanded: Expanded, source: Source) -> tuple[Graph, list[Diagnos
                 if req.value not in jobs:
                     hint = difflib.get_close_matches(req.value, list(jobs), n=1)
                     suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-                    diagnostics.append(error(source.path, line, col, "G005",
-                                             f"job {job.name}: after: {req.value!r} is not a job of this plan"
-                                             f"{suggestion}"))
+                    diagnostics.append(
+                        error(
+                            source.path,
+                            line,
+                            col,
+                            "G005",
+                            f"job {job.name}: after: {req.value!r} is not a job of this plan{suggestion}",
+                        )
+                    )
                     continue
                 if not jobs[req.value].outputs:
-                    diagnostics.append(error(source.path, line, col, "G008",
-                                             f"job {job.name}: after: {req.value} has no outputs to wait for"))
+                    diagnostics.append(
+                        error(
+                            source.path,
+                            line,
+                            col,
+                            "G008",
+                            f"job {job.name}: after: {req.value} has no outputs to wait for",
+                        )
+                    )
                 deps.append(req.value)
                 paths.extend(o.value for o in jobs[req.value].outputs)
                 continue
             if req.kind == "sh":
                 if not req.external:
-                    diagnostics.append(error(source.path, line, col, "G006",
-                                             f"job {job.name}: a shell REQUIRES cannot be checked against the plan;"
-                                             " mark it `external: true` if something outside the plan makes it true"))
+                    diagnostics.append(
+                        error(
+                            source.path,
+                            line,
+                            col,
+                            "G006",
+                            f"job {job.name}: a shell REQUIRES cannot be checked against the plan;"
+                            " mark it `external: true` if something outside the plan makes it true",
+                        )
+                    )
                 continue
             if req.external or graph.is_external(req.value):
                 continue
@@ -94,9 +122,16 @@ def build_graph(expanded: Expanded, source: Source) -> tuple[Graph, list[Diagnos
             if not owners:
                 hint = difflib.get_close_matches(req.value, produced, n=3, cutoff=0.6)
                 suggestion = "; did you mean " + " or ".join(hint) + "?" if hint else ""
-                diagnostics.append(error(source.path, line, col, "G001",
-                                         f"job {job.name} requires {req.value}, which no job produces and which "
-                                         f"is not listed in `external`{suggestion}"))
+                diagnostics.append(
+                    error(
+                        source.path,
+                        line,
+                        col,
+                        "G001",
+                        f"job {job.name} requires {req.value}, which no job produces and which "
+                        f"is not listed in `external`{suggestion}",
+                    )
+                )
                 continue
             deps.extend(o for o in owners if o not in deps)
             paths.append(req.value)
@@ -119,9 +154,16 @@ def _check_done_if(job: ExpandedJob, source: Source) -> list[Diagnostic]:
         if req.value in promised or any(req.value.startswith(d) for d in dirs):
             continue
         line, col = source.where(("jobs", job.index, "done_if"))
-        found.append(error(source.path, line, col, "G004",
-                           f"job {job.name}: DONE_IF tests {req.value}, which is not among its outputs, so this "
-                           "job can never make it true"))
+        found.append(
+            error(
+                source.path,
+                line,
+                col,
+                "G004",
+                f"job {job.name}: DONE_IF tests {req.value}, which is not among its outputs, so this "
+                "job can never make it true",
+            )
+        )
     return found
 
 
@@ -135,14 +177,15 @@ def _cycles(graph: Graph, source: Source) -> list[Diagnostic]:
         stack.append(name)
         for dep in graph.deps.get(name, []):
             if color.get(dep) == 1:
-                cycle = stack[stack.index(dep):] + [dep]
+                cycle = stack[stack.index(dep) :] + [dep]
                 key = frozenset(cycle)
                 if key not in reported:
                     reported.add(key)
                     job = graph.jobs[dep]
                     line, col = source.where(("jobs", job.index, "requires"))
-                    found.append(error(source.path, line, col, "G002",
-                                       "dependency cycle: " + " -> ".join(reversed(cycle))))
+                    found.append(
+                        error(source.path, line, col, "G002", "dependency cycle: " + " -> ".join(reversed(cycle)))
+                    )
             elif color.get(dep) is None:
                 visit(dep, stack)
         stack.pop()

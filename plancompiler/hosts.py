@@ -1,4 +1,5 @@
 """Hosts: a name from the hosts file, a local path, or DEST:PATH; every call to one bounded and classified."""
+
 from __future__ import annotations
 
 import difflib
@@ -34,11 +35,20 @@ class Host:
     def from_entry(cls, name: str, entry: HostEntry) -> Host:
         from plancompiler.hostsfile import SlurmHostEntry
 
-        return cls(name=name, root=entry.root, ssh=entry.ssh, ssh_options=tuple(entry.ssh_options),
-                   connect_timeout=entry.connect_timeout, timeout=entry.timeout, python=entry.python,
-                   backend=entry.backend, slurm=entry if isinstance(entry, SlurmHostEntry) else None,
-                   slots=tuple((lane, spec.slots) for lane, spec in entry.lanes.items())
-                   if isinstance(entry, QueueHostEntry) else ())
+        return cls(
+            name=name,
+            root=entry.root,
+            ssh=entry.ssh,
+            ssh_options=tuple(entry.ssh_options),
+            connect_timeout=entry.connect_timeout,
+            timeout=entry.timeout,
+            python=entry.python,
+            backend=entry.backend,
+            slurm=entry if isinstance(entry, SlurmHostEntry) else None,
+            slots=tuple((lane, spec.slots) for lane, spec in entry.lanes.items())
+            if isinstance(entry, QueueHostEntry)
+            else (),
+        )
 
     @property
     def local(self) -> bool:
@@ -50,8 +60,9 @@ class Host:
         return f"{self.name} ({self.ssh}:{self.root})"
 
     def endpoint(self) -> transport.Endpoint:
-        return transport.Endpoint(self.describe(), self.root, self.ssh, self.ssh_options, self.connect_timeout,
-                                  self.timeout, self.python)
+        return transport.Endpoint(
+            self.describe(), self.root, self.ssh, self.ssh_options, self.connect_timeout, self.timeout, self.python
+        )
 
     def context(self) -> dict[str, Any]:
         """What every request to this host carries: the backend whose handlers answer it, and its settings."""

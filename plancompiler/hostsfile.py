@@ -1,4 +1,5 @@
 """The hosts file as a strict model: every key known, per backend, every mistake located with a suggestion."""
+
 from __future__ import annotations
 
 import difflib
@@ -52,8 +53,10 @@ class SlurmLane(_Strict):
     qos: str | None = None
     mem: str | None = Field(default=None, description="--mem for each job of the lane, e.g. 4G")
     cpus: int | None = Field(default=None, ge=1, description="--cpus-per-task")
-    time: str | None = Field(default=None, description="--time for a job of the lane without `timeout:` "
-                             "(Slurm's forms, e.g. 2:00:00 or 1-00:00:00)")
+    time: str | None = Field(
+        default=None,
+        description="--time for a job of the lane without `timeout:` (Slurm's forms, e.g. 2:00:00 or 1-00:00:00)",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="the environment its jobs get (--export=NONE)")
     extra: list[str] = Field(default_factory=list, description="more sbatch options, as a list")
 
@@ -69,10 +72,19 @@ class SlurmHostEntry(HostEntry):
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    gate_interval: float = Field(60.0, gt=0, le=86400, allow_inf_nan=False, description="seconds before a closed external gate is checked again")
-    backoff_base: float = Field(Config.backoff_base_s, gt=0, le=86400, allow_inf_nan=False, description="seconds before the first retry (then "
-                                        "doubling, as the runner's --backoff-base)")
-    backoff_max: float = Field(Config.backoff_max_s, gt=0, le=86400 * 7, allow_inf_nan=False, description="longest wait between retries")
+    gate_interval: float = Field(
+        60.0, gt=0, le=86400, allow_inf_nan=False, description="seconds before a closed external gate is checked again"
+    )
+    backoff_base: float = Field(
+        Config.backoff_base_s,
+        gt=0,
+        le=86400,
+        allow_inf_nan=False,
+        description="seconds before the first retry (then doubling, as the runner's --backoff-base)",
+    )
+    backoff_max: float = Field(
+        Config.backoff_max_s, gt=0, le=86400 * 7, allow_inf_nan=False, description="longest wait between retries"
+    )
     lanes: dict[str, SlurmLane] = Field(default_factory=dict, description="lane -> gres, licenses, partition, ...")
     exclusive: list[str] = Field(default_factory=lambda: ["net", "gpu"], description="lanes that share a license")
     exclusive_license: str | None = Field("netgpu:1", description="the license the exclusive lanes share")
@@ -86,8 +98,11 @@ def _model_for(entry: dict[str, Any]) -> type[HostEntry] | str:
     if backend in BACKENDS:
         return BACKENDS[backend]
     hint = difflib.get_close_matches(str(backend), BACKENDS, n=1)
-    return f"unknown backend {backend!r}" + (f"; did you mean {hint[0]!r}?" if hint else "") + \
-        f" (known: {', '.join(BACKENDS)})"
+    return (
+        f"unknown backend {backend!r}"
+        + (f"; did you mean {hint[0]!r}?" if hint else "")
+        + f" (known: {', '.join(BACKENDS)})"
+    )
 
 
 def _fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

@@ -1,4 +1,5 @@
 """`plan watch`'s incidents: a standing condition opens one, it is sent again every --realert, it RECOVERS."""
+
 from __future__ import annotations
 
 import difflib
@@ -10,8 +11,19 @@ from runner.durations import format_duration
 
 # Exit codes of `plan watch`, one per kind; the first alert of a probe decides. RECOVERED and the
 # all-clear OK are news, not trouble: they exit 0.
-EXIT_CODES = {"EVENT": 10, "STALL": 11, "IDLE": 12, "BLOCKED": 13, "DEAD": 14, "UNREACHABLE": 15, "ERROR": 16,
-              "PARKED": 17, "WAITING": 18, "RECOVERED": 0, "OK": 0}
+EXIT_CODES = {
+    "EVENT": 10,
+    "STALL": 11,
+    "IDLE": 12,
+    "BLOCKED": 13,
+    "DEAD": 14,
+    "UNREACHABLE": 15,
+    "ERROR": 16,
+    "PARKED": 17,
+    "WAITING": 18,
+    "RECOVERED": 0,
+    "OK": 0,
+}
 # The kinds that are states (judged on every probe) rather than one-off events: these are incidents.
 INCIDENT_KINDS = ("STALL", "IDLE", "BLOCKED", "DEAD", "UNREACHABLE", "ERROR", "PARKED", "WAITING")
 
@@ -61,8 +73,10 @@ class Incident:
         ack = ""
         if self.acked:
             ack = "  acked" + (f" until {_ts(self.acked_until)}" if self.acked_until else " until it changes")
-        return (f"{self.kind:<11} {self.subject}  open {format_duration(now - self.opened)} "
-                f"(since {_ts(self.opened)}){ack}: {self.detail}")
+        return (
+            f"{self.kind:<11} {self.subject}  open {format_duration(now - self.opened)} "
+            f"(since {_ts(self.opened)}){ack}: {self.detail}"
+        )
 
 
 def _ts(value: float | None) -> str:
@@ -86,8 +100,14 @@ def dump_incidents(incidents: dict[str, Incident]) -> dict[str, Any]:
     return {key: asdict(incident) for key, incident in incidents.items()}
 
 
-def reconcile(incidents: dict[str, Incident], conditions: list[Condition], now: float,
-              realert: dict[str, float], default_realert: float, judged: frozenset[str] | None = None) -> list[Alert]:
+def reconcile(
+    incidents: dict[str, Incident],
+    conditions: list[Condition],
+    now: float,
+    realert: dict[str, float],
+    default_realert: float,
+    judged: frozenset[str] | None = None,
+) -> list[Alert]:
     """Open, repeat and close incidents against what is true now; the alerts to send, in order.
 
     JUDGED names the kinds this probe could judge (None: all); an open incident of another kind is
@@ -100,14 +120,20 @@ def reconcile(incidents: dict[str, Incident], conditions: list[Condition], now: 
             continue
         del incidents[key]
         lasted = now - was.opened
-        alerts.append(Alert("RECOVERED", f"{was.kind} {was.subject} recovered after "
-                            f"{format_duration(lasted)} (was: {was.detail})", was.subject,
-                            {"recovered": was.kind, "lasted_s": round(lasted, 1), "opened": _ts(was.opened)}))
+        alerts.append(
+            Alert(
+                "RECOVERED",
+                f"{was.kind} {was.subject} recovered after {format_duration(lasted)} (was: {was.detail})",
+                was.subject,
+                {"recovered": was.kind, "lasted_s": round(lasted, 1), "opened": _ts(was.opened)},
+            )
+        )
     for key, condition in current.items():
         incident = incidents.get(key)
         if incident is None:
-            incident = incidents[key] = Incident(condition.kind, condition.subject, condition.detail,
-                                                 condition.fingerprint, opened=now, seen=now)
+            incident = incidents[key] = Incident(
+                condition.kind, condition.subject, condition.detail, condition.fingerprint, opened=now, seen=now
+            )
         changed = incident.fingerprint != condition.fingerprint
         incident.detail, incident.fingerprint, incident.seen = condition.detail, condition.fingerprint, now
         if incident.acked and (changed or (incident.acked_until is not None and now >= incident.acked_until)):
@@ -119,8 +145,14 @@ def reconcile(incidents: dict[str, Incident], conditions: list[Condition], now: 
         every = realert.get(condition.kind, default_realert)
         if incident.sent is None or changed or now - incident.sent >= every:
             incident.sent = now
-            alerts.append(Alert(condition.kind, condition.detail, condition.subject,
-                                {"opened": _ts(incident.opened), "open_s": round(now - incident.opened, 1)}))
+            alerts.append(
+                Alert(
+                    condition.kind,
+                    condition.detail,
+                    condition.subject,
+                    {"opened": _ts(incident.opened), "open_s": round(now - incident.opened, 1)},
+                )
+            )
     return alerts
 
 
@@ -142,16 +174,22 @@ def ack(incidents: dict[str, Incident], target: str, until: float | None, now: f
     kind, _, subject = target.partition(":")
     kind = kind.strip().upper()
     if kind not in INCIDENT_KINDS:
-        raise AckError(f"unknown incident kind {kind!r}{did_you_mean(kind, INCIDENT_KINDS)} "
-                       f"(kinds: {', '.join(INCIDENT_KINDS)})", 2)
-    found = [i for i in incidents.values() if i.kind == kind
-             and (not subject or i.subject in (subject, f"{subject}.job"))]
+        raise AckError(
+            f"unknown incident kind {kind!r}{did_you_mean(kind, INCIDENT_KINDS)} (kinds: {', '.join(INCIDENT_KINDS)})",
+            2,
+        )
+    found = [
+        i for i in incidents.values() if i.kind == kind and (not subject or i.subject in (subject, f"{subject}.job"))
+    ]
     if not found:
         open_ = ", ".join(f"{i.kind}:{i.subject}" for i in incidents.values()) or "none"
         raise AckError(f"no open incident {target} (open: {open_})", 1)
     if len(found) > 1:
-        raise AckError(f"{target} names {len(found)} open incidents; say which: "
-                       + ", ".join(f"{i.kind}:{i.subject}" for i in found), 1)
+        raise AckError(
+            f"{target} names {len(found)} open incidents; say which: "
+            + ", ".join(f"{i.kind}:{i.subject}" for i in found),
+            1,
+        )
     incident = found[0]
     incident.acked, incident.acked_until = True, until
     return incident

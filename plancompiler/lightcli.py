@@ -176,6 +176,6 @@ def run(root_fn: Callable[..., Any], command: Any, kwargs: dict[str, Any], root:
         typer.echo("Aborted!", err=True)
         return 1
     except BrokenPipeError:
-        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - nothing more can be printed
+        sys.stdout = sys.stderr = open(os.devnull, "w")
         return 1
     return 0

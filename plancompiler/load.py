@@ -1,4 +1,5 @@
 """Stage 1, load: a YAML or Python plan file into a Plan, with the source line of every key and value."""
+
 from __future__ import annotations
 
 import difflib
@@ -87,8 +88,11 @@ class _Walk:
 def _build(node: yaml.Node, loader: Any, loc: Loc, source: Source, walk: _Walk) -> Any:
     walk.nodes += 1
     if walk.nodes > MAX_NODES:
-        raise _Refused(node.start_mark, f"the plan expands to more than {MAX_NODES:,} values (aliases that "
-                       "refer to aliases, such as a billion-laughs document?)")
+        raise _Refused(
+            node.start_mark,
+            f"the plan expands to more than {MAX_NODES:,} values (aliases that "
+            "refer to aliases, such as a billion-laughs document?)",
+        )
     if len(loc) > MAX_DEPTH:
         raise _Refused(node.start_mark, f"values nested more than {MAX_DEPTH} deep")
     if len(source.values) < MAX_NODES:
@@ -160,8 +164,13 @@ class Unreadable(Exception):
     """A file that is not read at all: not a regular file (a FIFO, a device), or larger than the limit."""
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a device"),
-          (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def read_limited(path: Path, limit: int, what: str = "plan") -> bytes:
@@ -194,8 +203,9 @@ def read_limited(path: Path, limit: int, what: str = "plan") -> bytes:
         os.close(fd)
 
 
-def load_yaml(path: Path, display: str, what: str = "plan",
-              max_size: int = DEFAULT_MAX_SIZE) -> tuple[Any, Source, list[Diagnostic]]:
+def load_yaml(
+    path: Path, display: str, what: str = "plan", max_size: int = DEFAULT_MAX_SIZE
+) -> tuple[Any, Source, list[Diagnostic]]:
     """The data of the YAML file PATH (a WHAT: plan or hosts), or located findings about why there is none."""
     source = Source(display)
     try:
@@ -228,8 +238,11 @@ def load_yaml(path: Path, display: str, what: str = "plan",
     except _Duplicate as dup:
         first = _pos(dup.first)
         line, col = _pos(dup.second)
-        return None, source, [error(display, line, col, "P002",
-                                    f"duplicate key {dup.key!r} (first on line {first[0]})")]
+        return (
+            None,
+            source,
+            [error(display, line, col, "P002", f"duplicate key {dup.key!r} (first on line {first[0]})")],
+        )
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = _pos(mark) if mark else (1, 1)
@@ -244,8 +257,12 @@ def load_yaml(path: Path, display: str, what: str = "plan",
 
 def _clean_loc(loc: Loc) -> Loc:
     # pydantic adds union member names to locations; they are not in the data.
-    return tuple(p for p in loc if not isinstance(p, str) or ("[" not in p and p not in (
-        "Requirement", "Output", "function-after", "function-before")))
+    return tuple(
+        p
+        for p in loc
+        if not isinstance(p, str)
+        or ("[" not in p and p not in ("Requirement", "Output", "function-after", "function-before"))
+    )
 
 
 def _dotted(loc: Loc) -> str:
@@ -289,8 +306,11 @@ def load_plan(path: Path, display: str | None = None, max_size: int = DEFAULT_MA
         except Unreadable as exc:
             return Loaded(None, Source(display), [error(display, 1, 1, "P001", str(exc))])
         except OSError as exc:
-            return Loaded(None, Source(display), [error(display, 1, 1, "P000",
-                                                        f"cannot read the plan file: {exc.strerror or exc}")])
+            return Loaded(
+                None,
+                Source(display),
+                [error(display, 1, 1, "P000", f"cannot read the plan file: {exc.strerror or exc}")],
+            )
         return _load_python(path, display)
     data, source, diagnostics = load_yaml(path, display, "plan", max_size)
     if diagnostics:
@@ -325,21 +345,37 @@ def _load_python(path: Path, display: str) -> Loaded:
         if plan is None and callable(getattr(module, "build", None)):
             plan = module.build()
     except SyntaxError as exc:
-        return Loaded(None, source, [error(display, exc.lineno or 1, exc.offset or 1, "P001",
-                                           f"Python syntax error: {exc.msg}")])
+        return Loaded(
+            None, source, [error(display, exc.lineno or 1, exc.offset or 1, "P001", f"Python syntax error: {exc.msg}")]
+        )
     except ValidationError as exc:
         line = _plan_line(exc, path)
-        return Loaded(None, source, [error(display, line, 1, "P004", f"{_dotted(_clean_loc(e['loc']))}: "
-                                           f"{e['msg'].removeprefix('Value error, ')}") for e in exc.errors()])
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of user code is a located finding
+        return Loaded(
+            None,
+            source,
+            [
+                error(
+                    display,
+                    line,
+                    1,
+                    "P004",
+                    f"{_dotted(_clean_loc(e['loc']))}: {e['msg'].removeprefix('Value error, ')}",
+                )
+                for e in exc.errors()
+            ],
+        )
+    except (Exception, SystemExit) as exc:
         line = _plan_line(exc, path)
         return Loaded(None, source, [error(display, line, 1, "P005", f"{type(exc).__name__}: {exc}")])
     finally:
         RECORDING.reset(recording)
         sys.modules.pop(name, None)
     if not isinstance(plan, Plan):
-        return Loaded(None, source, [error(display, 1, 1, "P004",
-                                           "a Python plan must define `plan = Plan(...)` or `def build() -> Plan`")])
+        return Loaded(
+            None,
+            source,
+            [error(display, 1, 1, "P004", "a Python plan must define `plan = Plan(...)` or `def build() -> Plan`")],
+        )
     resolved = str(path.resolve())
     for index, job in enumerate(plan.jobs):
         where = job._source

@@ -1,4 +1,5 @@
 """`plan run`: push a checked plan to a local queue and run the bundled runner until nothing more can run."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,26 @@ from runner.queue import fresh_status
 from runner.readers import terminal_safe
 from runner.vocab import Event, Reason
 
-_SHOWN = {e.value for e in (Event.START, Event.DONE, Event.FAILED, Event.RETRY, Event.SKIPPED, Event.INVALID,
-                           Event.TIMEOUT, Event.BLOCKED, Event.REQUIRES_WAIT, Event.GPU_WAIT, Event.ORPHANS_KILLED,
-                           Event.CORRELATED_FAILURE, Event.STALLED, Event.LONG_RUNNING, Event.IDLE)}
+_SHOWN = {
+    e.value
+    for e in (
+        Event.START,
+        Event.DONE,
+        Event.FAILED,
+        Event.RETRY,
+        Event.SKIPPED,
+        Event.INVALID,
+        Event.TIMEOUT,
+        Event.BLOCKED,
+        Event.REQUIRES_WAIT,
+        Event.GPU_WAIT,
+        Event.ORPHANS_KILLED,
+        Event.CORRELATED_FAILURE,
+        Event.STALLED,
+        Event.LONG_RUNNING,
+        Event.IDLE,
+    )
+}
 _STUCK = {r.value for r in (Reason.REQUIRES, Reason.BLOCKED, Reason.PARKED, Reason.GPU_FOREIGN)}
 
 
@@ -40,8 +58,10 @@ class RunSummary:
         for job in self.jobs:
             state = self.states.get(job, "?")
             took = self.durations.get(job)
-            lines.append(f"{job:<{width}}  {state:<8}  {format_duration(took) if took is not None else '':>7}  "
-                         f"{self.reasons.get(job, '')}")
+            lines.append(
+                f"{job:<{width}}  {state:<8}  {format_duration(took) if took is not None else '':>7}  "
+                f"{self.reasons.get(job, '')}"
+            )
         done = sum(self.states.get(j) == "done" for j in self.jobs)
         lines.append(f"{done}/{len(self.jobs)} done")
         return "\n".join(lines)
@@ -68,16 +88,29 @@ def _event_line(event: dict[str, Any]) -> str:
     return f"{event['ts'][11:]}  {kind:<14} {job}  {detail}".rstrip()
 
 
-def run_queue(root: Path, jobs: list[str], tick: float = 0.5, echo: Callable[[str], None] = print,
-              settle_s: float = 2.0, max_s: float | None = None) -> RunSummary:
+def run_queue(
+    root: Path,
+    jobs: list[str],
+    tick: float = 0.5,
+    echo: Callable[[str], None] = print,
+    settle_s: float = 2.0,
+    max_s: float | None = None,
+) -> RunSummary:
     """Run the runner on ROOT until JOBS are all done or failed, or nothing can run; then stop it."""
     events_path = root / "events.jsonl"
     offset = events_path.stat().st_size if events_path.exists() else 0
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent) + os.pathsep
-               + os.environ.get("PYTHONPATH", ""))
-    log = open(root / "runner.log", "ab")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", str(tick)],
-                            env=env, stdout=log, stderr=log, start_new_session=True)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(Path(__file__).resolve().parent.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    log = open(root / "runner.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", str(tick)],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     summary = RunSummary(jobs)
     for job in jobs:
         if (root / "done" / job).exists():
@@ -101,15 +134,22 @@ def run_queue(root: Path, jobs: list[str], tick: float = 0.5, echo: Callable[[st
                     break
                 # Another runner (a unit, a second `plan run`) serves this root: its ticks run our jobs.
                 serving = other
-                echo(f"another runner (pid {other}) already serves {root}: following it; stopping this command "
-                     "leaves it running")
+                echo(
+                    f"another runner (pid {other}) already serves {root}: following it; stopping this command "
+                    "leaves it running"
+                )
                 continue
             finished = all(summary.states.get(j) in ("done", "failed") for j in jobs)
             running = (status or {}).get("running", [])
             queued = (status or {}).get("queued", [])
             mine = [q for q in queued if q["job"] in jobs]
-            if finished or (status and status.get("runner", {}).get("tick", 0) >= 2 and not running and not mine
-                            and not any((root / "queue" / j).exists() for j in jobs)):
+            if finished or (
+                status
+                and status.get("runner", {}).get("tick", 0) >= 2
+                and not running
+                and not mine
+                and not any((root / "queue" / j).exists() for j in jobs)
+            ):
                 break
             if status and not running and mine and all(q["reason"] in _STUCK for q in mine):
                 stuck_since = stuck_since or time.monotonic()

@@ -1,4 +1,5 @@
 """The plan format (contract 6) as strict, frozen pydantic models; YAML and Python plans both build these."""
+
 from __future__ import annotations
 
 import difflib
@@ -99,7 +100,8 @@ class Job(Strict):
     run: str | None = Field(None, description="an inline bash body (a jinja2 template)")
     with_: dict[str, Any] = Field(default_factory=dict, alias="with", description="values for the template")
     foreach: dict[str, list[Any] | str] | list[dict[str, Any]] | str | None = Field(
-        None, description="a product of lists (or of vars holding lists), a list of rows, or a var holding rows")
+        None, description="a product of lists (or of vars holding lists), a list of rows, or a var holding rows"
+    )
     requires: list[Requirement] = Field(default_factory=list)
     outputs: list[Output] = Field(default_factory=list)
     done_if: Requirement | list[Requirement] | None = Field(None, description="defaults to the outputs")
@@ -108,9 +110,11 @@ class Job(Strict):
     warn_after: str | None = Field(None, description="running longer raises long-running")
     shellcheck_disable: list[str] = Field(default_factory=list, description="shellcheck codes to ignore, e.g. SC2034")
     rerun: Literal["on-change", "never"] = Field(
-        "on-change", description="on-change: a done job whose job file changed since it ran (its stamp under "
+        "on-change",
+        description="on-change: a done job whose job file changed since it ran (its stamp under "
         "ROOT/stamps/ says so), or whose producers ran again, runs again, and so do the jobs downstream of it; "
-        "never: its DONE_IF alone decides, as for a download whose command text changes without changing the result")
+        "never: its DONE_IF alone decides, as for a download whose command text changes without changing the result",
+    )
 
     _source: tuple[str, int] | None = PrivateAttr(default=None)
 
@@ -181,8 +185,7 @@ class Plan(Strict):
             for key in spec:
                 if key not in Lane.model_fields:
                     hint = difflib.get_close_matches(str(key), list(Lane.model_fields), n=1)
-                    raise ValueError(f"{lane}: unknown key {key!r}"
-                                     + (f"; did you mean {hint[0]!r}?" if hint else ""))
+                    raise ValueError(f"{lane}: unknown key {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
             slots = spec.get("slots", 1)
             if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 1024:
                 raise ValueError(f"{lane}.slots: a whole number >= 1 (at most 1024), got {slots!r}")
@@ -193,8 +196,9 @@ class Plan(Strict):
     def _lane_names(cls, value: list[str] | dict[str, Lane]) -> list[str] | dict[str, Lane]:
         for lane in value:
             if not _LANE_RE.fullmatch(lane):
-                raise ValueError(f"lane name {lane!r}: use letters, digits, '.', '_' and '-' (the runner reads "
-                                 "LANE= as one word)")
+                raise ValueError(
+                    f"lane name {lane!r}: use letters, digits, '.', '_' and '-' (the runner reads LANE= as one word)"
+                )
         if len(set(value)) != len(value):
             raise ValueError("a lane is listed twice")
         return value

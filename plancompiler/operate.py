@@ -1,4 +1,5 @@
 """Operating a host from the workstation: park, unpark, retry, cancel, logs and bootstrap, through its backend."""
+
 from __future__ import annotations
 
 import getpass
@@ -47,8 +48,9 @@ def unpark(host: Host) -> str:
 def _control(host: Host, action: str, job: str, wait: float) -> dict[str, Any]:
     result = _ask(host, "control", {"action": action, "job": job_file(job), "by": who(), "wait_s": wait}, wait + 30)
     if not result.get("taken"):
-        raise OperateError(f"the request is queued on {host.name}, but no runner took it within {wait:g}s: "
-                           "is the runner running?")
+        raise OperateError(
+            f"the request is queued on {host.name}, but no runner took it within {wait:g}s: is the runner running?"
+        )
     return result
 
 
@@ -94,8 +96,13 @@ UNIT_NAME = "plan-runner.service"
 def unit_for(root: str, python: str, user_unit: bool, user: str | None) -> str:
     from runner.unit import unit_text
 
-    return unit_text(root, python, f"{root.rstrip('/')}/.plan-runner", None if user_unit else user,
-                     wanted_by="default.target" if user_unit else "multi-user.target")
+    return unit_text(
+        root,
+        python,
+        f"{root.rstrip('/')}/.plan-runner",
+        None if user_unit else user,
+        wanted_by="default.target" if user_unit else "multi-user.target",
+    )
 
 
 @dataclass(frozen=True)
@@ -107,29 +114,50 @@ class BootstrapPlan:
 
 def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str) -> BootstrapPlan:
     files = transport.runner_sources()
-    user = run_as or (None if user_unit else (host.ssh.split("@")[0] if host.ssh and "@" in host.ssh
-                                              else getpass.getuser()))
+    user = run_as or (
+        None if user_unit else (host.ssh.split("@")[0] if host.ssh and "@" in host.ssh else getpass.getuser())
+    )
     try:
         unit = unit_for(host.root, python, user_unit, user)
     except ValueError as exc:
         raise OperateError(f"{host.describe()}: {exc}") from None
-    return BootstrapPlan(files, unit, [
-        f"bootstrap {host.describe()}:", f"  copy the runner ({len(files)} files) to {host.root}/.plan-runner/runner/",
-        f"  write the {'user' if user_unit else 'system'} unit {UNIT_NAME}; enable and start it"])
+    return BootstrapPlan(
+        files,
+        unit,
+        [
+            f"bootstrap {host.describe()}:",
+            f"  copy the runner ({len(files)} files) to {host.root}/.plan-runner/runner/",
+            f"  write the {'user' if user_unit else 'system'} unit {UNIT_NAME}; enable and start it",
+        ],
+    )
 
 
 def bootstrap(host: Host, plan: BootstrapPlan, user_unit: bool, python: str, wait: float) -> list[str]:
     """Install the runner and its unit; the lines to print. OperateError when the unit started but never ticked."""
-    result = _ask(host, "bootstrap", {"files": plan.files, "content_hash": transport.runner_zip()[0],
-                                      "unit": plan.unit, "unit_name": UNIT_NAME, "user_unit": user_unit,
-                                      "python": python, "wait_s": wait, "create": True}, wait + 60)
+    result = _ask(
+        host,
+        "bootstrap",
+        {
+            "files": plan.files,
+            "content_hash": transport.runner_zip()[0],
+            "unit": plan.unit,
+            "unit_name": UNIT_NAME,
+            "user_unit": user_unit,
+            "python": python,
+            "wait_s": wait,
+            "create": True,
+        },
+        wait + 60,
+    )
     lines = [f"  wrote {len(result.get('written', []))} files, {len(result.get('unchanged', []))} unchanged"]
     if result.get("unit_error"):
         lines.append(f"  could not write {result.get('unit_path')}: {result['unit_error']}")
     lines += [f"  {command}" for command in result.get("commands", [])]
     if result.get("systemd") and not result.get("heartbeat"):
-        raise OperateError("\n".join(lines) + f"\nplan: the unit was started but no heartbeat came within "
-                           f"{wait:g}s: journalctl -u {UNIT_NAME}")
+        raise OperateError(
+            "\n".join(lines) + f"\nplan: the unit was started but no heartbeat came within "
+            f"{wait:g}s: journalctl -u {UNIT_NAME}"
+        )
     if result.get("heartbeat"):
         lines.append("  runner is ticking")
     return lines

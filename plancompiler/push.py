@@ -1,4 +1,5 @@
 """Stage 6, push: diff a checked plan against a host, show it, then apply it, all through the host's backend."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

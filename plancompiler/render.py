@@ -1,4 +1,5 @@
 """Stage 4, render: sandboxed jinja2 bodies, each value escaped for its quoting context; headers by jobfile."""
+
 from __future__ import annotations
 
 import difflib
@@ -50,14 +51,17 @@ class RenderedJob:
 class Renderer:
     """One sandboxed jinja2 environment per compile: each template is compiled once, rendered per job."""
 
-    def __init__(self, template_dirs: Sequence[Path], jobs: Sequence[ExpandedJob],
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self, template_dirs: Sequence[Path], jobs: Sequence[ExpandedJob], limits: Limits | None = None
+    ) -> None:
         self.template_dirs = [Path(d) for d in template_dirs]
         self.inline = {f"{_INLINE}{j.index}": j.job.run or "" for j in jobs if j.job.run is not None}
-        loader = jinja2.ChoiceLoader([
-            jinja2.FunctionLoader(self._inline_source),
-            jinja2.FileSystemLoader([str(d) for d in self.template_dirs]),
-        ])
+        loader = jinja2.ChoiceLoader(
+            [
+                jinja2.FunctionLoader(self._inline_source),
+                jinja2.FileSystemLoader([str(d) for d in self.template_dirs]),
+            ]
+        )
         self.loader = loader
         self.env = shell_environment(limits, loader=loader)
         self._names: dict[str, set[str] | None] = {}
@@ -122,9 +126,14 @@ def condition(requirements: Sequence[Requirement], graph: Graph) -> str | None:
     return " && ".join(parts) if parts else None
 
 
-def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_name: str,
-                template_dirs: Sequence[Path],
-                limits: Limits | None = None) -> tuple[list[RenderedJob], list[Diagnostic]]:
+def render_jobs(
+    jobs: Sequence[ExpandedJob],
+    graph: Graph,
+    source: Source,
+    plan_name: str,
+    template_dirs: Sequence[Path],
+    limits: Limits | None = None,
+) -> tuple[list[RenderedJob], list[Diagnostic]]:
     renderer = Renderer(template_dirs, jobs, limits)
     rendered: list[RenderedJob] = []
     diagnostics: list[Diagnostic] = []
@@ -136,8 +145,9 @@ def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_
             if path is None:
                 line, col = source.where(("jobs", job.index, "template"))
                 dirs = ", ".join(_display(d) for d in renderer.template_dirs) or "(none)"
-                diagnostics.append(error(source.path, line, col, "R001",
-                                         f"template {job.job.template!r} not found in {dirs}"))
+                diagnostics.append(
+                    error(source.path, line, col, "R001", f"template {job.job.template!r} not found in {dirs}")
+                )
                 continue
             try:
                 template_source = path.read_text(encoding="utf-8")
@@ -162,9 +172,17 @@ def render_jobs(jobs: Sequence[ExpandedJob], graph: Graph, source: Source, plan_
             continue
         if len(text) > renderer.env.limits.max_size:
             line, col = source.where(("jobs", job.index))
-            diagnostics.append(error(source.path, line, col, "R007", f"job {job.name}: the job file would be "
-                                     f"{len(text):,} bytes, over the limit of {renderer.env.limits.max_size:,} "
-                                     "(raise it with --max-size)"))
+            diagnostics.append(
+                error(
+                    source.path,
+                    line,
+                    col,
+                    "R007",
+                    f"job {job.name}: the job file would be "
+                    f"{len(text):,} bytes, over the limit of {renderer.env.limits.max_size:,} "
+                    "(raise it with --max-size)",
+                )
+            )
             continue
         matches = body.count("\n") == template_source.count("\n")
         rendered.append(RenderedJob(job, text, header, place.origin, place.line, matches))
@@ -212,18 +230,22 @@ def _inline_place(source: Source, index: int, body: str) -> _Place:
     return _Place(source.path, line, col - 1, tags)
 
 
-def _tag_places(body: str, lines: list[str], line: int, col: int) -> tuple[tuple[tuple[int, int], tuple[int, int]],
-                                                                              ...]:
+def _tag_places(
+    body: str, lines: list[str], line: int, col: int
+) -> tuple[tuple[tuple[int, int], tuple[int, int]], ...]:
     """Each `{{`/`{%` of BODY paired with the same one where the plan writes the scalar (from LINE:COL): a
     quoted or folded scalar, or a block with an indentation indicator, does not keep the body's lines and columns."""
-    written = [(n, m.start() + 1) for n in range(max(line, 1), len(lines) + 1)
-               for m in re.finditer(r"\{[{%]", lines[n - 1]) if n > line or m.start() + 1 >= col]
+    written = [
+        (n, m.start() + 1)
+        for n in range(max(line, 1), len(lines) + 1)
+        for m in re.finditer(r"\{[{%]", lines[n - 1])
+        if n > line or m.start() + 1 >= col
+    ]
     found = [(n, m.start() + 1) for n, text in enumerate(body.split("\n"), 1) for m in re.finditer(r"\{[{%]", text)]
-    return tuple(zip(found, written[:len(found)], strict=True)) if len(written) >= len(found) else ()
+    return tuple(zip(found, written[: len(found)], strict=True)) if len(written) >= len(found) else ()
 
 
-def _render_one(job: ExpandedJob, name: str, renderer: Renderer,
-                place: _Place) -> tuple[str | None, list[Diagnostic]]:
+def _render_one(job: ExpandedJob, name: str, renderer: Renderer, place: _Place) -> tuple[str | None, list[Diagnostic]]:
     """JOB's body from template NAME, or the located reasons it has none."""
     who = f"job {job.name}"
     try:
@@ -241,22 +263,38 @@ def _render_one(job: ExpandedJob, name: str, renderer: Renderer,
     try:
         body = renderer.env.render_bounded(template, job.context, f"{who}'s body")
     except jinja2.TemplateNotFound as exc:
-        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R001",
-                            f"{who}: template {exc.name!r} not found")]
+        return None, [
+            error(*place.at(_template_line(exc, name, renderer), 1), "R001", f"{who}: template {exc.name!r} not found")
+        ]
     except jinja2.UndefinedError as exc:
         line = _template_line(exc, name, renderer)
-        return None, [error(*place.at(line, _name_col(renderer, name, line, exc.message)), "R002",
-                            f"{who}: undefined variable: {exc.message}")]
+        return None, [
+            error(
+                *place.at(line, _name_col(renderer, name, line, exc.message)),
+                "R002",
+                f"{who}: undefined variable: {exc.message}",
+            )
+        ]
     except ValueRefused as exc:
         return None, [error(*place.at(exc.line, exc.col), "R006", f"{who}: {exc}")]
     except LimitExceeded as exc:
         return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R007", f"{who}: {exc}")]
     except SecurityError as exc:
-        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R008",
-                            f"{who}: not allowed in a plan's template: {exc}")]
+        return None, [
+            error(
+                *place.at(_template_line(exc, name, renderer), 1),
+                "R008",
+                f"{who}: not allowed in a plan's template: {exc}",
+            )
+        ]
     except RecursionError as exc:
-        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003",
-                            f"{who}: recursion too deep (a macro that calls itself?)")]
+        return None, [
+            error(
+                *place.at(_template_line(exc, name, renderer), 1),
+                "R003",
+                f"{who}: recursion too deep (a macro that calls itself?)",
+            )
+        ]
     except ContextError as exc:  # an included template's own quoting problem: located in that template
         path = renderer.template_path(exc.name) if exc.name else None
         where = _Place(_display(path), 1, 0) if path is not None else place
@@ -265,8 +303,9 @@ def _render_one(job: ExpandedJob, name: str, renderer: Renderer,
         return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003", f"{who}: {exc}")]
     except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as exc:
         # A template's own mistake, such as `length` of a number: located, never a traceback.
-        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003",
-                            f"{who}: {type(exc).__name__}: {exc}")]
+        return None, [
+            error(*place.at(_template_line(exc, name, renderer), 1), "R003", f"{who}: {type(exc).__name__}: {exc}")
+        ]
     body, problem = finish_heredocs(body)
     if problem is not None:
         line, col, message = problem
@@ -304,15 +343,25 @@ def _unused_with(job: ExpandedJob, renderer: Renderer, name: str, source: Source
             hint = [u for u in used if u not in job.context]
             close = difflib.get_close_matches(key, hint, n=1)
             suggestion = f"; did you mean {close[0]!r}?" if close else ""
-            found.append(warning(source.path, line, col, "R009", f"with: {key!r} is not used by "
-                                 f"{job.job.template or 'the run: body'}{suggestion}"))
+            found.append(
+                warning(
+                    source.path,
+                    line,
+                    col,
+                    "R009",
+                    f"with: {key!r} is not used by {job.job.template or 'the run: body'}{suggestion}",
+                )
+            )
     return found
 
 
 def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comment: str) -> tuple[str, int]:
     spec = job.job
-    done_if = condition(job.done_if, graph) if job.done_if is not None else condition(
-        [Requirement(kind=o.kind, value=o.value) for o in job.outputs], graph)
+    done_if = (
+        condition(job.done_if, graph)
+        if job.done_if is not None
+        else condition([Requirement(kind=o.kind, value=o.value) for o in job.outputs], graph)
+    )
     fields: dict[str, Any] = {
         "lane": spec.lane,
         # The blank line ends the header: a body that starts with a comment such as `# {{ note }}`

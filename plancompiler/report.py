@@ -1,4 +1,5 @@
 """`plan report`: from events.jsonl, where each lane's time went, and why the work that waited waited."""
+
 from __future__ import annotations
 
 import functools
@@ -23,13 +24,21 @@ from runner.vocab import Event
 _NOW = "(now)"
 
 # Events that end a job's attempt (the busy span in seed-format reports, the attempt's duration).
-_END = frozenset(e.value for e in (Event.DONE, Event.FAILED, Event.RETRY, Event.TIMEOUT, Event.CANCELLED,
-                                   Event.START_FAILED))
+_END = frozenset(
+    e.value for e in (Event.DONE, Event.FAILED, Event.RETRY, Event.TIMEOUT, Event.CANCELLED, Event.START_FAILED)
+)
 # A job's outcome named by the event that decided it; `failed` with why=timeout is a timeout.
-_OUTCOME = {Event.DONE.value: "done", Event.FAILED.value: "failed", Event.RETRY.value: "retrying",
-            Event.SKIPPED.value: "skipped", Event.INVALID.value: "invalid", Event.TIMEOUT.value: "timeout",
-            Event.CANCELLED.value: "cancelled", Event.BLOCKED.value: "blocked",
-            Event.START_FAILED.value: "start-failed"}
+_OUTCOME = {
+    Event.DONE.value: "done",
+    Event.FAILED.value: "failed",
+    Event.RETRY.value: "retrying",
+    Event.SKIPPED.value: "skipped",
+    Event.INVALID.value: "invalid",
+    Event.TIMEOUT.value: "timeout",
+    Event.CANCELLED.value: "cancelled",
+    Event.BLOCKED.value: "blocked",
+    Event.START_FAILED.value: "start-failed",
+}
 
 
 def _struct(text: str) -> time.struct_time:
@@ -120,8 +129,9 @@ def parse_events(text: str, source: str) -> tuple[list[dict[str, Any]], list[str
     if not events:
         if not any(line.strip() for line in lines):
             raise ValueError(f"{source}: no events (it is empty)")
-        raise ValueError(f"{source}: not an events.jsonl: none of its {len(lines)} lines is an event record "
-                         f"({skipped[0]})")
+        raise ValueError(
+            f"{source}: not an events.jsonl: none of its {len(lines)} lines is an event record ({skipped[0]})"
+        )
     return events, skipped
 
 
@@ -170,8 +180,14 @@ class Report:
     def totals(self) -> dict[str, dict[str, Any]]:
         result: dict[str, dict[str, Any]] = {}
         for lane in self.lanes:
-            row: dict[str, Any] = {"busy_s": 0.0, "idle_s": 0.0, "waiting_s": 0.0, "down_s": 0.0, "causes": {},
-                                   "slot_s": 0.0}
+            row: dict[str, Any] = {
+                "busy_s": 0.0,
+                "idle_s": 0.0,
+                "waiting_s": 0.0,
+                "down_s": 0.0,
+                "causes": {},
+                "slot_s": 0.0,
+            }
             for span in self.spans:
                 if span.lane != lane:
                     continue
@@ -185,13 +201,16 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "start": _fmt(self.start), "end": _fmt(self.end), "inferred": self.inferred,
+            "start": _fmt(self.start),
+            "end": _fmt(self.end),
+            "inferred": self.inferred,
             "lanes": self.totals(),
             "spans": [asdict(s) | {"seconds": s.seconds} for s in self.spans],
             "jobs": {name: asdict(stats) for name, stats in sorted(self.jobs.items())},
             "failure_clusters": self.clusters,
             "silences": [{"from": _fmt(a), "to": _fmt(b), "seconds": b - a} for a, b in self.silences],
-            "skipped": self.skipped, "notes": self.notes,
+            "skipped": self.skipped,
+            "notes": self.notes,
         }
 
     def text(self) -> str:
@@ -204,16 +223,21 @@ class Report:
         out = [f"report {_fmt(self.start, zone)} .. {_fmt(self.end, zone)} ({format_duration(self.end - self.start)})"]
         out += self.notes
         if self.skipped:
-            out.append(f"skipped {len(self.skipped)} malformed event{'s' * (len(self.skipped) != 1)}: "
-                       + "; ".join(self.skipped[:5]) + ("; ..." if len(self.skipped) > 5 else ""))
+            out.append(
+                f"skipped {len(self.skipped)} malformed event{'s' * (len(self.skipped) != 1)}: "
+                + "; ".join(self.skipped[:5])
+                + ("; ..." if len(self.skipped) > 5 else "")
+            )
         if self.inferred:
             out.append("(seed-format events: no `lane` records; lane states are inferred from start/end events)")
         out.append("")
         out.append(f"{'lane':<6} {'busy':>8} {'idle':>8} {'waiting':>8} {'down':>8}")
         totals = self.totals()
         for lane, row in totals.items():
-            out.append(f"{lane:<6} {format_duration(row['busy_s']):>8} {format_duration(row['idle_s']):>8} "
-                       f"{format_duration(row['waiting_s']):>8} {format_duration(row['down_s']):>8}")
+            out.append(
+                f"{lane:<6} {format_duration(row['busy_s']):>8} {format_duration(row['idle_s']):>8} "
+                f"{format_duration(row['waiting_s']):>8} {format_duration(row['down_s']):>8}"
+            )
             if row["slot_s"] > row["busy_s"]:  # a lane of several slots ran jobs side by side
                 out.append(f"         slot-time busy {format_duration(row['slot_s']):>7} (jobs side by side)")
             for cause, seconds in sorted(row["causes"].items(), key=lambda kv: -kv[1]):
@@ -224,8 +248,10 @@ class Report:
         width = max((len(j) for j in self.jobs), default=4)
         for name, stats in sorted(self.jobs.items()):
             took = ", ".join(format_duration(d) for d in stats.durations)
-            out.append(f"  {name:<{width}}  {stats.lane:<4} {stats.attempts} attempt{'s' * (stats.attempts != 1)}"
-                       f"  {stats.outcome or 'unfinished':<10} {took}")
+            out.append(
+                f"  {name:<{width}}  {stats.lane:<4} {stats.attempts} attempt{'s' * (stats.attempts != 1)}"
+                f"  {stats.outcome or 'unfinished':<10} {took}"
+            )
         if self.clusters:
             out.append("")
             out.append("failure clusters:")
@@ -257,8 +283,11 @@ def liveness(answer: dict[str, Any]) -> Liveness | None:
         return None
     runner: dict[str, Any] = status["runner"] if isinstance(status.get("runner"), dict) else {}
     beat = runner.get("heartbeat")
-    return Liveness(float(now), bool(answer.get("runner_alive")),
-                    float(beat) if isinstance(beat, (int, float)) and not isinstance(beat, bool) else None)
+    return Liveness(
+        float(now),
+        bool(answer.get("runner_alive")),
+        float(beat) if isinstance(beat, (int, float)) and not isinstance(beat, bool) else None,
+    )
 
 
 def file_liveness(path: Path) -> Liveness | None:
@@ -274,9 +303,14 @@ def file_liveness(path: Path) -> Liveness | None:
     return liveness({"now": time.time(), "status": status, "runner_alive": runner_alive(status)})
 
 
-def build_report(events: Iterable[dict[str, Any]], since: float | None = None, until: float | None = None,
-                 lanes: tuple[str, ...] = ("net", "gpu", "cpu"), live: Liveness | None = None,
-                 skipped: Iterable[str] = ()) -> Report:
+def build_report(
+    events: Iterable[dict[str, Any]],
+    since: float | None = None,
+    until: float | None = None,
+    lanes: tuple[str, ...] = ("net", "gpu", "cpu"),
+    live: Liveness | None = None,
+    skipped: Iterable[str] = (),
+) -> Report:
     """The report of EVENTS in file order; ValueError for a window that ends before it starts."""
     if since is not None and until is not None and since >= until:
         raise ValueError(f"--since {_fmt(since)} is not before --until {_fmt(until)}: the window would be empty")
@@ -297,8 +331,7 @@ def build_report(events: Iterable[dict[str, Any]], since: float | None = None, u
     for span in spans:
         a, b = max(span.start, start), min(span.end, end)
         if b > a:
-            clipped.append(Span(span.lane, a, b, span.state, span.job, span.cause, span.inferred,
-                                span.slots_busy))
+            clipped.append(Span(span.lane, a, b, span.state, span.job, span.cause, span.inferred, span.slots_busy))
     window = [(t, e) for t, e in items if start <= t <= end]
     jobs = _jobs(window)
     _resolve_requires(clipped, jobs)
@@ -308,8 +341,18 @@ def build_report(events: Iterable[dict[str, Any]], since: float | None = None, u
             jobs[name].outcome = "unknown"  # it was running when the runner went down: nobody saw it end
         if gone:
             notes.append(f"  running when the runner went down (outcome unknown): {', '.join(sorted(gone))}")
-    return Report(start, end, clipped, jobs, _clusters(window), _silences(window), not has_lane_events,
-                  [ln for ln in seen_lanes if any(s.lane == ln for s in clipped)] or list(lanes), left_out, notes)
+    return Report(
+        start,
+        end,
+        clipped,
+        jobs,
+        _clusters(window),
+        _silences(window),
+        not has_lane_events,
+        [ln for ln in seen_lanes if any(s.lane == ln for s in clipped)] or list(lanes),
+        left_out,
+        notes,
+    )
 
 
 def _close_at_now(items: list[tuple[float, dict[str, Any]]], live: Liveness | None, until: float | None) -> list[str]:
@@ -500,8 +543,11 @@ def _resolve_requires(spans: list[Span], jobs: dict[str, JobStats]) -> None:
 
 
 def _clusters(items: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
-    clusters = [{"jobs": e.get("jobs", []), "line": e.get("line", "")}
-                for _, e in items if e.get("event") == "correlated-failure"]
+    clusters = [
+        {"jobs": e.get("jobs", []), "line": e.get("line", "")}
+        for _, e in items
+        if e.get("event") == "correlated-failure"
+    ]
     if clusters:
         # The runner announces a cluster again as it grows: keep the largest per line.
         best: dict[str, dict[str, Any]] = {}

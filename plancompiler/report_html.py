@@ -1,4 +1,5 @@
 """`plan report --html`: one self-contained file (no network) with everything the text report says, and a timeline."""
+
 from __future__ import annotations
 
 import html
@@ -47,23 +48,34 @@ def _bar(span: Span, report: Report, total: float) -> str:
         what, label = span.cause, span.cause
     title = f"{span.state}: {what} ({format_duration(span.seconds)}, {_t(span.start)} .. {_t(span.end)})"
     inner = f'<span class="label">{_e(label)}</span>' if label and width >= _LABEL_MIN_PERCENT else ""
-    return (f'<div class="bar {_e(span.state)}" data-state="{_e(span.state)}" data-job="{_e(span.job)}" '
-            f'data-seconds="{span.seconds:.0f}" style="left:{left:.4f}%;width:{width:.4f}%" '
-            f'title="{_e(title)}">{inner}</div>')
+    return (
+        f'<div class="bar {_e(span.state)}" data-state="{_e(span.state)}" data-job="{_e(span.job)}" '
+        f'data-seconds="{span.seconds:.0f}" style="left:{left:.4f}%;width:{width:.4f}%" '
+        f'title="{_e(title)}">{inner}</div>'
+    )
 
 
 def _totals(report: Report) -> list[str]:
-    table = ['<table id="totals"><tr><th>lane</th><th>busy</th><th>idle</th><th>idle with work waiting</th>'
-             "<th>runner down</th></tr>"]
+    table = [
+        '<table id="totals"><tr><th>lane</th><th>busy</th><th>idle</th><th>idle with work waiting</th>'
+        "<th>runner down</th></tr>"
+    ]
     causes = []
     for lane, row in report.totals().items():
-        table.append(f'<tr data-lane="{_e(lane)}"><td>{_e(lane)}</td>'
-                     + "".join(f'<td data-seconds="{row[k]:.0f}">{format_duration(row[k])}</td>'
-                               for k in ("busy_s", "idle_s", "waiting_s", "down_s")) + "</tr>")
+        table.append(
+            f'<tr data-lane="{_e(lane)}"><td>{_e(lane)}</td>'
+            + "".join(
+                f'<td data-seconds="{row[k]:.0f}">{format_duration(row[k])}</td>'
+                for k in ("busy_s", "idle_s", "waiting_s", "down_s")
+            )
+            + "</tr>"
+        )
         tag = " (inferred)" if report.inferred else ""
         for cause, seconds in sorted(row["causes"].items(), key=lambda kv: -kv[1]):
-            causes.append(f'<tr class="cause" data-lane="{_e(lane)}"><td>{_e(lane)}: {_e(cause)}{tag}</td>'
-                          f'<td data-seconds="{seconds:.0f}">{format_duration(seconds)}</td></tr>')
+            causes.append(
+                f'<tr class="cause" data-lane="{_e(lane)}"><td>{_e(lane)}: {_e(cause)}{tag}</td>'
+                f'<td data-seconds="{seconds:.0f}">{format_duration(seconds)}</td></tr>'
+            )
     table.append("</table>")
     if causes:
         table.append('<h2>Idle with work waiting, by cause</h2><table id="causes">' + "".join(causes) + "</table>")
@@ -71,15 +83,19 @@ def _totals(report: Report) -> list[str]:
 
 
 def _jobs(report: Report) -> str:
-    rows = ['<h2>Jobs</h2><table id="jobs"><tr><th>job</th><th>lane</th><th>attempts</th><th>outcome</th>'
-            "<th>busy</th><th>each attempt</th></tr>"]
+    rows = [
+        '<h2>Jobs</h2><table id="jobs"><tr><th>job</th><th>lane</th><th>attempts</th><th>outcome</th>'
+        "<th>busy</th><th>each attempt</th></tr>"
+    ]
     for name, stats in sorted(report.jobs.items()):
         took = ", ".join(format_duration(d) for d in stats.durations)
-        rows.append(f'<tr data-job="{_e(name)}" data-outcome="{_e(stats.outcome or "unfinished")}">'
-                    f'<td>{_e(name)}</td><td class="text">{_e(stats.lane)}</td><td>{stats.attempts}</td>'
-                    f'<td class="text">{_e(stats.outcome or "unfinished")}</td>'
-                    f'<td data-seconds="{stats.busy_s:.0f}">{format_duration(stats.busy_s)}</td>'
-                    f'<td class="text">{_e(took)}</td></tr>')
+        rows.append(
+            f'<tr data-job="{_e(name)}" data-outcome="{_e(stats.outcome or "unfinished")}">'
+            f'<td>{_e(name)}</td><td class="text">{_e(stats.lane)}</td><td>{stats.attempts}</td>'
+            f'<td class="text">{_e(stats.outcome or "unfinished")}</td>'
+            f'<td data-seconds="{stats.busy_s:.0f}">{format_duration(stats.busy_s)}</td>'
+            f'<td class="text">{_e(took)}</td></tr>'
+        )
     rows.append("</table>")
     return "".join(rows)
 
@@ -87,18 +103,24 @@ def _jobs(report: Report) -> str:
 def _clusters_and_silences(report: Report) -> str:
     out = []
     if report.clusters:
-        out.append('<h2>Failure clusters</h2><table id="clusters"><tr><th>jobs</th><th>failed with</th>'
-                   "<th>which</th></tr>")
+        out.append(
+            '<h2>Failure clusters</h2><table id="clusters"><tr><th>jobs</th><th>failed with</th><th>which</th></tr>'
+        )
         for cluster in report.clusters:
-            out.append(f'<tr><td>{len(cluster["jobs"])}</td><td class="text">{_e(cluster["line"])}</td>'
-                       f'<td class="text">{_e(", ".join(cluster["jobs"]))}</td></tr>')
+            out.append(
+                f'<tr><td>{len(cluster["jobs"])}</td><td class="text">{_e(cluster["line"])}</td>'
+                f'<td class="text">{_e(", ".join(cluster["jobs"]))}</td></tr>'
+            )
         out.append("</table>")
     if report.silences:
-        out.append("<h2>Longest silences (no event but the runner's heartbeat)</h2>"
-                   '<table id="silences"><tr><th>from</th><th>to</th><th>length</th></tr>')
+        out.append(
+            "<h2>Longest silences (no event but the runner's heartbeat)</h2>"
+            '<table id="silences"><tr><th>from</th><th>to</th><th>length</th></tr>'
+        )
         for a, b in report.silences:
-            out.append(f'<tr><td>{_t(a)}</td><td>{_t(b)}</td><td data-seconds="{b - a:.0f}">'
-                       f"{format_duration(b - a)}</td></tr>")
+            out.append(
+                f'<tr><td>{_t(a)}</td><td>{_t(b)}</td><td data-seconds="{b - a:.0f}">{format_duration(b - a)}</td></tr>'
+            )
         out.append("</table>")
     return "".join(out)
 
@@ -108,11 +130,12 @@ def render_html(report: Report) -> str:
     rows = []
     for lane in report.lanes:
         bars = [_bar(span, report, total) for span in report.spans if span.lane == lane and span.state != "idle"]
-        rows.append(f'<div class="lane" data-lane="{_e(lane)}"><div class="name">{_e(lane)}</div>'
-                    + "".join(bars) + "</div>")
+        rows.append(
+            f'<div class="lane" data-lane="{_e(lane)}"><div class="name">{_e(lane)}</div>' + "".join(bars) + "</div>"
+        )
     note = "<p>Seed-format events: lane states are inferred.</p>" if report.inferred else ""
     return (
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>plan report</title>"
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>plan report</title>'
         f"<style>{_CSS}</style></head><body>"
         f"<h1>plan report: {_t(report.start)} .. {_t(report.end)} ({format_duration(total)})</h1>{note}"
         '<div class="legend"><span class="busy"></span>busy<span class="waiting"></span>idle with work waiting'
@@ -120,6 +143,9 @@ def render_html(report: Report) -> str:
         f'<div class="timeline">{"".join(rows)}</div>'
         f'<div class="axis"><span>{_t(report.start)}</span><span>{_t(report.start + total / 2)}</span>'
         f"<span>{_t(report.end)}</span></div>"
-        "<h2>Totals</h2>" + "".join(_totals(report)) + _jobs(report) + _clusters_and_silences(report)
+        "<h2>Totals</h2>"
+        + "".join(_totals(report))
+        + _jobs(report)
+        + _clusters_and_silences(report)
         + "</body></html>\n"
     )

@@ -1,4 +1,5 @@
 """The jinja2 sandbox YAML plans render in: no Python reachable from a value, and bounded in size and loops."""
+
 from __future__ import annotations
 
 import math
@@ -56,12 +57,16 @@ class _Budget:
         if isinstance(value, (str, list, tuple, dict)):
             size = len(value)
             if size > self.limits.max_size:
-                raise LimitExceeded(f"a value of {size:,} items or bytes passes the limit of "
-                                    f"{self.limits.max_size:,} (raise it with --max-size)")
+                raise LimitExceeded(
+                    f"a value of {size:,} items or bytes passes the limit of "
+                    f"{self.limits.max_size:,} (raise it with --max-size)"
+                )
             self.produced += size
             if self.produced > 16 * self.limits.max_size:
-                raise LimitExceeded(f"rendering produced more than {16 * self.limits.max_size:,} bytes in all "
-                                    "(raise the limit with --max-size)")
+                raise LimitExceeded(
+                    f"rendering produced more than {16 * self.limits.max_size:,} bytes in all "
+                    "(raise the limit with --max-size)"
+                )
         elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _MAX_INT_BITS:
             raise LimitExceeded(f"a number of {value.bit_length():,} bits is too large")
         return value
@@ -76,14 +81,17 @@ class _Budget:
             return  # the common case, without the walk
         size = text_size(value, self.limits.max_size)
         if size > self.limits.max_size:
-            raise LimitExceeded(f"{what} would be more than {self.limits.max_size:,} bytes as text "
-                                "(raise the limit with --max-size)")
+            raise LimitExceeded(
+                f"{what} would be more than {self.limits.max_size:,} bytes as text (raise the limit with --max-size)"
+            )
 
     def refuse(self, size: int, what: str) -> None:
         """Raise before computing a result estimated at SIZE items or bytes, if that passes the limit."""
         if size > self.limits.max_size:
-            raise LimitExceeded(f"{what} would make a value of {size:,} items or bytes, over the limit of "
-                                f"{self.limits.max_size:,} (raise it with --max-size)")
+            raise LimitExceeded(
+                f"{what} would make a value of {size:,} items or bytes, over the limit of "
+                f"{self.limits.max_size:,} (raise it with --max-size)"
+            )
 
     def loop(self, iterable: Any) -> Iterator[Any]:
         for item in iterable:
@@ -103,8 +111,9 @@ def _check_format(text: str, pattern: re.Pattern[str], limit: int) -> None:
 class _BoundedFilters(dict[str, Any]):
     """The filter table: every filter in it is bounded, also those an environment adds after it is made."""
 
-    def __init__(self, wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]],
-                 filters: Mapping[str, Callable[..., Any]]) -> None:
+    def __init__(
+        self, wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]], filters: Mapping[str, Callable[..., Any]]
+    ) -> None:
         super().__init__()
         self._wrap = wrap
         for name, func in filters.items():
@@ -122,13 +131,16 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def __init__(self, limits: Limits | None = None, **kwargs: Any) -> None:
         self.budget = _Budget(limits or Limits())
         kwargs["finalize"] = self._finalizer(kwargs.get("finalize"))
-        super().__init__(undefined=jinja2.StrictUndefined, autoescape=False,
-                         keep_trailing_newline=True, **kwargs)
+        super().__init__(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True, **kwargs)
         self.compiled: dict[str, jinja2.Template] = {}  # each distinct value's text, compiled once
         # cycler, joiner, lipsum and namespace are left out: none is needed to write a path or a job,
         # and namespace is the one way to mutate state across loop turns.
-        self.globals = {"range": self._range, "dict": dict, "_plan_loop": self.budget.loop,
-                        "_plan_concat": self._concat}
+        self.globals = {
+            "range": self._range,
+            "dict": dict,
+            "_plan_loop": self.budget.loop,
+            "_plan_concat": self._concat,
+        }
         self.filters = _BoundedFilters(self._bounded, self.filters)
 
     @property
@@ -139,11 +151,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         """Jinja's parse, then every loop counted and every `~` chain bounded before it is joined."""
         tree = super()._parse(source, name, filename)
         for loop in tree.find_all(nodes.For):
-            loop.iter = nodes.Call(nodes.Name("_plan_loop", "load"), [loop.iter], [], None, None,
-                                   lineno=loop.lineno)
+            loop.iter = nodes.Call(nodes.Name("_plan_loop", "load"), [loop.iter], [], None, None, lineno=loop.lineno)
         for concat in list(tree.find_all(nodes.Concat)):
-            call = nodes.Call(nodes.Name("_plan_concat", "load"), [nodes.List(concat.nodes)], [], None, None,
-                              lineno=concat.lineno)
+            call = nodes.Call(
+                nodes.Name("_plan_concat", "load"), [nodes.List(concat.nodes)], [], None, None, lineno=concat.lineno
+            )
             _replace(tree, concat, call)
         return tree
 
@@ -165,8 +177,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             self.budget.check_text(part, "a part of a joined value")
         texts = [str(p) for p in parts]
         if sum(map(len, texts)) > self.limits.max_size:
-            raise LimitExceeded(f"a joined value passes the size limit of {self.limits.max_size:,} "
-                                "(raise it with --max-size)")
+            raise LimitExceeded(
+                f"a joined value passes the size limit of {self.limits.max_size:,} (raise it with --max-size)"
+            )
         return self.budget.charge("".join(texts))
 
     def _range(self, *args: int) -> range:
@@ -210,10 +223,15 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
                 if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > limit:
-                    raise LimitExceeded(f"a repetition of {len(seq) * times:,} items passes the size limit of "
-                                        f"{limit:,} (raise it with --max-size)")
-            if isinstance(left, int) and isinstance(right, int) and \
-                    left.bit_length() + right.bit_length() > _MAX_INT_BITS:
+                    raise LimitExceeded(
+                        f"a repetition of {len(seq) * times:,} items passes the size limit of "
+                        f"{limit:,} (raise it with --max-size)"
+                    )
+            if (
+                isinstance(left, int)
+                and isinstance(right, int)
+                and left.bit_length() + right.bit_length() > _MAX_INT_BITS
+            ):
                 raise LimitExceeded("a product too large to compute")
         elif operator == "**" and isinstance(left, (int, float)) and isinstance(right, (int, float)):
             if abs(left) > 1 and right > 0 and right * math.log2(abs(left)) > _MAX_INT_BITS:
@@ -223,13 +241,13 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             self.budget.check_text(right, "the values given to %")
         return self.budget.charge(super().call_binop(context, operator, left, right))
 
-    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any,
-             **kwargs: Any) -> Any:
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         budget = __self.budget
         budget.check_args(args)
         budget.check_args(kwargs.values())
         if getattr(__obj, "__name__", "") in ("format", "format_map") and isinstance(
-                getattr(__obj, "__self__", None), str):
+            getattr(__obj, "__self__", None), str
+        ):
             _check_format(__obj.__self__, _FORMAT_WIDTH, budget.limits.max_size)
         if isinstance(getattr(__obj, "__self__", None), str):
             args = estimate_method(__obj.__self__, __obj.__name__, args, kwargs, budget)
@@ -258,8 +276,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         for chunk in template.generate(context):
             size += len(chunk)
             if size > limit:
-                raise LimitExceeded(f"{what or 'the rendered text'} passes the size limit of {limit:,} bytes "
-                                    "(raise it with --max-size)")
+                raise LimitExceeded(
+                    f"{what or 'the rendered text'} passes the size limit of {limit:,} bytes (raise it with --max-size)"
+                )
             parts.append(chunk)
         return "".join(parts)
 

@@ -7,6 +7,7 @@ context. Where the context cannot be decided (`$(( ))`, backticks, `${ }`,
 the expression's line and column; where bash reads a variable name (`printf -v`, `unset`, `read`, `[[ -v ]]`)
 the value must be a plain name.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,8 +49,6 @@ class Shell(str):
     """A value the template marks as shell code on purpose (`{{ x | sh }}`): written as it is."""
 
 
-
-
 def _columns(source: str) -> dict[int, list[int]]:
     """1-based columns of each `{{`/`{%` on each line, in order, for locating placeholders."""
     found: dict[int, list[int]] = {}
@@ -89,7 +88,7 @@ class ShellContext(Extension):
                 if j == len(tokens):
                     yield from tokens  # unclosed: jinja's parser reports it, with its line
                     return
-                inner = tokens[i + 1:j]
+                inner = tokens[i + 1 : j]
                 is_sh = len(inner) >= 2 and inner[-2].type == "pipe" and inner[-1].test("name:sh")
                 places.append((tok.lineno, col_of(tok.lineno), is_sh, None))
                 exprs.append((i, j))
@@ -138,7 +137,7 @@ class ShellContext(Extension):
             ln = tokens[i].lineno
             yield tokens[i]
             yield Token(ln, "lparen", "(")
-            yield from tokens[i + 1:end]
+            yield from tokens[i + 1 : end]
             yield Token(ln, "rparen", ")")
             yield Token(ln, "pipe", "|")
             yield Token(ln, "name", "_esc")
@@ -173,19 +172,32 @@ def escape(value: Any, context: str, line: int, col: int, delim: str = "", dash:
     words = value if isinstance(value, (list, tuple)) and not isinstance(value, Shell) else [value]
     texts = [_text(w) for w in words] if context in ("bare", "cond") else [_text(value)]
     for text in texts:
-        for bad, what in (("\0", "a NUL byte"), ("\r", "a carriage return (CRLF)"),
-                          (HEREDOC_OPEN, "a control character"), (HEREDOC_CLOSE, "a control character")):
+        for bad, what in (
+            ("\0", "a NUL byte"),
+            ("\r", "a carriage return (CRLF)"),
+            (HEREDOC_OPEN, "a control character"),
+            (HEREDOC_CLOSE, "a control character"),
+        ):
             if bad in text:
-                raise ValueRefused(line, col, f"the value holds {what}, which a job file cannot carry: "
-                                   f"{_preview(text)}")
+                raise ValueRefused(
+                    line, col, f"the value holds {what}, which a job file cannot carry: {_preview(text)}"
+                )
     if context == "sh" or isinstance(value, Shell):
         return Escaped(texts[0])
     if check == "name" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", " ".join(texts)):
-        raise ValueRefused(line, col, "the value stands where bash reads a variable name, whose [ ] subscript "
-                           f"it would evaluate as code; it must be a plain name (letters, digits, _): {_preview(text)}")
+        raise ValueRefused(
+            line,
+            col,
+            "the value stands where bash reads a variable name, whose [ ] subscript "
+            f"it would evaluate as code; it must be a plain name (letters, digits, _): {_preview(text)}",
+        )
     if check == "decl" and " ".join(texts).startswith("("):
-        raise ValueRefused(line, col, "the value starts with ( where declare/local would read it as a compound "
-                           f"array assignment and run what it holds: {_preview(text)}")
+        raise ValueRefused(
+            line,
+            col,
+            "the value starts with ( where declare/local would read it as a compound "
+            f"array assignment and run what it holds: {_preview(text)}",
+        )
     if context == "bare":
         return Escaped(" ".join(shlex.quote(t) for t in texts))
     if context == "cond":
@@ -209,8 +221,9 @@ def _preview(text: str) -> str:
     return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
-_FRAME = re.compile(HEREDOC_OPEN + r"([01])(\d+):(\d+):([^" + HEREDOC_CLOSE + "]*)" + HEREDOC_CLOSE + "(.*?)"
-                    + HEREDOC_CLOSE, re.S)
+_FRAME = re.compile(
+    HEREDOC_OPEN + r"([01])(\d+):(\d+):([^" + HEREDOC_CLOSE + "]*)" + HEREDOC_CLOSE + "(.*?)" + HEREDOC_CLOSE, re.S
+)
 
 
 def finish_heredocs(body: str) -> tuple[str, tuple[int, int, str] | None]:
@@ -221,7 +234,7 @@ def finish_heredocs(body: str) -> tuple[str, tuple[int, int, str] | None]:
     spans: list[tuple[int, int, str, bool, int, int]] = []  # where each value landed in the clean text
     size = last = 0
     for match in _FRAME.finditer(body):
-        out.append(body[last:match.start()])
+        out.append(body[last : match.start()])
         size += match.start() - last
         dash, line, col, delim, value = match.groups()
         spans.append((size, size + len(value), delim, dash == "1", int(line), int(col)))
@@ -234,14 +247,21 @@ def finish_heredocs(body: str) -> tuple[str, tuple[int, int, str] | None]:
         first = text.rfind("\n", 0, start) + 1
         stop = text.find("\n", end)
         at = first
-        for line in text[first: len(text) if stop == -1 else stop].split("\n"):
+        for line in text[first : len(text) if stop == -1 else stop].split("\n"):
             if (line.lstrip("\t") if dash else line) == delim:
-                return text, (line_no, col, f"the value makes the line {delim!r}, which would end its heredoc "
-                              "early and run the rest as commands")
+                return text, (
+                    line_no,
+                    col,
+                    f"the value makes the line {delim!r}, which would end its heredoc "
+                    "early and run the rest as commands",
+                )
             tabs = len(line) - len(line.lstrip("\t"))
             if dash and tabs and at + tabs > start and at < end:
-                return text, (line_no, col, "the value puts a tab at the start of a line of a <<- heredoc, "
-                              "which bash would remove")
+                return text, (
+                    line_no,
+                    col,
+                    "the value puts a tab at the start of a line of a <<- heredoc, which bash would remove",
+                )
             at += len(line) + 1
     return text, None
 
@@ -255,10 +275,12 @@ def _written(value: Any) -> Any:
 
 def shell_environment(limits: Limits | None = None, **kwargs: Any) -> BoundedSandbox:
     """The sandbox that renders shell text (job bodies, `sh:` requirements) with every value escaped."""
-    env = BoundedSandbox(limits, extensions=[ShellContext], finalize=_written, auto_reload=False, cache_size=-1,
-                         **kwargs)
-    env.filters["sh"] = lambda value: Shell(" ".join(map(str, value)) if isinstance(value, (list, tuple))
-                                            else str(value))
+    env = BoundedSandbox(
+        limits, extensions=[ShellContext], finalize=_written, auto_reload=False, cache_size=-1, **kwargs
+    )
+    env.filters["sh"] = lambda value: Shell(
+        " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    )
     env.filters["q"] = lambda value: value  # every value is quoted for its place; kept for old templates
     env.filters["_esc"] = escape
     return env

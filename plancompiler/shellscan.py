@@ -4,6 +4,7 @@ The template's literal text is read the way bash will read the job (quotes, `$( 
 the words of each command), with placeholders for the jinja parts; each `{{ }}` gets a Site (its quoting
 context) or a problem with its line and column.
 """
+
 from __future__ import annotations
 
 import copy
@@ -86,13 +87,13 @@ class Scanner:
             if ch == EXPR:
                 line, col, is_sh, _ = places[self.k]
                 self.k += 1
-                self._expression(line, col, is_sh, text[max(0, i - 80):i])
+                self._expression(line, col, is_sh, text[max(0, i - 80) : i])
                 i += 1
                 continue
             if ch == TAG:
                 line, col, _, tag = places[self.k]
                 self.k += 1
-                self._dangling(line, col, text[max(0, i - 80):i])
+                self._dangling(line, col, text[max(0, i - 80) : i])
                 self._tag(line, col, tag)
                 i += 1
                 continue
@@ -109,20 +110,34 @@ class Scanner:
         """Every template must end where it started (an included one is read on its own, and whatever follows
         its include would be read in the quoting it left open). A heredoc's last line needs no newline."""
         top = self.stack[-1]
-        if top.kind == "heredoc" and not top.line_expr and \
-                (top.line.lstrip("\t") if top.dash else top.line) == top.delim:
+        if (
+            top.kind == "heredoc"
+            and not top.line_expr
+            and (top.line.lstrip("\t") if top.dash else top.line) == top.delim
+        ):
             self.stack.pop()
             top = self.stack[-1]
         if top.kind == "cmd" and len(self.stack) == 1:
             self._end_word(top)
             self._end_command(top)
         if len(self.stack) > 1 or self.pending:
-            what = {"dq": "a double quote", "sq": "a single quote", "heredoc": f"heredoc {top.delim!r}",
-                    "opaque": top.reason, "cmd": "a $( )"}.get(top.kind, top.kind)
+            what = {
+                "dq": "a double quote",
+                "sq": "a single quote",
+                "heredoc": f"heredoc {top.delim!r}",
+                "opaque": top.reason,
+                "cmd": "a $( )",
+            }.get(top.kind, top.kind)
             if top.kind == "cmd" and top.array:
                 what = "an array's ( )"
-            self.problems.append((line, 1, f"the template ends inside {what}: the quoting of what follows it "
-                                  "(its values, or the text after an include of it) cannot be decided"))
+            self.problems.append(
+                (
+                    line,
+                    1,
+                    f"the template ends inside {what}: the quoting of what follows it "
+                    "(its values, or the text after an include of it) cannot be decided",
+                )
+            )
         elif not top.comment:
             self._dangling(line, 1, self.text[-80:])
 
@@ -154,7 +169,7 @@ class Scanner:
 
     def _dollar(self, text: str, i: int) -> int:
         """`$(`, `$((`, `${`, `$'`, `` ` `` in any context that expands them."""
-        ch, rest = text[i], text[i + 1:i + 3]
+        ch, rest = text[i], text[i + 1 : i + 3]
         if ch == "`":
             self.stack.append(_Frame("opaque", "`", "backticks"))
             return i + 1
@@ -287,7 +302,7 @@ class Scanner:
             return i + 1
         if ch in ";&|":
             self._end_word(top)
-            pipe = ch == "|" and nxt != "|" and text[i - 1:i] != "|" or ch == "&" and text[i - 1:i] == "|"
+            pipe = ch == "|" and nxt != "|" and text[i - 1 : i] != "|" or ch == "&" and text[i - 1 : i] == "|"
             self._end_command(top, pipe)
             return i + 1
         top.word += ch
@@ -295,7 +310,7 @@ class Scanner:
 
     def _end_word(self, top: _Frame) -> None:
         for words, partial in top.alts:
-            piece = partial[0] + top.word[top.alt_cut:]
+            piece = partial[0] + top.word[top.alt_cut :]
             if piece:
                 words.append(piece)
             partial[0] = ""
@@ -305,8 +320,13 @@ class Scanner:
             top.word = ""
             last, top.last_expr, top.word_expr = top.last_expr, top.word_expr, None
             if top.cond and word in ARITH_OPS and last:
-                self.problems.append((*last, f"a value before {word} inside [[ ]] is evaluated as arithmetic, "
-                                      "which runs $( ) in it; compare strings with ==, or check it is a number"))
+                self.problems.append(
+                    (
+                        *last,
+                        f"a value before {word} inside [[ ]] is evaluated as arithmetic, "
+                        "which runs $( ) in it; compare strings with ==, or check it is a number",
+                    )
+                )
             if not top.words and (word in KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word, re.S)):
                 return  # a keyword or an assignment before the command: the command is still to come
             if top.closer == ")" and word == "case":
@@ -327,21 +347,39 @@ class Scanner:
                     delim, dash, quoted, _ = self.pending[index]
                     self.pending[index] = (delim, dash, quoted, why)
             if why:
-                piped = [(line, col, why.replace("in a heredoc that ", "piped into ").replace(
-                    " reads as code", ", which reads its program from stdin,")) for line, col in top.piped]
-                for line, col, reason in piped + [(ln, col, why.replace("heredoc", "here-string"))
-                                                  for ln, col in top.strings]:
-                    self.problems.append((line, col, f"a value {reason} would be read as code, not data; pass it "
-                                          "as an argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on "
-                                          "purpose with | sh"))
+                piped = [
+                    (
+                        line,
+                        col,
+                        why.replace("in a heredoc that ", "piped into ").replace(
+                            " reads as code", ", which reads its program from stdin,"
+                        ),
+                    )
+                    for line, col in top.piped
+                ]
+                for line, col, reason in piped + [
+                    (ln, col, why.replace("heredoc", "here-string")) for ln, col in top.strings
+                ]:
+                    self.problems.append(
+                        (
+                            line,
+                            col,
+                            f"a value {reason} would be read as code, not data; pass it "
+                            "as an argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on "
+                            "purpose with | sh",
+                        )
+                    )
         if pipe:
             top.piped, top.piped_docs = top.piped + top.values, top.piped_docs + top.heredocs
         else:
             top.piped, top.piped_docs = [], []
         top.values = []
         words = shellcmd.command(top.words)
-        if words[:1] and words[0] in DECLARE - {"export", "readonly"} and any(
-                re.fullmatch(r"-[A-Za-z]*i[A-Za-z]*", w) for w in words[1:]):
+        if (
+            words[:1]
+            and words[0] in DECLARE - {"export", "readonly"}
+            and any(re.fullmatch(r"-[A-Za-z]*i[A-Za-z]*", w) for w in words[1:])
+        ):
             self.integers.update(re.split(r"[=\[+]", w)[0] for w in words[1:] if not w.startswith(("-", "+")))
         top.words, top.heredocs, top.strings, top.alts = [], [], [], []
 
@@ -367,8 +405,7 @@ class Scanner:
             j += 1
         word = text[start:j]
         if j < len(text) and text[j] in (EXPR, TAG) or not word:
-            self.problems.append((*self._here(), "a heredoc delimiter must be written in the template, not a "
-                                  "value"))
+            self.problems.append((*self._here(), "a heredoc delimiter must be written in the template, not a value"))
             return j
         quoted = any(c in word for c in "'\"\\")
         # What reads the body is known at the command's end (`<<EOF bash`, `bash 2>&1 <<EOF`): _end_command.
@@ -395,11 +432,23 @@ class Scanner:
             self.sites.append(Site(line, col, "sh"))
             return
         if self.confused:
-            self.problems.append((line, col, "a value after `case` inside $( ): the patterns' ) cannot be told "
-                                  "from the end of the $( ); set a variable with the case outside it"))
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    "a value after `case` inside $( ): the patterns' ) cannot be told "
+                    "from the end of the $( ); set a variable with the case outside it",
+                )
+            )
         if top.kind == "opaque":
-            self.problems.append((line, col, f"a value inside {top.reason} would be read as shell code; "
-                                  "pass it through a variable (x={{ v }}, then \"$x\") or mark code with | sh"))
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    f"a value inside {top.reason} would be read as shell code; "
+                    'pass it through a variable (x={{ v }}, then "$x") or mark code with | sh',
+                )
+            )
             self.sites.append(Site(line, col, "sh"))
             return
         expands = top.kind in ("cmd", "dq") or (top.kind == "heredoc" and not top.quoted)
@@ -412,13 +461,15 @@ class Scanner:
         if top.kind == "heredoc":
             code = top.code
         elif cmd.array:
-            code = "in an array subscript, which is evaluated as arithmetic," if re.match(
-                r"\[[^\]]*$", cmd.word) else ""
+            code = (
+                "in an array subscript, which is evaluated as arithmetic," if re.match(r"\[[^\]]*$", cmd.word) else ""
+            )
         elif re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
             code = "in an array subscript, which is evaluated as arithmetic,"
         else:
-            verdicts = [shellcmd.analyse(words, current[:-1], self.integers) for words, current in
-                        self._words_now(stack)]
+            verdicts = [
+                shellcmd.analyse(words, current[:-1], self.integers) for words, current in self._words_now(stack)
+            ]
             verdict = next((v for v in verdicts if v.code), verdicts[0])
             code = verdict.code
             check = "name" if any(v.check == "name" for v in verdicts) else next((v.check for v in verdicts), "")
@@ -426,8 +477,14 @@ class Scanner:
                 cmd.strings.append((line, col))  # code or not is known when the command ends
         code = code or self._enclosing_code(cmd)
         if code:
-            self.problems.append((line, col, f"a value {code} would be read as code, not data; pass it as an "
-                                  "argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on purpose with | sh"))
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    f"a value {code} would be read as code, not data; pass it as an "
+                    "argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on purpose with | sh",
+                )
+            )
         if top.kind == "heredoc":
             self.sites.append(Site(line, col, "qheredoc" if top.quoted else "heredoc", top.delim, top.dash))
         elif top.kind in ("dq", "sq"):
@@ -462,32 +519,51 @@ class Scanner:
         preceding = preceding.rstrip(TAG)
         slashes = len(preceding) - len(preceding.rstrip("\\"))
         if slashes % 2:
-            self.problems.append((line, col, "a value right after a backslash cannot be escaped: the backslash would "
-                                  "join the value's quoting"))
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    "a value right after a backslash cannot be escaped: the backslash would join the value's quoting",
+                )
+            )
             return
         name = re.search(r"(\\*)\$([A-Za-z_][A-Za-z0-9_]*)?$", preceding)
         if name and len(name.group(1)) % 2 == 0:  # the $ is not itself escaped
             if name.group(2):
-                self.problems.append((line, col, f"a value right after ${name.group(2)} would lengthen the "
-                                      f"variable's name; write ${{{name.group(2)}}}"))
+                self.problems.append(
+                    (
+                        line,
+                        col,
+                        f"a value right after ${name.group(2)} would lengthen the "
+                        f"variable's name; write ${{{name.group(2)}}}",
+                    )
+                )
             else:
-                self.problems.append((line, col, "a value right after '$' cannot be escaped: the $ would join "
-                                      "the value's quoting"))
+                self.problems.append(
+                    (line, col, "a value right after '$' cannot be escaped: the $ would join the value's quoting")
+                )
 
     def _dangling(self, line: int, col: int, preceding: str) -> None:
         """A `$` or lone backslash right before a tag (or the template's end) joins whatever is written next:
         a value in one of the tag's branches, or the text after an include; what that makes cannot be told."""
         top = self.stack[-1]
-        if not (top.kind == "dq" or (top.kind == "cmd" and not top.comment)
-                or (top.kind == "heredoc" and not top.quoted)):
+        if not (
+            top.kind == "dq" or (top.kind == "cmd" and not top.comment) or (top.kind == "heredoc" and not top.quoted)
+        ):
             return
         preceding = preceding.rstrip(TAG)
         slashes = len(preceding) - len(preceding.rstrip("\\"))
         dollar = re.search(r"(\\*)\$$", preceding)
         if slashes % 2 or (dollar and len(dollar.group(1)) % 2 == 0):
             what = "a backslash" if slashes % 2 else "'$'"
-            self.problems.append((line, col, f"{what} right before a {{% %}} tag or the template's end would join "
-                                  "whatever is written after it; write it inside the tag's branches"))
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    f"{what} right before a {{% %}} tag or the template's end would join "
+                    "whatever is written after it; write it inside the tag's branches",
+                )
+            )
 
     def _tag(self, line: int, col: int, tag: tuple[str, bool, Any]) -> None:
         name, has_assign, saved = tag
@@ -514,8 +590,14 @@ class Scanner:
                     cmd.alt_cut = len(cmd.word)
             return
         if name in ("call", "endcall"):
-            self.problems.append((line, col, "{% call %} is not allowed in a job template: its body is written into "
-                                  "the macro's text, in quoting this template cannot see; pass the macro arguments"))
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    "{% call %} is not allowed in a job template: its body is written into "
+                    "the macro's text, in quoting this template cannot see; pass the macro arguments",
+                )
+            )
             return
         if name == "macro" or (name == "set" and not has_assign):
             saved.append(("fragment", name, self._state()))
@@ -524,8 +606,9 @@ class Scanner:
         if name in ("endmacro", "endset"):
             if saved and saved[-1][0] == "fragment":
                 if len(self.stack) > 1 or self.pending or self.stack[0].comment:
-                    self.problems.append((line, col, f"the {{% {saved[-1][1]} %}} body ends inside quotes or a "
-                                          "heredoc"))
+                    self.problems.append(
+                        (line, col, f"the {{% {saved[-1][1]} %}} body ends inside quotes or a heredoc")
+                    )
                 self._restore(saved.pop()[2])
             return
         if name == "include":
@@ -535,15 +618,20 @@ class Scanner:
             return
         if name in ("set", "do", "import", "from", "raw", "endraw"):
             return
-        self.problems.append((line, col, f"{{% {name} %}} is not allowed in a job template: its output could "
-                              "undo the escaping of values"))
+        self.problems.append(
+            (
+                line,
+                col,
+                f"{{% {name} %}} is not allowed in a job template: its output could undo the escaping of values",
+            )
+        )
 
     @staticmethod
     def _words_now(stack: list[_Frame]) -> list[tuple[list[str], str]]:
         """The words (and the word being read) of the command in STACK so far, then the other branches' ones:
         a value after the branches is judged under each (`{% if x %}eval{% else %}echo{% endif %} {{ v }}`)."""
         cmd = next(f for f in reversed(stack) if f.kind == "cmd")
-        return [(list(cmd.words), cmd.word)] + [(list(w), p[0] + cmd.word[cmd.alt_cut:]) for w, p in cmd.alts]
+        return [(list(cmd.words), cmd.word)] + [(list(w), p[0] + cmd.word[cmd.alt_cut :]) for w, p in cmd.alts]
 
     def _state(self) -> tuple[list[_Frame], list[tuple[str, bool, bool, str]]]:
         return copy.deepcopy(self.stack), list(self.pending)
@@ -551,11 +639,18 @@ class Scanner:
     def _restore(self, state: tuple[list[_Frame], list[tuple[str, bool, bool, str]]]) -> None:
         self.stack, self.pending = copy.deepcopy(state[0]), list(state[1])
 
-    def _check_same(self, state: tuple[list[_Frame], list[tuple[str, bool, bool, str]]], line: int, col: int,
-                    name: str) -> bool:
+    def _check_same(
+        self, state: tuple[list[_Frame], list[tuple[str, bool, bool, str]]], line: int, col: int, name: str
+    ) -> bool:
         if _signature(state[0], state[1]) != _signature(self.stack, self.pending):
-            self.problems.append((line, col, f"the quoting at {{% {name} %}} differs from where the block opened: "
-                                  "open and close quotes and heredocs inside each branch"))
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    f"the quoting at {{% {name} %}} differs from where the block opened: "
+                    "open and close quotes and heredocs inside each branch",
+                )
+            )
             return False
         return True
 

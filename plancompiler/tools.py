@@ -1,4 +1,5 @@
 """The one subprocess helper: argv lists (never a shell string), a timeout, captured output, clear errors."""
+
 from __future__ import annotations
 
 import os
@@ -11,13 +12,20 @@ from collections.abc import Sequence
 from plancompiler.diagnostics import PlanError
 
 
-def run_command(argv: Sequence[str], timeout: float, stdin: str | bytes | None = None,
-                env: dict[str, str] | None = None) -> tuple[int, str, str]:
+def run_command(
+    argv: Sequence[str], timeout: float, stdin: str | bytes | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """(returncode, stdout, stderr); 124 with a note on stderr when TIMEOUT passes; PlanError if ARGV[0] is missing."""
     data = stdin.encode() if isinstance(stdin, str) else stdin
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
     except FileNotFoundError as exc:
         raise PlanError(f"{argv[0]} not found: {exc.strerror}") from exc
     try:

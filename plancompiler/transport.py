@@ -6,6 +6,7 @@ so an unchanged runner costs no bytes; or the copy `plan bootstrap` installed th
 "Could not reach" (Unreachable, exit 3) and "the command there failed" (RemoteFailed) are different outcomes;
 a queue the agent could not read is an answer.
 """
+
 from __future__ import annotations
 
 import functools
@@ -139,9 +140,20 @@ def runner_zip() -> tuple[str, bytes]:
 def _ssh(endpoint: Endpoint, *remote: str) -> list[str]:
     assert endpoint.ssh is not None
     connect = max(1, round(check_timeout(endpoint.connect_timeout, f"{endpoint.label}: connect_timeout")))
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect}",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2", *endpoint.ssh_options, endpoint.ssh,
-            " ".join(shlex.quote(a) for a in remote)]
+    return [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={connect}",
+        "-o",
+        "ServerAliveInterval=5",
+        "-o",
+        "ServerAliveCountMax=2",
+        *endpoint.ssh_options,
+        endpoint.ssh,
+        " ".join(shlex.quote(a) for a in remote),
+    ]
 
 
 def agent_argv(endpoint: Endpoint, mode: str) -> tuple[list[str], dict[str, str] | None]:
@@ -161,8 +173,9 @@ def upload(endpoint: Endpoint, timeout: float | None = None) -> None:
     _check(endpoint, *_timed(argv, _limit(timeout, endpoint), data, None))
 
 
-def _timed(argv: list[str], limit: float, stdin: str | bytes | None,
-           env: dict[str, str] | None) -> tuple[int, str, str, float, float]:
+def _timed(
+    argv: list[str], limit: float, stdin: str | bytes | None, env: dict[str, str] | None
+) -> tuple[int, str, str, float, float]:
     started = time.monotonic()
     rc, out, err = run_command(argv, timeout=limit, stdin=stdin, env=env)
     return rc, out, err, time.monotonic() - started, limit
@@ -220,8 +233,14 @@ class Session:
         argv, env = agent_argv(self.endpoint, "session")
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                         env=env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                env=env,
+                start_new_session=True,
+            )
         except FileNotFoundError as exc:
             from plancompiler.diagnostics import PlanError
 
@@ -234,8 +253,7 @@ class Session:
         started = time.monotonic()
         line = self._exchange(mode, request, limit)
         for _ in range(2):  # twice at most, as in call()
-            if not (line is None and self.answered == 0 and self.endpoint.ssh
-                    and self._exit_code() == RUNNER_MISSING):
+            if not (line is None and self.answered == 0 and self.endpoint.ssh and self._exit_code() == RUNNER_MISSING):
                 break
             self.close()
             upload(self.endpoint, limit)

@@ -1,4 +1,5 @@
 """`plan status` and `plan watch`: one bounded probe of a host's queue, judged as events and standing states."""
+
 from __future__ import annotations
 
 import hashlib
@@ -78,8 +79,10 @@ def state_path(host: Host) -> Path:
     label = os.path.basename(root.rstrip("/")) if host.local else str(host.ssh)
     ident = hashlib.sha1(f"{host.ssh}:{root}".encode()).hexdigest()[:12]
     path = base / f"watch-{label.replace('/', '_')[-40:] or 'root'}-{ident}.json"
-    legacy = base / f"watch-{host.name.replace('/', '_')[-40:]}-" \
+    legacy = (
+        base / f"watch-{host.name.replace('/', '_')[-40:]}-"
         f"{hashlib.sha1(f'{host.ssh}:{host.root}'.encode()).hexdigest()[:12]}.json"
+    )
     if legacy != path and legacy.exists() and not path.exists():
         try:  # a state file named the old way (by the spelling): carried over once, its incidents kept
             legacy.rename(path)
@@ -127,8 +130,9 @@ class Probe:
 
 _HOST_KINDS = frozenset({"DEAD", "UNREACHABLE", "ERROR"})
 # What `plan status` lists as a job's end.
-_ENDS = frozenset(e.value for e in (Event.DONE, Event.FAILED, Event.SKIPPED, Event.INVALID, Event.CANCELLED,
-                                    Event.TIMEOUT))
+_ENDS = frozenset(
+    e.value for e in (Event.DONE, Event.FAILED, Event.SKIPPED, Event.INVALID, Event.CANCELLED, Event.TIMEOUT)
+)
 
 
 def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> Probe:
@@ -138,29 +142,49 @@ def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = N
         answer = fetch_status(host, {"offset": state.offset, "head": state.head}, timeout)
     except ControllerDown as exc:
         state.failures = 0
-        return Probe(conditions=[Condition("DEAD", subject, f"{host.name}: the submit host answers but its Slurm "
-                                           f"controller does not: {exc}", "controller")], judged=_HOST_KINDS)
+        return Probe(
+            conditions=[
+                Condition(
+                    "DEAD",
+                    subject,
+                    f"{host.name}: the submit host answers but its Slurm controller does not: {exc}",
+                    "controller",
+                )
+            ],
+            judged=_HOST_KINDS,
+        )
     except Unreachable as exc:
         state.failures += 1
         if state.failures >= rules.unreachable_n:
-            return Probe(conditions=[Condition("UNREACHABLE", subject, f"{state.failures} probes in a row failed; "
-                                               f"last: {exc}", "unreachable")], judged=frozenset({"UNREACHABLE"}))
+            return Probe(
+                conditions=[
+                    Condition(
+                        "UNREACHABLE", subject, f"{state.failures} probes in a row failed; last: {exc}", "unreachable"
+                    )
+                ],
+                judged=frozenset({"UNREACHABLE"}),
+            )
         return Probe(judged=frozenset(), note=f"probe failed ({state.failures}/{rules.unreachable_n}): {exc}")
     except RemoteFailed as exc:
         state.failures = 0
         return Probe(conditions=[Condition("ERROR", subject, str(exc), "error")], judged=_HOST_KINDS)
     state.failures = 0
     if "error" in answer:
-        return Probe(conditions=[Condition("ERROR", subject, f"reached {host.name}, but could not read the queue: "
-                                           f"{answer['error']}", "error")], judged=_HOST_KINDS)
+        return Probe(
+            conditions=[
+                Condition(
+                    "ERROR", subject, f"reached {host.name}, but could not read the queue: {answer['error']}", "error"
+                )
+            ],
+            judged=_HOST_KINDS,
+        )
     first = state.offset < 0
     state.offset = answer["offset"]
     state.head = answer.get("head", "")
     return evaluate(answer, state, rules, replay=not first, host=subject)
 
 
-def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bool = True,
-             host: str = "host") -> Probe:
+def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bool = True, host: str = "host") -> Probe:
     """Judge one status answer: new events of the alerting kinds, and every standing state it shows."""
     events, skipped = checked_events(answer)
     result = Probe(skipped=skipped)
@@ -169,8 +193,7 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
     if replay:
         for event in events:
             if event.get("event") in rules.events:
-                result.events.append(Alert("EVENT", _event_text(event), str(event.get("job", "-")),
-                                           {"event": event}))
+                result.events.append(Alert("EVENT", _event_text(event), str(event.get("job", "-")), {"event": event}))
     conditions = result.conditions
     corrupt = status_corrupt(answer)
     if corrupt:
@@ -195,22 +218,41 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
         elapsed = float(run.get("elapsed_s", 0)) + max(0.0, now - float(runner.get("heartbeat", now) or now))
         warn = run.get("warn_after_s")
         if run.get("lane") == "net" and elapsed > rules.net_stall_s:
-            conditions.append(Condition("STALL", run["job"], f"net job {run['job']} running for "
-                                        f"{format_duration(elapsed)}: {run.get('last_line', '')[:120]}", "net"))
+            conditions.append(
+                Condition(
+                    "STALL",
+                    run["job"],
+                    f"net job {run['job']} running for {format_duration(elapsed)}: {run.get('last_line', '')[:120]}",
+                    "net",
+                )
+            )
         elif warn and elapsed > float(warn):
-            conditions.append(Condition("STALL", run["job"], f"{run['job']} past its WARN_AFTER "
-                                        f"({format_duration(float(warn))}): running {format_duration(elapsed)}",
-                                        "warn-after"))
+            conditions.append(
+                Condition(
+                    "STALL",
+                    run["job"],
+                    f"{run['job']} past its WARN_AFTER "
+                    f"({format_duration(float(warn))}): running {format_duration(elapsed)}",
+                    "warn-after",
+                )
+            )
     queued = status.get("queued") or []
     for item in queued:
         if item.get("reason") == Reason.BLOCKED:
-            conditions.append(Condition("BLOCKED", item["job"], f"{item['job']} can never run: "
-                                        f"{item.get('detail', '')}", f"{item.get('blocker')}:{item.get('detail')}"))
+            conditions.append(
+                Condition(
+                    "BLOCKED",
+                    item["job"],
+                    f"{item['job']} can never run: {item.get('detail', '')}",
+                    f"{item.get('blocker')}:{item.get('detail')}",
+                )
+            )
     result.lanes = _lanes_line(status)
     parked = status.get("parked") or answer.get("parked")
     if parked:
-        conditions.append(Condition("PARKED", host, parked if isinstance(parked, str) else json.dumps(parked),
-                                    "parked"))
+        conditions.append(
+            Condition("PARKED", host, parked if isinstance(parked, str) else json.dumps(parked), "parked")
+        )
     if dead:
         # A dead runner's status.json is frozen: what it says about waiting and idling is not news.
         result.judged = frozenset({"DEAD", "UNREACHABLE", "ERROR", "PARKED", "BLOCKED", "STALL"})
@@ -229,8 +271,9 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
         idle = format_duration(now - since)
         if queued:
             why = "; ".join(f"{q['job']}: {q['reason']} {q.get('detail', '')}".strip() for q in queued[:5])
-            conditions.append(Condition("IDLE", host, f"nothing running for {idle}, {len(queued)} queued: {why}",
-                                        "idle"))
+            conditions.append(
+                Condition("IDLE", host, f"nothing running for {idle}, {len(queued)} queued: {why}", "idle")
+            )
         else:
             conditions.append(Condition("IDLE", host, f"nothing running for {idle}, nothing queued", "idle"))
     return result
@@ -271,9 +314,14 @@ def _waiting(queued: list[dict[str, Any]], state: WatchState, rules: Rules, now:
         since = seen[key] if item.get("since") is None else min(seen[key], float(item["since"]))
         if now - since > rules.waiting_limit(reason):
             detail = f" {item['detail']}" if item.get("detail") else ""
-            conditions.append(Condition("WAITING", item["job"], f"{item['job']} has waited "
-                                        f"{format_duration(now - since)} on {reason}:{detail}",
-                                        f"{reason}:{item.get('blocker', '')}"))
+            conditions.append(
+                Condition(
+                    "WAITING",
+                    item["job"],
+                    f"{item['job']} has waited {format_duration(now - since)} on {reason}:{detail}",
+                    f"{reason}:{item.get('blocker', '')}",
+                )
+            )
     state.waiting_seen = seen
     return conditions
 
@@ -307,8 +355,14 @@ class WatchOptions:
     heartbeat_every: float | None = None
 
 
-def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo: Callable[[str], None],
-               warn: Callable[[str], None]) -> int:
+def watch_loop(
+    host: Host,
+    rules: Rules,
+    path: Path,
+    options: WatchOptions,
+    echo: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> int:
     """Probe until an alert (its exit code), or forever with --on-alert; --once probes once."""
     check_timeout(options.probe_timeout, "--probe-timeout")  # PlanError: before any probe or state change
     while True:
@@ -321,13 +375,20 @@ def watch_loop(host: Host, rules: Rules, path: Path, options: WatchOptions, echo
             echo(seen.note)
         if seen.skipped:
             # Said once: the offset moves past them with this probe.
-            warn(terminal_safe(f"plan watch: {host.name}: skipped {_count(len(seen.skipped), 'malformed event')}: "
-                               + "; ".join(seen.skipped[:5]) + ("; ..." if len(seen.skipped) > 5 else "")))
+            warn(
+                terminal_safe(
+                    f"plan watch: {host.name}: skipped {_count(len(seen.skipped), 'malformed event')}: "
+                    + "; ".join(seen.skipped[:5])
+                    + ("; ..." if len(seen.skipped) > 5 else "")
+                )
+            )
         _take_acks(state, WatchState.load(path))
-        alerts = seen.events + reconcile(state.incidents, seen.conditions, now, {"PARKED": rules.parked_repeat_s},
-                                         options.realert, seen.judged)
-        if options.heartbeat_every and (state.heartbeat_sent is None
-                                        or now - state.heartbeat_sent >= options.heartbeat_every):
+        alerts = seen.events + reconcile(
+            state.incidents, seen.conditions, now, {"PARKED": rules.parked_repeat_s}, options.realert, seen.judged
+        )
+        if options.heartbeat_every and (
+            state.heartbeat_sent is None or now - state.heartbeat_sent >= options.heartbeat_every
+        ):
             state.heartbeat_sent = now
             alerts.append(all_clear(host, seen, state, now))
         state.save(path)
@@ -360,8 +421,12 @@ def all_clear(host: Host, seen: Probe, state: WatchState, now: float) -> Alert:
     lanes = seen.lanes or "lanes not read this probe"
     open_ = sorted(state.incidents.values(), key=lambda i: i.opened)
     names = ", ".join(f"{i.kind} {i.subject} ({format_duration(now - i.opened)})" for i in open_)
-    return Alert("OK", f"{host.name}: {lanes}; open incidents: {len(open_)}" + (f" ({names})" if names else ""),
-                 host.name, {"open": len(open_)})
+    return Alert(
+        "OK",
+        f"{host.name}: {lanes}; open incidents: {len(open_)}" + (f" ({names})" if names else ""),
+        host.name,
+        {"open": len(open_)},
+    )
 
 
 def incident_lines(path: Path, now: float | None = None) -> list[str]:
@@ -413,14 +478,21 @@ def _count(n: int, word: str) -> str:
 
 def _status_text(host: Host, answer: dict[str, Any]) -> str:
     events, skipped = checked_events(answer)
-    note = (f"\n\nskipped {_count(len(skipped), 'malformed event')}: " + "; ".join(skipped[:5])
-            + ("; ..." if len(skipped) > 5 else "")) if skipped else ""
+    note = (
+        (
+            f"\n\nskipped {_count(len(skipped), 'malformed event')}: "
+            + "; ".join(skipped[:5])
+            + ("; ..." if len(skipped) > 5 else "")
+        )
+        if skipped
+        else ""
+    )
     now = answer_now(answer)
     corrupt = status_corrupt(answer)
     status = None if corrupt else answer.get("status")
     counts: dict[str, Any] = answer["counts"] if isinstance(answer.get("counts"), dict) else {}
     if status is None:
-        why = (f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)")
+        why = f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)"
         return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
     logs: dict[str, Any] = answer["logs"] if isinstance(answer.get("logs"), dict) else {}
     for run in status.get("running") or []:
@@ -437,5 +509,6 @@ def _status_text(host: Host, answer: dict[str, Any]) -> str:
     ends = [e for e in events if e.get("event") in _ENDS]
     if ends:
         text += "\n\nrecent ends:\n" + "\n".join(
-            f"  {e['ts']}  {e['event']:<8} {e['job']}" + (f"  rc {e['rc']}" if "rc" in e else "") for e in ends[-8:])
+            f"  {e['ts']}  {e['event']:<8} {e['job']}" + (f"  rc {e['rc']}" if "rc" in e else "") for e in ends[-8:]
+        )
     return text + note

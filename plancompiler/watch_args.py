@@ -1,13 +1,28 @@
 """`plan watch`'s words checked against the vocabularies: event names, waiting reasons, durations."""
+
 from __future__ import annotations
 
 from plancompiler.incidents import did_you_mean
 from runner.durations import parse_duration
 from runner.vocab import EVENT_NAMES, ORDINARY_REASONS, REASON_NAMES, Event, Reason
 
-DEFAULT_EVENTS: tuple[str, ...] = tuple(e.value for e in (
-    Event.FAILED, Event.RETRY, Event.GPU_WAIT, Event.REQUIRES_WAIT, Event.BLOCKED, Event.INVALID, Event.TIMEOUT,
-    Event.STALLED, Event.LONG_RUNNING, Event.ORPHANS_KILLED, Event.CORRELATED_FAILURE, Event.IDLE))
+DEFAULT_EVENTS: tuple[str, ...] = tuple(
+    e.value
+    for e in (
+        Event.FAILED,
+        Event.RETRY,
+        Event.GPU_WAIT,
+        Event.REQUIRES_WAIT,
+        Event.BLOCKED,
+        Event.INVALID,
+        Event.TIMEOUT,
+        Event.STALLED,
+        Event.LONG_RUNNING,
+        Event.ORPHANS_KILLED,
+        Event.CORRELATED_FAILURE,
+        Event.IDLE,
+    )
+)
 ALERTABLE_EVENTS = tuple(sorted(EVENT_NAMES))
 # A job waiting for one of these is judged WAITING; blocked and parked have kinds of their own.
 WAITING_REASONS = tuple(sorted(REASON_NAMES - ORDINARY_REASONS - {Reason.BLOCKED.value, Reason.PARKED.value}))
@@ -25,8 +40,10 @@ def event_names(events: str | None, wake_on: list[str] | None) -> tuple[str, ...
     for flag, words in (("--events", chosen), ("--wake-on", tuple(_words(wake_on)))):
         for word in words:
             if word not in ALERTABLE_EVENTS and not (flag == "--events" and word == NO_EVENTS):
-                raise ValueError(f"{flag}: unknown event {word!r}{did_you_mean(word, ALERTABLE_EVENTS)} "
-                                 f"(events: {', '.join(ALERTABLE_EVENTS)})")
+                raise ValueError(
+                    f"{flag}: unknown event {word!r}{did_you_mean(word, ALERTABLE_EVENTS)} "
+                    f"(events: {', '.join(ALERTABLE_EVENTS)})"
+                )
     names = [w for w in chosen if w != NO_EVENTS] + _words(wake_on)
     return tuple(dict.fromkeys(names))
 
@@ -37,8 +54,10 @@ def waiting_limits(values: list[str] | None, default: float) -> tuple[float, dic
     for word in _words(values):
         reason, sep, text = word.rpartition("=")
         if sep and reason not in WAITING_REASONS:
-            raise ValueError(f"--waiting: {reason!r} is not a reason a job waits on for long"
-                             f"{did_you_mean(reason, WAITING_REASONS)} (reasons: {', '.join(WAITING_REASONS)})")
+            raise ValueError(
+                f"--waiting: {reason!r} is not a reason a job waits on for long"
+                f"{did_you_mean(reason, WAITING_REASONS)} (reasons: {', '.join(WAITING_REASONS)})"
+            )
         seconds = duration("--waiting", text)
         if sep:
             by_reason[reason] = seconds

@@ -1,4 +1,5 @@
 """`plan render -o DIR`: the job files appear in DIR all at once, or DIR is left as it was."""
+
 from __future__ import annotations
 
 import ctypes
@@ -40,15 +41,18 @@ def _check_replaceable(out_dir: Path) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISDIR(info.st_mode):
-        raise WriteRefused("it exists and is not a directory; nothing written (-o names a directory "
-                           "that will hold only this plan's job files)")
+        raise WriteRefused(
+            "it exists and is not a directory; nothing written (-o names a directory "
+            "that will hold only this plan's job files)"
+        )
     try:
         cwd: Path | None = Path.cwd().resolve()
     except OSError:
         cwd = None
     if cwd is not None and (out_dir == cwd or out_dir in cwd.parents):
-        raise WriteRefused("it is the working directory or holds it; nothing written (give -o a "
-                           "directory of its own, e.g. -o jobs)")
+        raise WriteRefused(
+            "it is the working directory or holds it; nothing written (give -o a directory of its own, e.g. -o jobs)"
+        )
     others = []
     with os.scandir(out_dir) as entries:
         for entry in entries:
@@ -56,9 +60,11 @@ def _check_replaceable(out_dir: Path) -> None:
                 others.append(entry.name)
     if others:
         listed = ", ".join(repr(n) for n in sorted(others)[:5]) + (", ..." if len(others) > 5 else "")
-        raise WriteRefused(f"it holds {len(others)} entr{'y' if len(others) == 1 else 'ies'} that "
-                           f"{'is' if len(others) == 1 else 'are'} not a job file ({listed}); it would be "
-                           "replaced as a whole, so nothing written (give -o a directory of its own)")
+        raise WriteRefused(
+            f"it holds {len(others)} entr{'y' if len(others) == 1 else 'ies'} that "
+            f"{'is' if len(others) == 1 else 'are'} not a job file ({listed}); it would be "
+            "replaced as a whole, so nothing written (give -o a directory of its own)"
+        )
 
 
 def write_jobs(jobs: Sequence[RenderedJob], out_dir: Path) -> None:

@@ -5,6 +5,7 @@ queue only through runner.jobfile, runner.queue and runner.controls. It exits 0 
 queue it cannot read as {"error": ...}: "could not reach", "the remote command failed" and "the queue says X"
 never mix. MODE `session` answers one JSON request per line until stdin ends (a push holds its lock so).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -125,9 +126,16 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
         text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)
         logs[run.get("job")] = {"tail": text, "size": log_size}
-    return {"status": st, **read_events(root, request), "logs": logs, "counts": counts(root),
-            "runner_alive": delivery.runner_alive(st), "now": time.time(),
-            "parked": _read_json(os.path.join(root, PARK_FILE)), **({"status_error": corrupt} if corrupt else {})}
+    return {
+        "status": st,
+        **read_events(root, request),
+        "logs": logs,
+        "counts": counts(root),
+        "runner_alive": delivery.runner_alive(st),
+        "now": time.time(),
+        "parked": _read_json(os.path.join(root, PARK_FILE)),
+        **({"status_error": corrupt} if corrupt else {}),
+    }
 
 
 def _read_status(path: str) -> tuple[Any, str | None]:
@@ -148,8 +156,11 @@ def park(root: str, request: dict[str, Any]) -> dict[str, Any]:
         if existed:
             path.unlink()
         return {"unparked": existed}
-    record = park_record(str(parked.get("reason", "")), str(parked.get("by", "?")),
-                         str(parked.get("since") or time.strftime("%Y-%m-%d %H:%M:%S")))
+    record = park_record(
+        str(parked.get("reason", "")),
+        str(parked.get("by", "?")),
+        str(parked.get("since") or time.strftime("%Y-%m-%d %H:%M:%S")),
+    )
     atomic_write(path, (json.dumps(record) + "\n").encode())
     if request.get("requeue_running"):
         _drop_request(root, request_name("requeue", "running"), record["by"])
@@ -199,7 +210,7 @@ def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"state": state, "text": "", "offset": 0, "exists": False}
     if offset < 0:
         text, size = tail(path, int(request.get("max_bytes", 65536)))
-        lines = text.splitlines()[-int(request.get("lines", 40)):]
+        lines = text.splitlines()[-int(request.get("lines", 40)) :]
         return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
     if offset > size:
         offset = 0
@@ -218,11 +229,20 @@ def slurm_status(root: str, request: dict[str, Any]) -> dict[str, Any]:
 
 
 QUEUE_HANDLERS: dict[str, Handler] = {
-    "probe": delivery.probe, "lock": delivery.lock, "install": delivery.install, "status": status, "park": park,
-    "control": control, "logs": logs, "bootstrap": delivery.bootstrap,
+    "probe": delivery.probe,
+    "lock": delivery.lock,
+    "install": delivery.install,
+    "status": status,
+    "park": park,
+    "control": control,
+    "logs": logs,
+    "bootstrap": delivery.bootstrap,
 }
 SLURM_HANDLERS: dict[str, Handler] = {
-    "push": slurm_agent.push, "status": slurm_status, "history": slurm_agent.history, "logs": slurm_agent.logs,
+    "push": slurm_agent.push,
+    "status": slurm_status,
+    "history": slurm_agent.history,
+    "logs": slurm_agent.logs,
 }
 
 
@@ -240,7 +260,7 @@ def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"the {backend} backend has no {mode!r} request"}
     try:
         return handler(root, request)
-    except Exception as exc:  # noqa: BLE001 - reported as a value: the call reached the host
+    except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 

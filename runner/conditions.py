@@ -1,4 +1,5 @@
 """REQUIRES and DONE_IF: `test -e/-f/-s/-d PATH` chains by stat() in-process, anything else in a bounded `bash -c`."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The runner's thresholds, in one frozen value with documented defaults (every one is a `runner run` flag)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

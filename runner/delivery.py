@@ -5,6 +5,7 @@ jobs it owns, its hash, when and by whom; `jobs`, `producers` and `external` are
 the runner reads for `blocked`; `generation` counts installs, and an install names the generation it diffed
 against, so a push that looked at an older queue is refused instead of mixing two versions.
 """
+
 from __future__ import annotations
 
 import errno
@@ -53,11 +54,17 @@ def read_manifest(root: str) -> dict[str, Any]:
     if not isinstance(plans, dict):
         plans = {}
         if isinstance(raw.get("plan"), str) and isinstance(raw.get("jobs"), dict):
-            plans[raw["plan"]] = {"jobs": raw["jobs"], "producers": raw.get("producers") or {},
-                                  "external": raw.get("external") or []}
+            plans[raw["plan"]] = {
+                "jobs": raw["jobs"],
+                "producers": raw.get("producers") or {},
+                "external": raw.get("external") or [],
+            }
     generation = raw.get("generation")
-    return {"generation": generation if isinstance(generation, int) else 0, "plans": plans,
-            "plan": raw.get("plan") if isinstance(raw.get("plan"), str) else None}
+    return {
+        "generation": generation if isinstance(generation, int) else 0,
+        "plans": plans,
+        "plan": raw.get("plan") if isinstance(raw.get("plan"), str) else None,
+    }
 
 
 def owners(manifest: dict[str, Any]) -> dict[str, str]:
@@ -130,13 +137,24 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
     manifest = read_manifest(root)
     missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
     found, torn = stamps.read_all(root)
-    return {"files": files, "external_missing": missing, "status": status, "runner_alive": runner_alive(status),
-            "lifecycle": _lifecycle(root), "parked": _read(os.path.join(root, "parked.json")),
-            "generation": manifest["generation"], "owners": owners(manifest),
-            "plans": {name: {k: v for k, v in record.items() if k in ("hash", "pushed_at", "by")}
-                      for name, record in manifest["plans"].items() if isinstance(record, dict)},
-            "stamps": found, "stamp_problems": {name: [list(p) for p in wrong] for name, wrong in torn.items()},
-            "now": time.time()}
+    return {
+        "files": files,
+        "external_missing": missing,
+        "status": status,
+        "runner_alive": runner_alive(status),
+        "lifecycle": _lifecycle(root),
+        "parked": _read(os.path.join(root, "parked.json")),
+        "generation": manifest["generation"],
+        "owners": owners(manifest),
+        "plans": {
+            name: {k: v for k, v in record.items() if k in ("hash", "pushed_at", "by")}
+            for name, record in manifest["plans"].items()
+            if isinstance(record, dict)
+        },
+        "stamps": found,
+        "stamp_problems": {name: [list(p) for p in wrong] for name, wrong in torn.items()},
+        "now": time.time(),
+    }
 
 
 def _read(path: str) -> Any:
@@ -267,8 +285,13 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
                 continue
             os.replace(os.path.join(stage, name), target)
             result["installed"].append(name)
-        if (request.get("record") is not None or result["installed"] or result["removed"] or request.get("resets")
-                or request.get("stale")):
+        if (
+            request.get("record") is not None
+            or result["installed"]
+            or result["removed"]
+            or request.get("resets")
+            or request.get("stale")
+        ):
             # Every install that changed something moves the generation, so a push that looked before it is refused.
             manifest = _record(manifest, request.get("record"), request.get("take_over", []))
             atomic_write(Path(root) / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
@@ -287,8 +310,10 @@ def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: 
         if moved and (record is None or name != record["plan"]):
             entry["jobs"] = {job: spec for job, spec in (entry.get("jobs") or {}).items() if job not in moved}
     if record is not None:
-        plans[record["plan"]] = {**{k: v for k, v in record.items() if k != "plan"},
-                                 "pushed_at": timestamp(time.time())}
+        plans[record["plan"]] = {
+            **{k: v for k, v in record.items() if k != "plan"},
+            "pushed_at": timestamp(time.time()),
+        }
     jobs: dict[str, Any] = {}
     producers: dict[str, list[str]] = {}
     external: list[str] = []
@@ -303,9 +328,16 @@ def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: 
             producers[path] += [n for n in names if n not in producers[path]]
         external += [p for p in entry.get("external") or [] if p not in external]
     last = record["plan"] if record is not None else manifest.get("plan")
-    return {"version": MANIFEST_VERSION, "generation": manifest["generation"] + 1, "plan": last,
-            "plans": plans, "jobs": jobs, "producers": producers, "external": external,
-            **({"slots": slots} if slots else {})}
+    return {
+        "version": MANIFEST_VERSION,
+        "generation": manifest["generation"] + 1,
+        "plan": last,
+        "plans": plans,
+        "jobs": jobs,
+        "producers": producers,
+        "external": external,
+        **({"slots": slots} if slots else {}),
+    }
 
 
 def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:

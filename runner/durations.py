@@ -1,4 +1,5 @@
 """Time values as users write them: `90`, `90s`, `10m`, `6h`, `2d`."""
+
 from __future__ import annotations
 
 import re

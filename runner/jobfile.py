@@ -1,4 +1,5 @@
 """Contract 1: parse and format job files; the compiler writes with `format`, the runner reads with `parse`."""
+
 from __future__ import annotations
 
 import difflib
@@ -145,7 +146,7 @@ def _typed(
     )
 
 
-def format(  # noqa: A001 - the contract's name for the writer
+def format(
     *,
     lane: str,
     body: str,

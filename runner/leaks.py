@@ -4,6 +4,7 @@ Every process orphaned from a job's tree is re-parented to the runner, so a chil
 a running job's wrapper is a leak from some job. Its start time (/proc/PID/stat, in clock ticks since boot)
 names the job whose lifetime contains it; when none or several do, it is `-`, "left by a job".
 """
+
 from __future__ import annotations
 
 import os

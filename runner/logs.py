@@ -1,4 +1,5 @@
 """Job logs: tails, last lines, failure signatures for correlated-failure, closest names for missing outputs."""
+
 from __future__ import annotations
 
 import difflib

@@ -42,8 +42,9 @@ class Outcomes:
         if rc == 0 and verified is not False and not run.timed_out:
             # Stamped while the file is still in running/: what it ran with, and its producers' runs.
             manifest = self.facts.manifest
-            manifest.problems.report(now, *stamps.record_done(str(self.config.root), run.filename, run.job,
-                                                              manifest.get(), now))
+            manifest.problems.report(
+                now, *stamps.record_done(str(self.config.root), run.filename, run.job, manifest.get(), now)
+            )
             self.record_done(now, run.filename, rc, verified, when)
             return
         details: dict[str, Any] = {"rc": rc, "attempt": run.attempt, "verified": verified, **when}

@@ -1,4 +1,5 @@
 """Process ownership: jobs in their own session with a tag; what they leave is ended; foreign GPU users found."""
+
 from __future__ import annotations
 
 import ctypes
@@ -222,7 +223,7 @@ def _nvml_users(is_ours: Callable[[Proc], bool], seen: set[int]) -> list[GpuUser
                     users.append(GpuUser(info.pid, proc.ppid if proc else 0, proc.cmdline if proc else "?", "nvml"))
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - NVML is optional; a driver error must not stop the queue
+    except Exception:
         return users
     return users
 
@@ -230,8 +231,11 @@ def _nvml_users(is_ours: Callable[[Proc], bool], seen: set[int]) -> list[GpuUser
 # -- cgroup v2: the stronger form of ownership, where the runner has a delegated subtree --------------
 def cgroup_usable(path: str) -> bool:
     """True when PATH is a cgroup v2 directory we may create children in (Linux 5.14+ gives them cgroup.kill)."""
-    return (os.path.isfile(os.path.join(path, "cgroup.procs")) and os.access(path, os.W_OK)
-            and os.path.isfile(os.path.join(path, "cgroup.max.descendants")))
+    return (
+        os.path.isfile(os.path.join(path, "cgroup.procs"))
+        and os.access(path, os.W_OK)
+        and os.path.isfile(os.path.join(path, "cgroup.max.descendants"))
+    )
 
 
 def own_cgroup() -> str | None:

@@ -1,10 +1,12 @@
 """Download progress from a log tail: curl's and wget's progress lines, tqdm bars, or `PROGRESS: n/total` (stdlib)."""
+
 from __future__ import annotations
 
 import re
 
 _CURL = re.compile(
-    r"^\s*(\d{1,3})\s+(\S+)\s+(\d{1,3})\s+(\S+)\s+\d{1,3}\s+\S+\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
+    r"^\s*(\d{1,3})\s+(\S+)\s+(\d{1,3})\s+(\S+)\s+\d{1,3}\s+\S+\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$"
+)
 _TQDM = re.compile(r"(\d{1,3})%\|[^|]*\|\s*([\d.]+\s*\w*)/([\d.]+\s*\w*)\s*\[([\d:]+)<([\d:?]+),\s*([^\]]+)\]")
 _WGET_BAR = re.compile(r"(\d{1,3})%\[[^\]]*\]\s+(\S+)\s+(\S+/s)\s+(?:eta|in)\s+(.+?)\s*$")
 _WGET_DOT = re.compile(r"^\s*\d+K[ .]+\s+(\d{1,3})%\s+(\S+)\s+(\S+)\s*$")

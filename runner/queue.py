@@ -1,4 +1,5 @@
 """Contract 2 and 3: the queue directory, atomic files, state.json and the append-only events.jsonl."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ The runner writes these files, but a person, a crash or a disk can leave anythin
 reads them (the host agent, `plan status`, `plan watch`, `plan report`) checks the field types here,
 skips what is malformed and says so, instead of failing later on a KeyError or a TypeError.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,17 +16,45 @@ _STR: tuple[type, ...] = (str,)
 _NUM: tuple[type, ...] = (int, float)
 # The fields readers use, and the types they must have where present.
 _EVENT_FIELDS: dict[str, tuple[type, ...]] = {
-    "ts": _STR, "event": _STR, "job": _STR, "lane": _STR, "state": _STR, "reason": _STR, "blocker": _STR,
-    "detail": _STR, "why": _STR, "note": _STR, "was": _STR, "by": _STR, "line": _STR, "ended": _STR,
-    "last_alive": _STR, "duration_s": _NUM, "while_down": (bool,), "tail": (list,), "jobs": (list,),
+    "ts": _STR,
+    "event": _STR,
+    "job": _STR,
+    "lane": _STR,
+    "state": _STR,
+    "reason": _STR,
+    "blocker": _STR,
+    "detail": _STR,
+    "why": _STR,
+    "note": _STR,
+    "was": _STR,
+    "by": _STR,
+    "line": _STR,
+    "ended": _STR,
+    "last_alive": _STR,
+    "duration_s": _NUM,
+    "while_down": (bool,),
+    "tail": (list,),
+    "jobs": (list,),
 }
 _STR_LISTS = ("tail", "jobs")
 # Fields a reader uses as they are; any other may be null (the runner writes `last_alive: null`).
 _NOT_NULL = frozenset({"ts", "event", "job", "lane", "state", "tail", "jobs"})
 # Events about one job: without a job name they say nothing.
-_JOB_EVENTS = frozenset(e.value for e in (Event.START, Event.DONE, Event.FAILED, Event.RETRY, Event.SKIPPED,
-                                          Event.INVALID, Event.BLOCKED, Event.TIMEOUT, Event.CANCELLED,
-                                          Event.START_FAILED))
+_JOB_EVENTS = frozenset(
+    e.value
+    for e in (
+        Event.START,
+        Event.DONE,
+        Event.FAILED,
+        Event.RETRY,
+        Event.SKIPPED,
+        Event.INVALID,
+        Event.BLOCKED,
+        Event.TIMEOUT,
+        Event.CANCELLED,
+        Event.START_FAILED,
+    )
+)
 # A `lane` event's states: anything else there is a malformed event (and never a class name in the HTML report).
 LANE_STATES = frozenset({"busy", "idle", "waiting", "down", "stopped"})
 _TS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?$")
@@ -35,8 +64,9 @@ def _kind(value: Any) -> str:
     """VALUE's JSON type with its article: 'a list', 'an int', 'null'."""
     if value is None:
         return "null"
-    name = {"str": "string", "dict": "object", "list": "list", "bool": "boolean"}.get(type(value).__name__,
-                                                                                   type(value).__name__)
+    name = {"str": "string", "dict": "object", "list": "list", "bool": "boolean"}.get(
+        type(value).__name__, type(value).__name__
+    )
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
@@ -104,7 +134,12 @@ def _items(value: Any, at: str, fields: dict[str, tuple[type, ...]], required: t
 
 
 _RUNNING: dict[str, tuple[type, ...]] = {
-    "elapsed_s": _NUM, "warn_after_s": _NUM, "log_grew_at": _NUM, "last_line": _STR, "progress": _STR}
+    "elapsed_s": _NUM,
+    "warn_after_s": _NUM,
+    "log_grew_at": _NUM,
+    "last_line": _STR,
+    "progress": _STR,
+}
 _QUEUED: dict[str, tuple[type, ...]] = {"since": _NUM, "detail": _STR, "blocker": _STR}
 
 
@@ -120,8 +155,9 @@ def status_problem(status: Any) -> str | None:
             problem = _check(runner.get(name), types, f"runner.{name}")
             if problem:
                 return problem
-    problem = (_items(status.get("running"), "running", _RUNNING, ("job", "lane"))
-               or _items(status.get("queued"), "queued", _QUEUED, ("job", "reason")))
+    problem = _items(status.get("running"), "running", _RUNNING, ("job", "lane")) or _items(
+        status.get("queued"), "queued", _QUEUED, ("job", "reason")
+    )
     if problem:
         return problem
     lanes = status.get("lanes")
@@ -132,7 +168,8 @@ def status_problem(status: Any) -> str | None:
             if not isinstance(view, dict):
                 return f"lanes.{name} is {_kind(view)}, not an object"
             problem = _check(view.get("since"), _NUM, f"lanes.{name}.since") or _check(
-                view.get("state"), _STR, f"lanes.{name}.state")
+                view.get("state"), _STR, f"lanes.{name}.state"
+            )
             if problem:
                 return problem
     order = status.get("lane_order")

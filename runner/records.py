@@ -1,4 +1,5 @@
 """The runner's records of jobs: a parsed queue file, a running job, a waiting job's reason."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -4,6 +4,7 @@ A field of the wrong type falls back to its default and is reported as a problem
 runner turns into one `state-corrupt` event: well-formed JSON of the wrong shape must never crash a tick
 (under systemd that is a restart loop that runs nothing).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -108,8 +109,11 @@ def check_park(raw: Any) -> tuple[str, list[Problem]]:
     """Why the queue is parked, from parked.json (the file existing is what parks it)."""
     if not isinstance(raw, dict):
         return "parked", [("(whole file)", f"expected an object, got {_kind(raw)}: parked without a reason")]
-    problems = [(key, f"expected a string, got {_kind(raw[key])}")
-                for key in ("since", "reason", "by") if key in raw and not isinstance(raw[key], str)]
+    problems = [
+        (key, f"expected a string, got {_kind(raw[key])}")
+        for key in ("since", "reason", "by")
+        if key in raw and not isinstance(raw[key], str)
+    ]
     since = raw.get("since") if isinstance(raw.get("since"), str) else "?"
     reason = raw.get("reason") if isinstance(raw.get("reason"), str) else ""
     return f"parked since {since}: {reason}".strip(), problems

@@ -1,4 +1,5 @@
 """status.json as a screen a person reads at a glance (shared by `runner status` and `plan status`)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,8 +8,18 @@ from runner.durations import format_duration
 from runner.readers import terminal_safe
 
 # Worst first: what can never run, then what waits on something outside the plan.
-_REASON_ORDER = ("blocked", "disk-full", "gpu-foreign", "exclusive", "parked", "backoff", "requires", "settling",
-                 "lane-busy", "order")
+_REASON_ORDER = (
+    "blocked",
+    "disk-full",
+    "gpu-foreign",
+    "exclusive",
+    "parked",
+    "backoff",
+    "requires",
+    "settling",
+    "lane-busy",
+    "order",
+)
 
 
 def render_status(status: dict[str, Any], now: float) -> str:
@@ -35,19 +46,24 @@ def _header(status: dict[str, Any], now: float) -> list[str]:
     if runner.get("backend") == "slurm":
         lines = [f"Slurm (squeue, read {format_duration(beat)} ago)  submit root {runner.get('root')}"]
     else:
-        lines = [f"runner pid {runner.get('pid')} v{runner.get('version')}  heartbeat {format_duration(beat)} ago"
-                 f"  tick {runner.get('tick')}  root {runner.get('root')}"]
+        lines = [
+            f"runner pid {runner.get('pid')} v{runner.get('version')}  heartbeat {format_duration(beat)} ago"
+            f"  tick {runner.get('tick')}  root {runner.get('root')}"
+        ]
     if status.get("parked"):
         lines.append(f"PARKED: {status['parked']}")
     if status.get("disk_full"):
         lines.append(f"DISK FULL: {status['disk_full']}")
     lines.extend(f"CANNOT WRITE {name}: {why}" for name, why in (status.get("write_errors") or {}).items())
-    lines.extend(f"kept leak: pid {leak['pid']} left by {leak['left_by']} (--keep-leaks)"
-                 for leak in status.get("leaks") or [])
+    lines.extend(
+        f"kept leak: pid {leak['pid']} left by {leak['left_by']} (--keep-leaks)" for leak in status.get("leaks") or []
+    )
     unknown = status.get("gpu_unknown") or {}
     if unknown.get("count"):
-        lines.append(f"gpu: {unknown['count']} processes whose open files this runner cannot read are unknown "
-                     f"GPU users ({'they hold the gpu lane' if unknown.get('policy') == 'block' else 'reported only'})")
+        lines.append(
+            f"gpu: {unknown['count']} processes whose open files this runner cannot read are unknown "
+            f"GPU users ({'they hold the gpu lane' if unknown.get('policy') == 'block' else 'reported only'})"
+        )
     return lines
 
 
@@ -73,8 +89,9 @@ def _lanes(status: dict[str, Any], now: float) -> list[str]:
 
 def _running(lane: str, run: dict[str, Any], now: float) -> list[str]:
     grew = format_duration(now - float(run.get("log_grew_at") or now))
-    lines = [f"  {lane:<5} {run['job']}  {format_duration(run['elapsed_s'])}  attempt {run['attempt']}"
-             f"  log +{grew} ago"]
+    lines = [
+        f"  {lane:<5} {run['job']}  {format_duration(run['elapsed_s'])}  attempt {run['attempt']}  log +{grew} ago"
+    ]
     if run.get("progress"):
         lines.append(f"        {run['progress']}")
     if run.get("last_line"):

@@ -1,4 +1,5 @@
 """The systemd unit that runs this runner (for `runner unit` and `plan bootstrap`)."""
+
 from __future__ import annotations
 
 
@@ -16,8 +17,14 @@ def _word(arg: str, command: bool = True) -> str:
     return '"' + (escaped.replace("$", "$$") if command else escaped) + '"'
 
 
-def unit_text(root: str, python: str, pythonpath: str, user: str | None = None, tick: str = "10",
-              wanted_by: str = "multi-user.target") -> str:
+def unit_text(
+    root: str,
+    python: str,
+    pythonpath: str,
+    user: str | None = None,
+    tick: str = "10",
+    wanted_by: str = "multi-user.target",
+) -> str:
     """Restart=always, KillMode=control-group (a job's leftovers die with the unit), LimitMEMLOCK=infinity
     (jobs inherit the runner's limits, and the NPU runtime needs it), Delegate=yes (a cgroup subtree)."""
     user_line = f"User={_specifiers(user)}\n" if user else ""

@@ -3,6 +3,7 @@
 Everything that writes or reads events.jsonl or status.json (the runner, the host agent, and the
 plan side's watch, report and localrun) imports these; nobody keeps a literal list of its own.
 """
+
 from __future__ import annotations
 
 from enum import Enum

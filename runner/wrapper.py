@@ -4,6 +4,7 @@ The job runs in its own session, so it outlives a runner killed with -9; the wra
 and parent, and writes `RC STARTED ENDED` to `running/.NAME.exit` (temp file, then rename) when the job
 ends. A runner that starts and finds that record knows the job finished while it was down, and how.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

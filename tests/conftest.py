@@ -1,4 +1,5 @@
 """Shared fixtures: a real runner process on a tmp queue, and helpers to write jobs and read events."""
+
 from __future__ import annotations
 
 import json
@@ -53,12 +54,25 @@ class RunnerProcess:
     def start(self, *flags: str) -> RunnerProcess:
         self.root.mkdir(parents=True, exist_ok=True)
         # --settle 0: these tests write a job and start the runner at once; the settle rule has its own tests.
-        args = [sys.executable, "-m", "runner", "run", "--root", str(self.root), "--tick", "0.2",
-                "--kill-grace", "1", "--settle", "0", *flags]
+        args = [
+            sys.executable,
+            "-m",
+            "runner",
+            "run",
+            "--root",
+            str(self.root),
+            "--tick",
+            "0.2",
+            "--kill-grace",
+            "1",
+            "--settle",
+            "0",
+            *flags,
+        ]
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        self.stderr = open(self.root.parent / f"runner-{time.monotonic_ns()}.err", "wb")  # noqa: SIM115
+        self.stderr = open(self.root.parent / f"runner-{time.monotonic_ns()}.err", "wb")
         self.proc = subprocess.Popen(args, env=env, stdout=self.stderr, stderr=self.stderr)
-        wait_for(lambda: any(e["event"] == "runner-start" for e in self.events()[self._skip:]), 10)
+        wait_for(lambda: any(e["event"] == "runner-start" for e in self.events()[self._skip :]), 10)
         return self
 
     _skip = 0

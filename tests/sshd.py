@@ -1,4 +1,5 @@
 """A real sshd on 127.0.0.1 with its own config and keys, started and stopped by the test fixture."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,10 @@ class Sshd:
 
     def hosts_file(self, root: Path, name: str = "testbox", **extra: object) -> Path:
         path = self.directory / f"hosts-{name}.yaml"
-        lines = [f"hosts:\n  {name}:\n    ssh: testbox\n    root: {root}\n    python: {sys.executable}\n",
-                 f"    ssh_options: [-F, {self.config}]\n"]
+        lines = [
+            f"hosts:\n  {name}:\n    ssh: testbox\n    root: {root}\n    python: {sys.executable}\n",
+            f"    ssh_options: [-F, {self.config}]\n",
+        ]
         lines += [f"    {k}: {v}\n" for k, v in extra.items()]
         path.write_text("".join(lines))
         return path
@@ -62,14 +65,16 @@ def start_sshd(directory: Path) -> Sshd:
         "KbdInteractiveAuthentication no\nStrictModes no\nPermitRootLogin prohibit-password\n"
         "MaxStartups 100\nLogLevel ERROR\n"
         # The host user's cache (where a runner package goes while its root does not exist) is the test's own.
-        f"SetEnv XDG_CACHE_HOME={directory / 'cache'}\n")
+        f"SetEnv XDG_CACHE_HOME={directory / 'cache'}\n"
+    )
     os.makedirs("/run/sshd", exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-f", str(sshd_config), "-E", str(directory / "sshd.log")])
     config = directory / "ssh_config"
     config.write_text(
         f"Host testbox\n  HostName 127.0.0.1\n  Port {port}\n  User {os.environ.get('USER') or 'root'}\n"
         f"  IdentityFile {directory / 'clientkey'}\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n"
-        "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  BatchMode yes\n")
+        "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  BatchMode yes\n"
+    )
     server = Sshd(proc, port, config, directory)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

@@ -1,4 +1,5 @@
 """kill -9 the runner at random moments over a 30-job plan (short form of bench/chaos.py, which does 50)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """`plan` through typer's runner, plus one real subprocess run of the entry point."""
+
 from __future__ import annotations
 
 import json
@@ -112,13 +113,17 @@ def test_every_command_has_help() -> None:
 
 
 def test_entry_point_runs_as_a_real_process(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "plancompiler.cli", "--help"], capture_output=True, text=True,
-                         cwd=REPO)
+    out = subprocess.run([sys.executable, "-m", "plancompiler.cli", "--help"], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and "check" in out.stdout
     plan = tmp_path / "mini.yaml"
     plan.write_text(THREE)
-    run = subprocess.run([sys.executable, "-m", "plancompiler.cli", "check", str(plan)], capture_output=True,
-                         text=True, cwd=REPO, env={"PLAN_CACHE_DIR": str(tmp_path / "c"), "PATH": _path()})
+    run = subprocess.run(
+        [sys.executable, "-m", "plancompiler.cli", "check", str(plan)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PLAN_CACHE_DIR": str(tmp_path / "c"), "PATH": _path()},
+    )
     assert run.returncode == 1 and "SC2154" in run.stdout
     assert "Traceback" not in run.stderr
 
@@ -144,8 +149,21 @@ LIGHT_LINES = [
     ["check", "a.yaml", "b.yaml", "--set", "x=1", "--set=y=2", "--format", "json", "--strict"],
     ["check", "--no-cache", "--templates", "t", "a.yaml"],
     ["render", "p.yaml", "-o", "out"],
-    ["watch", "/q", "--once", "--wake-on", "done", "--wake-on", "failed,cancelled", "--interval", "2.5",
-     "--waiting", "30m", "--state", "s.json"],
+    [
+        "watch",
+        "/q",
+        "--once",
+        "--wake-on",
+        "done",
+        "--wake-on",
+        "failed,cancelled",
+        "--interval",
+        "2.5",
+        "--waiting",
+        "30m",
+        "--state",
+        "s.json",
+    ],
     ["logs", "/q", "j", "-f", "-n", "5"],
     ["park", "/q", "--reason", "--now"],  # an option's value may start with a dash, as in click
     ["push", "h", "p.yaml", "--dry-run", "--lock-wait", "3", "--take-over"],
@@ -197,10 +215,23 @@ def test_light_reader_calls_each_command_as_typer_does(argv: list[str], monkeypa
     assert root == typer_root
 
 
-@pytest.mark.parametrize("argv", [[], ["--help"], ["status", "--help"], ["status"], ["status", "/q", "--bogus"],
-                                  ["status", "/q", "--timeout", "soon"], ["status", "/q", "extra"], ["--version"],
-                                  ["hooks", "install"], ["check", "-x", "p.yaml"], ["status", "/q", "--json=1"],
-                                  ["graph", "p.yaml", "--format", "svg"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--help"],
+        ["status", "--help"],
+        ["status"],
+        ["status", "/q", "--bogus"],
+        ["status", "/q", "--timeout", "soon"],
+        ["status", "/q", "extra"],
+        ["--version"],
+        ["hooks", "install"],
+        ["check", "-x", "p.yaml"],
+        ["status", "/q", "--json=1"],
+        ["graph", "p.yaml", "--format", "svg"],
+    ],
+)
 def test_light_reader_leaves_help_mistakes_and_odd_forms_to_typer(argv: list[str]) -> None:
     from plancompiler.cli import _root
     from plancompiler.lightcli import read
@@ -209,8 +240,12 @@ def test_light_reader_leaves_help_mistakes_and_odd_forms_to_typer(argv: list[str
 
 
 def test_light_path_reports_a_mistake_in_typers_words(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "plancompiler.cli", "status", str(tmp_path), "--bogus"],
-                         capture_output=True, text=True, cwd=REPO)
+    run = subprocess.run(
+        [sys.executable, "-m", "plancompiler.cli", "status", str(tmp_path), "--bogus"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     typer_run = cli.invoke(app, ["status", str(tmp_path), "--bogus"])
     assert run.returncode == typer_run.exit_code == 2
     assert "No such option: --bogus" in run.stderr and "No such option: --bogus" in typer_run.output
@@ -218,10 +253,17 @@ def test_light_path_reports_a_mistake_in_typers_words(tmp_path: Path) -> None:
 
 def _modules_after(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[int, bool, bool, str]:
     """Run `plan ARGV` in a fresh interpreter: (exit code, pydantic imported, jinja2 imported, output)."""
-    code = ("import sys\nfrom plancompiler.cli import main\nrc = main(sys.argv[1:])\n"
-            "print('MODULES', rc, 'pydantic' in sys.modules, 'jinja2' in sys.modules)\n")
-    run = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=cwd,
-                         env={**__import__("os").environ, "PYTHONPATH": str(REPO), **(env or {})})
+    code = (
+        "import sys\nfrom plancompiler.cli import main\nrc = main(sys.argv[1:])\n"
+        "print('MODULES', rc, 'pydantic' in sys.modules, 'jinja2' in sys.modules)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("MODULES")][-1].split()
     return int(line[1]), line[2] == "True", line[3] == "True", run.stdout + run.stderr
 
@@ -232,9 +274,14 @@ def test_status_watch_logs_and_park_import_neither_pydantic_nor_jinja2(tmp_path:
         (root / state).mkdir(parents=True)
     (root / "logs" / "j.log").write_text("hello\n")
     (root / "done" / "j.job").write_text("# LANE=cpu\n\necho hello\n")
-    for argv in (["status", str(root)], ["status", str(root), "--json"],
-                 ["watch", str(root), "--once", "--state", str(tmp_path / "w.json")],
-                 ["logs", str(root), "j"], ["park", str(root), "--reason", "test"], ["unpark", str(root)]):
+    for argv in (
+        ["status", str(root)],
+        ["status", str(root), "--json"],
+        ["watch", str(root), "--once", "--state", str(tmp_path / "w.json")],
+        ["logs", str(root), "j"],
+        ["park", str(root), "--reason", "test"],
+        ["unpark", str(root)],
+    ):
         rc, pydantic, jinja2, output = _modules_after(argv, tmp_path)
         assert rc in (0, 12, 14), (argv, output)  # watch --once may find the queue idle or its runner dead
         assert not pydantic and not jinja2, (argv, output)

@@ -1,4 +1,5 @@
 """The compiler's rules, each shown by a plan that breaks it: exact code, location and message."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,9 @@ import pytest
 from plancompiler.compile import Compiled, compile_plan
 
 
-def compile_text(tmp_path: Path, text: str, templates: dict[str, str] | None = None, name: str = "p.yaml",
-                 **kwargs) -> Compiled:
+def compile_text(
+    tmp_path: Path, text: str, templates: dict[str, str] | None = None, name: str = "p.yaml", **kwargs
+) -> Compiled:
     plan = tmp_path / name
     plan.write_text(textwrap.dedent(text))
     if templates:
@@ -24,8 +26,10 @@ def compile_text(tmp_path: Path, text: str, templates: dict[str, str] | None = N
 
 
 def found(compiled: Compiled) -> list[str]:
-    return [f"{Path(d.path).name}:{d.line}:{d.col}: {d.severity}[{d.code}]: {d.message}"
-            for d in sorted(compiled.diagnostics)]
+    return [
+        f"{Path(d.path).name}:{d.line}:{d.col}: {d.severity}[{d.code}]: {d.message}"
+        for d in sorted(compiled.diagnostics)
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -34,13 +38,16 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_misspelt_key_names_line_and_closest_key(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         jobs:
           - name: a
             run: echo a
             requirs: [/x]
-        """)
+        """,
+    )
     assert found(c) == ["p.yaml:5:5: error[P003]: unknown key 'requirs' in jobs[0]; did you mean 'requires'?"]
 
 
@@ -73,14 +80,17 @@ def test_bad_requirement_form_suggests(tmp_path: Path) -> None:
 
 
 def test_var_cycle_and_undefined(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         vars:
           a: "{{ b }}/x"
           b: "{{ a }}/y"
           c: "{{ nope }}"
         jobs: []
-        """)
+        """,
+    )
     assert found(c) == [
         "p.yaml:3:3: error[P010]: vars refer to each other in a cycle: a -> b -> a",
         "p.yaml:5:6: error[P011]: var 'c': undefined variable: 'nope' is undefined",
@@ -103,7 +113,9 @@ def test_vars_chain_and_set_override(tmp_path: Path) -> None:
 
 
 def test_foreach_product_rows_and_var_rows(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         vars:
           roster: [{m: x}, {m: y}]
@@ -117,14 +129,16 @@ def test_foreach_product_rows_and_var_rows(tmp_path: Path) -> None:
           - name: "v-{{ m }}"
             foreach: roster
             run: echo {{ m }}
-        """)
+        """,
+    )
     assert c.clean(), found(c)
-    assert [j.name for j in c.jobs] == ["p-a-fast", "p-a-slow", "p-b-fast", "p-b-slow", "r-one", "r-two",
-                                        "v-x", "v-y"]
+    assert [j.name for j in c.jobs] == ["p-a-fast", "p-a-slow", "p-b-fast", "p-b-slow", "r-one", "r-two", "v-x", "v-y"]
 
 
 def test_duplicate_job_names_name_both_sources(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         jobs:
           - name: a
@@ -132,7 +146,8 @@ def test_duplicate_job_names_name_both_sources(tmp_path: Path) -> None:
           - name: "{{ x }}"
             foreach: {x: [b, a]}
             run: echo 2
-        """)
+        """,
+    )
     assert found(c) == ["p.yaml:5:11: error[P020]: duplicate job name 'a' (also made by the job on line 3)"]
 
 
@@ -162,7 +177,9 @@ def test_seed_strata_typo_is_an_error_with_suggestion(tmp_path: Path) -> None:
 
 
 def test_graph_rules(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         external: [/ext/]
         jobs:
@@ -179,7 +196,8 @@ def test_graph_rules(tmp_path: Path) -> None:
             requires: [{after: aa}, {sh: "pgrep x"}]
             outputs: [/o/c]
             done_if: /o/elsewhere
-        """)
+        """,
+    )
     assert found(c) == [
         "p.yaml:6:15: error[G002]: dependency cycle: a -> b -> a",
         "p.yaml:11:14: warning[G003]: /o/a is produced by both a and b",
@@ -192,18 +210,24 @@ def test_graph_rules(tmp_path: Path) -> None:
 
 
 def test_template_undefined_variable_at_template_line(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         jobs:
           - name: a
             template: fetch.sh.j2
             with: {url: "http://x"}
-        """, templates={"fetch.sh.j2": "set -eu\ncurl -o {{ dest }} {{ url }}\n"})
+        """,
+        templates={"fetch.sh.j2": "set -eu\ncurl -o {{ dest }} {{ url }}\n"},
+    )
     assert found(c) == ["fetch.sh.j2:2:12: error[R002]: job a: undefined variable: 'dest' is undefined"]
 
 
 def test_template_not_found_and_double_quoted_value_is_escaped_not_flagged(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         jobs:
           - name: a
@@ -211,24 +235,40 @@ def test_template_not_found_and_double_quoted_value_is_escaped_not_flagged(tmp_p
           - name: b
             run: |
               echo "value: {{ plan_name }}"
-        """, templates={"other.sh.j2": "true\n"})
+        """,
+        templates={"other.sh.j2": "true\n"},
+    )
     assert [(d.code, d.line) for d in sorted(c.diagnostics)] == [("R001", 4)]
     assert 'echo "value: t"\n' in c.jobs[0].text
 
 
-INERT = ["$(touch PWNED)", "`touch PWNED`", "a; touch PWNED", "it's \"quoted\"", "two  spaces",
-         "line1\nline2", "$HOME", "*", "--flag=x y", ""]
+INERT = [
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "a; touch PWNED",
+    'it\'s "quoted"',
+    "two  spaces",
+    "line1\nline2",
+    "$HOME",
+    "*",
+    "--flag=x y",
+    "",
+]
 
 
 def test_values_reach_the_job_as_inert_literals(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         jobs:
           - name: "v{{ i }}"
             foreach: {i: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}
             template: show.sh.j2
-        """, templates={"show.sh.j2": "printf '%s\\0' {{ values[i] }} {{ values }}\n"},
-        overrides={})
+        """,
+        templates={"show.sh.j2": "printf '%s\\0' {{ values[i] }} {{ values }}\n"},
+        overrides={},
+    )
     # values come in through a var so that every one is a plain string
     plan = tmp_path / "p.yaml"
     plan.write_text(plan.read_text().replace("plan: t\n", "plan: t\nvars:\n  values: " + json.dumps(INERT) + "\n"))
@@ -245,7 +285,9 @@ def test_values_reach_the_job_as_inert_literals(tmp_path: Path) -> None:
 
 
 def test_lint_findings_are_mapped_to_their_lines(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         jobs:
           - name: empty
@@ -265,7 +307,9 @@ def test_lint_findings_are_mapped_to_their_lines(tmp_path: Path) -> None:
             run: |
               exit $rc
             shellcheck_disable: [SC2154]
-        """, templates={"empty.sh.j2": "{# nothing #}\n"})
+        """,
+        templates={"empty.sh.j2": "{# nothing #}\n"},
+    )
     codes = {(Path(d.path).name, d.line, d.code) for d in c.diagnostics}
     assert ("empty.sh.j2", 1, "L001") in codes  # at the template that rendered nothing
     assert ("p.yaml", 7, "L002") in codes
@@ -306,7 +350,7 @@ def test_shellcheck_results_are_cached_by_content(tmp_path: Path) -> None:
     assert third.clean()
 
 
-PY_PLAN = '''
+PY_PLAN = """
 from pydantic import BaseModel, field_validator
 from plancompiler.models import Job, Plan
 
@@ -335,18 +379,18 @@ plan = Plan(plan="intakes", jobs=[
     Job(name=f"65-gpu-intake-{m.name}", lane="gpu", run="echo {{ args }}", with_={"args": m.serve_args})
     for m in ROSTER
 ])
-'''
+"""
 
 
 def test_python_plan_with_its_own_typed_roster(tmp_path: Path) -> None:
     good = tmp_path / "good.py"
-    good.write_text(PY_PLAN.replace('__ARGS__', '"--flash-attn"'))
+    good.write_text(PY_PLAN.replace("__ARGS__", '"--flash-attn"'))
     c = compile_plan(good)
     assert c.clean(), found(c)
     assert [j.name for j in c.jobs] == ["65-gpu-intake-qwen", "65-gpu-intake-mai-code"]
     assert "echo -ctk q8_0\n" in c.jobs[0].text
     bad = tmp_path / "bad.py"
-    bad.write_text(PY_PLAN.replace('__ARGS__', '"-b", "2048"'))
+    bad.write_text(PY_PLAN.replace("__ARGS__", '"-b", "2048"'))
     c = compile_plan(bad)
     assert [(d.code, d.line) for d in c.diagnostics] == [("P004", 23)]
     assert "unsupported sampler flag: -b" in c.diagnostics[0].message
@@ -356,42 +400,109 @@ HOSTILE_PLANS = [
     # (plan text, expected code, line, col, part of the message)
     ("plan: t\nvars: &x {a: *x}\njobs: []\n", "P001", 2, 7, "recursive alias"),
     ("plan: t\nvars:\n  x: " + "[" * 900 + "]" * 900 + "\njobs: []\n", "P001", 3, 104, "nested more than 100 deep"),
-    ("plan: t\nvars:\n  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-        f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10)) + "jobs: []\n",
-     "P001", 3, 22, "expands to more than 500,000 values"),
+    (
+        "plan: t\nvars:\n  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+        + "".join(f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10))
+        + "jobs: []\n",
+        "P001",
+        3,
+        22,
+        "expands to more than 500,000 values",
+    ),
     ("plan: t\nvars:\n  ? [a, b]\n  : 1\njobs: []\n", "P001", 3, 5, "a key must be a plain value"),
-    ("plan: t\njobs:\n  - name: a\n    run: |\n      {% macro m() %}{{ m() }}{% endmacro %}\n      echo {{ m() }}\n",
-     "R003", 5, 7, "recursion too deep"),
-    ("plan: t\nvars: {x: \"{{ 'a' * 10**10 }}\"}\njobs: []\n", "P011", 2, 11,
-     "a repetition of 10,000,000,000 items passes the size limit of 1,048,576"),
-    ("plan: t\nvars: {x: \"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}\"}\n"
-     "jobs: []\n", "P011", 2, 11, "loops ran more than 1,000,000 times"),
-    ("plan: t\njobs:\n  - name: a\n    run: echo\n    outputs: [\"a\\nb\"]\n", "P011", 5, 15,
-     "outputs.0: the path 'a\\nb' holds a newline"),
-    ("plan: t\njobs:\n  - name: a\n    run: echo\n    lane: \" \"\n", "P022", 5, 11, "lane ' ' is not one of"),
-    ("plan: t\nlanes: [\"a b\"]\njobs: []\n", "P004", 2, 8, "lane name 'a b'"),
-    ("plan: t\nvars:\n  rows: [{1: a}]\njobs:\n  - name: a\n    foreach: rows\n    run: echo\n", "P012", 6, 14,
-     "foreach key 1 must be a name"),
-    ("plan: t\njobs:\n  - name: a\n    run: echo {{ n | length }}\n    with: {n: 5}\n", "R003", 4, 10,
-     "TypeError: object of type 'int' has no len()"),
-    ("plan: t\njobs:\n  - name: a\n    run: echo {{ name }}\n    with: {name: x}\n", "P023", 5, 12,
-     "with: 'name' would replace the built-in 'name'"),
-    ("plan: t\njobs:\n  - name: a\n    run: echo {{ 'a' * 2000000 }}\n", "R007", 4, 10,
-     "a repetition of 2,000,000 items passes the size limit"),
-    ("plan: t\nvars: {d: &d [1]}\njobs:\n  - <<: *d\n    name: a\n    run: echo\n", "P001", 4, 5,
-     "`<<` merges a mapping"),
-    ("plan: t\nvars: {d: &d {lane: net}}\njobs:\n  - <<: *d\n    name: a\n    <<: *d\n    run: echo\n", "P002", 6, 5,
-     "duplicate key '<<' (first on line 4)"),
-    ("plan: t\nvars:\n  a0: &a0 {x: [lol, lol, lol, lol, lol, lol, lol, lol, lol]}\n" + "".join(
-        f"  a{i}: &a{i} {{" + ", ".join(f"k{j}: {{<<: *a{i - 1}}}" for j in range(9)) + "}\n"
-        for i in range(1, 10)) + "jobs: []\n", "P001", 3, 16, "expands to more than 500,000 values"),
+    (
+        "plan: t\njobs:\n  - name: a\n    run: |\n      {% macro m() %}{{ m() }}{% endmacro %}\n      echo {{ m() }}\n",
+        "R003",
+        5,
+        7,
+        "recursion too deep",
+    ),
+    (
+        "plan: t\nvars: {x: \"{{ 'a' * 10**10 }}\"}\njobs: []\n",
+        "P011",
+        2,
+        11,
+        "a repetition of 10,000,000,000 items passes the size limit of 1,048,576",
+    ),
+    (
+        'plan: t\nvars: {x: "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"}\n'
+        "jobs: []\n",
+        "P011",
+        2,
+        11,
+        "loops ran more than 1,000,000 times",
+    ),
+    (
+        'plan: t\njobs:\n  - name: a\n    run: echo\n    outputs: ["a\\nb"]\n',
+        "P011",
+        5,
+        15,
+        "outputs.0: the path 'a\\nb' holds a newline",
+    ),
+    ('plan: t\njobs:\n  - name: a\n    run: echo\n    lane: " "\n', "P022", 5, 11, "lane ' ' is not one of"),
+    ('plan: t\nlanes: ["a b"]\njobs: []\n', "P004", 2, 8, "lane name 'a b'"),
+    (
+        "plan: t\nvars:\n  rows: [{1: a}]\njobs:\n  - name: a\n    foreach: rows\n    run: echo\n",
+        "P012",
+        6,
+        14,
+        "foreach key 1 must be a name",
+    ),
+    (
+        "plan: t\njobs:\n  - name: a\n    run: echo {{ n | length }}\n    with: {n: 5}\n",
+        "R003",
+        4,
+        10,
+        "TypeError: object of type 'int' has no len()",
+    ),
+    (
+        "plan: t\njobs:\n  - name: a\n    run: echo {{ name }}\n    with: {name: x}\n",
+        "P023",
+        5,
+        12,
+        "with: 'name' would replace the built-in 'name'",
+    ),
+    (
+        "plan: t\njobs:\n  - name: a\n    run: echo {{ 'a' * 2000000 }}\n",
+        "R007",
+        4,
+        10,
+        "a repetition of 2,000,000 items passes the size limit",
+    ),
+    (
+        "plan: t\nvars: {d: &d [1]}\njobs:\n  - <<: *d\n    name: a\n    run: echo\n",
+        "P001",
+        4,
+        5,
+        "`<<` merges a mapping",
+    ),
+    (
+        "plan: t\nvars: {d: &d {lane: net}}\njobs:\n  - <<: *d\n    name: a\n    <<: *d\n    run: echo\n",
+        "P002",
+        6,
+        5,
+        "duplicate key '<<' (first on line 4)",
+    ),
+    (
+        "plan: t\nvars:\n  a0: &a0 {x: [lol, lol, lol, lol, lol, lol, lol, lol, lol]}\n"
+        + "".join(
+            f"  a{i}: &a{i} {{" + ", ".join(f"k{j}: {{<<: *a{i - 1}}}" for j in range(9)) + "}\n" for i in range(1, 10)
+        )
+        + "jobs: []\n",
+        "P001",
+        3,
+        16,
+        "expands to more than 500,000 values",
+    ),
 ]
 
 
-@pytest.mark.parametrize("text, code, line, col, message", HOSTILE_PLANS,
-                         ids=[f"{c}-{m[:30]}" for _, c, _, _, m in HOSTILE_PLANS])
-def test_hostile_and_odd_plans_are_located_findings(tmp_path: Path, text: str, code: str, line: int, col: int,
-                                                   message: str) -> None:
+@pytest.mark.parametrize(
+    "text, code, line, col, message", HOSTILE_PLANS, ids=[f"{c}-{m[:30]}" for _, c, _, _, m in HOSTILE_PLANS]
+)
+def test_hostile_and_odd_plans_are_located_findings(
+    tmp_path: Path, text: str, code: str, line: int, col: int, message: str
+) -> None:
     plan = tmp_path / "p.yaml"
     plan.write_text(text)
     c = compile_plan(plan, lint=False)
@@ -402,21 +513,27 @@ def test_hostile_and_odd_plans_are_located_findings(tmp_path: Path, text: str, c
 
 def test_jinja_in_a_value_cannot_reach_python(tmp_path: Path) -> None:
     marker = tmp_path / "X"
-    c = compile_text(tmp_path, f"""\
+    c = compile_text(
+        tmp_path,
+        f"""\
         plan: t
         vars:
           x: "{{{{ cycler.__init__.__globals__.os.system('touch {marker}') }}}}"
           y: "{{{{ ''.__class__.__mro__[1].__subclasses__() }}}}"
           z: "{{{{ range.__self__ }}}}"
         jobs: []
-        """, lint=False)
+        """,
+        lint=False,
+    )
     assert [d.code for d in c.diagnostics] == ["P011", "P011", "P011"], found(c)
     assert all("not allowed in a plan" in d.message or "undefined" in d.message for d in c.diagnostics), found(c)
     assert not marker.exists()
 
 
 def test_with_key_the_template_never_reads_is_a_warning_with_a_suggestion(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         jobs:
           - name: a
@@ -425,7 +542,9 @@ def test_with_key_the_template_never_reads_is_a_warning_with_a_suggestion(tmp_pa
           - name: b
             run: echo {{ url }}
             with: {url: u, extra: 1}
-        """, templates={"fetch.sh.j2": "curl -o {{ dest }} {{ url }} {% if quiet is defined %}-s{% endif %}\n"})
+        """,
+        templates={"fetch.sh.j2": "curl -o {{ dest }} {{ url }} {% if quiet is defined %}-s{% endif %}\n"},
+    )
     assert [d for d in found(c) if "R009" in d] == [
         "p.yaml:5:29: warning[R009]: with: 'quite' is not used by fetch.sh.j2; did you mean 'quiet'?",
         "p.yaml:8:20: warning[R009]: with: 'extra' is not used by the run: body",
@@ -447,9 +566,11 @@ def test_yaml_plans_never_walk_the_stack_and_python_plans_record_job_lines(tmp_p
 
     assert Job(name="a", run="echo")._source is None  # built outside a Python plan's loading: nothing recorded
     plan = tmp_path / "p.py"
-    plan.write_text("from plancompiler.models import Job, Plan\n\n\ndef job(n):\n    return Job(name=n, run='echo',\n"
-                    "               requires=['/nowhere'])\n\n\nplan = Plan(plan='t', jobs=[\n    job('a'),\n"
-                    "    Job(name='b', run='echo', requires=['/nowhere']),\n])\n")
+    plan.write_text(
+        "from plancompiler.models import Job, Plan\n\n\ndef job(n):\n    return Job(name=n, run='echo',\n"
+        "               requires=['/nowhere'])\n\n\nplan = Plan(plan='t', jobs=[\n    job('a'),\n"
+        "    Job(name='b', run='echo', requires=['/nowhere']),\n])\n"
+    )
     c = compile_plan(plan, lint=False)
     assert [(d.code, d.line) for d in c.diagnostics] == [("G001", 5), ("G001", 11)], found(c)
 
@@ -458,8 +579,10 @@ def test_check_counts_every_job_and_max_size_is_a_global_flag(tmp_path: Path) ->
     import sys
 
     plan = tmp_path / "three.yaml"
-    plan.write_text("plan: t\njobs:\n  - name: a\n    run: echo a\n  - name: b\n    run: echo {{ nope }}\n"
-                    "  - name: \"c{{ i }}\"\n    foreach: {i: [1, 2]}\n    run: echo {{ 'x' * 1100000 }}\n")
+    plan.write_text(
+        "plan: t\njobs:\n  - name: a\n    run: echo a\n  - name: b\n    run: echo {{ nope }}\n"
+        "  - name: \"c{{ i }}\"\n    foreach: {i: [1, 2]}\n    run: echo {{ 'x' * 1100000 }}\n"
+    )
     argv = [sys.executable, "-m", "plancompiler.cli"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "PLAN_CACHE_DIR": str(tmp_path / "cache")}
     run = subprocess.run([*argv, "check", str(plan)], capture_output=True, text=True, env=env)
@@ -472,7 +595,9 @@ def test_check_counts_every_job_and_max_size_is_a_global_flag(tmp_path: Path) ->
 
 
 def test_yaml_merge_keys_bring_defaults_that_a_job_overrides(tmp_path: Path) -> None:
-    c = compile_text(tmp_path, """\
+    c = compile_text(
+        tmp_path,
+        """\
         plan: t
         vars:
           net_job: &net {lane: net, retries: 2, timeout: 1m}
@@ -485,7 +610,8 @@ def test_yaml_merge_keys_bring_defaults_that_a_job_overrides(tmp_path: Path) -> 
             <<: [*net, {retries: 5}]
             run: echo b
             typo: 1
-        """)
+        """,
+    )
     assert found(c) == ["p.yaml:12:5: error[P003]: unknown key 'typo' in jobs[1]"]
     del c
     c = compile_text(tmp_path, (tmp_path / "p.yaml").read_text().replace("    typo: 1\n", ""))

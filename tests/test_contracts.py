@@ -1,5 +1,6 @@
 """One implementation of each contract: what the plan side writes is what the host side reads, and the
 plan side's modules form no import cycle."""
+
 from __future__ import annotations
 
 import ast
@@ -65,14 +66,16 @@ def test_what_the_compiler_writes_as_plan_is_what_the_host_reads(tmp_path: Path)
         (root / "queue" / job.filename).write_text(job.text)
     seen = Host(name="q", root=str(root)).call("probe", {})["files"]["queue"]
     for job in compiled.jobs:
-        written = next(ln for ln in job.text.splitlines() if ln.startswith("# PLAN="))[len("# PLAN="):]
+        written = next(ln for ln in job.text.splitlines() if ln.startswith("# PLAN="))[len("# PLAN=") :]
         assert seen[job.filename]["plan"] == written and written.startswith(f"{compiled.name}@")
 
 
 def _imports(path: Path, package: str) -> set[str]:
     """The plancompiler modules PATH imports, anywhere in it (function-level imports count too)."""
-    modules = {p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
-               for p in (REPO / package).rglob("*.py")}
+    modules = {
+        p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+        for p in (REPO / package).rglob("*.py")
+    }
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -88,15 +91,19 @@ def _imports(path: Path, package: str) -> set[str]:
 
 
 def test_no_import_cycle_in_plancompiler() -> None:
-    graph = {p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__"):
-             _imports(p, "plancompiler") for p in (REPO / "plancompiler").rglob("*.py")}
+    graph = {
+        p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__"): _imports(
+            p, "plancompiler"
+        )
+        for p in (REPO / "plancompiler").rglob("*.py")
+    }
     assert "plancompiler.backends.queue" in graph and "plancompiler.push" in graph
     path: list[str] = []
     done: set[str] = set()
 
     def visit(module: str) -> None:
         if module in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module) :] + [module]))
         if module in done:
             return
         path.append(module)
@@ -113,5 +120,5 @@ def test_no_import_cycle_in_plancompiler() -> None:
 def test_the_box_side_is_one_package_and_the_plan_side_keeps_no_copy_of_its_formats() -> None:
     for path in (REPO / "plancompiler").rglob("*.py"):
         text = path.read_text()
-        for copy in ("EXTRA_HANDLERS", "noqa: F821", '"# PLAN="', "b\"# PLAN=\"", 'partition("-")', "parked.json"):
+        for copy in ("EXTRA_HANDLERS", "noqa: F821", '"# PLAN="', 'b"# PLAN="', 'partition("-")', "parked.json"):
             assert copy not in text, f"{path.relative_to(REPO)} keeps {copy!r}"

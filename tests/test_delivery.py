@@ -1,5 +1,6 @@
 """Delivery v2: pushes that serialize and compare-and-swap, plans that own their jobs, pushes that say what the
 host's runner is doing, and the runner package cached on the host by its hash."""
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ def make_plan(path: Path, name: str, jobs: dict[str, str]) -> Path:
 
 def as_json(out: str) -> dict:
     """The --json document in OUT (typer's test runner mixes stderr's summary line in)."""
-    return json.loads(out[out.index("\n{") + 1:out.rindex("}") + 1])
+    return json.loads(out[out.index("\n{") + 1 : out.rindex("}") + 1])
 
 
 def queue_of(root: Path) -> dict[str, str]:
@@ -50,13 +51,17 @@ def _pair_race(tmp_path: Path, host_for: callable, pairs: int) -> None:  # type:
         start = threading.Barrier(2)
         errors: list[BaseException] = []
 
-        def one(compiled: Compiled, host: Host = host, start: threading.Barrier = start,
-                errors: list[BaseException] = errors) -> None:
+        def one(
+            compiled: Compiled,
+            host: Host = host,
+            start: threading.Barrier = start,
+            errors: list[BaseException] = errors,
+        ) -> None:
             start.wait()
             try:
                 outcome = push(compiled, host, PushOptions(), lambda diff: None)
                 assert outcome.applied or outcome.notes == ["nothing to push"], outcome.notes
-            except BaseException as exc:  # noqa: BLE001 - reported below, from the test's thread
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=one, args=(c,)) for c in (v1, v2)]
@@ -194,12 +199,12 @@ def test_push_says_when_the_runner_is_not_running_it(tmp_path: Path) -> None:
     # older runner, without heartbeat.json, leaves it)
     (root / "heartbeat.json").unlink()
     status = json.loads((root / "status.json").read_text())
-    status["runner"].update(pid=2 ** 22 + 7, heartbeat=time.time())
+    status["runner"].update(pid=2**22 + 7, heartbeat=time.time())
     (root / "status.json").write_text(json.dumps(status))
     with (root / "events.jsonl").open("a") as events:
         events.write(json.dumps({"ts": "2099-01-01 00:00:00", "job": "-", "event": "runner-start"}) + "\n")
     code, out = plan_cli("push", str(root), str(plan), "--dry-run")
-    assert f"its runner (pid {2 ** 22 + 7}) is not running" in out
+    assert f"its runner (pid {2**22 + 7}) is not running" in out
     status["runner"]["heartbeat"] = time.time() - 900
     (root / "status.json").write_text(json.dumps(status))
     code, out = plan_cli("push", str(root), str(plan), "--dry-run", "--dead", "600")

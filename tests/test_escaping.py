@@ -1,4 +1,5 @@
 """Every quoting context × a seeded corpus of hostile values, rendered and run by real bash: byte-exact, inert."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,57 @@ import pytest
 
 from plancompiler.compile import compile_plan
 
-FRAGMENTS = ["$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "&& touch PWNED", "| tee PWNED", "'", '"',
-             "\\", "\\\\", "\n", "${IFS}", "!", "*", "?", "EOF", "\nEOF\n", "EOF\n", "\t", " ", "  ", "$HOME",
-             "~", "#", "{a,b}", "\\n", "$'x'", "%s", "-n", "--", ")", "(", "<", ">", ">PWNED", "$((1+1))",
-             "'$(touch PWNED)'", "\"$(touch PWNED)\"", "\\\"; touch PWNED; \\\"", "'\\''", "é", "\x01", "$", "`",
-             "Q", "\nQ\n", "x=1", "$1", "$@", "\\$(touch PWNED)"]
+FRAGMENTS = [
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "; touch PWNED",
+    "&& touch PWNED",
+    "| tee PWNED",
+    "'",
+    '"',
+    "\\",
+    "\\\\",
+    "\n",
+    "${IFS}",
+    "!",
+    "*",
+    "?",
+    "EOF",
+    "\nEOF\n",
+    "EOF\n",
+    "\t",
+    " ",
+    "  ",
+    "$HOME",
+    "~",
+    "#",
+    "{a,b}",
+    "\\n",
+    "$'x'",
+    "%s",
+    "-n",
+    "--",
+    ")",
+    "(",
+    "<",
+    ">",
+    ">PWNED",
+    "$((1+1))",
+    "'$(touch PWNED)'",
+    '"$(touch PWNED)"',
+    '\\"; touch PWNED; \\"',
+    "'\\''",
+    "é",
+    "\x01",
+    "$",
+    "`",
+    "Q",
+    "\nQ\n",
+    "x=1",
+    "$1",
+    "$@",
+    "\\$(touch PWNED)",
+]
 
 
 def corpus(seed: int = 13, count: int = 40) -> list[str]:
@@ -40,21 +87,37 @@ CONTEXTS: dict[str, Context] = {
     "bare": ("printf '%s' {{ v }}", lambda v: v, lambda v: False),
     "bare-joined": ("printf '%s' x{{ v }}=y{{ v }}", lambda v: f"x{v}=y{v}", lambda v: False),
     "assignment": ("x={{ v }}\nprintf '%s' \"$x\"", lambda v: v, lambda v: False),
-    "double": ('printf \'%s\' "{{ v }}"', lambda v: v, lambda v: False),
-    "double-inside": ('printf \'%s\' "<{{ v }}|${HOME_UNSET}{{ v }}>"', lambda v: f"<{v}|{v}>", lambda v: False),
+    "double": ("printf '%s' \"{{ v }}\"", lambda v: v, lambda v: False),
+    "double-inside": ("printf '%s' \"<{{ v }}|${HOME_UNSET}{{ v }}>\"", lambda v: f"<{v}|{v}>", lambda v: False),
     "single": ("printf '%s' '{{ v }}'", lambda v: v, lambda v: False),
     "single-inside": ("printf '%s' '<{{ v }}>'\"{{ v }}\"", lambda v: f"<{v}>{v}", lambda v: False),
     "heredoc": ("cat <<EOF\n{{ v }}\nEOF", lambda v: v + "\n", lambda v: "EOF" in v.split("\n")),
-    "heredoc-framed": ("cat <<EOF\n<{{ v }}> $HOME_UNSET\nEOF", lambda v: f"<{v}> \n",
-                       lambda v: "EOF" in _lines_of("<", v, "> $HOME_UNSET")),
+    "heredoc-framed": (
+        "cat <<EOF\n<{{ v }}> $HOME_UNSET\nEOF",
+        lambda v: f"<{v}> \n",
+        lambda v: "EOF" in _lines_of("<", v, "> $HOME_UNSET"),
+    ),
     "heredoc-quoted": ("cat <<'Q'\n{{ v }}\nQ", lambda v: v + "\n", lambda v: "Q" in v.split("\n")),
-    "heredoc-dash": ("cat <<-EOF\n\t{{ v }}\n\tEOF", lambda v: v + "\n",
-                     lambda v: any(ln.lstrip("\t") == "EOF" or ln.startswith("\t") for ln in ("\t" + v).split("\n")[1:])
-                     or v.startswith("\t") or v.lstrip("\t") == "EOF" or v.split("\n")[0].lstrip("\t") == "EOF"),
-    "cmdsub-in-double": ('x="$(printf \'%s\' {{ v }}; printf x)"\nprintf \'%s\' "${x%x}"', lambda v: v,
-                         lambda v: False),
-    "double-in-cmdsub": ('x="$(printf \'%s\' "{{ v }}"; printf x)"\nprintf \'%s\' "${x%x}"', lambda v: v,
-                         lambda v: False),
+    "heredoc-dash": (
+        "cat <<-EOF\n\t{{ v }}\n\tEOF",
+        lambda v: v + "\n",
+        lambda v: (
+            any(ln.lstrip("\t") == "EOF" or ln.startswith("\t") for ln in ("\t" + v).split("\n")[1:])
+            or v.startswith("\t")
+            or v.lstrip("\t") == "EOF"
+            or v.split("\n")[0].lstrip("\t") == "EOF"
+        ),
+    ),
+    "cmdsub-in-double": (
+        "x=\"$(printf '%s' {{ v }}; printf x)\"\nprintf '%s' \"${x%x}\"",
+        lambda v: v,
+        lambda v: False,
+    ),
+    "double-in-cmdsub": (
+        'x="$(printf \'%s\' "{{ v }}"; printf x)"\nprintf \'%s\' "${x%x}"',
+        lambda v: v,
+        lambda v: False,
+    ),
     "procsub": ("cat <(printf '%s' {{ v }})", lambda v: v, lambda v: False),
     "herestring": ("cat <<<{{ v }}", lambda v: v + "\n", lambda v: False),
     "if-block": ("if true; then\n  printf '%s' {{ v }}\nfi", lambda v: v, lambda v: False),
@@ -62,7 +125,7 @@ CONTEXTS: dict[str, Context] = {
     "case": ("case {{ v }} in\n  {{ v }}) printf '%s' {{ v }};;\nesac", lambda v: v, lambda v: False),
     "comment": ("# note: {{ v }}\nprintf ok", lambda v: "ok", lambda v: "\n" in v),
     "function-arg": ("show() { printf '%s' \"$1\"; }\nshow {{ v }}", lambda v: v, lambda v: False),
-    "bash-c-argument": ("bash -c 'printf \"%s\" \"$1\"' _ {{ v }}", lambda v: v, lambda v: False),
+    "bash-c-argument": ('bash -c \'printf "%s" "$1"\' _ {{ v }}', lambda v: v, lambda v: False),
     "printf-string-format": ("printf '%s|%s' {{ v }} 1", lambda v: f"{v}|1", lambda v: False),
     "string-compare": ("[[ {{ v }} == {{ v }} ]] && printf '%s' {{ v }}", lambda v: v, lambda v: False),
     "awk-variable": ("awk -v x=1 'BEGIN { printf \"%s\", ARGV[1] }' {{ v }}", lambda v: v, lambda v: False),
@@ -74,8 +137,9 @@ def _plan(tmp_path: Path, values: list[str]) -> Path:
     jobs = []
     for name, (body, _, _) in CONTEXTS.items():
         run = textwrap.indent(body.replace("{{ v }}", "{{ values[i] }}"), "      ")
-        jobs.append(f"  - name: \"{name}-{{{{ i }}}}\"\n    foreach: {{i: {list(range(len(values)))}}}\n"
-                    f"    run: |\n{run}\n")
+        jobs.append(
+            f'  - name: "{name}-{{{{ i }}}}"\n    foreach: {{i: {list(range(len(values)))}}}\n    run: |\n{run}\n'
+        )
     plan = tmp_path / "escape.yaml"
     plan.write_text("plan: escape\nvars:\n  values: " + json.dumps(values) + "\njobs:\n" + "".join(jobs))
     return plan
@@ -106,31 +170,46 @@ def test_every_context_prints_every_hostile_value_byte_exact_and_runs_none(tmp_p
             expected[f"{name}-{i}"] = prints(value)
     assert len(expected) >= 600
     (tmp_path / "cases.sh").write_text("".join(script))
-    run = subprocess.run(["bash", str(tmp_path / "cases.sh")], cwd=work, capture_output=True, timeout=120,
-                         env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent-home"})
+    run = subprocess.run(
+        ["bash", str(tmp_path / "cases.sh")],
+        cwd=work,
+        capture_output=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent-home"},
+    )
     assert run.returncode == 0, run.stderr.decode()[-2000:]
-    wrong = {case: (json.dumps(want), (out / case).read_bytes()) for case, want in expected.items()
-             if (out / case).read_bytes() != want.encode()}
+    wrong = {
+        case: (json.dumps(want), (out / case).read_bytes())
+        for case, want in expected.items()
+        if (out / case).read_bytes() != want.encode()
+    }
     assert not wrong, list(wrong.items())[:5]
     errors = {case: (out / f"{case}.err").read_text() for case in expected if (out / f"{case}.err").stat().st_size}
     assert not errors, list(errors.items())[:5]
     assert sorted(p.name for p in work.iterdir()) == []  # nothing was created: no value ran
 
 
-@pytest.mark.parametrize("value, what", [("a\0b", "a NUL byte"), ("a\r\nb", "a carriage return"),
-                                         ("ok\r", "a carriage return")])
+@pytest.mark.parametrize(
+    "value, what", [("a\0b", "a NUL byte"), ("a\r\nb", "a carriage return"), ("ok\r", "a carriage return")]
+)
 def test_nul_and_cr_are_refused_in_every_context_with_the_place(tmp_path: Path, value: str, what: str) -> None:
     plan = tmp_path / "p.yaml"
-    plan.write_text("plan: t\nvars:\n  v: " + json.dumps(value) + "\njobs:\n" + "".join(
-        f"  - name: j{i}\n    run: |\n{textwrap.indent(body, '      ')}\n"
-        for i, (body, _, _) in enumerate(CONTEXTS.values())))
+    plan.write_text(
+        "plan: t\nvars:\n  v: "
+        + json.dumps(value)
+        + "\njobs:\n"
+        + "".join(
+            f"  - name: j{i}\n    run: |\n{textwrap.indent(body, '      ')}\n"
+            for i, (body, _, _) in enumerate(CONTEXTS.values())
+        )
+    )
     compiled = compile_plan(plan, lint=False)
     assert not compiled.jobs
     assert len(compiled.diagnostics) == len(CONTEXTS)
     for d in compiled.diagnostics:
         assert d.code == "R006" and what in d.message
         line = plan.read_text().split("\n")[d.line - 1]
-        assert line[d.col - 1:].startswith("{{ v }}"), (d.text(), line)
+        assert line[d.col - 1 :].startswith("{{ v }}"), (d.text(), line)
 
 
 UNDECIDABLE = [
@@ -151,7 +230,7 @@ UNDECIDABLE = [
     ('echo "\\{{ n }}"', "right after a backslash"),
     ("cat <<{{ n }}\nx\n", "heredoc delimiter"),
     ("echo $'{{ n }}'", "$' ' quoting"),
-    ('{% filter upper %}echo {{ n }}{% endfilter %}', "filter"),
+    ("{% filter upper %}echo {{ n }}{% endfilter %}", "filter"),
     ("bash <<EOF\necho {{ n }}\nEOF", "in a heredoc that bash reads as code"),
     ("ssh host bash <<'EOF'\necho {{ n }}\nEOF", "in a heredoc that ssh reads as code"),
     ("python3 - <<'PY'\nprint({{ n }})\nPY", "in a heredoc that python3 reads as code"),
@@ -173,20 +252,22 @@ UNDECIDABLE = [
 @pytest.mark.parametrize("body, why", UNDECIDABLE)
 def test_undecidable_contexts_are_errors_at_the_expression(tmp_path: Path, body: str, why: str) -> None:
     plan = tmp_path / "p.yaml"
-    plan.write_text("plan: t\njobs:\n  - name: a\n    with: {n: 1}\n    run: |\n"
-                    + textwrap.indent(body, "      ") + "\n")
+    plan.write_text(
+        "plan: t\njobs:\n  - name: a\n    with: {n: 1}\n    run: |\n" + textwrap.indent(body, "      ") + "\n"
+    )
     compiled = compile_plan(plan, lint=False)
     assert not compiled.jobs
     assert [d.code for d in compiled.diagnostics] and {d.code for d in compiled.diagnostics} == {"R005"}
     assert any(why in d.message for d in compiled.diagnostics), [d.text() for d in compiled.diagnostics]
     first = compiled.diagnostics[0]
     text = plan.read_text().split("\n")[first.line - 1]
-    assert text[first.col - 1:].startswith(("{{", "{%")), (first.text(), text)
+    assert text[first.col - 1 :].startswith(("{{", "{%")), (first.text(), text)
 
 
 def test_sh_is_the_one_way_to_write_code_on_purpose(tmp_path: Path) -> None:
     plan = tmp_path / "p.yaml"
-    plan.write_text(textwrap.dedent("""\
+    plan.write_text(
+        textwrap.dedent("""\
         plan: t
         jobs:
           - name: a
@@ -196,7 +277,8 @@ def test_sh_is_the_one_way_to_write_code_on_purpose(tmp_path: Path) -> None:
               {{ cmd | sh }}
               printf '<%s>' {{ words }}
               printf '[%s]' "{{ words }}"
-        """))
+        """)
+    )
     compiled = compile_plan(plan)
     assert compiled.clean(), [d.text() for d in compiled.diagnostics]
     body = compiled.jobs[0].text.split("\n", compiled.jobs[0].header_lines)[-1]
@@ -208,8 +290,10 @@ def test_a_body_comment_is_never_read_as_a_header_key(tmp_path: Path) -> None:
     from runner import jobfile
 
     plan = tmp_path / "p.yaml"
-    plan.write_text("plan: t\njobs:\n  - name: a\n    with: {note: 'REQUIRES=touch PWNED'}\n"
-                    "    run: |\n      # {{ note }}\n      echo ok\n")
+    plan.write_text(
+        "plan: t\njobs:\n  - name: a\n    with: {note: 'REQUIRES=touch PWNED'}\n"
+        "    run: |\n      # {{ note }}\n      echo ok\n"
+    )
     compiled = compile_plan(plan)
     assert compiled.clean()
     parsed = jobfile.parse("a.job", compiled.jobs[0].text.encode())
@@ -218,10 +302,13 @@ def test_a_body_comment_is_never_read_as_a_header_key(tmp_path: Path) -> None:
 
 def test_templates_without_values_are_never_refused_and_case_in_cmdsub_only_refuses_values(tmp_path: Path) -> None:
     plan = tmp_path / "p.yaml"
-    body = "x=$(case a in a) echo A;; esac)\necho $(( 1 << 2 )) `date` \"${x:-y}\"\neval true\n"
-    plan.write_text("plan: t\njobs:\n  - name: a\n    run: |\n" + textwrap.indent(body, "      ")
-                    + "  - name: b\n    with: {v: 1}\n    run: |\n"
-                    + textwrap.indent(body + "echo {{ v }}\n", "      "))
+    body = 'x=$(case a in a) echo A;; esac)\necho $(( 1 << 2 )) `date` "${x:-y}"\neval true\n'
+    plan.write_text(
+        "plan: t\njobs:\n  - name: a\n    run: |\n"
+        + textwrap.indent(body, "      ")
+        + "  - name: b\n    with: {v: 1}\n    run: |\n"
+        + textwrap.indent(body + "echo {{ v }}\n", "      ")
+    )
     compiled = compile_plan(plan, lint=False)
     assert [j.name for j in compiled.jobs] == ["a"]
     assert [(d.code, d.line) for d in compiled.diagnostics] == [("R005", 14)]
@@ -230,7 +317,8 @@ def test_templates_without_values_are_never_refused_and_case_in_cmdsub_only_refu
 
 def test_values_in_an_sh_requirement_are_escaped_like_a_job_body(tmp_path: Path) -> None:
     plan = tmp_path / "p.yaml"
-    plan.write_text(textwrap.dedent("""\
+    plan.write_text(
+        textwrap.dedent("""\
         plan: t
         vars: {evil: "x'; touch PWNED; '"}
         jobs:
@@ -240,7 +328,8 @@ def test_values_in_an_sh_requirement_are_escaped_like_a_job_body(tmp_path: Path)
           - name: b
             run: echo b
             requires: [{sh: "test $(( {{ evil }} )) -gt 0", external: true}]
-        """))
+        """)
+    )
     compiled = compile_plan(plan, lint=False)
     assert [(d.code, d.line) for d in compiled.diagnostics] == [("P011", 9)]
     assert "$(( )) arithmetic" in compiled.diagnostics[0].message
@@ -252,8 +341,10 @@ def test_values_in_an_sh_requirement_are_escaped_like_a_job_body(tmp_path: Path)
 
 def test_an_escaped_dollar_or_backslash_before_a_value_is_fine(tmp_path: Path) -> None:
     plan = tmp_path / "p.yaml"
-    plan.write_text("plan: t\njobs:\n  - name: a\n    with: {v: \"$(touch PWNED)\"}\n    run: |\n"
-                    "      printf '%s|' \"\\${{ v }}\" \"\\\\{{ v }}\" \\\\{{ v }} \"\\$x{{ v }}\"\n")
+    plan.write_text(
+        'plan: t\njobs:\n  - name: a\n    with: {v: "$(touch PWNED)"}\n    run: |\n'
+        '      printf \'%s|\' "\\${{ v }}" "\\\\{{ v }}" \\\\{{ v }} "\\$x{{ v }}"\n'
+    )
     compiled = compile_plan(plan, lint=False)
     assert compiled.clean(), [d.text() for d in compiled.diagnostics]
     body = compiled.jobs[0].text.split("\n", compiled.jobs[0].header_lines)[-1]
@@ -262,9 +353,24 @@ def test_an_escaped_dollar_or_backslash_before_a_value_is_fine(tmp_path: Path) -
     assert not (tmp_path / "PWNED").exists()
 
 
-HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "'; touch PWNED; '", "\"; touch PWNED; \"", "\nEOF\ntouch PWNED\n",
-           "a[$(touch PWNED)]", "\\\"; touch PWNED #", "x\ntouch PWNED", "\n\tEOF\ntouch PWNED\n", ")$(touch PWNED)(",
-           "} ; touch PWNED ; {", "esac; touch PWNED; case x in x)", "EOF", "-n", "\\", "!$(touch PWNED)"]
+HOSTILE = [
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "'; touch PWNED; '",
+    '"; touch PWNED; "',
+    "\nEOF\ntouch PWNED\n",
+    "a[$(touch PWNED)]",
+    '\\"; touch PWNED #',
+    "x\ntouch PWNED",
+    "\n\tEOF\ntouch PWNED\n",
+    ")$(touch PWNED)(",
+    "} ; touch PWNED ; {",
+    "esac; touch PWNED; case x in x)",
+    "EOF",
+    "-n",
+    "\\",
+    "!$(touch PWNED)",
+]
 
 
 class _Grammar:
@@ -277,33 +383,60 @@ class _Grammar:
         return self.rng.choice(options)
 
     def dq(self, d: int) -> str:
-        parts = ["text ", "{{ v }}", "$x", "${x}", "\\$", '\\"', "-", "'"] + (["$(" + self.stmt(d + 1) + ")"] if d < 3 else [])
+        parts = ["text ", "{{ v }}", "$x", "${x}", "\\$", '\\"', "-", "'"] + (
+            ["$(" + self.stmt(d + 1) + ")"] if d < 3 else []
+        )
         return '"' + "".join(self.rng.choice(parts) for _ in range(self.rng.randint(1, 3))) + '"'
 
     def arg(self, d: int) -> str:
         sq = "'" + self.pick("text", "{{ v }}", '"', "$x") + "'"
-        return self.pick("word", self.dq(d), sq, "pre{{ v }}post", "x={{ v }}", "{{ v }}",
-                         "$(" + self.stmt(d + 1) + ")" if d < 3 else "{{ v }}")
+        return self.pick(
+            "word",
+            self.dq(d),
+            sq,
+            "pre{{ v }}post",
+            "x={{ v }}",
+            "{{ v }}",
+            "$(" + self.stmt(d + 1) + ")" if d < 3 else "{{ v }}",
+        )
 
     def stmt(self, d: int = 0) -> str:
-        simple = self.pick("echo", "printf '%s\\n'", ":", "test -n", "export") + " " + " ".join(
-            self.arg(d) for _ in range(self.rng.randint(1, 3)))
+        simple = (
+            self.pick("echo", "printf '%s\\n'", ":", "test -n", "export")
+            + " "
+            + " ".join(self.arg(d) for _ in range(self.rng.randint(1, 3)))
+        )
         if d > 2:
             return simple
         body = "\n".join(self.pick("line {{ v }}", "{{ v }}", "$x {{ v }}", "plain") for _ in range(2))
-        return self.pick(simple, simple, "if true; then " + self.stmt(d + 1) + "; fi", "{ " + self.stmt(d + 1) + "; }",
-                         "for i in 1; do " + self.stmt(d + 1) + "; done", "case x in x) " + self.stmt(d + 1) + " ;; esac",
-                         "cat <<EOF\n" + body + "\nEOF", "cat <<'EOF'\n" + body + "\nEOF", "x=" + self.dq(d) + "; " + simple)
+        return self.pick(
+            simple,
+            simple,
+            "if true; then " + self.stmt(d + 1) + "; fi",
+            "{ " + self.stmt(d + 1) + "; }",
+            "for i in 1; do " + self.stmt(d + 1) + "; done",
+            "case x in x) " + self.stmt(d + 1) + " ;; esac",
+            "cat <<EOF\n" + body + "\nEOF",
+            "cat <<'EOF'\n" + body + "\nEOF",
+            "x=" + self.dq(d) + "; " + simple,
+        )
 
 
 def test_random_well_formed_templates_never_run_a_value(tmp_path: Path) -> None:
     rng = random.Random(13)
     grammar = _Grammar(rng)
-    cases = [("x=1\n" + "\n".join(grammar.stmt() for _ in range(rng.randint(1, 3))) + "\n# {{ v }}\n",
-              rng.choice(HOSTILE)) for _ in range(150)]
+    cases = [
+        ("x=1\n" + "\n".join(grammar.stmt() for _ in range(rng.randint(1, 3))) + "\n# {{ v }}\n", rng.choice(HOSTILE))
+        for _ in range(150)
+    ]
     plan = tmp_path / "p.yaml"
-    plan.write_text("plan: t\njobs:\n" + "".join(f"  - name: j{i}\n    with: {{v: {json.dumps(v)}}}\n    run: "
-                                                 f"{json.dumps(t)}\n" for i, (t, v) in enumerate(cases)))
+    plan.write_text(
+        "plan: t\njobs:\n"
+        + "".join(
+            f"  - name: j{i}\n    with: {{v: {json.dumps(v)}}}\n    run: {json.dumps(t)}\n"
+            for i, (t, v) in enumerate(cases)
+        )
+    )
     compiled = compile_plan(plan, lint=False)
     assert {d.code for d in compiled.diagnostics} <= {"R005", "R006"}
     assert len(compiled.jobs) > 60  # most well-formed templates render; the rest are refused with a place
@@ -330,7 +463,7 @@ REVIEW_REFUSED = [
     ("nice -n 5 sudo -u nobody python3 <<EOF\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that python3 reads as code"),
     ("eval 2>&1 {{ v }}", CMD, "R005", "in an eval"),
     # 3: && || ( ) inside [[ ]] keep the test going
-    ("a=(1)\n[[ -n \"${a[0]}\" && {{ v }} -gt 0 ]] || true", IDX, "R005", "before -gt inside [[ ]]"),
+    ('a=(1)\n[[ -n "${a[0]}" && {{ v }} -gt 0 ]] || true', IDX, "R005", "before -gt inside [[ ]]"),
     ("[[ ( {{ v }} -eq 1 ) ]]", IDX, "R005", "before -eq inside [[ ]]"),
     ("[[ 1 -eq 1 && ( 2 -eq {{ v }} ) ]]", IDX, "R005", "after -eq inside [[ ]]"),
     ("[[ 1 -eq 2 || 2 -lt {{ v }} ]]", IDX, "R005", "after -lt inside [[ ]]"),
@@ -366,7 +499,7 @@ REVIEW_REFUSED = [
     ("a=(1)\ntest -v {{ v }} || true", IDX, "R006", NAME_REFUSED),
     ("a=(1)\nread -r {{ v }} <<< hi", IDX, "R006", NAME_REFUSED),
     ("declare {{ v }}=1", IDX, "R006", NAME_REFUSED),
-    ("f() { local \"{{ v }}=1\"; }\nf", IDX, "R006", NAME_REFUSED),
+    ('f() { local "{{ v }}=1"; }\nf', IDX, "R006", NAME_REFUSED),
     ("declare -n r={{ v }}; r=5", IDX, "R006", NAME_REFUSED),
     ("a=(1); declare a={{ v }}", "([0]=$(touch PWNED))", "R006", "compound array assignment"),
     ("declare -i n; n={{ v }}", IDX, "R005", "integer (-i) variable"),
@@ -375,10 +508,18 @@ REVIEW_REFUSED = [
     ('echo "${% if true %}{{ v }}{% endif %}"', "(touch PWNED)", "R005", "'$' right before a {% %} tag"),
     ("cat <<EOF\n${% if true %}{{ v }}{% endif %}\nEOF", "(touch PWNED)", "R005", "'$' right before a {% %} tag"),
     ('echo "\\{% if true %}{{ v }}{% endif %}"', '"; touch PWNED #', "R005", "a backslash right before a {% %}"),
-    ('{% macro m() %}x {{ caller() }}{% endmacro %}\necho "{% call m() %}{{ v }}{% endcall %}"', "$(touch PWNED)",
-     "R005", "{% call %} is not allowed"),
-    ("{% macro m() %}x{% endmacro %}\necho {% call m() %}{% endcall %}#{{ v }}", "$(touch PWNED)", "R005",
-     "{% call %} is not allowed"),
+    (
+        '{% macro m() %}x {{ caller() }}{% endmacro %}\necho "{% call m() %}{{ v }}{% endcall %}"',
+        "$(touch PWNED)",
+        "R005",
+        "{% call %} is not allowed",
+    ),
+    (
+        "{% macro m() %}x{% endmacro %}\necho {% call m() %}{% endcall %}#{{ v }}",
+        "$(touch PWNED)",
+        "R005",
+        "{% call %} is not allowed",
+    ),
     # beyond the review: a value after {% if %} branches is judged under each branch's command
     ("{% if true %}eval{% else %}echo{% endif %} {{ v }}", CMD, "R005", "in an eval"),
     ("bash {% if false %}-x{% else %}-c{% endif %} {{ v }}", CMD, "R005", "as bash's program (after -c)"),
@@ -401,33 +542,48 @@ REVIEW_REFUSED = [
     # beyond the review: a value piped into an interpreter that reads its program from stdin
     ("cat <<EOF | bash\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that bash reads as code"),
     ("echo {{ v }} | sh", CMD, "R005", "piped into sh, which reads its program from stdin"),
-    ("echo \"$(printf %s {{ v }})\" | cat | bash -s", CMD, "R005", "piped into bash, which reads its program"),
+    ('echo "$(printf %s {{ v }})" | cat | bash -s', CMD, "R005", "piped into bash, which reads its program"),
 ]
 
 
 def _one_job(tmp_path: Path, body: str, value: str, block: str = "|") -> tuple[Path, Any]:
     plan = tmp_path / "p.yaml"
-    plan.write_text("plan: t\njobs:\n  - name: a\n    with: {v: " + json.dumps(value) + "}\n    run: " + block
-                    + "\n" + textwrap.indent(body, "      ", lambda line: True) + ("\n" if block == "|" else ""))
+    plan.write_text(
+        "plan: t\njobs:\n  - name: a\n    with: {v: "
+        + json.dumps(value)
+        + "}\n    run: "
+        + block
+        + "\n"
+        + textwrap.indent(body, "      ", lambda line: True)
+        + ("\n" if block == "|" else "")
+    )
     return plan, compile_plan(plan, lint=False)
 
 
 def _run(job: Any, work: Path) -> subprocess.CompletedProcess[str]:
     work.mkdir()
-    return subprocess.run(["bash", "-c", job.text], cwd=work, capture_output=True, text=True, timeout=30,
-                          stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin", "HOME": str(work)})
+    return subprocess.run(
+        ["bash", "-c", job.text],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(work)},
+    )
 
 
 @pytest.mark.parametrize("body, value, code, why", REVIEW_REFUSED)
-def test_review_reproductions_are_refused_at_the_value(tmp_path: Path, body: str, value: str, code: str,
-                                                       why: str) -> None:
+def test_review_reproductions_are_refused_at_the_value(
+    tmp_path: Path, body: str, value: str, code: str, why: str
+) -> None:
     plan, compiled = _one_job(tmp_path, body, value)
     assert not compiled.jobs, compiled.jobs[0].text
     assert {d.code for d in compiled.diagnostics} == {code}, [d.text() for d in compiled.diagnostics]
     assert any(why in d.message for d in compiled.diagnostics), [d.text() for d in compiled.diagnostics]
     first = compiled.diagnostics[0]
     text = plan.read_text().split("\n")[first.line - 1]
-    assert text[first.col - 1:].startswith(("{{", "{%")), (first.text(), text)
+    assert text[first.col - 1 :].startswith(("{{", "{%")), (first.text(), text)
 
 
 def test_the_review_forms_run_the_value_when_quoted_as_plain_data(tmp_path: Path) -> None:
@@ -441,8 +597,14 @@ def test_the_review_forms_run_the_value_when_quoted_as_plain_data(tmp_path: Path
         work.mkdir()
         written = value if "<<EOF" in body else shlex.quote(value)  # a heredoc body's escaping leaves it as it is
         script = body.replace("{{ v }}", written).replace("/tmp/lockfile", "lockfile")
-        subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, timeout=30, input=b"line\n",
-                       env={"PATH": "/usr/bin:/bin", "HOME": str(work), "SHELL": "/bin/bash"})
+        subprocess.run(
+            ["bash", "-c", script],
+            cwd=work,
+            capture_output=True,
+            timeout=30,
+            input=b"line\n",
+            env={"PATH": "/usr/bin:/bin", "HOME": str(work), "SHELL": "/bin/bash"},
+        )
         assert (work / "PWNED").exists(), script
 
 
@@ -453,8 +615,8 @@ REVIEW_ACCEPTED = [
     ("<<EOF cat\n{{ v }}\nEOF", CMD, CMD + "\n"),
     ("bash -c 'cat' <<< {{ v }}", CMD, CMD + "\n"),
     ("env -u HOME printf %s {{ v }}", CMD, CMD),
-    ("bash -c 'printf \"%s\" \"$1\"' _ {{ v }}", CMD, CMD),
-    ("bash -c -x 'printf \"%s\" \"$1\"' _ {{ v }} 2>/dev/null", CMD, CMD),
+    ('bash -c \'printf "%s" "$1"\' _ {{ v }}', CMD, CMD),
+    ('bash -c -x \'printf "%s" "$1"\' _ {{ v }} 2>/dev/null', CMD, CMD),
     ("trap 'echo bye' {{ v }} 2>/dev/null || printf refused", CMD, "refused"),
     ("python3 -c 'import sys; print(sys.argv[1])' {{ v }}", PROG, PROG + "\n"),
     ("perl -e 'print $ARGV[0]' {{ v }}", PROG, PROG),
@@ -462,10 +624,10 @@ REVIEW_ACCEPTED = [
     ("awk -v x=1 'BEGIN { printf \"%s\", ARGV[1] }' {{ v }}", PROG, PROG),
     ("[[ -n x && {{ v }} == {{ v }} ]] && printf same", IDX, "same"),
     ("[[ 1 -eq 1 && {{ v }} ]] && printf set", "-n", "set"),
-    ("a=(1); declare b={{ v }}; printf %s \"$b\"", IDX, IDX),
-    ("printf -v out %s {{ v }}; printf %s \"$out\"", IDX, IDX),
-    ("printf -v {{ v }} %s x; printf %s \"$result\"", "result", "x"),
-    ("unset {{ v }}; printf %s \"${result-gone}\"", "result", "gone"),
+    ('a=(1); declare b={{ v }}; printf %s "$b"', IDX, IDX),
+    ('printf -v out %s {{ v }}; printf %s "$out"', IDX, IDX),
+    ('printf -v {{ v }} %s x; printf %s "$result"', "result", "x"),
+    ('unset {{ v }}; printf %s "${result-gone}"', "result", "gone"),
     ("export {{ v }}; printf ok", IDX, "ok"),
     ("a=(x {{ v }}); printf '%s|' \"${a[@]}\"", "[$(touch PWNED)]=1", "x|[$(touch PWNED)]=1|"),
     ('echo "{% if true %}{{ v }}{% endif %}"', "$(touch PWNED)", "$(touch PWNED)\n"),
@@ -482,8 +644,9 @@ REVIEW_ACCEPTED = [
 
 
 @pytest.mark.parametrize("body, value, prints", REVIEW_ACCEPTED)
-def test_forms_beside_the_review_reproductions_keep_the_value_data(tmp_path: Path, body: str, value: str,
-                                                                   prints: str) -> None:
+def test_forms_beside_the_review_reproductions_keep_the_value_data(
+    tmp_path: Path, body: str, value: str, prints: str
+) -> None:
     _, compiled = _one_job(tmp_path, body, value)
     assert compiled.clean(), [d.text() for d in compiled.diagnostics]
     run = _run(compiled.jobs[0], tmp_path / "work")
@@ -497,8 +660,9 @@ def test_an_included_template_must_end_outside_quotes(tmp_path: Path) -> None:
     (tmp_path / "templates" / "open.j2").write_text('echo "')
     (tmp_path / "templates" / "close.j2").write_text('"')
     (tmp_path / "templates" / "main.sh.j2").write_text('{% include "open.j2" %}\n{{ v }}\n{% include "close.j2" %}\n')
-    (tmp_path / "p.yaml").write_text("plan: t\njobs:\n  - name: j\n    template: main.sh.j2\n"
-                                     "    with: {v: \"$(touch PWNED)\"}\n")
+    (tmp_path / "p.yaml").write_text(
+        'plan: t\njobs:\n  - name: j\n    template: main.sh.j2\n    with: {v: "$(touch PWNED)"}\n'
+    )
     compiled = compile_plan(tmp_path / "p.yaml", lint=False)
     assert not compiled.jobs
     assert [(d.code, Path(d.path).name, d.line) for d in compiled.diagnostics] == [("R005", "open.j2", 1)]
@@ -510,8 +674,9 @@ def test_an_include_must_start_a_command(tmp_path: Path) -> None:
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "x.j2").write_text("echo {{ v }}")
     (tmp_path / "templates" / "m.j2").write_text('eval {% include "x.j2" %}\n')
-    (tmp_path / "p.yaml").write_text("plan: t\njobs:\n  - name: j\n    template: m.j2\n"
-                                     "    with: {v: \"$(touch PWNED)\"}\n")
+    (tmp_path / "p.yaml").write_text(
+        'plan: t\njobs:\n  - name: j\n    template: m.j2\n    with: {v: "$(touch PWNED)"}\n'
+    )
     compiled = compile_plan(tmp_path / "p.yaml", lint=False)
     assert [(d.code, Path(d.path).name, d.line, d.col) for d in compiled.diagnostics] == [("R005", "m.j2", 1, 6)]
     assert "only where a command may start" in compiled.diagnostics[0].message
@@ -531,7 +696,8 @@ def test_a_heredoc_may_end_the_body_without_a_newline(tmp_path: Path) -> None:
 def test_refusals_in_quoted_folded_and_indented_bodies_point_at_the_value(tmp_path: Path) -> None:
     """Finding 9: the line and column of a problem are where the plan writes the `{{`, whatever the scalar style."""
     plan = tmp_path / "p.yaml"
-    plan.write_text(textwrap.dedent("""\
+    plan.write_text(
+        textwrap.dedent("""\
         plan: t
         vars: {v: x}
         jobs:
@@ -551,25 +717,61 @@ def test_refusals_in_quoted_folded_and_indented_bodies_point_at_the_value(tmp_pa
             run: 'echo one
 
               eval {{ v }}'
-        """))
+        """)
+    )
     compiled = compile_plan(plan, lint=False)
     lines = plan.read_text().split("\n")
     found = [(d.code, d.line, d.col) for d in compiled.diagnostics]
     assert found == [("R005", 11, 28), ("R005", 15, 13), ("R005", 19, 12)], found
     for d in compiled.diagnostics:
-        assert lines[d.line - 1][d.col - 1:].startswith("{{ v }}")
+        assert lines[d.line - 1][d.col - 1 :].startswith("{{ v }}")
 
 
 GRID_WRAPPERS = ["", "timeout 5 ", "env -u X ", "nice -n 1 ", "command ", "2>/dev/null ", "X=1 ", "\\", "xargs -0 "]
-GRID_COMMANDS = ["eval {}", "bash -c {}", "bash -xc {}", "sh -e -c {}", "bash -O extglob -c {}", "bash -c -- {} _",
-                 "source {}", "python3 -c {}", "python3 -Bc {}", "perl -e {}", "perl -lne {} /dev/null",
-                 "awk {} /dev/null", "awk -F: {} /dev/null", "sed -n {} /dev/null", "trap {} EXIT", "let x={}",
-                 "declare -i x={}", "printf -v {} %s 1", "unset {}", "read -r {} <<< hi", "f() {{ local {}=1; }}; f",
-                 "[[ -v {} ]]", "test -v {}", "[[ 1 -eq {} ]]", "printf %d {}", "bash <<< {}", "echo {} | bash",
-                 "declare x={}", "a=({})", "a[{}]=1", "env -S {}", "flock lock -c {}", "sh -c \"$(echo {})\"",
-                 "find /dev/null -exec sh -c {} \\;"]
-GRID_VALUES = ["touch PWNED", "a[$(touch PWNED)]", "$(touch PWNED)", "([0]=$(touch PWNED))", 'system("touch PWNED")',
-               "__import__('os').system('touch PWNED')"]
+GRID_COMMANDS = [
+    "eval {}",
+    "bash -c {}",
+    "bash -xc {}",
+    "sh -e -c {}",
+    "bash -O extglob -c {}",
+    "bash -c -- {} _",
+    "source {}",
+    "python3 -c {}",
+    "python3 -Bc {}",
+    "perl -e {}",
+    "perl -lne {} /dev/null",
+    "awk {} /dev/null",
+    "awk -F: {} /dev/null",
+    "sed -n {} /dev/null",
+    "trap {} EXIT",
+    "let x={}",
+    "declare -i x={}",
+    "printf -v {} %s 1",
+    "unset {}",
+    "read -r {} <<< hi",
+    "f() {{ local {}=1; }}; f",
+    "[[ -v {} ]]",
+    "test -v {}",
+    "[[ 1 -eq {} ]]",
+    "printf %d {}",
+    "bash <<< {}",
+    "echo {} | bash",
+    "declare x={}",
+    "a=({})",
+    "a[{}]=1",
+    "env -S {}",
+    "flock lock -c {}",
+    'sh -c "$(echo {})"',
+    "find /dev/null -exec sh -c {} \\;",
+]
+GRID_VALUES = [
+    "touch PWNED",
+    "a[$(touch PWNED)]",
+    "$(touch PWNED)",
+    "([0]=$(touch PWNED))",
+    'system("touch PWNED")',
+    "__import__('os').system('touch PWNED')",
+]
 
 
 def test_interpreters_behind_wrappers_and_options_never_run_a_value(tmp_path: Path) -> None:
@@ -577,22 +779,34 @@ def test_interpreters_behind_wrappers_and_options_never_run_a_value(tmp_path: Pa
     and python: what renders runs under bash and creates nothing (main ran 200+ of these)."""
     bodies = [w + c.format("{{ values[i] }}") for w in GRID_WRAPPERS for c in GRID_COMMANDS]
     plan = tmp_path / "p.yaml"
-    plan.write_text("plan: g\nvars:\n  values: " + json.dumps(GRID_VALUES) + "\njobs:\n" + "".join(
-        f"  - name: \"j{n}-{{{{ i }}}}\"\n    foreach: {{i: {list(range(len(GRID_VALUES)))}}}\n    run: {json.dumps(b)}\n"
-        for n, b in enumerate(bodies)))
+    plan.write_text(
+        "plan: g\nvars:\n  values: "
+        + json.dumps(GRID_VALUES)
+        + "\njobs:\n"
+        + "".join(
+            f'  - name: "j{n}-{{{{ i }}}}"\n    foreach: {{i: {list(range(len(GRID_VALUES)))}}}\n    run: {json.dumps(b)}\n'
+            for n, b in enumerate(bodies)
+        )
+    )
     compiled = compile_plan(plan, lint=False)
     assert {d.code for d in compiled.diagnostics} <= {"R005", "R006"}
     assert len(compiled.jobs) > 100  # the grid's data-only forms render
     script = []
     for job in compiled.jobs:
         body = job.text.split("\n", job.header_lines)[-1]
-        script.append(f"mkdir {job.name} && (cd {job.name} && timeout 5 bash -c {shlex.quote(body)} "
-                      "</dev/null >/dev/null 2>&1)\n")
+        script.append(
+            f"mkdir {job.name} && (cd {job.name} && timeout 5 bash -c {shlex.quote(body)} </dev/null >/dev/null 2>&1)\n"
+        )
     (tmp_path / "grid.sh").write_text("".join(script))
     work = tmp_path / "work"
     work.mkdir()
-    subprocess.run(["bash", str(tmp_path / "grid.sh")], cwd=work, timeout=600, capture_output=True,
-                   env={"PATH": "/usr/bin:/bin", "HOME": str(work), "SHELL": "/bin/bash"})
+    subprocess.run(
+        ["bash", str(tmp_path / "grid.sh")],
+        cwd=work,
+        timeout=600,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(work), "SHELL": "/bin/bash"},
+    )
     assert len(list(work.iterdir())) == len(compiled.jobs)
     ran = sorted(p.parent.name for p in work.glob("*/PWNED"))
     assert not ran, [(bodies[int(n.split("-")[0][1:])], GRID_VALUES[int(n.split("-")[1])]) for n in ran][:5]

@@ -3,6 +3,7 @@
 The mutants run in one child process under a memory limit (RLIMIT_AS), each under its own alarm; a few
 of them, and every bomb, also go through the real `plan check` process: exit 0, 1 or 2, no traceback.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,51 +20,140 @@ import yaml
 from tests.conftest import REPO
 
 MEMORY_LIMIT = 3 << 30  # bytes of address space for each child: a bomb that expands hits this, not the box
-HOSTILE = ["{{", "}}", "{%", "%}", "*x", "&x", "[", "]", "{", "}", '"', "'", "- ", ": ", "\t", "\\",
-           "{{ 'a' * 10**10 }}", "{{ cycler.__init__ }}", "999999999999999999999", "-1", "null", "[a, b]",
-           "{1: a}", '"\\n"', '" "', "$(touch PWNED)", "{{ x | length }}", "{% for i in range(10**9) %}",
-           "!!python/object:os.system", "<<: *x", "? [a]", "\x00", "\r\n", "é", "0x10", "~", "|", ">",
-           "{{ name }}", "{{ lane }}", "`touch PWNED`", "---", "...", "#", "&a [*a, *a]"]
+HOSTILE = [
+    "{{",
+    "}}",
+    "{%",
+    "%}",
+    "*x",
+    "&x",
+    "[",
+    "]",
+    "{",
+    "}",
+    '"',
+    "'",
+    "- ",
+    ": ",
+    "\t",
+    "\\",
+    "{{ 'a' * 10**10 }}",
+    "{{ cycler.__init__ }}",
+    "999999999999999999999",
+    "-1",
+    "null",
+    "[a, b]",
+    "{1: a}",
+    '"\\n"',
+    '" "',
+    "$(touch PWNED)",
+    "{{ x | length }}",
+    "{% for i in range(10**9) %}",
+    "!!python/object:os.system",
+    "<<: *x",
+    "? [a]",
+    "\x00",
+    "\r\n",
+    "é",
+    "0x10",
+    "~",
+    "|",
+    ">",
+    "{{ name }}",
+    "{{ lane }}",
+    "`touch PWNED`",
+    "---",
+    "...",
+    "#",
+    "&a [*a, *a]",
+]
 
 BOMBS = {
     "recursive-alias.yaml": "plan: t\nvars: &x {a: *x}\njobs: []\n",
     "deep.yaml": "plan: t\nvars:\n  x: " + "[" * 900 + "]" * 900 + "\njobs: []\n",
     "deeper.yaml": "plan: t\nvars:\n  x: " + "[" * 200_000 + "]" * 200_000 + "\njobs: []\n",
     "recursive-macro.yaml": "plan: t\njobs:\n  - name: a\n    run: |\n"
-                            "      {% macro m() %}{{ m() }}{% endmacro %}\n      echo {{ m() }}\n",
+    "      {% macro m() %}{{ m() }}{% endmacro %}\n      echo {{ m() }}\n",
     "repeat.yaml": "plan: t\nvars: {x: \"{{ 'a' * 10**10 }}\"}\njobs: []\n",
     "repeat-in-run.yaml": "plan: t\njobs:\n  - name: a\n    run: echo {{ 'a' * 10**10 }}\n",
-    "outputs-newline.yaml": "plan: t\njobs:\n  - name: a\n    run: echo\n    outputs: [\"a\\nb\"]\n",
-    "lane-space.yaml": "plan: t\njobs:\n  - name: a\n    run: echo\n    lane: \" \"\n",
+    "outputs-newline.yaml": 'plan: t\njobs:\n  - name: a\n    run: echo\n    outputs: ["a\\nb"]\n',
+    "lane-space.yaml": 'plan: t\njobs:\n  - name: a\n    run: echo\n    lane: " "\n',
     "list-key.yaml": "plan: t\nvars:\n  ? [a, b]\n  : 1\njobs: []\n",
-    "int-foreach-key.yaml": "plan: t\nvars:\n  rows: [{1: a}]\njobs:\n  - name: a\n    foreach: rows\n"
-                            "    run: echo\n",
+    "int-foreach-key.yaml": "plan: t\nvars:\n  rows: [{1: a}]\njobs:\n  - name: a\n    foreach: rows\n    run: echo\n",
     "length-of-int.yaml": "plan: t\njobs:\n  - name: a\n    run: echo {{ n | length }}\n    with: {n: 5}\n",
-    "loops.yaml": "plan: t\nvars: {x: \"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-                  "{% endfor %}\"}\njobs: []\n",
+    "loops.yaml": 'plan: t\nvars: {x: "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}'
+    '{% endfor %}"}\njobs: []\n',
     "sandbox-escape.yaml": "plan: t\nvars:\n  x: \"{{ cycler.__init__.__globals__.os.system('touch PWNED') }}\"\n"
-                           "jobs: []\n",
-    "billion-laughs.yaml": "plan: t\nvars:\n  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-        f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10)) + "jobs: []\n",
-    "lanes-with-space.yaml": "plan: t\nlanes: [\"a b\"]\njobs: []\n",
-    "huge-foreach.yaml": "plan: t\njobs:\n  - name: \"a{{ i }}{{ j }}{{ k }}\"\n    foreach: {i: " + str(
-        list(range(100))) + ", j: " + str(list(range(100))) + ", k: " + str(list(range(100))) + "}\n    run: echo\n",
-    "concat.yaml": "plan: t\nvars:\n  a: \"{{ 'x' * 1000000 }}\"\n  b: \"{{ a ~ a ~ a ~ a }}\"\njobs: []\n",
+    "jobs: []\n",
+    "billion-laughs.yaml": "plan: t\nvars:\n  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    + "".join(f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10))
+    + "jobs: []\n",
+    "lanes-with-space.yaml": 'plan: t\nlanes: ["a b"]\njobs: []\n',
+    "huge-foreach.yaml": 'plan: t\njobs:\n  - name: "a{{ i }}{{ j }}{{ k }}"\n    foreach: {i: '
+    + str(list(range(100)))
+    + ", j: "
+    + str(list(range(100)))
+    + ", k: "
+    + str(list(range(100)))
+    + "}\n    run: echo\n",
+    "concat.yaml": 'plan: t\nvars:\n  a: "{{ \'x\' * 1000000 }}"\n  b: "{{ a ~ a ~ a ~ a }}"\njobs: []\n',
     "format-width.yaml": "plan: t\nvars: {x: \"{{ '%999999999d' % 1 }}\"}\njobs: []\n",
     "python-exit.py": "import sys\nsys.exit(1)\n",
 }
 
 
 HOSTILE_VALUES: list[object] = [
-    "{{ 'a' * 10**10 }}", "$(touch PWNED)", "`touch PWNED`", "{{ cycler.__init__.__globals__ }}", "a\nb", " ", "",
-    "{{ x | length }}", "{% for i in range(10**6) %}x{% endfor %}", "{{ name }}", "{{ 5 | length }}", "a b",
-    "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "EOF", "'\"", "{{ undefined_name }}", 10**30, -1, 0,
-    None, True, [], {}, ["a", 1], {"1": "a"}, {"name": "x"}, "../x", "/", "x\ry", "{{", "{{ roster }}",
+    "{{ 'a' * 10**10 }}",
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "{{ cycler.__init__.__globals__ }}",
+    "a\nb",
+    " ",
+    "",
+    "{{ x | length }}",
+    "{% for i in range(10**6) %}x{% endfor %}",
+    "{{ name }}",
+    "{{ 5 | length }}",
+    "a b",
+    "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}",
+    "EOF",
+    "'\"",
+    "{{ undefined_name }}",
+    10**30,
+    -1,
+    0,
+    None,
+    True,
+    [],
+    {},
+    ["a", 1],
+    {"1": "a"},
+    {"name": "x"},
+    "../x",
+    "/",
+    "x\ry",
+    "{{",
+    "{{ roster }}",
 ]
-TEMPLATE_SNIPPETS = ["{{ 'a' * 10**10 }}", "$(( {{ dest }} ))", '"{{ dest }}"', "'{{ dest }}'", "cat <<EOF\n{{ dest }}",
-                     '{% if dest %}"{% endif %}', "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}",
-                     "{{ dest | length }}", "\\", "$", "{{ dest", "}}", "eval {{ dest }}", "# {{ dest }}",
-                     "{% for i in range(10**7) %}{% endfor %}", "{% include 'fetch-hf.sh.j2' %}", "`{{ dest }}`"]
+TEMPLATE_SNIPPETS = [
+    "{{ 'a' * 10**10 }}",
+    "$(( {{ dest }} ))",
+    '"{{ dest }}"',
+    "'{{ dest }}'",
+    "cat <<EOF\n{{ dest }}",
+    '{% if dest %}"{% endif %}',
+    "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}",
+    "{{ dest | length }}",
+    "\\",
+    "$",
+    "{{ dest",
+    "}}",
+    "eval {{ dest }}",
+    "# {{ dest }}",
+    "{% for i in range(10**7) %}{% endfor %}",
+    "{% include 'fetch-hf.sh.j2' %}",
+    "`{{ dest }}`",
+]
 
 
 def mutate_structure(text: str, rng: random.Random) -> str:
@@ -183,9 +273,15 @@ def test_mutants_and_bombs_end_in_findings_never_a_crash_or_hang(tmp_path: Path)
     for name, text in BOMBS.items():
         (tmp_path / "mutants" / name).write_text(text)
         paths.append(tmp_path / "mutants" / name)
-    run = subprocess.run([sys.executable, "-c", DRIVER, str(REPO / "templates"), *map(str, paths)],
-                         capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=300,
-                         preexec_fn=_limited)
+    run = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(REPO / "templates"), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=300,
+        preexec_fn=_limited,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout)
     bad = {Path(p).name: r for p, r in results.items() if not r.startswith("ok")}
@@ -211,34 +307,57 @@ def test_the_real_check_process_exits_0_1_or_2_without_a_traceback(tmp_path: Pat
         bombs.append(tmp_path / "mutants" / name)
     # One process for the bombs together, then one for each mutant: each must end, and end well.
     for paths in [bombs, *[[m] for m in mutants]]:
-        run = subprocess.run([sys.executable, "-m", "plancompiler.cli", "check", "--templates",
-                              str(REPO / "templates"), *map(str, paths)], capture_output=True, text=True,
-                             env=_env(tmp_path), cwd=tmp_path, timeout=120, preexec_fn=_limited)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "plancompiler.cli",
+                "check",
+                "--templates",
+                str(REPO / "templates"),
+                *map(str, paths),
+            ],
+            capture_output=True,
+            text=True,
+            env=_env(tmp_path),
+            cwd=tmp_path,
+            timeout=120,
+            preexec_fn=_limited,
+        )
         assert run.returncode in (0, 1, 2), (paths, run.returncode, run.stdout[-500:], run.stderr[-2000:])
         assert "Traceback" not in run.stdout + run.stderr, (paths, run.stderr[-2000:])
         if paths == bombs:
             assert run.returncode == 1, run.stdout + run.stderr
             assert {Path(ln.split(":")[0]).name for ln in run.stdout.splitlines() if "error[" in ln} == {
-                p.name for p in bombs}
+                p.name for p in bombs
+            }
 
 
 def test_an_internal_error_is_one_line_exit_2_and_debug_shows_the_traceback(tmp_path: Path) -> None:
     # A plan the compiler cannot handle because of a bug, simulated by a plan object that breaks
     # the pipeline from inside (a Python plan is code: it may hand over anything).
     plan = tmp_path / "broken.py"
-    plan.write_text("from plancompiler.models import Plan, Job\n"
-                    "class Odd(str):\n"
-                    "    def __hash__(self):\n"
-                    "        raise RuntimeError('boom')\n"
-                    "plan = Plan(plan='t', jobs=[Job(name='a', run='echo', requires=[{'after': 'x'}])])\n"
-                    "object.__setattr__(plan.jobs[0].requires[0], 'value', Odd('x'))\n")
+    plan.write_text(
+        "from plancompiler.models import Plan, Job\n"
+        "class Odd(str):\n"
+        "    def __hash__(self):\n"
+        "        raise RuntimeError('boom')\n"
+        "plan = Plan(plan='t', jobs=[Job(name='a', run='echo', requires=[{'after': 'x'}])])\n"
+        "object.__setattr__(plan.jobs[0].requires[0], 'value', Odd('x'))\n"
+    )
     argv = [sys.executable, "-m", "plancompiler.cli", "check", str(plan)]
     quiet = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), timeout=60)
     assert quiet.returncode == 2, quiet.stdout + quiet.stderr
     assert "Traceback" not in quiet.stderr
     line = [ln for ln in quiet.stderr.splitlines() if "internal error" in ln]
-    assert line == [f"plan: {plan}: internal error, please report (RuntimeError: boom); run with --debug for "
-                    "the traceback"]
-    loud = subprocess.run([sys.executable, "-m", "plancompiler.cli", "--debug", *argv[3:]], capture_output=True,
-                          text=True, env=_env(tmp_path), timeout=60)
+    assert line == [
+        f"plan: {plan}: internal error, please report (RuntimeError: boom); run with --debug for the traceback"
+    ]
+    loud = subprocess.run(
+        [sys.executable, "-m", "plancompiler.cli", "--debug", *argv[3:]],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+    )
     assert loud.returncode == 2 and "Traceback" in loud.stderr and "RuntimeError: boom" in loud.stderr

@@ -1,4 +1,5 @@
 """Runner hardening (issue 14): each chaos finding reproduced with a real runner process, then held."""
+
 from __future__ import annotations
 
 import errno
@@ -23,8 +24,9 @@ IN_CI = os.environ.get("CI") == "true"
 T0 = 1_000_000.0
 
 
-def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(tmp_path: Path, queue_root: Path,
-                                                         runner: RunnerProcess) -> None:
+def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     q = queue_root / "queue"
     os.mkfifo(q / "10-fifo.job")
     (q / "11-dir.job").mkdir()
@@ -63,20 +65,23 @@ def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(tmp_path: Path, queue_r
     sock.close()
 
 
-def test_a_file_written_in_place_is_never_read_half_written(tmp_path: Path, queue_root: Path,
-                                                            runner: RunnerProcess) -> None:
+def test_a_file_written_in_place_is_never_read_half_written(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     runner.start("--settle", "0.5")
     texts = {}
     for i in range(10):
         target = tmp_path / "made" / f"dir-{i}" / "deep"
-        texts[f"{i:02d}-cpu-slow.job"] = (f"# LANE=cpu\n# first a comment that takes a while to arrive\n"
-                                          f"mkdir -p {target}\necho whole > {target}/marker\n")
+        texts[f"{i:02d}-cpu-slow.job"] = (
+            f"# LANE=cpu\n# first a comment that takes a while to arrive\n"
+            f"mkdir -p {target}\necho whole > {target}/marker\n"
+        )
 
     def writer() -> None:  # 16-byte chunks, in place, as the seed's scp and hand edits did
         for name, text in texts.items():
             with open(queue_root / "queue" / name, "w") as handle:
                 for at in range(0, len(text), 16):
-                    handle.write(text[at:at + 16])
+                    handle.write(text[at : at + 16])
                     handle.flush()
                     time.sleep(0.02)
 
@@ -91,23 +96,37 @@ def test_a_file_written_in_place_is_never_read_half_written(tmp_path: Path, queu
     assert not (tmp_path / "-").exists() and not Path("-").exists()
 
 
-def test_a_settling_file_is_taken_when_it_settles_not_at_the_next_tick(tmp_path: Path, queue_root: Path,
-                                                                       runner: RunnerProcess) -> None:
+def test_a_settling_file_is_taken_when_it_settles_not_at_the_next_tick(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     runner.start("--tick", "60", "--settle", "0.3")
     time.sleep(0.3)  # past the first tick
     write_job(queue_root, "1-cpu-a.job", f"touch {tmp_path}/ran\n")
     runner.wait_event("done", job="1-cpu-a.job", timeout=10)  # a 60 s tick would fail this
 
 
-def test_pushed_file_listed_with_its_hash_needs_no_wait(tmp_path: Path, queue_root: Path,
-                                                        runner: RunnerProcess) -> None:
+def test_pushed_file_listed_with_its_hash_needs_no_wait(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     import hashlib
 
     text = f"# LANE=cpu\ntouch {tmp_path}/ran\n"
-    (queue_root / "manifest.json").write_text(json.dumps(
-        {"plan": "t", "jobs": {"1-cpu-pushed.job": {"requires": [], "outputs": [],
-                                                    "sha": hashlib.sha256(text.encode()).hexdigest()}},
-         "producers": {}, "external": []}))
+    (queue_root / "manifest.json").write_text(
+        json.dumps(
+            {
+                "plan": "t",
+                "jobs": {
+                    "1-cpu-pushed.job": {
+                        "requires": [],
+                        "outputs": [],
+                        "sha": hashlib.sha256(text.encode()).hexdigest(),
+                    }
+                },
+                "producers": {},
+                "external": [],
+            }
+        )
+    )
     runner.start("--settle", "1h")
     write_job(queue_root, "1-cpu-pushed.job", text)
     write_job(queue_root, "2-cpu-by-hand.job", f"touch {tmp_path}/ran2\n")
@@ -135,10 +154,17 @@ def test_wrong_types_in_every_state_file_are_reported_not_fatal(queue_root: Path
         finally:
             runner.stop()
     corrupt = {(e["file"], e["field"]) for e in read_events(queue_root) if e["event"] == "state-corrupt"}
-    assert {("manifest.json", "jobs"), ("manifest.json", "producers"), ("manifest.json", "external"),
-            ("state.json", "attempts.b.job"), ("state.json", "backoff_until"), ("parked.json", "(whole file)"),
-            ("control/retry-x.job", "(whole file)"), ("control/cancel-..", "(name)"),
-            ("control/retry-fifo.job", "(whole file)")} <= corrupt
+    assert {
+        ("manifest.json", "jobs"),
+        ("manifest.json", "producers"),
+        ("manifest.json", "external"),
+        ("state.json", "attempts.b.job"),
+        ("state.json", "backoff_until"),
+        ("parked.json", "(whole file)"),
+        ("control/retry-x.job", "(whole file)"),
+        ("control/cancel-..", "(name)"),
+        ("control/retry-fifo.job", "(whole file)"),
+    } <= corrupt
     assert not os.listdir(queue_root / "control"), "bad requests are removed, once"
     assert not (tmp_path / "a").exists(), "parked.json of the wrong shape still parks"
     (queue_root / "parked.json").unlink()
@@ -151,8 +177,13 @@ def test_wrong_types_in_every_state_file_are_reported_not_fatal(queue_root: Path
 
 def _mount_tmpfs(path: Path, size: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                                            capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        != 0
+    ):
         if IN_CI:
             pytest.fail("CI runs as root and must be able to mount a small tmpfs for the disk-full test")
         pytest.skip("needs root to mount a small tmpfs (a real full disk)")
@@ -211,8 +242,12 @@ def test_disk_full_reason_in_status_while_it_lasts(tmp_path: Path, queue_root: P
         status = wait_for(lambda: (s := runner.status())["disk_full"] and s)
         assert "ENOSPC" in status["disk_full"]
         assert status["queued"][0]["reason"] == "disk-full"
-        shown = subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root)], text=True,
-                               capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO))).stdout
+        shown = subprocess.run(
+            [sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
+            text=True,
+            capture_output=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        ).stdout
         assert "DISK FULL: 1-gpu-a.job could not start: ENOSPC" in shown
         assert len(runner.events("start-failed")) == 1
         filler.unlink()
@@ -227,15 +262,23 @@ def test_job_that_ends_while_the_runner_is_down_is_recorded_not_rerun(tmp_path: 
     runs = tmp_path / "runs"
     gate = tmp_path / "gate"
     write_job(queue_root, "1-cpu-ok.job", f"echo run >> {runs}\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n")
-    write_job(queue_root, "2-gpu-bad.job", f"# LANE=gpu\n# RETRIES=1\necho run >> {runs}.bad\n"
-              f"while [ ! -e {gate} ]; do sleep 0.05; done\necho 'model file truncated'\nexit 4\n")
+    write_job(
+        queue_root,
+        "2-gpu-bad.job",
+        f"# LANE=gpu\n# RETRIES=1\necho run >> {runs}.bad\n"
+        f"while [ ! -e {gate} ]; do sleep 0.05; done\necho 'model file truncated'\nexit 4\n",
+    )
     first = RunnerProcess(queue_root).start()
     first.wait_event("start", job="1-cpu-ok.job")
     first.wait_event("start", job="2-gpu-bad.job")
     first.stop(signal.SIGKILL)
     gate.touch()
-    wait_for(lambda: (queue_root / "running/.1-cpu-ok.job.exit").exists()
-             and (queue_root / "running/.2-gpu-bad.job.exit").exists())
+    wait_for(
+        lambda: (
+            (queue_root / "running/.1-cpu-ok.job.exit").exists()
+            and (queue_root / "running/.2-gpu-bad.job.exit").exists()
+        )
+    )
     second = RunnerProcess(queue_root).start()
     try:
         done = second.wait_event("done", job="1-cpu-ok.job")
@@ -255,11 +298,20 @@ def test_relative_and_symlinked_root_runs_jobs(tmp_path: Path, root: str) -> Non
     (tmp_path / "qlink").symlink_to("q")
     (tmp_path / "q/queue/1-cpu-a.job").write_text("mkdir -p /tmp && echo ok\n")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", root, "--tick", "0.2", "--settle", "0"],
-                            cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--root", root, "--tick", "0.2", "--settle", "0"],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        wait_for(lambda: '"event": "done"' in (tmp_path / "q/events.jsonl").read_text()
-                 if (tmp_path / "q/events.jsonl").exists() else False)
+        wait_for(
+            lambda: (
+                '"event": "done"' in (tmp_path / "q/events.jsonl").read_text()
+                if (tmp_path / "q/events.jsonl").exists()
+                else False
+            )
+        )
         done = [e for e in read_events(tmp_path / "q") if e["event"] == "done"]
         assert done[0]["rc"] == 0 and "ok" in (tmp_path / "q/logs/1-cpu-a.job.log").read_text()
     finally:
@@ -271,8 +323,11 @@ def test_torn_last_line_of_events_is_mended_before_the_first_append(queue_root: 
     events = queue_root / "events.jsonl"
     events.write_text('{"ts": "2026-01-01 00:00:00", "job": "-", "event": "do')
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--tick", "0.2"],
-                            env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--tick", "0.2"],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         lines = wait_for(lambda: len(events.read_text().splitlines()) >= 2 and events.read_text().splitlines())
     finally:
@@ -291,11 +346,15 @@ def _fake_server(tmp_path: Path) -> Path:
     return exe
 
 
-def test_server_that_escapes_tag_and_session_ends_with_its_job(tmp_path: Path, queue_root: Path,
-                                                               runner: RunnerProcess) -> None:
+def test_server_that_escapes_tag_and_session_ends_with_its_job(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     server = _fake_server(tmp_path)
-    write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\nenv -i setsid {server} 302 >/dev/null 2>&1 </dev/null &\n"
-              f"echo $! > {tmp_path}/pid\nsleep 0.2\n")
+    write_job(
+        queue_root,
+        "65-gpu-intake.job",
+        f"# LANE=gpu\nenv -i setsid {server} 302 >/dev/null 2>&1 </dev/null &\necho $! > {tmp_path}/pid\nsleep 0.2\n",
+    )
     write_job(queue_root, "66-gpu-bench.job", "# LANE=gpu\necho bench\n")
     runner.start("--gpu-names", server.name)
     pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip()))
@@ -310,11 +369,15 @@ def test_server_that_escapes_tag_and_session_ends_with_its_job(tmp_path: Path, q
         kill_quietly(pid)
 
 
-def test_keep_leaks_lets_it_live_and_status_names_the_job_that_left_it(tmp_path: Path, queue_root: Path,
-                                                                       runner: RunnerProcess) -> None:
+def test_keep_leaks_lets_it_live_and_status_names_the_job_that_left_it(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     server = _fake_server(tmp_path)
-    write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\nenv -i setsid {server} 303 >/dev/null 2>&1 </dev/null &\n"
-              f"echo $! > {tmp_path}/pid\nsleep 0.2\n")
+    write_job(
+        queue_root,
+        "65-gpu-intake.job",
+        f"# LANE=gpu\nenv -i setsid {server} 303 >/dev/null 2>&1 </dev/null &\necho $! > {tmp_path}/pid\nsleep 0.2\n",
+    )
     write_job(queue_root, "66-gpu-bench.job", "# LANE=gpu\necho bench\n")
     runner.start("--keep-leaks", "--gpu-names", server.name)
     pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip()))
@@ -323,8 +386,17 @@ def test_keep_leaks_lets_it_live_and_status_names_the_job_that_left_it(tmp_path:
         assert wait["pid"] == pid and wait["left_by"] == "65-gpu-intake.job"
         # status.json is rewritten at the end of the tick that wrote the event: wait for that one (a status of an
         # earlier tick has it behind 65 in its lane, `order` or `lane-busy`, however slow the machine is)
-        reason = wait_for(lambda: next((q for q in runner.status()["queued"] if q["job"] == "66-gpu-bench.job"
-                                        and q["reason"] not in ("lane-busy", "order")), None), 10)
+        reason = wait_for(
+            lambda: next(
+                (
+                    q
+                    for q in runner.status()["queued"]
+                    if q["job"] == "66-gpu-bench.job" and q["reason"] not in ("lane-busy", "order")
+                ),
+                None,
+            ),
+            10,
+        )
         assert reason["reason"] == "gpu-foreign" and "left by job 65-gpu-intake.job" in reason["detail"]
         assert pid_alive(pid) and not runner.events("orphans-killed")
     finally:
@@ -414,8 +486,9 @@ def test_state_corrupt_is_said_once_per_problem(queue_root: Path, ticking: Calla
     assert runner.runner.controls.park == "parked since ?: reboot"
 
 
-def test_a_state_file_that_cannot_be_kept_is_said_and_retried(queue_root: Path,
-                                                               ticking: Callable[..., Ticking]) -> None:
+def test_a_state_file_that_cannot_be_kept_is_said_and_retried(
+    queue_root: Path, ticking: Callable[..., Ticking]
+) -> None:
     q = ticking(T0)
     q.tick(T0)
     (queue_root / "state.json").unlink()

@@ -1,4 +1,5 @@
 """The hosts file is a strict model: a typo is a located error with a suggestion (exit 2), never a silent default."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,20 +20,33 @@ def hosts(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("entry", "expected"), [
-    ("    root: /q\n    ssh: box\n    conect_timeout: 5\n",
-     ":5:5: error[H001]: unknown key 'conect_timeout' in hosts.box; did you mean 'connect_timeout'?"),
-    ("    root: /q\n    backend: slurm\n    partiton: gpu\n",
-     ":5:5: error[H001]: unknown key 'partiton' in hosts.box; did you mean 'partition'?"),
-    ("    root: /q\n    ssh: box\n    ssh_options: \"-F cfg\"\n",
-     ":5:18: error[H001]: hosts.box.ssh_options: Input should be a valid list (write a YAML list"),
-    ("    root: /q\n    backend: slrum\n",
-     ":4:14: error[H001]: hosts.box.backend: unknown backend 'slrum'; did you mean 'slurm'? (known: queue, slurm)"),
-    ("    ssh: box\n", ":3:5: error[H001]: hosts.box: missing required key 'root'"),
-    ("    root: /q\n    backend: slurm\n    lanes:\n      gpu: {gress: 'gpu:1'}\n",
-     ":6:13: error[H001]: unknown key 'gress' in hosts.box.lanes.gpu; did you mean 'gres'?"),
-    ("    root: /q\n    timeout: soon\n", ":4:14: error[H001]: hosts.box.timeout: Input should be a valid number"),
-])
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (
+            "    root: /q\n    ssh: box\n    conect_timeout: 5\n",
+            ":5:5: error[H001]: unknown key 'conect_timeout' in hosts.box; did you mean 'connect_timeout'?",
+        ),
+        (
+            "    root: /q\n    backend: slurm\n    partiton: gpu\n",
+            ":5:5: error[H001]: unknown key 'partiton' in hosts.box; did you mean 'partition'?",
+        ),
+        (
+            '    root: /q\n    ssh: box\n    ssh_options: "-F cfg"\n',
+            ":5:18: error[H001]: hosts.box.ssh_options: Input should be a valid list (write a YAML list",
+        ),
+        (
+            "    root: /q\n    backend: slrum\n",
+            ":4:14: error[H001]: hosts.box.backend: unknown backend 'slrum'; did you mean 'slurm'? (known: queue, slurm)",
+        ),
+        ("    ssh: box\n", ":3:5: error[H001]: hosts.box: missing required key 'root'"),
+        (
+            "    root: /q\n    backend: slurm\n    lanes:\n      gpu: {gress: 'gpu:1'}\n",
+            ":6:13: error[H001]: unknown key 'gress' in hosts.box.lanes.gpu; did you mean 'gres'?",
+        ),
+        ("    root: /q\n    timeout: soon\n", ":4:14: error[H001]: hosts.box.timeout: Input should be a valid number"),
+    ],
+)
 def test_a_typo_in_the_hosts_file_is_a_located_error(tmp_path: Path, entry: str, expected: str) -> None:
     path = hosts(tmp_path, "hosts:\n  box:\n" + entry)
     code, out = plan_cli("status", "box", "--hosts", str(path))
@@ -65,8 +79,11 @@ def test_the_shipped_hosts_file_is_valid_and_its_slurm_lanes_reach_sbatch() -> N
 
 
 def test_settings_reach_the_host(tmp_path: Path) -> None:
-    path = hosts(tmp_path, "hosts:\n  box: {root: /q, ssh: box, connect_timeout: 5, ssh_options: [-F, cfg]}\n"
-                           "  hpc: {root: /s, backend: slurm, partition: gpu, account: lab}\n")
+    path = hosts(
+        tmp_path,
+        "hosts:\n  box: {root: /q, ssh: box, connect_timeout: 5, ssh_options: [-F, cfg]}\n"
+        "  hpc: {root: /s, backend: slurm, partition: gpu, account: lab}\n",
+    )
     box = resolve("box", path)
     assert box.connect_timeout == 5 and box.ssh_options == ("-F", "cfg")
     hpc = resolve("hpc", path)

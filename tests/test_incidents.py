@@ -1,4 +1,5 @@
 """Incidents driven in-process with an explicit clock: open once, repeat every --realert, recover, ack."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,8 +34,9 @@ def test_realert_per_kind_and_per_subject() -> None:
     parked = Condition("PARKED", "a9", "reboot", "parked")
     stall_a, stall_b = (Condition("STALL", j, f"{j} past WARN_AFTER", "warn-after") for j in ("a.job", "b.job"))
     assert kinds(reconcile(book, [parked, stall_a], 0.0, {"PARKED": 7200.0}, 600.0)) == ["PARKED", "STALL"]
-    assert [a.subject for a in reconcile(book, [parked, stall_a, stall_b], 10.0, {"PARKED": 7200.0}, 600.0)] == \
-        ["b.job"]
+    assert [a.subject for a in reconcile(book, [parked, stall_a, stall_b], 10.0, {"PARKED": 7200.0}, 600.0)] == [
+        "b.job"
+    ]
     assert kinds(reconcile(book, [parked, stall_a, stall_b], 700.0, {"PARKED": 7200.0}, 600.0)) == ["STALL", "STALL"]
 
 
@@ -44,8 +46,7 @@ def test_a_probe_that_could_not_judge_a_kind_leaves_its_incidents_open() -> None
     reconcile(book, [stall], 0.0, {}, 600.0)
     assert reconcile(book, [], 60.0, {}, 600.0, judged=frozenset()) == []
     unreachable = Condition("UNREACHABLE", "a9", "5 probes in a row failed", "unreachable")
-    assert kinds(reconcile(book, [unreachable], 120.0, {}, 600.0, judged=frozenset({"UNREACHABLE"}))) == \
-        ["UNREACHABLE"]
+    assert kinds(reconcile(book, [unreachable], 120.0, {}, 600.0, judged=frozenset({"UNREACHABLE"}))) == ["UNREACHABLE"]
     assert set(book) == {"STALL:a.job", "UNREACHABLE:a9"}
     back = reconcile(book, [], 180.0, {}, 600.0)
     assert sorted(a.detail.split(" recovered")[0] for a in back) == ["STALL a.job", "UNREACHABLE a9"]
@@ -85,28 +86,50 @@ def test_ack_refuses_what_it_cannot_pick() -> None:
     assert not any(i.acked for i in book.values())
 
 
-def _answer(now: float, queued: list[dict], running: list[dict] | None = None, lanes: dict | None = None,
-            alive: bool = True, heartbeat: float | None = None) -> dict:
-    status = {"runner": {"pid": 7, "heartbeat": now if heartbeat is None else heartbeat}, "running": running or [],
-              "queued": queued, "lanes": lanes or {}, "parked": None}
+def _answer(
+    now: float,
+    queued: list[dict],
+    running: list[dict] | None = None,
+    lanes: dict | None = None,
+    alive: bool = True,
+    heartbeat: float | None = None,
+) -> dict:
+    status = {
+        "runner": {"pid": 7, "heartbeat": now if heartbeat is None else heartbeat},
+        "running": running or [],
+        "queued": queued,
+        "lanes": lanes or {},
+        "parked": None,
+    }
     return {"status": status, "now": now, "runner_alive": alive, "events": []}
 
 
 def _wait(job: str, reason: str, since: float, blocker: str = "") -> dict:
-    return {"job": job, "lane": "gpu", "reason": reason, "detail": f"{reason} detail", "blocker": blocker,
-            "since": since}
+    return {
+        "job": job,
+        "lane": "gpu",
+        "reason": reason,
+        "detail": f"{reason} detail",
+        "blocker": blocker,
+        "since": since,
+    }
 
 
 def test_waiting_is_judged_from_status_with_per_reason_limits() -> None:
     rules = Rules(idle_s=1e9, waiting_s=1800.0, waiting_by_reason={"gpu-foreign": 600.0})
-    queued = [_wait("70-gpu.job", "gpu-foreign", 0.0, "pid 46458"), _wait("71-net.job", "exclusive", 0.0),
-              _wait("72-cpu.job", "order", 0.0), _wait("73-gpu.job", "lane-busy", 0.0),
-              _wait("74-gpu.job", "blocked", 0.0)]
+    queued = [
+        _wait("70-gpu.job", "gpu-foreign", 0.0, "pid 46458"),
+        _wait("71-net.job", "exclusive", 0.0),
+        _wait("72-cpu.job", "order", 0.0),
+        _wait("73-gpu.job", "lane-busy", 0.0),
+        _wait("74-gpu.job", "blocked", 0.0),
+    ]
     fresh = WatchState()
     seen = evaluate(_answer(601.0, queued), fresh, rules, replay=False)
     waiting = [c for c in seen.conditions if c.kind == "WAITING"]
     assert [(c.subject, c.detail) for c in waiting] == [
-        ("70-gpu.job", "70-gpu.job has waited 10m01s on gpu-foreign: gpu-foreign detail")]
+        ("70-gpu.job", "70-gpu.job has waited 10m01s on gpu-foreign: gpu-foreign detail")
+    ]
     assert [c.subject for c in seen.conditions if c.kind == "BLOCKED"] == ["74-gpu.job"]
     later = evaluate(_answer(1801.0, queued), fresh, rules, replay=False)
     assert sorted(c.subject for c in later.conditions if c.kind == "WAITING") == ["70-gpu.job", "71-net.job"]
@@ -146,8 +169,10 @@ def test_event_and_reason_words_are_checked() -> None:
         event_names("faild", None)
     with pytest.raises(ValueError, match="--wake-on: unknown event 'dnoe'; did you mean 'done'"):
         event_names(None, ["dnoe"])
-    assert waiting_limits(["10m", "gpu-foreign=90s,requires=2h"], 1800.0) == \
-        (600.0, {"gpu-foreign": 90.0, "requires": 7200.0})
+    assert waiting_limits(["10m", "gpu-foreign=90s,requires=2h"], 1800.0) == (
+        600.0,
+        {"gpu-foreign": 90.0, "requires": 7200.0},
+    )
     with pytest.raises(ValueError, match="did you mean 'gpu-foreign'"):
         waiting_limits(["gpu-foriegn=10m"], 1800.0)
     with pytest.raises(ValueError, match="'order' is not a reason a job waits on for long"):

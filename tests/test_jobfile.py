@@ -1,4 +1,5 @@
 """Contract 1: the job-file parser accepts seed jobs and refuses anything it cannot fully parse."""
+
 from __future__ import annotations
 
 import pytest
@@ -63,9 +64,18 @@ def test_invalid_names_the_line() -> None:
 
 
 def test_format_round_trips_every_key() -> None:
-    text = jobfile.format(lane="gpu", body="echo 'a b'\n", requires="test -f /x", done_if="test -s '/y z'",
-                          retries=2, timeout="10m", warn_after="1h", outputs=["/y z", "/w"], plan="a9@abc123",
-                          comment="generated from plans/a9.yaml by plan - do not edit")
+    text = jobfile.format(
+        lane="gpu",
+        body="echo 'a b'\n",
+        requires="test -f /x",
+        done_if="test -s '/y z'",
+        retries=2,
+        timeout="10m",
+        warn_after="1h",
+        outputs=["/y z", "/w"],
+        plan="a9@abc123",
+        comment="generated from plans/a9.yaml by plan - do not edit",
+    )
     assert text.splitlines()[:4] == ["# LANE=gpu", "# REQUIRES=test -f /x", "# DONE_IF=test -s '/y z'", "# RETRIES=2"]
     job = jobfile.parse("j.job", text.encode())
     assert isinstance(job, jobfile.JobFile)
@@ -100,8 +110,16 @@ def test_fast_and_bash_answers_agree(tmp_path) -> None:
     (tmp_path / "full").write_text("x")
     (tmp_path / "empty").write_text("")
     (tmp_path / "d d").mkdir()
-    cases = ["test -f full", "test -s empty", "test -s full", "test -d 'd d'", "test -e nope",
-             "test -f full && test -d 'd d'", "test -f full && test -f nope", "[ -f full ]"]
+    cases = [
+        "test -f full",
+        "test -s empty",
+        "test -s full",
+        "test -d 'd d'",
+        "test -e nope",
+        "test -f full && test -d 'd d'",
+        "test -f full && test -f nope",
+        "[ -f full ]",
+    ]
     for text in cases:
         cond = compile_condition(text)
         assert cond.fast

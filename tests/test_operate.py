@@ -1,4 +1,5 @@
 """Operating a box: park/unpark, bootstrap, the runner check on push, logs -f, retry and cancel."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
 
 
-def test_park_starts_nothing_reports_parked_then_resumes(tmp_path: Path, queue_root: Path,
-                                                          runner: RunnerProcess) -> None:
+def test_park_starts_nothing_reports_parked_then_resumes(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     runner.start()
     code, out = plan("park", str(queue_root), "--reason", "IOMMU A/B, reboot per side")
     assert code == 0, out
@@ -63,8 +65,14 @@ def _bootstrap_and_start(host_args: list[str], root: Path) -> None:
     assert code == 0, out
     assert (root / ".plan-runner/runner/core.py").exists()
     command = next(line.strip() for line in out.splitlines() if "-m runner run --root" in line)
-    proc = subprocess.Popen(command, shell=True, start_new_session=True, env={"PATH": os.environ["PATH"]},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        command,
+        shell=True,
+        start_new_session=True,
+        env={"PATH": os.environ["PATH"]},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: (root / "status.json").exists(), 15)
         status = json.loads((root / "status.json").read_text())
@@ -83,8 +91,8 @@ def test_bootstrap_into_an_empty_directory(tmp_path: Path) -> None:
     root = tmp_path / "box"
     code, out = plan("bootstrap", str(root), "--dry-run")
     assert code == 0 and "Restart=always" in out and not root.exists()
-    unit = out[out.index("[Unit]"):]
-    for line in ("KillMode=control-group", "LimitMEMLOCK=infinity", f"--root \"{root}\""):
+    unit = out[out.index("[Unit]") :]
+    for line in ("KillMode=control-group", "LimitMEMLOCK=infinity", f'--root "{root}"'):
         assert line in unit
     if shutil.which("systemd-analyze"):
         path = tmp_path / "plan-runner.service"
@@ -150,8 +158,9 @@ def test_retry_and_cancel_race_a_fast_tick(tmp_path: Path, queue_root: Path, run
     assert len(retries) == 20 and all("@" in e["by"] for e in retries)
     starts = [e["job"] for e in events if e["event"] == "start"]
     assert sorted(starts) == sorted([f"{i:02d}-cpu-fail.job" for i in range(20)] + ["50-gpu-long.job"])
-    assert sorted(os.listdir(queue_root / "failed")) == sorted([f"{i:02d}-cpu-fail.job" for i in range(20)]
-                                                               + ["50-gpu-long.job"])
+    assert sorted(os.listdir(queue_root / "failed")) == sorted(
+        [f"{i:02d}-cpu-fail.job" for i in range(20)] + ["50-gpu-long.job"]
+    )
     cancelled = [e for e in events if e["event"] == "cancelled"]
     assert {e["job"]: e["was"] for e in cancelled} == {"60-gpu-queued.job": "queued", "50-gpu-long.job": "running"}
     assert not os.listdir(queue_root / "queue") and not os.listdir(queue_root / "running")

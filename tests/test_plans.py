@@ -1,4 +1,5 @@
 """The real plans in plans/: they check clean, render to the checked-in golden files, and 92c is the seed's job."""
+
 from __future__ import annotations
 
 import os

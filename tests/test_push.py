@@ -1,4 +1,5 @@
 """`plan push` to a local path and over a real sshd: every diff rule, atomic install, bounded failure."""
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,9 @@ def test_every_diff_rule_on_a_local_queue(tmp_path: Path) -> None:
     write_job(root, "zz-other.job", "# PLAN=other@123\necho other\n")
     os.replace(root / "queue/a.job", root / "done/a.job")
     os.replace(root / "queue/b.job", root / "failed/b.job")
-    plan = make_plan(tmp_path, {"a": f"touch {out}/a", "b": f"touch {out}/b", "c": f"touch {out}/c2",
-                                "d": f"touch {out}/d"})
+    plan = make_plan(
+        tmp_path, {"a": f"touch {out}/a", "b": f"touch {out}/b", "c": f"touch {out}/c2", "d": f"touch {out}/d"}
+    )
     code, output = push(str(root), str(plan))
     assert code == 0, output
     assert "  ~  c.job" in output and "  +  d.job" in output and "  !  b.job" in output
@@ -164,8 +166,10 @@ def test_unreachable_port_exits_3_quickly(tmp_path: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(f"hosts:\n  dead:\n    ssh: 127.0.0.1\n    root: /tmp/x\n    connect_timeout: 2\n"
-                     f"    ssh_options: [-p, '{port}', -o, StrictHostKeyChecking=no]\n")
+    hosts.write_text(
+        f"hosts:\n  dead:\n    ssh: 127.0.0.1\n    root: /tmp/x\n    connect_timeout: 2\n"
+        f"    ssh_options: [-p, '{port}', -o, StrictHostKeyChecking=no]\n"
+    )
     plan = make_plan(tmp_path, {"a": "true"})
     started = time.monotonic()
     code, output = push("dead", str(plan), "--hosts", str(hosts))
@@ -221,6 +225,8 @@ def test_a_changed_job_the_runner_started_meanwhile_is_not_queued_again(tmp_path
         assert [c.mark for c in diff.changes] == ["~"]
         os.replace(root / "queue/a.job", root / "running/a.job")  # the runner starts the old version now
         outcome = session.apply(diff)
-    assert outcome.notes == ["note: queue/a.job had already moved (the runner took it) when the push came to "
-                             "change it", "pushed: 0 installed, 0 removed"]
+    assert outcome.notes == [
+        "note: queue/a.job had already moved (the runner took it) when the push came to change it",
+        "pushed: 0 installed, 0 removed",
+    ]
     assert not (root / "queue/a.job").exists()

@@ -1,4 +1,5 @@
 """`plan report`: the seed's two worst evenings attributed to their causes, seed-format events, the HTML."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,15 @@ def evening_of_15_october() -> list[dict]:
         ev(d + "20:25:23", "92b-net-glm53-reap-q4km.job", "done", rc=0, verified=True),
         ev(d + "20:25:23", "92c-net-mai-code.job", "start", lane="net", pid=99681, attempt=1),
         ev(d + "20:25:23", "92c-net-mai-code.job", "lane", lane="net", state="busy"),
-        ev(d + "20:25:23", "88b-gpu-build-vulkan-new.job", "lane", lane="gpu", state="waiting",
-           reason="exclusive", blocker="92c-net-mai-code.job"),
+        ev(
+            d + "20:25:23",
+            "88b-gpu-build-vulkan-new.job",
+            "lane",
+            lane="gpu",
+            state="waiting",
+            reason="exclusive",
+            blocker="92c-net-mai-code.job",
+        ),
         ev(d + "21:25:23", "92c-net-mai-code.job", "long-running", lane="net", elapsed_s=3600),
         ev(d + "23:57:56", "92c-net-mai-code.job", "failed", rc=143, attempt=1, verified=False),
         ev(d + "23:57:56", "-", "lane", lane="net", state="idle"),
@@ -60,10 +68,23 @@ def test_orphan_of_11_october_is_attributed_to_pid_46458() -> None:
         ev(d + "05:00:00", "65-gpu-intake-z-qwen36-35b-q8kxl.job", "start", lane="gpu", attempt=1),
         ev(d + "05:00:00", "65-gpu-intake-z-qwen36-35b-q8kxl.job", "lane", lane="gpu", state="busy"),
         ev(d + "06:06:26", "65-gpu-intake-z-qwen36-35b-q8kxl.job", "done", rc=0, verified=True),
-        ev(d + "06:06:26", "65-gpu-intake-z-step37-flash-iq3xxs.job", "gpu-wait", pid=46458, ppid="1",
-           cmd="/home/user/tools/llamacpp-vulkan-master/llama-server --port 45541"),
-        ev(d + "06:06:26", "65-gpu-intake-z-step37-flash-iq3xxs.job", "lane", lane="gpu", state="waiting",
-           reason="gpu-foreign", blocker="pid 46458"),
+        ev(
+            d + "06:06:26",
+            "65-gpu-intake-z-step37-flash-iq3xxs.job",
+            "gpu-wait",
+            pid=46458,
+            ppid="1",
+            cmd="/home/user/tools/llamacpp-vulkan-master/llama-server --port 45541",
+        ),
+        ev(
+            d + "06:06:26",
+            "65-gpu-intake-z-step37-flash-iq3xxs.job",
+            "lane",
+            lane="gpu",
+            state="waiting",
+            reason="gpu-foreign",
+            blocker="pid 46458",
+        ),
         ev(d + "09:50:20", "65-gpu-intake-z-step37-flash-iq3xxs.job", "start", lane="gpu", attempt=1),
         ev(d + "09:50:20", "65-gpu-intake-z-step37-flash-iq3xxs.job", "lane", lane="gpu", state="busy"),
         ev(d + "10:00:00", "65-gpu-intake-z-step37-flash-iq3xxs.job", "done", rc=0, verified=True),
@@ -140,16 +161,18 @@ def test_html_structure_matches_text_report(tmp_path: Path) -> None:
     page.feed(render_html(report))
     assert page.lanes == ["net", "gpu", "cpu"]
     busy = [b for b in page.bars if b["data-state"] == "busy"]
-    assert sorted(b["data-job"] for b in busy) == ["88b-gpu-build-vulkan-new.job", "92b-net-glm53-reap-q4km.job",
-                                                   "92c-net-mai-code.job"]
+    assert sorted(b["data-job"] for b in busy) == [
+        "88b-gpu-build-vulkan-new.job",
+        "92b-net-glm53-reap-q4km.job",
+        "92c-net-mai-code.job",
+    ]
     waiting = [b for b in page.bars if b["data-state"] == "waiting"]
     assert [int(b["data-seconds"]) for b in waiting] == [12753]
     assert "exclusive: held by 92c-net-mai-code.job" in waiting[0]["title"]
     assert page.external == []  # opens offline: no scripts, styles or images from anywhere
 
 
-def test_report_of_a_real_runner_run_covers_its_lanes(queue_root: Path, runner: RunnerProcess,
-                                                      tmp_path: Path) -> None:
+def test_report_of_a_real_runner_run_covers_its_lanes(queue_root: Path, runner: RunnerProcess, tmp_path: Path) -> None:
     write_job(queue_root, "1-net-a.job", "# LANE=net\nsleep 1.2\n")
     write_job(queue_root, "2-gpu-b.job", "# LANE=gpu\nsleep 0.2\n")
     runner.start()
@@ -181,8 +204,9 @@ def test_generated_week_reports_every_job() -> None:
 def test_since_and_until_clip_the_window(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(json.dumps(e) for e in evening_of_15_october()) + "\n")
-    result = cli.invoke(app, ["report", str(path), "--json", "--since", "2026-10-15 21:25:23",
-                              "--until", "2026-10-15 22:25:23"])
+    result = cli.invoke(
+        app, ["report", str(path), "--json", "--since", "2026-10-15 21:25:23", "--until", "2026-10-15 22:25:23"]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["lanes"]["gpu"]["causes"] == {"exclusive: held by 92c-net-mai-code.job": 3600}
@@ -203,12 +227,17 @@ def _report_file(tmp_path: Path, events: list[dict], *flags: str) -> dict:
 def _outage(restart: dict, heartbeats: bool) -> list[dict]:
     """Idle from 01:00, killed at 01:25 (nothing changed, so no event since 01:00), back at 01:26."""
     d = "2026-10-12 "
-    events = [ev(d + "01:00:00", "-", "runner-start", pid=1, last_alive=None),
-              ev(d + "01:00:00", "-", "lane", lane="gpu", state="idle")]
+    events = [
+        ev(d + "01:00:00", "-", "runner-start", pid=1, last_alive=None),
+        ev(d + "01:00:00", "-", "lane", lane="gpu", state="idle"),
+    ]
     if heartbeats:
         events += [ev(d + "01:10:00", "-", "heartbeat"), ev(d + "01:20:00", "-", "heartbeat")]
-    return events + [restart, ev(d + "01:26:00", "-", "lane", lane="gpu", state="idle"),
-                     ev(d + "01:30:00", "-", "runner-stop", why="SIGTERM")]
+    return events + [
+        restart,
+        ev(d + "01:26:00", "-", "lane", lane="gpu", state="idle"),
+        ev(d + "01:30:00", "-", "runner-stop", why="SIGTERM"),
+    ]
 
 
 def test_downtime_is_counted_from_the_last_sign_of_life(tmp_path: Path) -> None:
@@ -226,11 +255,13 @@ def test_downtime_is_counted_from_the_last_sign_of_life(tmp_path: Path) -> None:
 
 def test_downtime_from_last_alive_in_seed_format_events(tmp_path: Path) -> None:
     d = "2026-10-12 "
-    events = [ev(d + "01:00:00", "-", "runner-start"),
-              ev(d + "01:00:00", "1-gpu-long.job", "start", lane="gpu", attempt=1),
-              ev(d + "01:40:00", "-", "runner-start", last_alive=d + "01:30:00"),
-              ev(d + "01:40:00", "1-gpu-long.job", "start", lane="gpu", attempt=2),
-              ev(d + "01:50:00", "1-gpu-long.job", "done", rc=0)]
+    events = [
+        ev(d + "01:00:00", "-", "runner-start"),
+        ev(d + "01:00:00", "1-gpu-long.job", "start", lane="gpu", attempt=1),
+        ev(d + "01:40:00", "-", "runner-start", last_alive=d + "01:30:00"),
+        ev(d + "01:40:00", "1-gpu-long.job", "start", lane="gpu", attempt=2),
+        ev(d + "01:50:00", "1-gpu-long.job", "done", rc=0),
+    ]
     data = _report_file(tmp_path, events)
     assert data["inferred"] is True
     assert data["lanes"]["gpu"]["busy_s"] == 30 * 60 + 10 * 60 and data["lanes"]["gpu"]["down_s"] == 10 * 60
@@ -257,8 +288,14 @@ def test_each_outcome_is_named_and_refused_requests_are_not_jobs(tmp_path: Path)
     ]
     jobs = _report_file(tmp_path, events)["jobs"]
     assert {name: (j["attempts"], j["outcome"]) for name, j in jobs.items()} == {
-        "a.job": (1, "cancelled"), "b.job": (0, "cancelled"), "c.job": (1, "timeout"), "d.job": (0, "invalid"),
-        "e.job": (0, "blocked"), "h.job": (1, ""), "i.job": (1, "retrying")}
+        "a.job": (1, "cancelled"),
+        "b.job": (0, "cancelled"),
+        "c.job": (1, "timeout"),
+        "d.job": (0, "invalid"),
+        "e.job": (0, "blocked"),
+        "h.job": (1, ""),
+        "i.job": (1, "retrying"),
+    }
     assert jobs["a.job"]["durations"] == [60] and jobs["c.job"]["durations"] == [120]
     text = cli.invoke(app, ["report", str(tmp_path / "events.jsonl")]).stdout
     assert "c.job  gpu  1 attempt  timeout" in text and "h.job  net  1 attempt  unfinished" in text
@@ -267,9 +304,12 @@ def test_each_outcome_is_named_and_refused_requests_are_not_jobs(tmp_path: Path)
 
 def test_heartbeat_events_do_not_break_a_silence(tmp_path: Path) -> None:
     d = "2026-10-12 "
-    events = [ev(d + "01:00:00", "-", "runner-start"), ev(d + "01:00:00", "x.job", "start", lane="net"),
-              *(ev(f"{d}01:{m}:00", "-", "heartbeat") for m in (10, 20, 30, 40, 50)),
-              ev(d + "01:55:00", "x.job", "done", rc=0)]
+    events = [
+        ev(d + "01:00:00", "-", "runner-start"),
+        ev(d + "01:00:00", "x.job", "start", lane="net"),
+        *(ev(f"{d}01:{m}:00", "-", "heartbeat") for m in (10, 20, 30, 40, 50)),
+        ev(d + "01:55:00", "x.job", "done", rc=0),
+    ]
     silences = _report_file(tmp_path, events)["silences"]
     assert silences[0]["seconds"] == 55 * 60
 
@@ -320,16 +360,24 @@ class _Page(HTMLParser):
 
 def test_html_has_everything_the_text_report_has_and_names_the_job_on_each_bar() -> None:
     events = evening_of_15_october() + [
-        ev("2026-10-15 23:59:30", "-", "correlated-failure", jobs=["65-a.job", "65-b.job"],
-           line="unsupported sampler flag: -b")]
+        ev(
+            "2026-10-15 23:59:30",
+            "-",
+            "correlated-failure",
+            jobs=["65-a.job", "65-b.job"],
+            line="unsupported sampler flag: -b",
+        )
+    ]
     report = build_report(events)
     page = _Page()
     page.feed(render_html(report))
     assert page.external == []
     jobs = {row[0]: row[1:4] for row in page.tables["jobs"][1:]}
-    assert jobs == {"88b-gpu-build-vulkan-new.job": ["gpu", "1", "done"],
-                    "92b-net-glm53-reap-q4km.job": ["net", "1", "done"],
-                    "92c-net-mai-code.job": ["net", "1", "failed"]}
+    assert jobs == {
+        "88b-gpu-build-vulkan-new.job": ["gpu", "1", "done"],
+        "92b-net-glm53-reap-q4km.job": ["net", "1", "done"],
+        "92c-net-mai-code.job": ["net", "1", "failed"],
+    }
     assert page.tables["clusters"][1] == ["2", "unsupported sampler flag: -b", "65-a.job, 65-b.job"]
     silences = page.tables["silences"][1:]
     assert silences[0] == ["2026-10-15 21:25:23", "2026-10-15 23:57:56", "2h32m"]
@@ -345,8 +393,9 @@ def test_html_has_everything_the_text_report_has_and_names_the_job_on_each_bar()
     assert "exclusive: held by 92c-net-mai-code.job; 88b-gpu-build-vulkan-new.job waits" in waiting["title"]
 
 
-def test_report_downtime_is_within_2s_of_a_measured_outage(queue_root: Path, runner: RunnerProcess,
-                                                            tmp_path: Path) -> None:
+def test_report_downtime_is_within_2s_of_a_measured_outage(
+    queue_root: Path, runner: RunnerProcess, tmp_path: Path
+) -> None:
     runner.start()
     wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
     time.sleep(4)  # idle: nothing changes, so the runner writes no event, but it is alive

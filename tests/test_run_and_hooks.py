@@ -1,4 +1,5 @@
 """`plan run` on the demo plan as a real process, twice; the pre-push hook refusing a bad plan."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,17 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def test_plan_run_demo_completes_then_skips_everything(tmp_path: Path) -> None:
     root, work = tmp_path / "q", tmp_path / "work"
-    argv = [sys.executable, "-m", "plancompiler.cli", "run", str(REPO / "plans/demo.yaml"), "--root", str(root),
-            "--set", f"work={work}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "plancompiler.cli",
+        "run",
+        str(REPO / "plans/demo.yaml"),
+        "--root",
+        str(root),
+        "--set",
+        f"work={work}",
+    ]
     first = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), timeout=120, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "6 new" in first.stdout and "6/6 done" in first.stdout
@@ -41,8 +51,13 @@ def _runner_on(pid: int, root: Path) -> bool:
 def test_plan_run_exits_1_when_a_job_fails(tmp_path: Path) -> None:
     plan = tmp_path / "bad.yaml"
     plan.write_text("plan: bad\njobs:\n  - name: a\n    run: echo broken; exit 3\n  - name: b\n    run: echo ok\n")
-    out = subprocess.run([sys.executable, "-m", "plancompiler.cli", "run", str(plan), "--root", str(tmp_path / "q")],
-                         capture_output=True, text=True, env=_env(tmp_path), timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "plancompiler.cli", "run", str(plan), "--root", str(tmp_path / "q")],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+    )
     assert out.returncode == 1
     assert "1/2 done" in out.stdout and "failed" in out.stdout
 
@@ -52,10 +67,17 @@ def test_plan_run_on_a_root_another_runner_serves_follows_that_runner(tmp_path: 
     serving = RunnerProcess(root).start()
     try:
         plan = tmp_path / "p.yaml"
-        plan.write_text(f"plan: p\njobs:\n  - name: a\n    run: sleep 0.5; echo a > {tmp_path}/a.out\n"
-                        f"    outputs: [{tmp_path}/a.out]\n")
-        out = subprocess.run([sys.executable, "-m", "plancompiler.cli", "run", str(plan), "--root", str(root)],
-                             capture_output=True, text=True, env=_env(tmp_path), timeout=60)
+        plan.write_text(
+            f"plan: p\njobs:\n  - name: a\n    run: sleep 0.5; echo a > {tmp_path}/a.out\n"
+            f"    outputs: [{tmp_path}/a.out]\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "plancompiler.cli", "run", str(plan), "--root", str(root)],
+            capture_output=True,
+            text=True,
+            env=_env(tmp_path),
+            timeout=60,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert f"another runner (pid {serving.proc.pid}) already serves {root}: following it" in out.stdout
         assert "1/1 done" in out.stdout and "stopped" not in out.stdout and "exited with" not in out.stdout
@@ -72,8 +94,12 @@ def test_pre_push_hook_refuses_a_plan_with_errors(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / "plans/good.yaml").write_text("plan: good\njobs:\n  - name: a\n    run: echo a\n")
     (repo / "plans/hosts.yaml").write_text("hosts:\n  a9: {ssh: a9, root: /home/user/jobs}\n")  # not a plan
-    install = subprocess.run([sys.executable, "-m", "plancompiler.cli", "hooks", "install", "--repo", str(repo)],
-                             capture_output=True, text=True, env=_env(tmp_path))
+    install = subprocess.run(
+        [sys.executable, "-m", "plancompiler.cli", "hooks", "install", "--repo", str(repo)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+    )
     assert install.returncode == 0, install.stderr
     hook = repo / ".git/hooks/pre-push"
     assert os.access(hook, os.X_OK)

@@ -1,4 +1,5 @@
 """The real runner as a subprocess on a tmp queue, with real bash jobs (issue: the bundled runner)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,12 +28,16 @@ def test_seed_92c_text_runs_with_local_paths(tmp_path: Path, queue_root: Path, r
     (bench / "a9-results/matrix/.done-s2-fnmtpcx-flashnext-iq4xs").touch()
     (bench / "fetch-azureml.sh").write_text('mkdir -p "$2" && echo "fetch $1" && touch "$2/.ok"\n')
     models = tmp_path / "models"
-    write_job(queue_root, "92c-net-mai-code.job", f"""# LANE=net
+    write_job(
+        queue_root,
+        "92c-net-mai-code.job",
+        f"""# LANE=net
 # REQUIRES=test -f {bench}/a9-results/matrix/.done-s2-fnmtpcx-flashnext-iq4xs
 # DONE_IF=test -f {models}/MAI-Code-1.1-Flash-On-Device/.ok
 # RETRIES=3
 bash {bench}/fetch-azureml.sh azureml://registries/azureml/models/MAI-Code-1.1-Flash-On-Device/versions/1 {models}/MAI-Code-1.1-Flash-On-Device
-""")
+""",
+    )
     runner.start()
     done = runner.wait_event("done", job="92c-net-mai-code.job")
     assert done["rc"] == 0 and done["verified"] is True
@@ -124,8 +129,9 @@ def _fake_gpu_user(tmp_path: Path) -> Path:
     return exe
 
 
-def test_foreign_gpu_process_blocks_gpu_lane_with_repeated_gpu_wait(tmp_path: Path, queue_root: Path,
-                                                                    runner: RunnerProcess) -> None:
+def test_foreign_gpu_process_blocks_gpu_lane_with_repeated_gpu_wait(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     exe = _fake_gpu_user(tmp_path)
     server = subprocess.Popen([str(exe), "300"])
     try:
@@ -146,8 +152,9 @@ def test_foreign_gpu_process_blocks_gpu_lane_with_repeated_gpu_wait(tmp_path: Pa
     runner.wait_event("done", job="70-gpu-bench.job")
 
 
-def test_process_holding_a_gpu_device_node_blocks_gpu_lane(tmp_path: Path, queue_root: Path,
-                                                           runner: RunnerProcess) -> None:
+def test_process_holding_a_gpu_device_node_blocks_gpu_lane(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     device = tmp_path / "renderD128"
     device.write_text("")
     holder = subprocess.Popen(["bash", "-c", f"exec 3<{device}; sleep 300"])
@@ -164,9 +171,11 @@ def test_process_holding_a_gpu_device_node_blocks_gpu_lane(tmp_path: Path, queue
 
 def test_kill_9_mid_job_then_restart_loses_nothing(tmp_path: Path, queue_root: Path) -> None:
     marker = tmp_path / "second-run"
-    write_job(queue_root, "10-gpu-long.job",
-              f"# LANE=gpu\nif [ -e {marker} ]; then echo finished; exit 0; fi\ntouch {marker}\n"
-              "sleep 300 &\nwait\n")
+    write_job(
+        queue_root,
+        "10-gpu-long.job",
+        f"# LANE=gpu\nif [ -e {marker} ]; then echo finished; exit 0; fi\ntouch {marker}\nsleep 300 &\nwait\n",
+    )
     first = RunnerProcess(queue_root).start()
     start = first.wait_event("start")
     wait_for(lambda: marker.exists())
@@ -256,13 +265,17 @@ def test_done_if_already_true_is_skipped(tmp_path: Path, queue_root: Path, runne
     assert not (tmp_path / "ran").exists() and (queue_root / "done/1-net-dl.job").exists()
 
 
-def test_exit_0_without_outputs_names_missing_and_closest(tmp_path: Path, queue_root: Path,
-                                                          runner: RunnerProcess) -> None:
+def test_exit_0_without_outputs_names_missing_and_closest(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     st = tmp_path / "strata"
     st.mkdir()
-    write_job(queue_root, "84b-cpu-strata-setup.job",
-              f"# DONE_IF=test -s {st}/strata-qwen-q2_0.json\n# OUTPUTS={st}/strata-qwen-q2_0.json\n"
-              f"echo '{{}}' > {st}/strata-q2_0.json\n")
+    write_job(
+        queue_root,
+        "84b-cpu-strata-setup.job",
+        f"# DONE_IF=test -s {st}/strata-qwen-q2_0.json\n# OUTPUTS={st}/strata-qwen-q2_0.json\n"
+        f"echo '{{}}' > {st}/strata-q2_0.json\n",
+    )
     runner.start()
     failed = runner.wait_event("failed", job="84b-cpu-strata-setup.job")
     assert failed["rc"] == 0 and failed["verified"] is False
@@ -293,28 +306,57 @@ def test_status_command_and_unit(queue_root: Path, runner: RunnerProcess) -> Non
     runner.start()
     wait_for(lambda: runner.status()["queued"])
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
-                         capture_output=True, text=True, env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     assert "requires" in out and "1-gpu-wait.job" in out and "test -f /nonexistent/x" in out
-    raw = json.loads(subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root), "--json"],
-                                    capture_output=True, text=True, env=env, check=True).stdout)
+    raw = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "runner", "status", "--root", str(queue_root), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout
+    )
     assert raw["runner"]["format_version"] == 1
-    unit = subprocess.run([sys.executable, "-m", "runner", "unit", "--root", str(queue_root)],
-                          capture_output=True, text=True, env=env, check=True).stdout
-    for line in ("Restart=always", "KillMode=control-group", "LimitMEMLOCK=infinity", f"--root \"{queue_root}\""):
+    unit = subprocess.run(
+        [sys.executable, "-m", "runner", "unit", "--root", str(queue_root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    for line in ("Restart=always", "KillMode=control-group", "LimitMEMLOCK=infinity", f'--root "{queue_root}"'):
         assert line in unit
 
 
 def test_help_explains_every_flag() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     for args in ([], ["run"], ["status"], ["unit"]):
-        out = subprocess.run([sys.executable, "-m", "runner", *args, "--help"], capture_output=True, text=True,
-                             env=env, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "runner", *args, "--help"], capture_output=True, text=True, env=env, check=True
+        ).stdout
         assert "usage:" in out
-    run_help = subprocess.run([sys.executable, "-m", "runner", "run", "--help"], capture_output=True, text=True,
-                              env=env, check=True).stdout
-    for flag in ("--tick", "--requires-warn", "--idle", "--stall", "--kill-grace", "--backoff-base", "--gpu-device",
-                 "--settle", "--keep-leaks", "--heartbeat-event-every"):
+    run_help = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "--help"], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    for flag in (
+        "--tick",
+        "--requires-warn",
+        "--idle",
+        "--stall",
+        "--kill-grace",
+        "--backoff-base",
+        "--gpu-device",
+        "--settle",
+        "--keep-leaks",
+        "--heartbeat-event-every",
+    ):
         assert flag in run_help
     assert "default 6h00m" in run_help
 
@@ -328,8 +370,7 @@ def _cgroup_base() -> Path | None:
     return None
 
 
-def test_cgroup_catches_what_escapes_tag_and_session(tmp_path: Path, queue_root: Path,
-                                                     runner: RunnerProcess) -> None:
+def test_cgroup_catches_what_escapes_tag_and_session(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     base = _cgroup_base()
     if base is None:
         pytest.skip("no writable cgroup v2 hierarchy with cgroup.kill on this machine")
@@ -337,9 +378,11 @@ def test_cgroup_catches_what_escapes_tag_and_session(tmp_path: Path, queue_root:
     cgroup.mkdir()
     try:
         # env -i drops the tag and setsid leaves the session: only the cgroup still knows this process.
-        write_job(queue_root, "65-gpu-intake.job",
-                  f"# LANE=gpu\nenv -i setsid sleep 301 >/dev/null 2>&1 < /dev/null &\necho $! > {tmp_path}/pid\n"
-                  "sleep 0.2\n")
+        write_job(
+            queue_root,
+            "65-gpu-intake.job",
+            f"# LANE=gpu\nenv -i setsid sleep 301 >/dev/null 2>&1 < /dev/null &\necho $! > {tmp_path}/pid\nsleep 0.2\n",
+        )
         runner.start("--cgroup", str(cgroup))
         killed = runner.wait_event("orphans-killed", job="65-gpu-intake.job")
         pid = int((tmp_path / "pid").read_text())
@@ -370,16 +413,35 @@ def test_unreadable_processes_are_unknown_gpu_users_never_skipped(tmp_path: Path
         (root / "queue").mkdir()
         (root / "queue/1-gpu-a.job").write_text("# LANE=gpu\necho a\n")
         subprocess.run(["chown", "-R", "nobody:nogroup", str(root)], check=True)
-        proc = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                                 "/usr/bin/python3", "-m", "runner", "run", "--root", str(root), "--tick", "0.2",
-                                 "--unreadable-gpu", "block", "--gpu-names", f"plan-test-{os.getpid()}"], cwd=REPO, env={"PATH": os.environ["PATH"],
-                                                                              "PYTHONPATH": str(REPO)})
+        proc = subprocess.Popen(
+            [
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-m",
+                "runner",
+                "run",
+                "--root",
+                str(root),
+                "--tick",
+                "0.2",
+                "--unreadable-gpu",
+                "block",
+                "--gpu-names",
+                f"plan-test-{os.getpid()}",
+            ],
+            cwd=REPO,
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)},
+        )
         try:
             wait_for(lambda: (root / "status.json").exists(), 10)
             wait_for(lambda: '"event": "gpu-wait"' in (root / "events.jsonl").read_text(), 10)
             # status.json is written at the end of the tick that wrote the event: until then it is an earlier one's
-            status = wait_for(lambda: (s := json.loads((root / "status.json").read_text()))["gpu_unknown"]["count"]
-                              and s, 10)
+            status = wait_for(
+                lambda: (s := json.loads((root / "status.json").read_text()))["gpu_unknown"]["count"] and s, 10
+            )
             unknown = status["gpu_unknown"]
             assert unknown["policy"] == "block" and unknown["count"] >= 1
             assert secret.pid in [p["pid"] for p in unknown["processes"]] or unknown["count"] > 20
@@ -399,8 +461,12 @@ def test_rotated_events_file_gets_a_new_one(queue_root: Path, runner: RunnerProc
     runner.start()
     os.rename(queue_root / "events.jsonl", queue_root / "events.jsonl.1")
     write_job(queue_root, "1-cpu-after.job", "echo after\n")
-    wait_for(lambda: (queue_root / "events.jsonl").exists()
-             and '"event": "done"' in (queue_root / "events.jsonl").read_text(), 10)
+    wait_for(
+        lambda: (
+            (queue_root / "events.jsonl").exists() and '"event": "done"' in (queue_root / "events.jsonl").read_text()
+        ),
+        10,
+    )
     assert '"event": "done"' not in (queue_root / "events.jsonl.1").read_text()
 
 
@@ -409,8 +475,13 @@ def test_a_second_runner_on_the_same_root_refuses(queue_root: Path, runner: Runn
     runner.start()
     runner.wait_event("start")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    second = subprocess.run([sys.executable, "-m", "runner", "run", "--root", str(queue_root)], env=env,
-                            capture_output=True, text=True, timeout=30)
+    second = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "--root", str(queue_root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert second.returncode == 3 and f"pid {runner.proc.pid}" in second.stderr  # type: ignore[union-attr]
     assert not runner.events("orphans-killed") and not runner.events("recovered")
 
@@ -418,8 +489,12 @@ def test_a_second_runner_on_the_same_root_refuses(queue_root: Path, runner: Runn
 def test_two_slot_lane_runs_two_real_jobs_at_once(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     """Each job waits for the other to have started: they finish only if they ran at the same time."""
     for me, other in (("a", "b"), ("b", "a")):
-        write_job(queue_root, f"1-cpu-{me}.job", f"touch {tmp_path}/{me}\n"
-                  f"for i in $(seq 200); do [ -e {tmp_path}/{other} ] && exit 0; sleep 0.05; done\nexit 1\n")
+        write_job(
+            queue_root,
+            f"1-cpu-{me}.job",
+            f"touch {tmp_path}/{me}\n"
+            f"for i in $(seq 200); do [ -e {tmp_path}/{other} ] && exit 0; sleep 0.05; done\nexit 1\n",
+        )
     runner.start("--slots", "cpu=2")
     runner.wait_event("done", job="1-cpu-a.job", timeout=20)
     runner.wait_event("done", job="1-cpu-b.job", timeout=20)
@@ -429,10 +504,18 @@ def test_two_slot_lane_runs_two_real_jobs_at_once(tmp_path: Path, queue_root: Pa
 
 def test_bad_slots_are_refused_with_a_clear_message(queue_root: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    for flag, says in (("cpu=0", "want LANE=N with N a whole number >= 1"), ("cpu", "want LANE=N"),
-                       ("tpu=2", "--slots names a lane not in --lanes: tpu")):
-        out = subprocess.run([sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--slots", flag],
-                             capture_output=True, text=True, env=env, timeout=30)
+    for flag, says in (
+        ("cpu=0", "want LANE=N with N a whole number >= 1"),
+        ("cpu", "want LANE=N"),
+        ("tpu=2", "--slots names a lane not in --lanes: tpu"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--slots", flag],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
         assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, (flag, out.stderr)
     assert not (queue_root / "events.jsonl").exists()
 
@@ -443,12 +526,18 @@ def test_unit_keeps_an_odd_root_one_literal_word() -> None:
 
     root = '/tmp/my jobs%h$HOME"q\\z'
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    unit = subprocess.run([sys.executable, "-m", "runner", "unit", "--root", root, "--python", "/usr/bin/python3"],
-                          capture_output=True, text=True, env=env, check=True).stdout
+    unit = subprocess.run(
+        [sys.executable, "-m", "runner", "unit", "--root", root, "--python", "/usr/bin/python3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     words = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(exec_line.removeprefix("ExecStart="))]
     assert words[words.index("--root") + 1] == root and words[0] == "/usr/bin/python3"
-    assert "Description=plancompiler queue runner (/tmp/my jobs%%h$HOME\"q\\z)" in unit
-    bad = subprocess.run([sys.executable, "-m", "runner", "unit", "--root", "/tmp/a\nb"], capture_output=True,
-                         text=True, env=env)
+    assert 'Description=plancompiler queue runner (/tmp/my jobs%%h$HOME"q\\z)' in unit
+    bad = subprocess.run(
+        [sys.executable, "-m", "runner", "unit", "--root", "/tmp/a\nb"], capture_output=True, text=True, env=env
+    )
     assert bad.returncode == 2 and "cannot hold a newline" in bad.stderr and "Traceback" not in bad.stderr

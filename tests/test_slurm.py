@@ -174,7 +174,7 @@ def test_report_on_a_cluster_without_accounting_says_so(tmp_path: Path, slurm: S
     assert result.output.count("accounting off (") == 1
 
 
-def test_push_to_a_cluster_through_its_login_node_over_ssh(tmp_path: Path, slurm: Slurm, sshd) -> None:  # noqa: ANN001
+def test_push_to_a_cluster_through_its_login_node_over_ssh(tmp_path: Path, slurm: Slurm, sshd) -> None:
     import sys
 
     hosts = tmp_path / "hosts.yaml"

@@ -1,4 +1,5 @@
 """The watcher says what is true now: bad data is a clear message (never a traceback), and nothing else changes."""
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,14 @@ def _live_root(tmp_path: Path, pid: int) -> Path:
     for state in STATES:
         (root / state).mkdir(parents=True, exist_ok=True)
     now = time.time()
-    status = {"runner": {"pid": pid, "heartbeat": now, "tick": 3, "version": "t", "root": str(root)},
-              "running": [], "queued": [], "lanes": {"cpu": {"state": "idle", "since": now}},
-              "lane_order": ["cpu"], "counts": {s: 0 for s in STATES}}
+    status = {
+        "runner": {"pid": pid, "heartbeat": now, "tick": 3, "version": "t", "root": str(root)},
+        "running": [],
+        "queued": [],
+        "lanes": {"cpu": {"state": "idle", "since": now}},
+        "lane_order": ["cpu"],
+        "counts": {s: 0 for s in STATES},
+    }
     (root / "status.json").write_text(json.dumps(status))
     (root / "events.jsonl").write_text(json.dumps({"ts": _ts(now), "job": "-", "event": "runner-start"}) + "\n")
     return root
@@ -67,13 +73,22 @@ def _watch(root: Path, state: Path) -> tuple[int, str, str]:
 def test_a_malformed_event_is_skipped_once_and_the_watcher_moves_on(tmp_path: Path, stand_in: int) -> None:
     root, state = _live_root(tmp_path, stand_in), tmp_path / "w.json"
     assert _watch(root, state)[0] == 0
-    _append(root, json.dumps({"ts": _ts(time.time()), "job": "z", "event": "failed", "tail": [5]}),
-            json.dumps({"event": "done", "ts": _ts(time.time())}), "not json {")
+    _append(
+        root,
+        json.dumps({"ts": _ts(time.time()), "job": "z", "event": "failed", "tail": [5]}),
+        json.dumps({"event": "done", "ts": _ts(time.time())}),
+        "not json {",
+    )
     code, out, err = _watch(root, state)
     assert code == 0, out + err
     assert "internal error" not in out + err
     assert "skipped 3 malformed events" in err and "'tail' holds something that is not a string" in err
-    assert "a 'done' event with no 'job'" in err and "not JSON" in err and "events.jsonl line 2:" in err and "line 4: not JSON" in err
+    assert (
+        "a 'done' event with no 'job'" in err
+        and "not JSON" in err
+        and "events.jsonl line 2:" in err
+        and "line 4: not JSON" in err
+    )
     offset = json.loads(state.read_text())["offset"]
     assert offset == (root / "events.jsonl").stat().st_size  # the offset moved past them
     # Said once; a good event after them still alerts.
@@ -85,13 +100,16 @@ def test_a_malformed_event_is_skipped_once_and_the_watcher_moves_on(tmp_path: Pa
     assert "skipped 3 malformed events" in status.stdout
 
 
-@pytest.mark.parametrize(("content", "said"), [
-    ("[1]", "is corrupt: it is a list, not an object"),
-    ('{"runner": 5, "running": "x"}', "is corrupt: 'runner' is an int, not an object"),
-    ('{"runner": {"pid": 1}, "running": "x"}', "is corrupt: running is a string, not a list"),
-    ('{"running": [{"job": "a.job", "lane": "cpu", "elapsed_s": "1"}]}', "running[0].elapsed_s is a string"),
-    ("garbage", "exists but is not readable JSON"),
-])
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("[1]", "is corrupt: it is a list, not an object"),
+        ('{"runner": 5, "running": "x"}', "is corrupt: 'runner' is an int, not an object"),
+        ('{"runner": {"pid": 1}, "running": "x"}', "is corrupt: running is a string, not a list"),
+        ('{"running": [{"job": "a.job", "lane": "cpu", "elapsed_s": "1"}]}', "running[0].elapsed_s is a string"),
+        ("garbage", "exists but is not readable JSON"),
+    ],
+)
 def test_a_corrupt_status_json_is_said_to_be_corrupt(tmp_path: Path, content: str, said: str, stand_in: int) -> None:
     root = _live_root(tmp_path, stand_in)
     (root / "status.json").write_text(content)
@@ -120,11 +138,15 @@ def test_report_of_a_killed_runner_runs_to_now_with_the_downtime(tmp_path: Path)
     root = tmp_path / "root"
     root.mkdir()
     began = time.time() - 600
-    _write_events(root / "events.jsonl", [
-        {"ts": _ts(began), "job": "-", "event": "runner-start", "pid": 1, "last_alive": None},
-        {"ts": _ts(began), "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
-        {"ts": _ts(began), "job": "-", "event": "lane", "lane": "gpu", "state": "idle"},
-        {"ts": _ts(began), "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"}])
+    _write_events(
+        root / "events.jsonl",
+        [
+            {"ts": _ts(began), "job": "-", "event": "runner-start", "pid": 1, "last_alive": None},
+            {"ts": _ts(began), "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
+            {"ts": _ts(began), "job": "-", "event": "lane", "lane": "gpu", "state": "idle"},
+            {"ts": _ts(began), "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"},
+        ],
+    )
     status = {"runner": {"pid": _dead_pid(), "heartbeat": began + 8}, "running": [], "queued": []}
     (root / "status.json").write_text(json.dumps(status))
     for source in (str(root), str(root / "events.jsonl")):
@@ -144,10 +166,14 @@ def test_report_of_a_killed_runner_runs_to_now_with_the_downtime(tmp_path: Path)
 def test_report_of_a_live_runner_runs_to_now(tmp_path: Path, stand_in: int) -> None:
     root = _live_root(tmp_path, stand_in)
     began = time.time() - 300
-    _write_events(root / "events.jsonl", [
-        {"ts": _ts(began), "job": "-", "event": "runner-start", "pid": 1},
-        {"ts": _ts(began), "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
-        {"ts": _ts(began), "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"}])
+    _write_events(
+        root / "events.jsonl",
+        [
+            {"ts": _ts(began), "job": "-", "event": "runner-start", "pid": 1},
+            {"ts": _ts(began), "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
+            {"ts": _ts(began), "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"},
+        ],
+    )
     data = json.loads(cli.invoke(app, ["report", str(root), "--json"]).stdout)
     assert abs(data["lanes"]["cpu"]["busy_s"] - 300) < 5 and data["lanes"]["cpu"]["down_s"] == 0
     assert data["jobs"]["a.job"]["outcome"] == ""  # still running: unfinished, truly
@@ -156,14 +182,25 @@ def test_report_of_a_live_runner_runs_to_now(tmp_path: Path, stand_in: int) -> N
 def test_a_job_that_ended_while_the_runner_was_down_keeps_its_own_duration(tmp_path: Path) -> None:
     d = "2026-10-12 "
     path = tmp_path / "events.jsonl"
-    _write_events(path, [
-        {"ts": d + "01:00:00", "job": "-", "event": "runner-start", "pid": 1},
-        {"ts": d + "01:00:00", "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
-        {"ts": d + "01:40:00", "job": "-", "event": "runner-start", "pid": 2, "last_alive": d + "01:00:05"},
-        {"ts": d + "01:40:00", "job": "a.job", "event": "done", "rc": 0, "duration_s": 8.0,
-         "ended": d + "01:00:08", "while_down": True},
-        {"ts": d + "01:40:01", "job": "b.job", "event": "start", "lane": "cpu", "attempt": 1},
-        {"ts": d + "01:40:31", "job": "b.job", "event": "done", "rc": 0, "ended": d + "01:40:21"}])
+    _write_events(
+        path,
+        [
+            {"ts": d + "01:00:00", "job": "-", "event": "runner-start", "pid": 1},
+            {"ts": d + "01:00:00", "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
+            {"ts": d + "01:40:00", "job": "-", "event": "runner-start", "pid": 2, "last_alive": d + "01:00:05"},
+            {
+                "ts": d + "01:40:00",
+                "job": "a.job",
+                "event": "done",
+                "rc": 0,
+                "duration_s": 8.0,
+                "ended": d + "01:00:08",
+                "while_down": True,
+            },
+            {"ts": d + "01:40:01", "job": "b.job", "event": "start", "lane": "cpu", "attempt": 1},
+            {"ts": d + "01:40:31", "job": "b.job", "event": "done", "rc": 0, "ended": d + "01:40:21"},
+        ],
+    )
     data = json.loads(cli.invoke(app, ["report", str(path), "--json"]).stdout)
     assert data["jobs"]["a.job"]["durations"] == [8.0] and data["jobs"]["a.job"]["outcome"] == "done"
     assert data["jobs"]["b.job"]["durations"] == [20.0]  # from `ended` where there is no duration_s
@@ -182,27 +219,39 @@ def test_report_across_the_dst_fall_back_keeps_file_order(tmp_path: Path, new_yo
     """01:50 EDT start, done at 01:10 EST (20 minutes later): the runner writes naive local times."""
     d = "2026-11-01 "
     path = tmp_path / "events.jsonl"
-    _write_events(path, [
-        {"ts": d + "01:40:00", "job": "-", "event": "runner-start", "pid": 1},
-        {"ts": d + "01:50:00", "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
-        {"ts": d + "01:50:00", "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"},
-        {"ts": d + "01:10:00", "job": "a.job", "event": "done", "rc": 0},
-        {"ts": d + "01:10:00", "job": "-", "event": "lane", "lane": "cpu", "state": "idle"},
-        {"ts": d + "01:30:00", "job": "-", "event": "heartbeat"}])
+    _write_events(
+        path,
+        [
+            {"ts": d + "01:40:00", "job": "-", "event": "runner-start", "pid": 1},
+            {"ts": d + "01:50:00", "job": "a.job", "event": "start", "lane": "cpu", "attempt": 1},
+            {"ts": d + "01:50:00", "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy"},
+            {"ts": d + "01:10:00", "job": "a.job", "event": "done", "rc": 0},
+            {"ts": d + "01:10:00", "job": "-", "event": "lane", "lane": "cpu", "state": "idle"},
+            {"ts": d + "01:30:00", "job": "-", "event": "heartbeat"},
+        ],
+    )
     result = cli.invoke(app, ["report", str(path), "--json"])
     data = json.loads(result.stdout)
-    assert data["jobs"]["a.job"] == {"attempts": 1, "outcome": "done", "busy_s": 1200.0, "durations": [1200.0],
-                                     "lane": "cpu"}
+    assert data["jobs"]["a.job"] == {
+        "attempts": 1,
+        "outcome": "done",
+        "busy_s": 1200.0,
+        "durations": [1200.0],
+        "lane": "cpu",
+    }
     assert data["lanes"]["cpu"]["busy_s"] == 1200 and data["lanes"]["cpu"]["idle_s"] == 1200
     text = cli.invoke(app, ["report", str(path)]).stdout
     assert text.startswith("report 2026-11-01 01:40:00 EDT .. 2026-11-01 01:30:00 EST (50m00s)")
 
 
-@pytest.mark.parametrize(("content", "said"), [
-    ("", "no events (it is empty)"),
-    ("myhost\n", "not an events.jsonl: none of its 1 lines is an event record (line 1: not JSON)"),
-    ('{"a": 1}\n', "line 1: no 'event' field"),
-])
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("", "no events (it is empty)"),
+        ("myhost\n", "not an events.jsonl: none of its 1 lines is an event record (line 1: not JSON)"),
+        ('{"a": 1}\n', "line 1: no 'event' field"),
+    ],
+)
 def test_report_of_a_file_that_is_no_events_file_is_an_error(tmp_path: Path, content: str, said: str) -> None:
     path = tmp_path / "runner.out"
     path.write_text(content)
@@ -220,18 +269,24 @@ def test_report_since_after_until_is_an_error(tmp_path: Path) -> None:
 def test_report_skips_and_counts_malformed_events(tmp_path: Path) -> None:
     d = "2026-10-12 "
     path = tmp_path / "events.jsonl"
-    _write_events(path, [
-        {"ts": d + "01:00:00", "job": "-", "event": "runner-start"},
-        {"ts": d + "01:00:01", "job": ["x"], "event": "start", "lane": "cpu"},
-        {"ts": 5, "job": "a.job", "event": "start"},
-        {"ts": d + "01:00:02", "job": "a.job", "event": "failed", "tail": [5]},
-        {"ts": d + "01:00:03", "job": "-", "event": "lane", "lane": ["cpu"], "state": "idle"},
-        {"ts": d + "01:00:04", "job": "b.job", "event": "start", "lane": "cpu"},
-        {"ts": d + "01:00:09", "job": "b.job", "event": "done", "rc": 0}])
+    _write_events(
+        path,
+        [
+            {"ts": d + "01:00:00", "job": "-", "event": "runner-start"},
+            {"ts": d + "01:00:01", "job": ["x"], "event": "start", "lane": "cpu"},
+            {"ts": 5, "job": "a.job", "event": "start"},
+            {"ts": d + "01:00:02", "job": "a.job", "event": "failed", "tail": [5]},
+            {"ts": d + "01:00:03", "job": "-", "event": "lane", "lane": ["cpu"], "state": "idle"},
+            {"ts": d + "01:00:04", "job": "b.job", "event": "start", "lane": "cpu"},
+            {"ts": d + "01:00:09", "job": "b.job", "event": "done", "rc": 0},
+        ],
+    )
     result = cli.invoke(app, ["report", str(path)])
     assert result.exit_code == 0, result.output
-    assert "skipped 4 malformed events: line 2: 'job' is a list; line 3: 'ts' is an int; line 4: 'tail' holds" \
+    assert (
+        "skipped 4 malformed events: line 2: 'job' is a list; line 3: 'ts' is an int; line 4: 'tail' holds"
         in result.stdout
+    )
     assert "line 5: 'lane' is a list" in result.stdout
     data = json.loads(cli.invoke(app, ["report", str(path), "--json"]).stdout)
     assert list(data["jobs"]) == ["b.job"] and len(data["skipped"]) == 4
@@ -239,13 +294,27 @@ def test_report_skips_and_counts_malformed_events(tmp_path: Path) -> None:
 
 def test_html_report_escapes_a_hostile_lane_state(tmp_path: Path) -> None:
     path, page = tmp_path / "events.jsonl", tmp_path / "r.html"
-    _write_events(path, [
-        {"ts": "2026-12-02 10:00:00", "job": "-", "event": "lane", "lane": "cpu",
-         "state": 'busy"><script>alert(1)</script>'},
-        {"ts": "2026-12-02 10:00:05", "job": '"><img src=x onerror=alert(2)>', "event": "start", "lane": "cpu"},
-        {"ts": "2026-12-02 10:00:05", "job": '"><img src=x onerror=alert(2)>', "event": "lane", "lane": "cpu",
-         "state": "busy"},
-        {"ts": "2026-12-02 10:00:10", "job": "-", "event": "lane", "lane": "cpu", "state": "idle"}])
+    _write_events(
+        path,
+        [
+            {
+                "ts": "2026-12-02 10:00:00",
+                "job": "-",
+                "event": "lane",
+                "lane": "cpu",
+                "state": 'busy"><script>alert(1)</script>',
+            },
+            {"ts": "2026-12-02 10:00:05", "job": '"><img src=x onerror=alert(2)>', "event": "start", "lane": "cpu"},
+            {
+                "ts": "2026-12-02 10:00:05",
+                "job": '"><img src=x onerror=alert(2)>',
+                "event": "lane",
+                "lane": "cpu",
+                "state": "busy",
+            },
+            {"ts": "2026-12-02 10:00:10", "job": "-", "event": "lane", "lane": "cpu", "state": "idle"},
+        ],
+    )
     result = cli.invoke(app, ["report", str(path), "--html", str(page)])
     assert result.exit_code == 0, result.output
     html = page.read_text()
@@ -256,8 +325,12 @@ def test_html_report_escapes_a_hostile_lane_state(tmp_path: Path) -> None:
 
 def test_escape_sequences_from_a_job_never_reach_the_terminal(queue_root: Path, runner: RunnerProcess) -> None:
     runner.start()
-    write_job(queue_root, "1-cpu-title.job", "printf 'progress \\033]0;PWNED-TITLE\\007 \\033[31mred\\033[0m "
-              "\\033P1;2qdcs\\033\\\\ \\233Kc1 \\x07bell\\n'\nsleep 60\n")
+    write_job(
+        queue_root,
+        "1-cpu-title.job",
+        "printf 'progress \\033]0;PWNED-TITLE\\007 \\033[31mred\\033[0m "
+        "\\033P1;2qdcs\\033\\\\ \\233Kc1 \\x07bell\\n'\nsleep 60\n",
+    )
     runner.wait_event("start")
     wait_for(lambda: "PWNED" in json.dumps(runner.status().get("running")))
     result = cli.invoke(app, ["status", str(queue_root)])
@@ -265,18 +338,33 @@ def test_escape_sequences_from_a_job_never_reach_the_terminal(queue_root: Path, 
     line = next(ln for ln in result.stdout.splitlines() if "progress" in ln)
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\x9b" not in result.stdout
     assert "]0;" not in line and "PWNED-TITLE" not in line and "red" in line and "1;2q" not in line
-    shown = subprocess.run([sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
-                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    )
     assert "progress" in shown.stdout and "\x1b" not in shown.stdout and "PWNED-TITLE" not in shown.stdout
     logs = cli.invoke(app, ["logs", str(queue_root), "1-cpu-title"])
     assert "progress" in logs.stdout and "\x1b" not in logs.stdout and "\x07" not in logs.stdout
 
 
-@pytest.mark.parametrize(("raw", "shown"), [
-    ("a\x1b]0;TITLE\x07b", "ab"), ("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),
-    ("a\x1b[2J\x1b[Hb", "ab"), ("a\x1bPq#0\x1b\\b", "ab"), ("a\x1b(0b", "ab"), ("a\x9b31mb", "ab"),
-    ("a\x9d0;T\x9cb", "ab"), ("a\x00b\x7fc\x85d", "a?b?c?d"), ("a\tb\r\nc\rd", "a b\nc\nd"), ("a\x1b", "a"),
-])
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\x1b]0;TITLE\x07b", "ab"),
+        ("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),
+        ("a\x1b[2J\x1b[Hb", "ab"),
+        ("a\x1bPq#0\x1b\\b", "ab"),
+        ("a\x1b(0b", "ab"),
+        ("a\x9b31mb", "ab"),
+        ("a\x9d0;T\x9cb", "ab"),
+        ("a\x00b\x7fc\x85d", "a?b?c?d"),
+        ("a\tb\r\nc\rd", "a b\nc\nd"),
+        ("a\x1b", "a"),
+    ],
+)
 def test_terminal_safe_removes_every_control_sequence(raw: str, shown: str) -> None:
     assert terminal_safe(raw) == shown
     assert terminal_safe(raw, newlines=False) == shown.replace("\n", " ")
@@ -323,7 +411,7 @@ def test_incidents_are_keyed_by_the_queue_not_its_spelling(tmp_path: Path, monke
 def _plan(tmp_path: Path, external: str | None = None) -> Path:
     path = tmp_path / "p.yaml"
     ext = f"external: [{json.dumps(external)}]\n" if external else ""
-    path.write_text(f"plan: p\n{ext}jobs:\n  - name: a\n    run: \"true\"\n    outputs: [{tmp_path}/out/a]\n")
+    path.write_text(f'plan: p\n{ext}jobs:\n  - name: a\n    run: "true"\n    outputs: [{tmp_path}/out/a]\n')
     return path
 
 
@@ -353,8 +441,9 @@ def test_push_or_status_to_a_file_is_a_clear_error(tmp_path: Path, monkeypatch: 
     assert afile.read_text() == "mine\n"
 
 
-def test_push_hints_quote_the_root_and_a_dry_run_queues_nothing(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_push_hints_quote_the_root_and_a_dry_run_queues_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "sp ace" / "my root ü"
     dry = cli.invoke(app, ["push", str(root), str(_plan(tmp_path)), "--dry-run"])
@@ -368,9 +457,14 @@ def test_push_hints_quote_the_root_and_a_dry_run_queues_nothing(tmp_path: Path,
 
 def test_report_skips_an_event_whose_time_is_no_time(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    _write_events(path, [{"ts": "2026-10-12 01:00:00", "job": "-", "event": "runner-start"},
-                         {"ts": "2026-13-45 99:99:99", "job": "a.job", "event": "start"},
-                         {"ts": "0001-01-01 00:00:00", "job": "b.job", "event": "start"}])
+    _write_events(
+        path,
+        [
+            {"ts": "2026-10-12 01:00:00", "job": "-", "event": "runner-start"},
+            {"ts": "2026-13-45 99:99:99", "job": "a.job", "event": "start"},
+            {"ts": "0001-01-01 00:00:00", "job": "b.job", "event": "start"},
+        ],
+    )
     result = cli.invoke(app, ["report", str(path)])
     assert result.exit_code == 0 and "'2026-13-45 99:99:99': not a time" in result.output, result.output
     assert "a.job" not in result.output.split("jobs:")[1]

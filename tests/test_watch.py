@@ -1,4 +1,5 @@
 """`plan status` and `plan watch` against a real runner, locally and over a real loopback sshd."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ def _no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PLAN_HOSTS", raising=False)
 
 
-def test_failed_job_is_an_event_and_restart_does_not_realert(tmp_path: Path, queue_root: Path,
-                                                              runner: RunnerProcess) -> None:
+def test_failed_job_is_an_event_and_restart_does_not_realert(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     state = tmp_path / "watch.json"
     runner.start()
     assert watch(str(queue_root), state)[0] == 0  # first probe: remembers the offset
@@ -44,14 +46,18 @@ def test_failed_job_is_an_event_and_restart_does_not_realert(tmp_path: Path, que
     assert watch(str(queue_root), state)[0] == 0  # a restarted watcher does not replay it
 
 
-def test_long_net_job_is_a_stall_and_empty_running_is_fine(tmp_path: Path, queue_root: Path,
-                                                           runner: RunnerProcess) -> None:
+def test_long_net_job_is_a_stall_and_empty_running_is_fine(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     state = tmp_path / "watch.json"
     runner.start()
     code, out = watch(str(queue_root), state, "--idle", "3600")
     assert code == 0, out  # nothing running, no net job: not an error (the seed's [ -f ] bug)
-    write_job(queue_root, "92c-net-mai-code.job", "# LANE=net\necho ' 64 52.44G  64 33.95G   0      0  2.72M "
-              "     0 5:27:57 3:32:21 1:55:36  2.92M'\nsleep 300\n")
+    write_job(
+        queue_root,
+        "92c-net-mai-code.job",
+        "# LANE=net\necho ' 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:21 1:55:36  2.92M'\nsleep 300\n",
+    )
     runner.wait_event("start")
     time.sleep(1.2)
     code, out = watch(str(queue_root), state, "--stall", "1")
@@ -75,8 +81,9 @@ def test_idle_says_why_work_waits(tmp_path: Path, queue_root: Path, runner: Runn
 def test_blocked_job(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     want = f"{tmp_path}/strata-qwen-q2_0.json"
     write_job(queue_root, "84c-gpu.job", f"# LANE=gpu\n# REQUIRES=test -f {want}\necho\n")
-    (queue_root / "manifest.json").write_text(json.dumps({"jobs": {"84c-gpu.job": {"requires": [want]}},
-                                                          "producers": {}, "external": []}))
+    (queue_root / "manifest.json").write_text(
+        json.dumps({"jobs": {"84c-gpu.job": {"requires": [want]}}, "producers": {}, "external": []})
+    )
     runner.start()
     runner.wait_event("blocked")
     code, out = watch(str(queue_root), tmp_path / "w.json", "--idle", "3600")
@@ -85,8 +92,9 @@ def test_blocked_job(tmp_path: Path, queue_root: Path, runner: RunnerProcess) ->
 
 def test_lasting_alert_is_sent_once_until_realert(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     write_job(queue_root, "84c-gpu.job", "# LANE=gpu\n# REQUIRES=test -f /nonexistent/x\necho\n")
-    (queue_root / "manifest.json").write_text(json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}},
-                                                          "producers": {}, "external": []}))
+    (queue_root / "manifest.json").write_text(
+        json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}}, "producers": {}, "external": []})
+    )
     runner.start()
     runner.wait_event("blocked")
     state, got = tmp_path / "w.json", tmp_path / "alerts"
@@ -116,7 +124,7 @@ def test_on_alert_gets_json_and_is_not_repeated(tmp_path: Path, queue_root: Path
     runner.start()
     state = tmp_path / "w.json"
     got = tmp_path / "alerts"
-    hook = f"cat >> {got}; echo \" $PLAN_ALERT_KIND\" >> {got}"
+    hook = f'cat >> {got}; echo " $PLAN_ALERT_KIND" >> {got}'
     assert watch(str(queue_root), state, "--on-alert", hook)[0] == 0
     write_job(queue_root, "5-cpu-bad.job", "exit 3\n")
     runner.wait_event("failed")
@@ -128,8 +136,9 @@ def test_on_alert_gets_json_and_is_not_repeated(tmp_path: Path, queue_root: Path
     assert kind == "EVENT" and json.loads(payload)["kind"] == "EVENT"
 
 
-def test_over_ssh_event_and_unreachable_when_sshd_stops(tmp_path: Path, queue_root: Path, runner: RunnerProcess,
-                                                        sshd: Sshd) -> None:
+def test_over_ssh_event_and_unreachable_when_sshd_stops(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess, sshd: Sshd
+) -> None:
     hosts = sshd.hosts_file(queue_root, connect_timeout=2, timeout=5)
     state = tmp_path / "w.json"
     runner.start()
@@ -153,19 +162,24 @@ def test_over_ssh_event_and_unreachable_when_sshd_stops(tmp_path: Path, queue_ro
 
 
 def test_progress_parsers() -> None:
-    curl = (" 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:21 1:55:36  2.92M\r"
-            " 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:22 1:55:35  2.95M")
+    curl = (
+        " 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:21 1:55:36  2.92M\r"
+        " 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:22 1:55:35  2.95M"
+    )
     assert parse_progress(curl) == "64% of 52.44G (33.95G) at 2.72M/s, ETA 1:55:35"
-    assert parse_progress("x.gguf:  64%|######4   | 33.9G/52.4G [3:32:21<1:55:36, 2.72MB/s]") == \
-        "64% of 52.4G (33.9G) at 2.72MB/s, ETA 1:55:36"
-    assert parse_progress("x.gguf   64%[=====>     ]  33.95G  2.72MB/s    eta 1h 55m") == \
-        "64% (33.95G) at 2.72MB/s, ETA 1h 55m"
+    assert (
+        parse_progress("x.gguf:  64%|######4   | 33.9G/52.4G [3:32:21<1:55:36, 2.72MB/s]")
+        == "64% of 52.4G (33.9G) at 2.72MB/s, ETA 1:55:36"
+    )
+    assert (
+        parse_progress("x.gguf   64%[=====>     ]  33.95G  2.72MB/s    eta 1h 55m")
+        == "64% (33.95G) at 2.72MB/s, ETA 1h 55m"
+    )
     assert parse_progress("PROGRESS: 3/4 MB\nother line") == "75% (3/4 MB)"
     assert parse_progress("no progress here") is None
 
 
-def test_truncated_events_file_is_read_from_its_start(tmp_path: Path, queue_root: Path,
-                                                      runner: RunnerProcess) -> None:
+def test_truncated_events_file_is_read_from_its_start(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     state = tmp_path / "w.json"
     runner.start()
     write_job(queue_root, "1-cpu-ok.job", "echo ok\n")
@@ -201,16 +215,21 @@ def _queued(runner: RunnerProcess, job: str) -> dict | None:
     return next((q for q in runner.status()["queued"] if q["job"] == job), None)
 
 
-def test_fresh_once_watcher_sees_a_standing_gpu_foreign_hold(tmp_path: Path, queue_root: Path,
-                                                             runner: RunnerProcess) -> None:
+def test_fresh_once_watcher_sees_a_standing_gpu_foreign_hold(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     q, fresh = str(queue_root), tmp_path / "fresh.json"
     exe = _fake_llama_server(tmp_path)
     server = subprocess.Popen([str(exe), "300"])
     try:
         write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\necho bench\n")
         runner.start("--gpu-names", exe.name)
-        held = wait_for(lambda: (_queued(runner, "70-gpu-bench.job") or {}).get("reason") == "gpu-foreign"
-                        and _queued(runner, "70-gpu-bench.job"))
+        held = wait_for(
+            lambda: (
+                (_queued(runner, "70-gpu-bench.job") or {}).get("reason") == "gpu-foreign"
+                and _queued(runner, "70-gpu-bench.job")
+            )
+        )
         wait_for(lambda: time.time() - held["since"] > 1.5)  # the gpu-wait event is long before this watcher
         assert watch(q, tmp_path / "default.json", "--idle", "3600")[0] == 0  # 30 min by default
         code, out = watch(q, fresh, "--waiting", "gpu-foreign=1s", "--idle", "3600")
@@ -225,8 +244,7 @@ def test_fresh_once_watcher_sees_a_standing_gpu_foreign_hold(tmp_path: Path, que
     assert code == 0 and out.startswith("RECOVERED: WAITING 70-gpu-bench.job recovered after "), out
 
 
-def test_dead_recovered_and_dead_again_under_on_alert(tmp_path: Path, queue_root: Path,
-                                                      runner: RunnerProcess) -> None:
+def test_dead_recovered_and_dead_again_under_on_alert(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     q, state, got = str(queue_root), tmp_path / "w.json", tmp_path / "alerts"
     args = ("--on-alert", f'echo "$PLAN_ALERT_KIND $(cat)" >> {got}', "--realert", "3600", "--idle", "3600")
     runner.start()
@@ -250,14 +268,17 @@ def test_dead_recovered_and_dead_again_under_on_alert(tmp_path: Path, queue_root
     assert recovered["lasted_s"] > 0
 
 
-def test_misspelt_words_are_refused_and_nothing_is_probed(tmp_path: Path, queue_root: Path,
-                                                          runner: RunnerProcess) -> None:
+def test_misspelt_words_are_refused_and_nothing_is_probed(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     runner.start()
     state = tmp_path / "w.json"
-    for flags, message in ((["--events", "faild"], "--events: unknown event 'faild'; did you mean 'failed'?"),
-                           (["--wake-on", "dnoe"], "--wake-on: unknown event 'dnoe'; did you mean 'done'?"),
-                           (["--waiting", "gpu-foriegn=10m"], "did you mean 'gpu-foreign'?"),
-                           (["--heartbeat-every", "daily"], "--heartbeat-every: not a duration: 'daily'")):
+    for flags, message in (
+        (["--events", "faild"], "--events: unknown event 'faild'; did you mean 'failed'?"),
+        (["--wake-on", "dnoe"], "--wake-on: unknown event 'dnoe'; did you mean 'done'?"),
+        (["--waiting", "gpu-foriegn=10m"], "did you mean 'gpu-foreign'?"),
+        (["--heartbeat-every", "daily"], "--heartbeat-every: not a duration: 'daily'"),
+    ):
         result = cli.invoke(app, ["watch", str(queue_root), "--once", "--state", str(state), *flags])
         assert result.exit_code == 2 and message in result.output, result.output
         assert "Traceback" not in result.output
@@ -267,11 +288,13 @@ def test_misspelt_words_are_refused_and_nothing_is_probed(tmp_path: Path, queue_
     assert "correlated-failure" in page and "gpu-foreign" in page and "<list" not in page
 
 
-def test_ack_silences_one_incident_until_its_time_passes(tmp_path: Path, queue_root: Path,
-                                                         runner: RunnerProcess) -> None:
+def test_ack_silences_one_incident_until_its_time_passes(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
     write_job(queue_root, "84c-gpu.job", "# LANE=gpu\n# REQUIRES=test -f /nonexistent/x\necho\n")
-    (queue_root / "manifest.json").write_text(json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}},
-                                                          "producers": {}, "external": []}))
+    (queue_root / "manifest.json").write_text(
+        json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}}, "producers": {}, "external": []})
+    )
     runner.start()
     runner.wait_event("blocked")
     q, state = str(queue_root), tmp_path / "w.json"
@@ -283,8 +306,11 @@ def test_ack_silences_one_incident_until_its_time_passes(tmp_path: Path, queue_r
         result = cli.invoke(app, ["ack", q, *words, "--state", str(state)])
         return result.exit_code, result.output
 
-    assert ack("BLOKED") == (2, "plan: unknown incident kind 'BLOKED'; did you mean 'BLOCKED'? (kinds: STALL, IDLE, "
-                                "BLOCKED, DEAD, UNREACHABLE, ERROR, PARKED, WAITING)\n")
+    assert ack("BLOKED") == (
+        2,
+        "plan: unknown incident kind 'BLOKED'; did you mean 'BLOCKED'? (kinds: STALL, IDLE, "
+        "BLOCKED, DEAD, UNREACHABLE, ERROR, PARKED, WAITING)\n",
+    )
     code, out = ack("DEAD")
     assert code == 1 and "no open incident DEAD (open: BLOCKED:84c-gpu.job)" in out
     code, out = ack("BLOCKED:84c-gpu", "--for", "1s")
@@ -311,17 +337,33 @@ def test_heartbeat_every_sends_one_all_clear(tmp_path: Path, queue_root: Path, r
     assert kind == "OK" and json.loads(payload)["open"] == 0
 
 
-def test_a_running_watcher_sends_the_second_outage_too(tmp_path: Path, queue_root: Path,
-                                                       runner: RunnerProcess) -> None:
+def test_a_running_watcher_sends_the_second_outage_too(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     """The issue's scenario: one long-lived `--on-alert` watcher, kill -9, restart, kill -9 again 45 s later."""
     got = tmp_path / "alerts"
     runner.start()
     wait_for(lambda: runner.status()["runner"]["pid"] == runner.proc.pid)
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "plancompiler.cli", "watch", str(queue_root), "--state", str(tmp_path / "w.json"),
-         "--interval", "0.3", "--realert", "600", "--idle", "3600",
-         "--on-alert", f'echo "$PLAN_ALERT_KIND" >> {got}'],
-        env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "plancompiler.cli",
+            "watch",
+            str(queue_root),
+            "--state",
+            str(tmp_path / "w.json"),
+            "--interval",
+            "0.3",
+            "--realert",
+            "600",
+            "--idle",
+            "3600",
+            "--on-alert",
+            f'echo "$PLAN_ALERT_KIND" >> {got}',
+        ],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         kinds = lambda: got.read_text().split() if got.exists() else []  # noqa: E731
         for round_ in range(2):

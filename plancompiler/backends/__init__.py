@@ -1,4 +1,5 @@
 """The backends a host can have: a stdlib runner's queue, or a Slurm cluster; both behind one protocol."""
+
 from __future__ import annotations
 
 from plancompiler.backends.protocol import Backend

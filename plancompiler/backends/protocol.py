@@ -1,4 +1,5 @@
 """What push, status, report and the operate commands need from a host, whatever runs its jobs."""
+
 from __future__ import annotations
 
 import getpass
@@ -15,8 +16,18 @@ if TYPE_CHECKING:  # status, watch and the operate commands never compile: no py
 
 # What a push does to each job: new, changed, unchanged, retired, held (failed), retried,
 # running (left alone), running but changed (reported, left alone), done (left alone).
-MARKS = {"+": "new", "~": "changed", "^": "stale", "=": "unchanged", "-": "retired", "!": "held", "r": "retried",
-         ">": "running", ">~": "running, changed", "d": "done"}
+MARKS = {
+    "+": "new",
+    "~": "changed",
+    "^": "stale",
+    "=": "unchanged",
+    "-": "retired",
+    "!": "held",
+    "r": "retried",
+    ">": "running",
+    ">~": "running, changed",
+    "d": "done",
+}
 ORDER = ["+", "~", "^", "r", "-", "!", ">~", ">", "=", "d"]
 
 
@@ -67,14 +78,26 @@ class PushPlan:
         return Counter(c.mark for c in self.changes)
 
     def has_work(self) -> bool:
-        return bool(self.request.get("files") or self.request.get("remove") or self.request.get("resets")
-                    or self.request.get("record") is not None or self.request.get("submit")
-                    or self.request.get("stale"))
+        return bool(
+            self.request.get("files")
+            or self.request.get("remove")
+            or self.request.get("resets")
+            or self.request.get("record") is not None
+            or self.request.get("submit")
+            or self.request.get("stale")
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "plan": self.plan, "changes": [asdict(c) for c in self.changes],
-                "counts": dict(self.counts()), "warnings": self.warnings, "errors": self.errors,
-                "host_state": self.host_state, "reruns": self.reruns}
+        return {
+            "host": self.host,
+            "plan": self.plan,
+            "changes": [asdict(c) for c in self.changes],
+            "counts": dict(self.counts()),
+            "warnings": self.warnings,
+            "errors": self.errors,
+            "host_state": self.host_state,
+            "reruns": self.reruns,
+        }
 
     def text(self) -> str:
         lines = [f"push {self.plan} -> {self.host}"]

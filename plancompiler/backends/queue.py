@@ -1,4 +1,5 @@
 """A host whose queue directory a stdlib runner serves: the diff rules, plan ownership, and the runner's health."""
+
 from __future__ import annotations
 
 import hashlib
@@ -35,18 +36,33 @@ def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) ->
     never = sorted(n for n, spec in jobs.items() if spec.get("rerun") == "never")
     # `rerun: never` lives only in the manifest: changing it must change the plan's hash, so it is recorded.
     counted = [f"{lane}={n}" for lane, n in sorted(slots.items())]  # a change of slots is pushed too
-    digest = _sha("\0".join([*(texts[n] for n in sorted(texts)), *(["rerun: never", *never] if never else []),
-                             *(["slots", *counted] if counted else [])]))[:12]
-    record = {"plan": compiled.name, "hash": digest, "by": who(), "jobs": jobs, "producers": graph["producers"],
-              "external": graph["external"]}
+    digest = _sha(
+        "\0".join(
+            [
+                *(texts[n] for n in sorted(texts)),
+                *(["rerun: never", *never] if never else []),
+                *(["slots", *counted] if counted else []),
+            ]
+        )
+    )[:12]
+    record = {
+        "plan": compiled.name,
+        "hash": digest,
+        "by": who(),
+        "jobs": jobs,
+        "producers": graph["producers"],
+        "external": graph["external"],
+    }
     if slots:
         record["slots"] = slots
     return record
 
 
 def busy_message(host: Host, holder: dict[str, Any]) -> str:
-    return (f"another push to {host.name} is in progress (pid {holder.get('pid', '?')}, "
-            f"{holder.get('user', '?')}, since {holder.get('since', '?')}); try again when it is done")
+    return (
+        f"another push to {host.name} is in progress (pid {holder.get('pid', '?')}, "
+        f"{holder.get('user', '?')}, since {holder.get('since', '?')}); try again when it is done"
+    )
 
 
 def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> PushPlan:
@@ -94,13 +110,22 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
             changes.append(Change("+", name, None, note))
             request["files"][name] = job.text
         elif state == "running":
-            changes.append(Change(">" if same else ">~", name, state, "; ".join(filter(None, [
-                taken, "" if same else "running an older version; the new one is not sent"]))))
+            changes.append(
+                Change(
+                    ">" if same else ">~",
+                    name,
+                    state,
+                    "; ".join(
+                        filter(None, [taken, "" if same else "running an older version; the new one is not sent"])
+                    ),
+                )
+            )
         elif state == "queue":
             effect = effects.get(name)
             if effect is not None and effect.kind == "stale":
-                changes.append(Change("^", name, state, "; ".join(filter(None, [
-                    note, "" if same else "changed", effect.note]))))
+                changes.append(
+                    Change("^", name, state, "; ".join(filter(None, [note, "" if same else "changed", effect.note])))
+                )
             else:
                 changes.append(Change("=" if same else "~", name, state, note))
             if not same:
@@ -111,8 +136,16 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
         elif state == "done":
             effect = effects.get(name)
             mark = "^" if effect is not None and effect.kind == "stale" else "~"
-            changes.append(Change(mark, name, state, "; ".join(filter(None, [
-                note, effect.note if effect else "done before; content changed, queued again"]))))
+            changes.append(
+                Change(
+                    mark,
+                    name,
+                    state,
+                    "; ".join(
+                        filter(None, [note, effect.note if effect else "done before; content changed, queued again"])
+                    ),
+                )
+            )
             request["remove"].append(["done", name])
             request["files"][name] = job.text
             if effect is not None and effect.kind in ("run", "stale") and name not in request["resets"]:
@@ -139,26 +172,38 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
     changed_record = before.get("hash") != record["hash"] or owned_before != ours or request["take_over"]
     request["record"] = record if changed_record else None
     request["generation"] = probe.get("generation", 0)
-    result = PushPlan(host.describe(), plan_name, changes, errors=errors, request=request,
-                      reruns=[name for name, _ in request["stale"]])
+    result = PushPlan(
+        host.describe(),
+        plan_name,
+        changes,
+        errors=errors,
+        request=request,
+        reruns=[name for name, _ in request["stale"]],
+    )
     for name, wrong in sorted((probe.get("stamp_problems") or {}).items()):
         result.warnings.append(f"{name} on {host.name}: {'; '.join(str(w[-1]) for w in wrong)}")
     if options.verify_external and probe.get("external_missing"):
         for path in probe["external_missing"]:
-            result.errors.append(f"external path {path} does not exist on {host.name} "
-                                 "(jobs that require it would wait forever; --no-verify-external to push anyway)")
+            result.errors.append(
+                f"external path {path} does not exist on {host.name} "
+                "(jobs that require it would wait forever; --no-verify-external to push anyway)"
+            )
     health(result, host, probe, options)
     return result
 
 
 def _foreign(name: str, state: str, held_by: str | None, plan_name: str, probe: dict[str, Any]) -> str:
     if held_by is None:
-        return (f"{name} in {state}/ is a hand-written job (no PLAN= header): plan {plan_name} will not replace it; "
-                "rename the job, remove the file, or push with --take-over")
+        return (
+            f"{name} in {state}/ is a hand-written job (no PLAN= header): plan {plan_name} will not replace it; "
+            "rename the job, remove the file, or push with --take-over"
+        )
     pushed = probe.get("plans", {}).get(held_by) or {}
     by = f", pushed by {pushed['by']} at {pushed['pushed_at']}" if pushed.get("by") and pushed.get("pushed_at") else ""
-    return (f"{name} in {state}/ belongs to plan {held_by}{by}: plan {plan_name} will not replace it; "
-            f"push with --take-over to move it to {plan_name}")
+    return (
+        f"{name} in {state}/ belongs to plan {held_by}{by}: plan {plan_name} will not replace it; "
+        f"push with --take-over to move it to {plan_name}"
+    )
 
 
 def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOptions) -> None:
@@ -173,34 +218,52 @@ def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOpt
     version = runner.get("format_version")
     queued = len(probe.get("files", {}).get("queue", {})) + len(result.request.get("files", {}))
     if not status:
-        state, why = "never-started", (f"no runner has ever ticked there (no status.json under {host.root}): "
-                                      f"start one with `python3 -m runner run --root {shlex.quote(host.root)}` or "
-                                      f"`plan bootstrap {shlex.quote(host.name)}`")
+        state, why = (
+            "never-started",
+            (
+                f"no runner has ever ticked there (no status.json under {host.root}): "
+                f"start one with `python3 -m runner run --root {shlex.quote(host.root)}` or "
+                f"`plan bootstrap {shlex.quote(host.name)}`"
+            ),
+        )
     elif lifecycle.get("event") == "runner-stop":
-        state, why = "stopped", (f"its runner stopped at {lifecycle.get('ts', '?')} (runner-stop) and has not "
-                                 "started since")
+        state, why = (
+            "stopped",
+            (f"its runner stopped at {lifecycle.get('ts', '?')} (runner-stop) and has not started since"),
+        )
     elif age is not None and age > options.dead_s:
         state, why = "dead", f"no runner has ticked there for {format_duration(age)}"
     elif not probe.get("runner_alive", True):
         state, why = "dead", f"its runner (pid {runner.get('pid')}) is not running"
     else:
         state, why = "running", ""
-    result.host_state = {"runner": state, "heartbeat_age_s": age, "pid": runner.get("pid"),
-                         "format_version": version, "parked": parked}
+    result.host_state = {
+        "runner": state,
+        "heartbeat_age_s": age,
+        "pid": runner.get("pid"),
+        "format_version": version,
+        "parked": parked,
+    }
     if why and options.expect_runner:
         jobs = f"{queued} job{'s' * (queued != 1)}"
         done = "would be queued" if options.dry_run or result.errors else "queued"  # nothing is queued yet
         result.warnings.append(f"{jobs} {done} on {host.name}, but {why}")
     if parked:
-        result.warnings.append(f"{host.name} is parked since {parked.get('since', '?')} by {parked.get('by', '?')}"
-                               f"{': ' + parked['reason'] if parked.get('reason') else ''}; no job starts until "
-                               f"`plan unpark {host.name}`")
+        result.warnings.append(
+            f"{host.name} is parked since {parked.get('since', '?')} by {parked.get('by', '?')}"
+            f"{': ' + parked['reason'] if parked.get('reason') else ''}; no job starts until "
+            f"`plan unpark {host.name}`"
+        )
     if isinstance(version, int) and version < FORMAT_VERSION:
-        result.errors.append(f"the runner on {host.name} reads job-file format {version}, this plan needs "
-                             f"{FORMAT_VERSION}: update it with `plan bootstrap {host.name}`")
+        result.errors.append(
+            f"the runner on {host.name} reads job-file format {version}, this plan needs "
+            f"{FORMAT_VERSION}: update it with `plan bootstrap {host.name}`"
+        )
     elif isinstance(version, int) and version > FORMAT_VERSION:
-        result.warnings.append(f"the runner on {host.name} reads job-file format {version}, newer than this "
-                               f"plan's {FORMAT_VERSION}: update plancompiler here")
+        result.warnings.append(
+            f"the runner on {host.name} reads job-file format {version}, newer than this "
+            f"plan's {FORMAT_VERSION}: update plancompiler here"
+        )
 
 
 class QueuePushSession:
@@ -218,16 +281,17 @@ class QueuePushSession:
         return diff(compiled, self.host, probe, options)
 
     def apply(self, plan: PushPlan) -> PushOutcome:
-        result = self.session.ask("install", {**self.host.context(), **plan.request, "create": True,
-                                              "by": who()})
+        result = self.session.ask("install", {**self.host.context(), **plan.request, "create": True, "by": who()})
         if result.get("busy"):
             raise Refused(busy_message(self.host, result.get("holder") or {}))
         if result.get("changed"):
             raise Refused(CHANGED)
         if "error" in result:
             raise Refused(f"{self.host.describe()}: {result['error']}")
-        notes = [f"note: {state}/{name} had already moved (the runner took it) when the push came to change it"
-                 for state, name in result.get("gone", [])]
+        notes = [
+            f"note: {state}/{name} had already moved (the runner took it) when the push came to change it"
+            for state, name in result.get("gone", [])
+        ]
         notes.append(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed")
         return PushOutcome(plan, True, notes)
 
@@ -241,8 +305,11 @@ class QueueBackend:
         session = self.host.session()
         try:
             if not options.dry_run:
-                got = session.ask("lock", {**self.host.context(), "wait_s": options.lock_wait_s, "by": who(),
-                                           "create": True}, options.lock_wait_s + self.host.timeout)
+                got = session.ask(
+                    "lock",
+                    {**self.host.context(), "wait_s": options.lock_wait_s, "by": who(), "create": True},
+                    options.lock_wait_s + self.host.timeout,
+                )
                 if got.get("busy"):
                     raise Refused(busy_message(self.host, got.get("holder") or {}))
                 if "error" in got:
