@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -77,6 +78,12 @@ def key(plan: Path, sets: Sequence[str], templates: Sequence[Path], max_size: st
     """The memo key of checking PLAN with these options, or None where no memo may be used."""
     if plan.suffix not in (".yaml", ".yml"):
         return None
+    try:
+        facts = os.stat(plan)
+    except OSError:
+        return None
+    if not stat.S_ISREG(facts.st_mode) or facts.st_size > _MAX_BYTES:
+        return None  # a FIFO, device or huge file: the loader says what it is, without a read that hangs
     digest = hashlib.sha256()
     try:
         digest.update(
@@ -92,6 +99,8 @@ def key(plan: Path, sets: Sequence[str], templates: Sequence[Path], max_size: st
             for root, dirs, files in os.walk(directory, followlinks=True):
                 dirs.sort()
                 for name in sorted(files):
+                    if not os.path.isfile(os.path.join(root, name)):
+                        return None  # a FIFO among the templates: no memo, and no read that could hang
                     data = Path(root, name).read_bytes()
                     count, size = count + 1, size + len(data)
                     if count > _MAX_FILES or size > _MAX_BYTES:

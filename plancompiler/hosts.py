@@ -33,7 +33,7 @@ class Host:
 
     @classmethod
     def from_entry(cls, name: str, entry: HostEntry) -> Host:
-        from plancompiler.hostsfile import SlurmHostEntry
+        from plancompiler.hostsfile import QueueHostEntry, SlurmHostEntry
 
         return cls(
             name=name,

@@ -159,9 +159,12 @@ def _shape_filter(values: _Values):
     escaped: dict[tuple[str, str, str, int], str] = {}  # most values recur: names, paths, the plan's vars
     stand_ins: dict[tuple[str, str, int], str | None] = {}
 
-    def shape_escape(value: Any, context: str, line: int, col: int, delim: str = "", dash: int = 0) -> Escaped:
-        if context == "sh" or isinstance(value, Shell):
-            return escape(value, context, line, col, delim, dash)
+    def shape_escape(
+        value: Any, context: str, line: int, col: int, delim: str = "", dash: int = 0, check: str = ""
+    ) -> Escaped:
+        if context == "sh" or isinstance(value, Shell) or check:
+            # code, or a value checked as a name: its own text is what shellcheck and bash must judge
+            return escape(value, context, line, col, delim, dash, check)
         key = (value, context, delim, dash) if type(value) is str else None
         real = escaped.get(key) if key is not None else None
         if real is None:

@@ -44,6 +44,7 @@ class Jobs:
         self.running: dict[str, Running] = {}
         self.kept_leaks: dict[int, str] = {}  # --keep-leaks: pid -> the job that left it
         self.disk_full = ""  # why jobs cannot start, while the disk is full
+        self.start_failed_at = 0.0  # when a start last failed: its file moved back must not wake a tick at once
 
     # -- starting ------------------------------------------------------------------------------
     def start(self, now: float, filename: str, job: jobfile.JobFile) -> bool:
@@ -97,6 +98,7 @@ class Jobs:
         """The job could not be started (ENOSPC writing its log, no fork): back to queue/, no attempt used, said
         once per spell; a full disk shows as `disk-full` in status.json while it lasts, and the queue drains by
         itself once space returns."""
+        self.start_failed_at = now
         if moved:
             try:
                 leave_running(self.queue, filename, "queue")

@@ -251,7 +251,9 @@ class Runner:
             ready = select.select(fds, [], [], left if self.watch is not None else min(left, DIR_POLL_S))[0]
             if self.watch is not None and self.watch.fd in ready:
                 wake, created = self.watch.read()
-                if wake:
+                # A start that failed (a full disk) put its file back: that move waits for the tick, or the
+                # runner would spin retrying it.
+                if wake and time.time() - self.jobs.start_failed_at >= self.config.tick_s:
                     return  # a file is complete (or gone): the tick reads what changed
                 if created:  # being written, or a link or FIFO that will never be closed: look in a moment
                     next_tick = min(next_tick, time.monotonic() + DIR_POLL_S)
