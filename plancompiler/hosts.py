@@ -13,7 +13,7 @@ from plancompiler.diagnostics import PlanError
 from plancompiler.transport import RemoteFailed, Unreachable
 
 if TYPE_CHECKING:  # the hosts model is pydantic: imported only where a hosts file is read
-    from plancompiler.hostsfile import HostEntry, QueueHostEntry, SlurmHostEntry
+    from plancompiler.hostsfile import HostEntry, SlurmHostEntry
 
 __all__ = ["Host", "RemoteFailed", "Unreachable", "hosts_file", "resolve"]
 
