@@ -662,7 +662,7 @@ def report(
     try:
         start = parse_ts(since) if since else None
         end = parse_ts(until) if until else None
-        events, skipped = parse_events(text, source)
+        events, skipped = parse_events(text, source, empty_ok=not path.is_file())
         live = file_liveness(path) if path.is_file() else liveness(answer)
         result = build_report(events, start, end, live=live, skipped=skipped)
     except ValueError as exc:

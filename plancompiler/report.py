@@ -109,7 +109,7 @@ def timed(events: list[dict[str, Any]]) -> tuple[list[tuple[float, dict[str, Any
     return items, bad
 
 
-def parse_events(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]]:
+def parse_events(text: str, source: str, empty_ok: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """The usable events in an events.jsonl TEXT, and a line for each malformed line (by line number).
     ValueError when there are none: SOURCE is then no events file (or has no events yet)."""
     events: list[dict[str, Any]] = []
@@ -127,6 +127,8 @@ def parse_events(text: str, source: str) -> tuple[list[dict[str, Any]], list[str
         events += good
         skipped += [b.replace(f"line {number} 1:", f"line {number}:") for b in bad]
     if not events:
+        if not any(line.strip() for line in lines) and empty_ok:
+            return events, skipped  # a host's queue with nothing in it yet
         if not any(line.strip() for line in lines):
             raise ValueError(f"{source}: no events (it is empty)")
         raise ValueError(
