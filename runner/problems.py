@@ -18,13 +18,15 @@ class FileProblems:
 
     def report(self, now: float, name: str, problems: list[Problem]) -> None:
         """One state-corrupt event per wrong field of NAME, not repeated while that file stays the same."""
+        if not problems:
+            # Called for every stamp of every queued job each tick: a sound file keeps no entry.
+            self.said.pop(name, None)
+            return
         said = self.said.setdefault(name, set())
         for field, why in problems:
             if (field, why) not in said:
                 said.add((field, why))
                 self.queue.emit(now, "-", Event.STATE_CORRUPT.value, file=name, field=field, why=why)
-        if not problems:
-            said.clear()
 
     def keep(self, now: float, name: str, write: Callable[[], None]) -> None:
         """Write one of the runner's files; one that cannot be written (disk full, permissions) is said once,
