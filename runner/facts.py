@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
 
-from runner import jobfile, procs, stamps
+from runner import jobfile, procs
 from runner.conditions import OP_BIT, Condition, evaluate, stat_flags
 from runner.config import Config
 from runner.manifest import Manifest
@@ -12,6 +13,7 @@ from runner.proctable import Processes
 from runner.records import Parsed, Running
 from runner.runstate import RunnerState
 from runner.schedule import JobFacts, Snapshot
+from runner.stamp_judge import Verdicts
 
 Blocked = tuple[str, str, str]  # (path, producer, why) of a REQUIRES path that can never appear
 
@@ -28,6 +30,7 @@ class Facts:
         # judged when it ends must see what it wrote).
         self.seen: dict[str, int] | None = None
         self._checks: dict[str, tuple[tuple[int, str, str], ...]] = {}  # fast condition -> (bit, path, detail)
+        self.verdicts = Verdicts(self.root)  # stamped jobs' verdicts, judged again only when what they read changed
 
     def holds(self, cond: Condition | None) -> tuple[bool, str]:
         if cond is None:
@@ -68,6 +71,8 @@ class Facts:
         self.seen = {}
         backoff = state.backoff_until
         holds = self.holds
+        manifest = self.manifest.get()
+        self.verdicts.begin(self.manifest.key(), time.time())
         # One pass, kept lean: at 10 000 queued jobs this loop is most of a tick.
         for filename, parsed in queued:
             job: jobfile.JobFile = parsed.job  # type: ignore[assignment]  # the scan returns only valid jobs
@@ -76,8 +81,9 @@ class Facts:
             if job.plan and job.outputs:  # stamps.stamped(job)
                 # Rerun on change: DONE_IF counts only while the job's stamp matches what it runs and its
                 # producers' runs; a stale job runs again, or first waits for a producer that runs again.
-                verdict = stamps.judge(self.root, filename, job, self.manifest.get(), now, done)
-                self.manifest.problems.report(now, verdict.file, verdict.problems)
+                verdict = self.verdicts.judge(filename, parsed.key, job, manifest, now, done)
+                if verdict.problems or verdict.file in self.manifest.problems.said:
+                    self.manifest.problems.report(now, verdict.file, verdict.problems)
                 stale = (verdict.why, verdict.blocker) if verdict.stale and verdict.wait else None
                 done = done and not verdict.stale
             requires: bool | None = None

@@ -49,29 +49,12 @@ class Leak:
     group: tuple[int, ...]  # the leak and its descendants
 
 
-def _parents() -> dict[int, tuple[int, str]]:
-    """pid -> (ppid, state) of every process, from /proc/PID/stat alone (this runs at every job's end)."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                text = handle.read()
-        except OSError:
-            continue
-        fields = text[text.rfind(b")") + 2 :].split()
-        try:
-            table[int(entry)] = (int(fields[1]), fields[0].decode())
-        except (IndexError, ValueError):
-            continue
-    return table
-
-
-def find(lifetimes: list[Lifetime], leaders: set[int]) -> list[Leak]:
-    """Live children of this process that are not job wrappers in LEADERS, each with its descendants."""
+def find(lifetimes: list[Lifetime], leaders: set[int], stats: dict[int, procs.Stat] | None = None) -> list[Leak]:
+    """Live children of this process that are not job wrappers in LEADERS, each with its descendants (STATS:
+    every process's, as `procs.all_stats` read them this tick)."""
     me = os.getpid()
-    table = {pid: ppid for pid, (ppid, state) in _parents().items() if state not in ("Z", "X")}
+    stats = procs.all_stats() if stats is None else stats
+    table = {pid: ppid for pid, (ppid, _, state, _) in stats.items() if state not in ("Z", "X")}
     children: dict[int, list[int]] = {}
     for pid, ppid in table.items():
         children.setdefault(ppid, []).append(pid)

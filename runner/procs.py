@@ -76,39 +76,73 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def read_proc(pid: int) -> Proc | None:
+Stat = tuple[int, int, str, str]  # (ppid, sid, state, comm) of a process, from /proc/PID/stat alone
+
+
+def read_stat(pid: int) -> Stat | None:
     raw = _read(f"/proc/{pid}/stat")
     if raw is None:
         return None
     text = raw.decode(errors="replace")
     lpar, rpar = text.find("("), text.rfind(")")
-    comm = text[lpar + 1 : rpar]
     fields = text[rpar + 2 :].split()
     try:
-        state, ppid, sid = fields[0], int(fields[1]), int(fields[3])
+        return int(fields[1]), int(fields[3]), fields[0], text[lpar + 1 : rpar]
     except (IndexError, ValueError):
         return None
+
+
+def all_stats() -> dict[int, Stat]:
+    """pid -> its stat of every process: one read each (cmdline and environ are read only for those that matter;
+    at a job's end this runs before its lane's next job may start)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = read_stat(int(entry))
+            if found is not None:
+                table[int(entry)] = found
+    return table
+
+
+def _proc(pid: int, found: Stat) -> Proc:
+    ppid, sid, state, comm = found
     cmd = _read(f"/proc/{pid}/cmdline") or b""
     cmdline = cmd.replace(b"\0", b" ").decode(errors="replace").strip()
+    return Proc(pid, ppid, sid, state, comm, cmdline or f"[{comm}]", read_tag(pid))
+
+
+def read_tag(pid: int) -> str | None:
     env = _read(f"/proc/{pid}/environ")
-    tag = None
     if env:
         prefix = TAG_VAR.encode() + b"="
         for item in env.split(b"\0"):
             if item.startswith(prefix):
-                tag = item[len(prefix) :].decode(errors="replace")
-                break
-    return Proc(pid, ppid, sid, state, comm, cmdline or f"[{comm}]", tag)
+                return item[len(prefix) :].decode(errors="replace")
+    return None
+
+
+def read_proc(pid: int) -> Proc | None:
+    found = read_stat(pid)
+    return None if found is None else _proc(pid, found)
 
 
 def all_procs() -> list[Proc]:
-    procs = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            proc = read_proc(int(entry))
-            if proc is not None:
-                procs.append(proc)
-    return procs
+    return [_proc(pid, found) for pid, found in all_stats().items()]
+
+
+def descendants(table: dict[int, Stat], top: int) -> set[int]:
+    """Every process below TOP in TABLE (TOP left out)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, *_) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = list(children.get(top, ()))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
 
 
 def alive(pid: int) -> bool:
@@ -169,36 +203,64 @@ def _is_gpu_node(target: str, extra_paths: Sequence[str]) -> bool:
 
 
 def gpu_users(
-    names: Sequence[str], device_paths: Sequence[str], is_ours: Callable[[Proc], bool]
+    names: Sequence[str],
+    device_paths: Sequence[str],
+    is_ours: Callable[[Proc], bool],
+    stats: dict[int, Stat] | None = None,
 ) -> tuple[list[GpuUser], list[int]]:
-    """Processes not ours that use the GPU (by name or open device node), and pids whose fds we could not read."""
+    """Processes not ours that use the GPU (by name or open device node), and pids whose fds we could not read.
+    A process's cmdline and environ are read only once it is a GPU user (or unreadable): whether it is ours
+    matters only then, and this runs before every start in the GPU lane."""
     found: list[GpuUser] = []
     unreadable: list[int] = []
     me = os.getpid()
-    for proc in all_procs():
-        if proc.pid == me or proc.state in ("Z", "X") or is_ours(proc):
+    nodes: dict[str, bool] = {}  # fd target -> a GPU node: /dev/null and the ttys stat()ed once
+    for pid, stat_of in (all_stats() if stats is None else stats).items():
+        if pid == me or stat_of[2] in ("Z", "X"):
             continue
-        if proc.comm in names or os.path.basename(proc.cmdline.split(" ", 1)[0]) in names:
-            found.append(GpuUser(proc.pid, proc.ppid, proc.cmdline, "name"))
+        why = _gpu_use(pid, stat_of[3], names, device_paths, nodes)
+        if why is None:
             continue
-        try:
-            fds = os.listdir(f"/proc/{proc.pid}/fd")
-        except PermissionError:
-            if proc.ppid != 2 and proc.pid != 2:  # kernel threads have no fds to read
-                unreadable.append(proc.pid)
+        proc = _proc(pid, stat_of)
+        if is_ours(proc):
             continue
-        except OSError:
+        if why == "unreadable":
+            if proc.ppid != 2 and pid != 2:  # kernel threads have no fds to read
+                unreadable.append(pid)
             continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
-            except OSError:
-                continue
-            if _is_gpu_node(target, device_paths):
-                found.append(GpuUser(proc.pid, proc.ppid, proc.cmdline, f"device {target}"))
-                break
+        found.append(GpuUser(pid, proc.ppid, proc.cmdline, why))
     found.extend(_nvml_users(is_ours, {u.pid for u in found}))
     return found, unreadable
+
+
+def _gpu_use(
+    pid: int, comm: str, names: Sequence[str], device_paths: Sequence[str], nodes: dict[str, bool]
+) -> str | None:
+    """How PID uses the GPU: "name", "device PATH", "unreadable" (its fds), or None."""
+    if comm in names or (names and _argv0(pid, comm) in names):
+        return "name"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except PermissionError:
+        return "unreadable"
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        gpu = nodes.get(target)
+        if gpu is None:
+            gpu = nodes[target] = _is_gpu_node(target, device_paths)
+        if gpu:
+            return f"device {target}"
+    return None
+
+
+def _argv0(pid: int, comm: str) -> str:
+    cmdline = (_read(f"/proc/{pid}/cmdline") or b"").replace(b"\0", b" ").decode(errors="replace").strip()
+    return os.path.basename((cmdline or f"[{comm}]").split(" ", 1)[0])
 
 
 def _nvml_users(is_ours: Callable[[Proc], bool], seen: set[int]) -> list[GpuUser]:

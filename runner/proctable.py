@@ -45,6 +45,14 @@ class OsProcesses:
         self._ours: set[int] = set()
         self._exited: dict[int, int] = {}  # pid -> exit code, reaped but not yet handled
         self._lifetimes: list[leaks.Lifetime] = []  # jobs' start..end in clock ticks, to name a leak's job
+        # Every process's /proc/PID/stat, read once between reaps: a job's end looks at its tree, the leaks and
+        # (before its lane's next job starts) the GPU users, and each of them would read all of /proc again.
+        self._stats: dict[int, procs.Stat] | None = None
+
+    def stats(self) -> dict[int, procs.Stat]:
+        if self._stats is None:
+            self._stats = procs.all_stats()
+        return self._stats
 
     def adopt_orphans(self) -> None:
         procs.set_child_subreaper()
@@ -54,10 +62,12 @@ class OsProcesses:
         self._ours.add(pid)
         self._lifetimes.append(leaks.Lifetime(job, leaks.start_ticks(pid) or leaks.now_ticks()))
         del self._lifetimes[: -leaks.LIFETIMES_KEPT]
+        self._stats = None
         return pid
 
     def reap(self) -> None:
         """Collect every child that ended: our jobs' codes are kept, orphans are just reaped."""
+        self._stats = None  # every tick starts here, and so does each wait for processes being ended
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -82,17 +92,23 @@ class OsProcesses:
             return False
 
     def tree(self, run: Running) -> list[procs.Proc]:
-        """Every live process of RUN: in its cgroup, carrying its tag, or still in its session."""
+        """Every live process of RUN: in its cgroup, carrying its tag, or still in its session. Only this runner's
+        descendants can carry its tag (it is their subreaper): only their environ is read."""
         in_cgroup = set(procs.cgroup_pids(run.cgroup)) if run.cgroup else set()
-        return [
-            p
-            for p in procs.all_procs()
-            if p.state not in ("Z", "X")
-            and p.pid != os.getpid()
-            and (p.tag == run.tag or p.sid == run.pid or p.pid in in_cgroup)
+        me = os.getpid()
+        table = self.stats()
+        mine = procs.descendants(table, me)
+        pids = [
+            pid
+            for pid, (_, sid, state, _) in table.items()
+            if state not in ("Z", "X")
+            and pid != me
+            and (sid == run.pid or pid in in_cgroup or (pid in mine and procs.read_tag(pid) == run.tag))
         ]
+        return [p for p in map(procs.read_proc, pids) if p is not None and p.state not in ("Z", "X")]
 
     def end(self, pids: Iterable[int]) -> None:
+        self._stats = None
         procs.end_processes(list(pids), self.kill_grace_s, self.reap)
 
     def end_cgroup(self, cgroup: str) -> list[int]:
@@ -117,7 +133,7 @@ class OsProcesses:
                 life.end = leaks.now_ticks()
 
     def leaks(self, leaders: set[int]) -> list[leaks.Leak]:
-        return leaks.find(self._lifetimes, leaders)
+        return leaks.find(self._lifetimes, leaders, self.stats())
 
     def leak_owner(self, pid: int) -> str:
         return leaks.owner(self._lifetimes, leaks.start_ticks(pid))
@@ -128,7 +144,7 @@ class OsProcesses:
     def gpu_users(
         self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
     ) -> tuple[list[procs.GpuUser], list[int]]:
-        return procs.gpu_users(names, devices, is_ours)
+        return procs.gpu_users(names, devices, is_ours, self.stats())
 
     def read_proc(self, pid: int) -> procs.Proc | None:
         return procs.read_proc(pid)

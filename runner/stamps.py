@@ -7,7 +7,8 @@ stale rewrites its stamp with `"sha": ""` and `"stale": why` (the old `id` kept)
 it after its producers. A queued job whose DONE_IF holds is really done only when its stamp matches its
 current content and its producers' current stamps; a job with no stamp (a queue from before stamps, a
 seed job) keeps the old rule: DONE_IF alone. `rerun: never` in the plan (manifest.json) keeps it too.
-The runner (`judge`, `record_done`) and the push diff (`push_effects`) both decide from these functions.
+The runner (`stamp_judge.judge`, `record_done`) and the push diff (`stamp_push.push_effects`) both decide from
+these functions.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import json
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +32,6 @@ Problem = tuple[str, str]  # (field, what was wrong): reported as state-corrupt,
 # judged every tick, and need not be read again each time.
 _hashes: dict[str, tuple[tuple[int, int, int], str]] = {}
 _reads: dict[str, tuple[tuple[int, int, int], tuple[dict[str, Any] | None, list[Problem]]]] = {}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What a queued job's stamp says once its DONE_IF holds: done (skip it), stale (run it) or wait."""
-
-    stale: bool = False
-    wait: bool = False  # stale, but a producer must run again first
-    why: str = ""
-    blocker: str = ""
-    file: str = ""  # the stamp file, for problems
-    problems: list[Problem] = field(default_factory=list)
 
 
 def content_hash(data: bytes) -> str:
@@ -149,11 +137,11 @@ def _write(root: str, filename: str, stamp: dict[str, Any]) -> None:
     atomic_write(path, (json.dumps(stamp, sort_keys=True) + "\n").encode())
 
 
-def _queued(root: str, filename: str) -> str:
+def queued_path(root: str, filename: str) -> str:
     return os.path.join(root, "queue", filename)
 
 
-def _try_write(root: str, filename: str, stamp: dict[str, Any]) -> list[Problem]:
+def try_write(root: str, filename: str, stamp: dict[str, Any]) -> list[Problem]:
     try:
         _write(root, filename, stamp)
     except OSError as exc:
@@ -182,7 +170,7 @@ def rerun_never(manifest: Mapping[str, Any] | None, filename: str) -> bool:
     return _entry(manifest, filename).get("rerun") == "never"
 
 
-def _current_ids(root: str, producers: Sequence[str]) -> dict[str, str | None]:
+def current_ids(root: str, producers: Sequence[str]) -> dict[str, str | None]:
     ids: dict[str, str | None] = {}
     for producer in producers:
         stamp, _ = read(root, producer)
@@ -190,7 +178,7 @@ def _current_ids(root: str, producers: Sequence[str]) -> dict[str, str | None]:
     return ids
 
 
-def _file_hash(path: str) -> str | None:
+def file_hash(path: str) -> str | None:
     try:
         st = os.stat(path)
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -214,67 +202,16 @@ def new_stamp(filename: str, sha: str, producers: Mapping[str, str | None], now:
     return {**body, "id": ident if run else ""}
 
 
-def judge(
-    root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str, Any] | None, now: float, done: bool
-) -> Verdict:
-    """Whether queued FILENAME, whose DONE_IF holds (DONE), is really done. Without a usable stamp the old rule
-    holds and the stamp is adopted (so the next change reruns it); a torn stamp is named in `problems`. A job
-    a push marked stale waits while a producer is to run again first, whether or not its DONE_IF holds (its
-    REQUIRES may well hold on the producer's old output)."""
-    name = stamp_name(filename)
-    if not stamped(job):
-        return Verdict(file=name)
-    stamp, problems = read(root, filename)
-    if rerun_never(manifest, filename):
-        if done and stamp is not None and stamp.get("stale"):
-            # Marked before it became `rerun: never`: its output stands, so its consumers must stop waiting on it.
-            fresh = {k: v for k, v in stamp.items() if k != "stale"}
-            problems = [*problems, *_try_write(root, filename, {**fresh, "sha": _file_hash(_queued(root, filename))})]
-        return Verdict(file=name, problems=problems)
-    marked = str(stamp.get("stale") or "") if stamp is not None else ""  # why a push marked it stale
-    if not done and not marked:
-        return Verdict(file=name, problems=problems)
-    producers = producers_of(manifest, filename)
-    for producer in producers:
-        if any(os.path.exists(os.path.join(root, state, producer)) for state in ("queue", "running")):
-            pending = True
-        else:
-            theirs, _ = read(root, producer)
-            pending = bool(theirs and theirs.get("stale"))
-        if pending and stamp is not None:
-            failed = os.path.exists(os.path.join(root, "failed", producer))
-            why = f"waits for {producer}{', which failed,' if failed else ''} to run again first"
-            return Verdict(stale=True, wait=True, why=why, blocker=producer, file=name, problems=problems)
-    if not done:
-        return Verdict(stale=True, why=f"marked stale by a push: {marked}", file=name, problems=problems)
-    sha = _file_hash(_queued(root, filename))
-    if sha is None:
-        return Verdict(file=name, problems=problems)  # gone meanwhile: the caller's move finds that out
-    current = _current_ids(root, producers)
-    if stamp is None:
-        problems = [*problems, *_try_write(root, filename, new_stamp(filename, sha, current, now, run=False))]
-        return Verdict(file=name, problems=problems)
-    if stamp["sha"] != sha:
-        why = f"marked stale by a push: {marked}" if marked else "what it runs changed since it ran"
-        return Verdict(stale=True, why=why, file=name, problems=problems)
-    for producer in producers:
-        if ran_again(stamp["producers"].get(producer), current[producer]):
-            return Verdict(
-                stale=True, why=f"{producer} ran again since it ran", blocker=producer, file=name, problems=problems
-            )
-    return Verdict(file=name, problems=problems)
-
-
 def record_done(
     root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str, Any] | None, now: float
 ) -> tuple[str, list[Problem]]:
     """Stamp FILENAME (still in running/) as done now; the problems of a stamp that could not be written."""
     if not stamped(job):
         return stamp_name(filename), []
-    sha = _file_hash(os.path.join(root, "running", filename))
+    sha = file_hash(os.path.join(root, "running", filename))
     if sha is None:
         return stamp_name(filename), [("(write)", "the job file could not be read to hash it: no stamp written")]
-    stamp = new_stamp(filename, sha, _current_ids(root, producers_of(manifest, filename)), now, run=True)
+    stamp = new_stamp(filename, sha, current_ids(root, producers_of(manifest, filename)), now, run=True)
     try:
         _write(root, filename, stamp)
     except OSError as exc:
@@ -297,106 +234,3 @@ def mark_stale(root: str, marks: Sequence[Sequence[str]]) -> None:
             "ts": timestamp(time.time()),
         }
         _write(root, filename, stamp)
-
-
-@dataclass(frozen=True)
-class Effect:
-    """What a push does to one done or queued plan job, as `plan push` says it."""
-
-    kind: str  # "run" (changed: runs again), "kept" (changed, rerun: never), "unstamped" (changed, no stamp:
-    # DONE_IF alone decides), "same" (changed file, but its stamp has this content), "stale" (downstream)
-    note: str
-    root: str = ""  # for "stale": the changed job it follows
-
-
-def _order(jobs: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """JOBS with each job's producers before it (the graph has no cycles: the compiler checked)."""
-    seen: set[str] = set()
-    order: list[str] = []
-
-    def visit(name: str) -> None:
-        stack = [(name, iter(sorted(jobs[name].get("after") or [])))]
-        seen.add(name)
-        while stack:
-            current, deps = stack[-1]
-            for dep in deps:
-                if dep in jobs and dep not in seen:
-                    seen.add(dep)
-                    stack.append((dep, iter(sorted(jobs[dep].get("after") or []))))
-                    break
-            else:
-                stack.pop()
-                order.append(current)
-
-    for name in sorted(jobs):
-        if name not in seen:
-            visit(name)
-    return order
-
-
-def push_effects(
-    jobs: Mapping[str, Mapping[str, Any]],
-    states: Mapping[str, tuple[str, str | None]],
-    stamps: Mapping[str, Mapping[str, Any]],
-) -> tuple[dict[str, Effect], list[list[str]]]:
-    """What a push of JOBS (manifest entries with `sha`, `after`, `outputs`, `rerun`, plus `run_sha`: the
-    new file's `content_hash`) does to the queue whose plan jobs are in STATES (file -> (state, file sha
-    there)) with STAMPS: each done job that changed, each job downstream of one that will run again; and
-    the stamps to mark stale, producers first."""
-    effects: dict[str, Effect] = {}
-    marks: list[list[str]] = []
-    root_of: dict[str, str] = {}  # a job that will run again -> the changed job that makes it
-    for name in _order(jobs):
-        spec = jobs[name]
-        state, sha_there = states.get(name, (None, None))
-        stamp = stamps.get(name)
-        if spec.get("rerun") == "never" or not spec.get("outputs"):
-            if state == "done" and sha_there != spec.get("sha"):
-                effects[name] = (
-                    Effect("kept", "changed, output kept: rerun: never")
-                    if spec.get("rerun") == "never"
-                    else Effect(
-                        "unstamped", "changed, queued again; no outputs, so no stamp: its DONE_IF alone decides"
-                    )
-                )
-            continue
-        if state == "done" and stamp is not None and stamp.get("stale") and sha_there == spec.get("sha"):
-            # Marked by a push whose install did not finish: sent again, so that it does run.
-            effects[name] = Effect("run", f"will run again: an earlier push marked it stale ({stamp['stale']})")
-            root_of[name] = name
-            marks.append([name, str(stamp["stale"])])
-            continue
-        if state == "done" and sha_there != spec.get("sha"):
-            if stamp is None:
-                effects[name] = Effect(
-                    "unstamped",
-                    "changed, queued again; output kept if its DONE_IF holds "
-                    "(no stamp: it last ran before stamps were kept)",
-                )
-            elif stamp.get("sha") == spec.get("run_sha"):
-                effects[name] = Effect("same", "changed header only, output kept: what it runs is the same")
-            else:
-                effects[name] = Effect("run", "changed, will run again: its output is stale")
-                root_of[name] = name
-                marks.append([name, f"{name} changed"])
-            continue
-        if state not in ("done", "queue"):
-            continue
-        after = [p for p in spec.get("after") or [] if isinstance(p, str)]
-        upstream = next((p for p in after if p in root_of), None)
-        if upstream is not None:
-            root = root_of[upstream]
-            via = f", via {upstream}" if upstream != root else ""
-            effects[name] = Effect("stale", f"stale because {root} changed{via}", root)
-            root_of[name] = root
-            marks.append([name, f"{root} changed{via}"])
-            continue
-        if state == "done" and stamp is not None and not stamp.get("stale"):
-            for producer in after:
-                theirs = stamps.get(producer)
-                if ran_again((stamp.get("producers") or {}).get(producer), theirs.get("id") if theirs else None):
-                    effects[name] = Effect("stale", f"stale because {producer} ran again after it", producer)
-                    root_of[name] = producer
-                    marks.append([name, f"{producer} ran again after it"])
-                    break
-    return effects, marks

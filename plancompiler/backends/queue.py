@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from plancompiler.backends.protocol import Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.hosts import Host
 from plancompiler.transport import Session
-from runner import FORMAT_VERSION, stamps
+from runner import FORMAT_VERSION, stamp_push, stamps
 from runner.durations import format_duration
 
 if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
@@ -91,7 +91,7 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
     mine = {n: (where[n][0], where[n][1].get("sha")) for n in ours if n in where and owner(n) == plan_name}
     texts = {job.filename: job.text.encode() for job in compiled.jobs}
     graph = {n: {**spec, "run_sha": stamps.content_hash(texts[n])} for n, spec in record["jobs"].items()}
-    effects, marks = stamps.push_effects(graph, mine, probe.get("stamps") or {})
+    effects, marks = stamp_push.push_effects(graph, mine, probe.get("stamps") or {})
     for job in compiled.jobs:
         name, sha = job.filename, _sha(job.text)
         state, info = where.get(name, (None, {}))

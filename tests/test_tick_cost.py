@@ -1,0 +1,158 @@
+"""What a tick keeps between ticks to stay cheap at 10 000 queued jobs, and that each kept thing is seen to change
+on the next tick: stamped jobs' verdicts (runner/stamp_judge.Verdicts); one /proc read shared by a job's end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner import stamp_judge, stamps
+from runner.proctable import OsProcesses
+from runner.records import Running
+from tests.conftest import read_events, write_job
+from tests.ticking import Ticking
+
+T0 = 1_800_000_000.0
+
+
+def _job(root: Path, name: str, done_if: str, requires: str = "") -> None:
+    header = f"# PLAN=p1\n# OUTPUTS=out/{name}\n# DONE_IF={done_if}\n" + (
+        f"# REQUIRES={requires}\n" if requires else ""
+    )
+    write_job(root, f"{name}.job", header + f"echo {name} > out/{name}\n")
+
+
+def _stamp(root: Path, name: str, stamp: dict[str, object]) -> None:
+    (root / "stamps").mkdir(exist_ok=True)
+    tmp = root / "stamps" / f".{name}.tmp"
+    tmp.write_text(json.dumps(stamp))
+    os.replace(tmp, root / "stamps" / f"{name}.json")
+
+
+def _still(root: Path) -> None:
+    """As if nothing under ROOT's state directories had changed for a while (a verdict is kept only then)."""
+    for name in stamp_judge.WORLD_DIRS:
+        if (root / name).exists():
+            os.utime(root / name, (time.time() - 10, time.time() - 10))
+
+
+def _queue(tmp_path: Path) -> tuple[Path, Ticking]:
+    """b follows a (manifest.json); a's stamp is marked stale by a push, so b waits for a to run again."""
+    root = tmp_path / "q"
+    (root / "out").mkdir(parents=True)
+    (root / "parked.json").write_text('{"reason": "test"}')  # nothing starts: the verdicts are the point
+    manifest = {"jobs": {"a.job": {"after": []}, "b.job": {"after": ["a.job"]}}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    write_job(root, "a.job", "# PLAN=p1\n# OUTPUTS=out/a\necho a > out/a\n", state="done")
+    _job(root, "b", "test -f out/b")
+    _stamp(root, "a", {"version": 1, "job": "a.job", "sha": "", "id": "id-a", "producers": {}, "stale": "a changed"})
+    _stamp(root, "b", {"version": 1, "job": "b.job", "sha": "", "id": "id-b", "producers": {}, "stale": "a changed"})
+    runner = Ticking(root).start(T0)
+    return root, runner
+
+
+def _reason(runner: Ticking, job: str) -> tuple[str, str]:
+    found = runner.reason(job)
+    assert found is not None, job
+    return found["reason"], found["detail"]
+
+
+def test_a_verdict_is_kept_while_nothing_it_read_changed(tmp_path: Path) -> None:
+    root, runner = _queue(tmp_path)
+    runner.tick(T0)
+    assert _reason(runner, "b.job") == ("stale", "waits for a.job to run again first")
+    _still(root)
+    runner.tick(T0 + 1)  # the first still tick judges once more and keeps it
+    verdicts = runner.runner.facts.verdicts
+    judged = verdicts.judged
+    for i in range(3):
+        runner.tick(T0 + 2 + i)
+    assert verdicts.judged == judged
+    assert _reason(runner, "b.job") == ("stale", "waits for a.job to run again first")
+    runner.close()
+
+
+def test_a_changed_stamp_is_seen_on_the_next_tick(tmp_path: Path) -> None:
+    root, runner = _queue(tmp_path)
+    runner.tick(T0)
+    _still(root)
+    runner.tick(T0 + 1)
+    runner.tick(T0 + 2)
+    # a ran again (its stamp is fresh): b no longer waits; marked stale, it would run (only the park holds it)
+    _stamp(root, "a", {"version": 1, "job": "a.job", "sha": "x", "id": "id-a2", "producers": {}})
+    _still(root)  # written a while before this tick (--tick 10): its directory's mtime changed all the same
+    runner.tick(T0 + 3)
+    assert _reason(runner, "b.job")[0] == "parked"
+
+
+def test_a_producer_queued_again_is_seen_on_the_next_tick(tmp_path: Path) -> None:
+    root, runner = _queue(tmp_path)
+    _stamp(root, "a", {"version": 1, "job": "a.job", "sha": "x", "id": "id-a", "producers": {}})
+    runner.tick(T0)
+    assert _reason(runner, "b.job")[0] == "parked"
+    _still(root)
+    runner.tick(T0 + 1)
+    runner.tick(T0 + 2)
+    os.replace(root / "done/a.job", root / "queue/a.job")
+    _still(root)
+    runner.tick(T0 + 3)
+    assert _reason(runner, "b.job") == ("stale", "waits for a.job to run again first")
+
+
+def test_a_changed_condition_and_a_changed_job_file_are_seen_on_the_next_tick(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    (root / "out").mkdir(parents=True)
+    (root / "manifest.json").write_text(json.dumps({"jobs": {"c.job": {"after": []}}}))
+    _job(root, "c", "test -f out/c", requires="test -f out/never")
+    text = (root / "queue/c.job").read_bytes()
+    _stamp(root, "c", {"version": 1, "job": "c.job", "sha": "other", "id": "id-c", "producers": {}})
+    runner = Ticking(root).start(T0)
+    runner.tick(T0)
+    assert _reason(runner, "c.job")[0] == "requires"
+    (root / "out/c").write_text("c\n")  # its DONE_IF holds now, but what it runs is not what its stamp says
+    _still(root)
+    runner.tick(T0 + 1)
+    runner.tick(T0 + 2)
+    assert _reason(runner, "c.job")[0] == "requires" and (root / "queue/c.job").exists()
+    # rewritten in place (queue/ itself unchanged): now it is what its stamp says it ran, so it is done
+    _stamp(root, "c", {"version": 1, "job": "c.job", "sha": stamps.content_hash(text + b"\n"), "id": "id-c"})
+    _still(root)
+    runner.tick(T0 + 3)
+    runner.tick(T0 + 4)
+    assert (root / "queue/c.job").exists()
+    with open(root / "queue/c.job", "ab") as handle:
+        handle.write(b"\n")
+    runner.tick(T0 + 5)
+    assert not (root / "queue/c.job").exists() and (root / "done/c.job").exists()
+    assert [e["job"] for e in read_events(root) if e["event"] == "skipped"] == ["c.job"]
+    runner.close()
+
+
+def test_a_job_end_reads_proc_once_and_finds_what_its_job_left(tmp_path: Path) -> None:
+    """tree(), the leaks and the GPU users of one tick share one read of /proc; the tree still finds a process
+    that left the job's session but kept its tag, and one still in its session."""
+    table = OsProcesses(kill_grace_s=1.0)
+    table.adopt_orphans()
+    tag = f"test-tick-cost:{os.getpid()}:x.job"
+    script = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\nelse:\n    time.sleep(30)\n"
+    env = dict(os.environ, PLAN_RUNNER_TAG=tag)
+    child = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 10
+        run = Running("x.job", None, child.pid, "cpu", 1, 0.0, 0, tag)  # type: ignore[arg-type]
+        while len(table.tree(run)) < 2 and time.time() < deadline:
+            table.reap()  # a new tick reads /proc again
+            time.sleep(0.05)
+        found = table.tree(run)
+        assert child.pid in {p.pid for p in found} and len(found) == 2, found
+        assert table.stats() is table.stats()  # one read until the next reap
+        table.end([p.pid for p in found])
+        table.reap()
+        assert table.tree(run) == []
+    finally:
+        child.kill()
+        child.wait()
