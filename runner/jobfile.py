@@ -61,6 +61,22 @@ def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> J
         return Invalid(f"job file name {filename!r} does not end in .job")
     if not NAME_RE.fullmatch(name) or ".." in name:
         return Invalid(f"bad job name {name!r}: use letters, digits, '.', '_' and '-', not starting with '.' or '-'")
+    text = _text(data)
+    if isinstance(text, Invalid):
+        return text
+    lines = text.split("\n")
+    found = _header(lines)
+    if isinstance(found, Invalid):
+        return found
+    header, header_lines, body_start = found
+    body = "\n".join(lines[body_start:])
+    if not any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines[body_start:]):
+        return Invalid("no command after the header: nothing to run")
+    return _typed(name, header, header_lines, body, lanes)
+
+
+def _text(data: bytes) -> str | Invalid:
+    """DATA as text bash will read as we do: not empty, no NUL, UTF-8, no carriage return."""
     if not data.strip():
         return Invalid("empty file" if not data else "file holds only whitespace")
     if b"\0" in data:
@@ -72,36 +88,45 @@ def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> J
     if "\r" in text:
         crlf_line = text[: text.index("\r")].count("\n") + 1
         return Invalid("carriage return (CRLF line ends?): bash would see the \\r as part of the command", crlf_line)
-    lines = text.split("\n")
+    return text
+
+
+def _header(lines: list[str]) -> tuple[dict[str, str], dict[str, int], int] | Invalid:
+    """The header's keys and values, the line of each, and where the body starts: the first line that is not a
+    comment (a `#!` first line is skipped)."""
     header: dict[str, str] = {}
     header_lines: dict[str, int] = {}
-    body_start = len(lines)
     for index, line in enumerate(lines):
-        lineno = index + 1
         if index == 0 and line.startswith("#!"):
             continue
         if not line.startswith("#"):
-            body_start = index
-            break
-        match = _KEY_LINE.match(line)
-        if match:
-            key, value = match.group(1), match.group(2).strip()
-            if key not in HEADER_KEYS:
-                hint = difflib.get_close_matches(key.upper(), HEADER_KEYS, n=1)
-                suggestion = f" (did you mean {hint[0]}?)" if hint else ""
-                return Invalid(f"unknown header key {key}{suggestion}; known keys: {', '.join(HEADER_KEYS)}", lineno)
-            if key in header:
-                return Invalid(f"header key {key} given twice (first on line {header_lines[key]})", lineno)
-            if not value:
-                return Invalid(f"header key {key} has an empty value", lineno)
-            header[key] = value
-            header_lines[key] = lineno
-        elif _KEYISH_LINE.match(line):
+            return header, header_lines, index
+        problem = _header_line(line, index + 1, header, header_lines)
+        if problem is not None:
+            return problem
+    return header, header_lines, len(lines)
+
+
+def _header_line(line: str, lineno: int, header: dict[str, str], header_lines: dict[str, int]) -> Invalid | None:
+    """One comment line of the header: a `# KEY=VALUE` is added to HEADER; a comment is passed over."""
+    match = _KEY_LINE.match(line)
+    if not match:
+        if _KEYISH_LINE.match(line):
             return Invalid(f"malformed header line {line!r}: write '# KEY=VALUE'", lineno)
-    body = "\n".join(lines[body_start:])
-    if not any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines[body_start:]):
-        return Invalid("no command after the header: nothing to run")
-    return _typed(name, header, header_lines, body, lanes)
+        return None
+    key, value = match.group(1), match.group(2).strip()
+    if key not in HEADER_KEYS:
+        hint = difflib.get_close_matches(key.upper(), HEADER_KEYS, n=1)
+        suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+        return Invalid(f"unknown header key {key}{suggestion}; known keys: {', '.join(HEADER_KEYS)}", lineno)
+    if key in header:
+        return Invalid(f"header key {key} given twice (first on line {header_lines[key]})", lineno)
+    if not value:
+        return Invalid(f"header key {key} has an empty value", lineno)
+    key = HEADER_KEYS[HEADER_KEYS.index(key)]  # the one string of that name, not one per queued job
+    header[key] = value
+    header_lines[key] = lineno
+    return None
 
 
 def _typed(

@@ -202,6 +202,26 @@ def _is_gpu_node(target: str, extra_paths: Sequence[str]) -> bool:
     return stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) in GPU_MAJORS
 
 
+def gpu_nodes_exist() -> bool:
+    """Whether /dev holds a GPU node (by name or by major). Where none does, no process can have one open, and
+    reading every process's fds before each start in the GPU lane would find nothing."""
+    for top in ("/dev", "/dev/dri", "/dev/accel"):
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.path.startswith(GPU_PATH_PREFIXES):
+                return True
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) in GPU_MAJORS:
+                return True
+    return False
+
+
 def gpu_users(
     names: Sequence[str],
     device_paths: Sequence[str],
@@ -215,10 +235,11 @@ def gpu_users(
     unreadable: list[int] = []
     me = os.getpid()
     nodes: dict[str, bool] = {}  # fd target -> a GPU node: /dev/null and the ttys stat()ed once
+    scan_fds = bool(device_paths) or gpu_nodes_exist()  # no GPU node on this machine: none can be open
     for pid, stat_of in (all_stats() if stats is None else stats).items():
         if pid == me or stat_of[2] in ("Z", "X"):
             continue
-        why = _gpu_use(pid, stat_of[3], names, device_paths, nodes)
+        why = _gpu_use(pid, stat_of[3], names, device_paths, nodes if scan_fds else None)
         if why is None:
             continue
         proc = _proc(pid, stat_of)
@@ -234,16 +255,19 @@ def gpu_users(
 
 
 def _gpu_use(
-    pid: int, comm: str, names: Sequence[str], device_paths: Sequence[str], nodes: dict[str, bool]
+    pid: int, comm: str, names: Sequence[str], device_paths: Sequence[str], nodes: dict[str, bool] | None
 ) -> str | None:
-    """How PID uses the GPU: "name", "device PATH", "unreadable" (its fds), or None."""
+    """How PID uses the GPU: "name", "device PATH", "unreadable" (its fds), or None. NODES None: where its fds
+    lead is not looked at (there is no GPU node to have open)."""
     if comm in names or (names and _argv0(pid, comm) in names):
         return "name"
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except PermissionError:
-        return "unreadable"
+        return "unreadable"  # whatever this machine's /dev holds: it may see a GPU we do not
     except OSError:
+        return None
+    if nodes is None:
         return None
     for fd in fds:
         try:
