@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from runner import leaks, procs
+from runner import cgroups, leaks, procs
 from runner.records import Running
 
 
@@ -94,7 +94,7 @@ class OsProcesses:
     def tree(self, run: Running) -> list[procs.Proc]:
         """Every live process of RUN: in its cgroup, carrying its tag, or still in its session. Only this runner's
         descendants can carry its tag (it is their subreaper): only their environ is read."""
-        in_cgroup = set(procs.cgroup_pids(run.cgroup)) if run.cgroup else set()
+        in_cgroup = set(cgroups.cgroup_pids(run.cgroup)) if run.cgroup else set()
         me = os.getpid()
         table = self.stats()
         mine = procs.descendants(table, me)
@@ -112,7 +112,7 @@ class OsProcesses:
         procs.end_processes(list(pids), self.kill_grace_s, self.reap)
 
     def end_cgroup(self, cgroup: str) -> list[int]:
-        return procs.cgroup_kill(cgroup, 5.0, self.reap)
+        return cgroups.cgroup_kill(cgroup, 5.0, self.reap)
 
     def job_cgroup(self, base: str | None, filename: str) -> str | None:
         if not base:
@@ -150,4 +150,4 @@ class OsProcesses:
         return procs.read_proc(pid)
 
     def cgroup_pids(self, cgroup: str) -> list[int]:
-        return procs.cgroup_pids(cgroup)
+        return cgroups.cgroup_pids(cgroup)

@@ -7,11 +7,6 @@ import fcntl
 import hashlib
 import os
 import secrets
-import select
-import signal
-import sys
-import time
-import traceback
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +18,7 @@ from runner.dirwatch import DirWatch
 from runner.dispatch import Dispatcher
 from runner.facts import Facts
 from runner.jobs import Jobs
+from runner.loop import serve
 from runner.manifest import Manifest
 from runner.outcomes import Outcomes, leave_running
 from runner.problems import FileProblems
@@ -33,10 +29,6 @@ from runner.runstate import RunnerState
 from runner.scan import Scanner
 from runner.statusfile import StatusFile, write_status
 from runner.vocab import Event
-
-# Without inotify, queue/ and control/ are stat()ed this often while waiting: a new job file or a `plan
-# retry` is then taken within about this long, whatever --tick is.
-DIR_POLL_S = 0.05
 
 
 class AlreadyRunning(Exception):
@@ -204,64 +196,8 @@ class Runner:
             self.watch = None
 
     def serve(self) -> int:
-        """Tick until SIGTERM/SIGINT; a child's exit wakes the loop at once."""
-        rfd, wfd = os.pipe()
-        os.set_blocking(rfd, False)
-        os.set_blocking(wfd, False)
-        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-        stop_signal: list[str] = []
-
-        def on_stop(signum: int, _frame: object) -> None:
-            stop_signal.append(signal.Signals(signum).name)
-
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        self.start(time.time())
-        self.watch_dirs()
-        dirs = [str(self.queue.dir("queue")), str(self.queue.dir("control"))]
-        while not stop_signal:
-            # Taken before the tick: a file that lands during the tick is seen at once afterwards
-            # (the tick's own moves cost one extra tick, which then finds nothing to do).
-            seen = [_mtime(d) for d in dirs] if self.watch is None else []
-            try:
-                self.tick(time.time())
-            except OSError as exc:
-                # A disk full or a permission changed under us: say so and try again next tick, rather than
-                # die and be restarted in a loop. status.json stops being rewritten, so `plan watch` sees DEAD.
-                traceback.print_exc()
-                print(f"runner: tick failed: {exc}", file=sys.stderr, flush=True)
-            self._wait(rfd, dirs, seen, stop_signal)
-        self.stop(time.time(), stop_signal[0])
-        return 0
-
-    def _wait(self, rfd: int, dirs: list[str], seen: list[int], stop_signal: list[str]) -> None:
-        """Until the next tick; at once for a child's exit, and for a new file in queue/ or control/: the moment
-        it lands where inotify watches them, else within DIR_POLL_S (one stat of each directory)."""
-        wait = self.config.tick_s
-        if self.scanner.settle_due is not None:  # a file being written is taken the moment it has settled
-            wait = min(wait, max(self.scanner.settle_due - time.time(), 0.0) + 0.01)
-        next_tick = time.monotonic() + wait
-        _drain(rfd)
-        fds = [rfd] + ([self.watch.fd] if self.watch is not None else [])
-        while not stop_signal and not self.processes.child_waiting():
-            left = next_tick - time.monotonic()
-            if left <= 0:
-                return
-            ready = select.select(fds, [], [], left if self.watch is not None else min(left, DIR_POLL_S))[0]
-            if self.watch is not None and self.watch.fd in ready:
-                wake, created = self.watch.read()
-                # A start that failed (a full disk) put its file back: that move waits for the tick, or the
-                # runner would spin retrying it.
-                if wake and time.time() - self.jobs.start_failed_at >= self.config.tick_s:
-                    return  # a file is complete (or gone): the tick reads what changed
-                if created:  # being written, or a link or FIFO that will never be closed: look in a moment
-                    next_tick = min(next_tick, time.monotonic() + DIR_POLL_S)
-            if ready:
-                _drain(rfd)
-                continue
-            if self.watch is None and [_mtime(d) for d in dirs] != seen:
-                return
+        """Tick until SIGTERM/SIGINT; a child's exit, a new job file or a control request wakes the loop at once."""
+        return serve(self)
 
     # -- the tick ------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -299,18 +235,3 @@ class Runner:
         self.scanner.forget(filename)
         self.reasons.drop(filename)
         self.state.waiting_since.pop(filename, None)
-
-
-def _mtime(path: str) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return 0
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except (BlockingIOError, OSError):
-        pass

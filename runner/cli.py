@@ -1,0 +1,280 @@
+"""The runner's command line, parsed: `build_parser` and the `Config` a `run` asks for (with `__main__`, the only
+modules that import argparse)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from runner import __version__
+from runner.config import Config
+from runner.durations import format_duration, parse_duration
+
+_DEFAULTS = Config(root=Path("."))
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _slots(text: str) -> dict[str, int]:
+    """`cpu=4,net=2`: how many jobs each named lane runs at once."""
+    slots: dict[str, int] = {}
+    for item in _csv(text):
+        lane, sep, count = item.partition("=")
+        if not sep or not lane.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: want LANE=N with N a whole number >= 1 (e.g. cpu=4,net=2)")
+        slots[lane.strip()] = int(count)
+    return slots
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m runner",
+        description="The queue runner: runs bash job files from ROOT/queue in lanes, "
+        "records events.jsonl and status.json, and says why every waiting job waits.",
+        epilog="Durations read 90, 90s, 10m, 6h or 2d.",
+    )
+    parser.add_argument("--version", action="version", version=f"runner {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    _add_others(sub)
+    return parser
+
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run the queue in the foreground until SIGTERM",
+        description="Run the queue under ROOT until SIGTERM or SIGINT. On stop, running jobs "
+        "are ended and go back to queue/ without using an attempt.",
+        epilog="Durations read 90, 90s, 10m, 6h or 2d. Retry n waits backoff-base * 2**(n-1), at most backoff-max.",
+    )
+    run.add_argument("--root", required=True, type=Path, help="queue root (holds queue/ running/ done/ failed/ logs/)")
+    d = _DEFAULTS
+
+    def add(flag: str, default: float, text: str) -> None:
+        run.add_argument(
+            flag,
+            type=_duration,
+            default=default,
+            metavar="DURATION",
+            help=f"{text} (default {format_duration(default)})",
+        )
+
+    add("--tick", d.tick_s, "how often the queue is scanned; a job's exit wakes the runner at once")
+    run.add_argument(
+        "--lanes", type=_csv, default=d.lanes, help=f"lanes, in the order they pick jobs (default {','.join(d.lanes)})"
+    )
+    run.add_argument(
+        "--slots",
+        type=_slots,
+        default={},
+        metavar="LANE=N,...",
+        help="jobs a lane runs at once, e.g. cpu=4,net=2 (default 1 each); an exclusive lane still "
+        "excludes the others while any of its slots is busy",
+    )
+    run.add_argument(
+        "--exclusive",
+        type=_csv,
+        default=d.exclusive,
+        help=f"lanes of which at most one runs at a time (default {','.join(d.exclusive)}; '' for none)",
+    )
+    _add_gpu(run)
+    _add_thresholds(run, add)
+    _add_ownership(run)
+
+
+def _add_gpu(run: argparse.ArgumentParser) -> None:
+    d = _DEFAULTS
+    run.add_argument(
+        "--gpu-lane", default=d.gpu_lane, help=f"lane that waits for foreign GPU users (default {d.gpu_lane})"
+    )
+    run.add_argument(
+        "--gpu-names",
+        type=_csv,
+        default=d.gpu_names,
+        help=f"process names that count as GPU users (default {','.join(d.gpu_names)})",
+    )
+    run.add_argument(
+        "--unreadable-gpu",
+        choices=("report", "block"),
+        default=d.unreadable_gpu,
+        help="a process whose open files this runner cannot read (another user's, when not root) "
+        "may be using the GPU: 'report' lists it in status.json as an unknown GPU user, 'block' also "
+        f"holds the gpu lane for it (default {d.unreadable_gpu})",
+    )
+    run.add_argument(
+        "--gpu-device",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an extra path that counts as a GPU device node when a process has it open (repeatable)",
+    )
+
+
+def _add_ownership(run: argparse.ArgumentParser) -> None:
+    run.add_argument(
+        "--keep-leaks",
+        action="store_true",
+        help="let processes that escaped their job (cleared its tag, left its session) outlive it; "
+        "by default they are ended when the job ends and named in orphans-killed",
+    )
+    run.add_argument(
+        "--cgroup",
+        default=None,
+        metavar="DIR|auto",
+        help="a cgroup v2 directory the runner may create children in (one per job, ended by "
+        "cgroup.kill): the stronger form of process ownership; 'auto' uses the runner's own cgroup "
+        "(a unit with Delegate=yes). Default: none; the environment tag and subreaper are used",
+    )
+
+
+def _add_others(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = sub.add_parser(
+        "status",
+        help="print what runs and why each queued job waits",
+        description="Read ROOT/status.json and print it; --json prints it raw.",
+    )
+    status.add_argument("--root", required=True, type=Path, help="queue root")
+    status.add_argument("--json", action="store_true", help="print status.json as JSON")
+
+    unit = sub.add_parser(
+        "unit",
+        help="print a systemd unit for this runner",
+        description="Print a systemd service unit that runs this runner on ROOT.",
+    )
+    unit.add_argument("--root", required=True, type=Path, help="queue root")
+    unit.add_argument("--user", default=os.environ.get("USER", "root"), help="User= of the unit (default $USER)")
+    unit.add_argument("--python", default="/usr/bin/python3", help="interpreter (default /usr/bin/python3)")
+    unit.add_argument("--tick", default="10", help="--tick passed to the runner (default 10)")
+
+    agent = sub.add_parser(
+        "agent",
+        help="answer one `plan` request on ROOT (JSON on stdin and stdout)",
+        description="The host side of `plan push/status/watch/park/logs/...`: MODE is the "
+        "request (probe, install, status, ...; `session` reads one JSON request per line).",
+    )
+    agent.add_argument("mode", metavar="MODE")
+    agent.add_argument("root", metavar="ROOT")
+
+
+def _add_thresholds(run: argparse.ArgumentParser, add: Callable[[str, float, str], None]) -> None:
+    d = _DEFAULTS
+    warn_env = os.environ.get("REQUIRES_WARN_S")
+    add(
+        "--condition-timeout",
+        d.condition_timeout_s,
+        "a REQUIRES/DONE_IF run by bash is killed after this and counts false",
+    )
+    add("--kill-grace", d.kill_grace_s, "between TERM and KILL when ending a job's processes")
+    add("--backoff-base", d.backoff_base_s, "wait before the first retry")
+    add("--backoff-max", d.backoff_max_s, "longest wait between retries")
+    add(
+        "--requires-warn",
+        float(warn_env) if warn_env else d.requires_warn_s,
+        "a REQUIRES false this long raises requires-wait (env REQUIRES_WARN_S in seconds also sets it)",
+    )
+    add("--requires-repeat", d.requires_repeat_s, "requires-wait is repeated this often while it lasts")
+    add("--blocked-repeat", d.blocked_repeat_s, "blocked is repeated this often while it lasts")
+    add("--gpu-wait-repeat", d.gpu_wait_repeat_s, "gpu-wait is repeated this often while a foreign GPU user stays")
+    add("--idle", d.idle_s, "nothing running while jobs wait (or a lane waiting) this long raises idle")
+    add("--idle-repeat", d.idle_repeat_s, "idle is repeated this often while it lasts")
+    add(
+        "--warn-after-net",
+        d.warn_after["net"],
+        "net jobs running longer than this raise long-running (a job's WARN_AFTER wins)",
+    )
+    add("--long-running-repeat", d.long_running_repeat_s, "long-running is repeated this often")
+    add("--stall", d.stall_s, "a running job whose log has not grown this long raises stalled")
+    add("--stall-repeat", d.stall_repeat_s, "stalled is repeated this often")
+    add("--correlate-window", d.correlate_window_s, "failures this close together are compared for a shared cause")
+    run.add_argument(
+        "--correlate-min",
+        type=int,
+        default=d.correlate_min,
+        help="differently named jobs failing with the same line that raise correlated-failure "
+        f"(default {d.correlate_min})",
+    )
+
+    add(
+        "--settle",
+        d.settle_s,
+        "a job file not listed with its hash in manifest.json is taken once nothing has "
+        "written to it this long (its mtime, or its size and mtime across scans); 0 takes files at once",
+    )
+    add(
+        "--heartbeat-event-every",
+        d.heartbeat_event_s,
+        "a heartbeat event is written after this long without any other event (for downtime in reports)",
+    )
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    return Config(
+        root=args.root,
+        tick_s=args.tick,
+        lanes=args.lanes,
+        exclusive=args.exclusive,
+        gpu_lane=args.gpu_lane,
+        gpu_names=args.gpu_names,
+        gpu_devices=tuple(args.gpu_device),
+        unreadable_gpu=args.unreadable_gpu,
+        condition_timeout_s=args.condition_timeout,
+        kill_grace_s=args.kill_grace,
+        backoff_base_s=args.backoff_base,
+        backoff_max_s=args.backoff_max,
+        requires_warn_s=args.requires_warn,
+        requires_repeat_s=args.requires_repeat,
+        blocked_repeat_s=args.blocked_repeat,
+        gpu_wait_repeat_s=args.gpu_wait_repeat,
+        idle_s=args.idle,
+        idle_repeat_s=args.idle_repeat,
+        warn_after={"net": args.warn_after_net},
+        long_running_repeat_s=args.long_running_repeat,
+        stall_s=args.stall,
+        stall_repeat_s=args.stall_repeat,
+        correlate_window_s=args.correlate_window,
+        correlate_min=args.correlate_min,
+        settle_s=args.settle,
+        keep_leaks=args.keep_leaks,
+        heartbeat_event_s=args.heartbeat_event_every,
+        slots=args.slots,
+        cgroup=_cgroup(args.cgroup),
+    )
+
+
+def _cgroup(value: str | None) -> str | None:
+    """The cgroup for job children; with 'auto', the runner first moves itself into a leaf of its own cgroup."""
+    from runner import cgroups
+
+    if not value:
+        return None
+    path = cgroups.own_cgroup() if value == "auto" else value
+    if not path or not cgroups.cgroup_usable(path):
+        print(
+            f"runner: --cgroup {value}: not a writable cgroup v2 directory with cgroup.kill; "
+            "using the environment tag and subreaper only",
+            file=sys.stderr,
+        )
+        return None
+    if value == "auto":
+        leaf = os.path.join(path, "runner")
+        try:
+            os.makedirs(leaf, exist_ok=True)
+            with open(os.path.join(leaf, "cgroup.procs"), "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as exc:
+            print(f"runner: --cgroup auto: cannot move into {leaf}: {exc}", file=sys.stderr)
+            return None
+    return path
