@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import stat as stat_mod
-import subprocess
 from dataclasses import dataclass
 
 # One word of a fast condition: a single-quoted string, a double-quoted string with nothing
@@ -19,10 +18,12 @@ _CHAIN_RE = re.compile(rf"^\s*{_TEST}(?:\s*&&\s*{_TEST})*\s*$")
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    """A compiled condition: `tests` set when it can be decided by stat() alone."""
+    """A compiled condition: `tests` set when it can be decided by stat() alone; `checks` (when compiled for a
+    root) the same tests as (the `stat_flags` bit each asks for, the path resolved against the root)."""
 
     text: str
     tests: tuple[tuple[str, str], ...] | None
+    checks: tuple[tuple[int, str], ...] | None = None
 
     @property
     def fast(self) -> bool:
@@ -38,7 +39,8 @@ def _unquote(word: str) -> str:
     return word
 
 
-def compile_condition(text: str) -> Condition:
+def compile_condition(text: str, root: str | None = None) -> Condition:
+    """TEXT compiled; with ROOT (where it runs), a fast one's `checks` are resolved against it."""
     if not _CHAIN_RE.match(text):
         return Condition(text, None)
     tests = []
@@ -49,7 +51,16 @@ def compile_condition(text: str) -> Condition:
         if path.startswith("~") or "*" in word or "?" in word or "[" in word:
             return Condition(text, None)  # bash would expand it: let bash decide
         tests.append((op, path))
-    return Condition(text, tuple(tests))
+    if root is None:
+        return Condition(text, tuple(tests))
+    checks = tuple((OP_BIT[op], os.path.join(root, path)) for op, path in tests)
+    return Condition(text, tuple(tests), checks)
+
+
+def failed_test(cond: Condition, index: int) -> str:
+    """Why a fast condition is false: its test at INDEX is."""
+    op, path = cond.tests[index]  # type: ignore[index]
+    return f"test -{op} {path} is false"
 
 
 def test_path(op: str, path: str) -> bool:
@@ -103,6 +114,8 @@ def evaluate(cond: Condition, cwd: str, timeout_s: float) -> Outcome:
 
 
 def _run_bash(text: str, cwd: str, timeout_s: float) -> Outcome:
+    import subprocess  # here: a queue of fast conditions only never needs it (memory of a long-lived runner)
+
     try:
         proc = subprocess.Popen(
             ["bash", "-c", text],

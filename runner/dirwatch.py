@@ -8,7 +8,6 @@ inotify, `DirWatch.open` returns None and the runner falls back to a full scan a
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import struct
 
@@ -62,7 +61,9 @@ class DirWatch:
     @classmethod
     def open(cls, dirs: list[str]) -> DirWatch | None:
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            # The process's own symbols (libc among them), as procs does: ctypes.util.find_library would import
+            # subprocess and tempfile into a long-lived runner for one name.
+            libc = ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         except (OSError, AttributeError):
             return None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from runner import jobfile, procs
-from runner.conditions import OP_BIT, Condition, evaluate, stat_flags
+from runner.conditions import Condition, compile_condition, evaluate, failed_test, stat_flags
 from runner.config import Config
 from runner.manifest import Manifest
 from runner.proctable import Processes
@@ -29,7 +30,6 @@ class Facts:
         # stat_flags of the paths of fast conditions, kept only while a snapshot is taken (a job's DONE_IF
         # judged when it ends must see what it wrote).
         self.seen: dict[str, int] | None = None
-        self._checks: dict[str, tuple[tuple[int, str, str], ...]] = {}  # fast condition -> (bit, path, detail)
         self.verdicts = Verdicts(self.root)  # stamped jobs' verdicts, judged again only when what they read changed
 
     def holds(self, cond: Condition | None) -> tuple[bool, str]:
@@ -38,17 +38,16 @@ class Facts:
         if cond.tests is None:
             outcome = evaluate(cond, self.root, self.config.condition_timeout_s)
             return outcome.holds, outcome.detail
-        # The fast path, what a tick costs at 10 000 queued jobs: each path stat()ed once per snapshot (one
-        # job's DONE_IF is often the next one's REQUIRES), the test's path and words worked out once.
-        checks = self._checks.get(cond.text)
-        if checks is None:
-            if len(self._checks) > 100_000:
-                self._checks.clear()
-            checks = self._checks[cond.text] = tuple(
-                (OP_BIT[op], os.path.join(self.root, path), f"test -{op} {path} is false") for op, path in cond.tests
-            )
+        if cond.checks is None:  # compiled without the root (a running job's DONE_IF, judged as it ends)
+            cond = compile_condition(cond.text, self.root)
+        false = self._first_false(cond.checks)  # type: ignore[arg-type]
+        return (True, "") if false < 0 else (False, failed_test(cond, false))
+
+    def _first_false(self, checks: tuple[tuple[int, str], ...]) -> int:
+        """The index of the first of CHECKS that is false, -1 when all hold: each path stat()ed once per snapshot
+        (one job's DONE_IF is often the next one's REQUIRES)."""
         seen = self.seen
-        for bit, path, detail in checks:
+        for index, (bit, path) in enumerate(checks):
             if seen is None:
                 found = stat_flags(path)
             else:
@@ -56,8 +55,8 @@ class Facts:
                 if found is None:
                     found = seen[path] = stat_flags(path)
             if not found & bit:
-                return False, detail
-        return True, ""
+                return index
+        return -1
 
     def done_holds(self, filename: str, parsed: Parsed) -> bool:
         """A queued job's DONE_IF holds already: it is skipped, never run (the one place this is decided)."""
@@ -67,28 +66,38 @@ class Facts:
         self, state: RunnerState, queued: list[tuple[str, Parsed]], running: dict[str, Running], parked: str, now: float
     ) -> tuple[Snapshot, dict[str, str]]:
         """The scheduler's input, and why each job's REQUIRES is false (for its reason)."""
-        facts, why = [], {}
-        self.seen = {}
+        facts: list[JobFacts] = []
+        why: dict[str, str] = {}  # only where bash decided (a fast test's failure is shown by no one)
+        seen: dict[str, int] = {}
+        self.seen = seen
         backoff = state.backoff_until
-        holds = self.holds
         manifest = self.manifest.get()
         self.verdicts.begin(self.manifest.key(), time.time())
-        # One pass, kept lean: at 10 000 queued jobs this loop is most of a tick.
+
+        def holds(cond: Condition) -> bool:  # the fast path inlined: at 10 000 queued jobs this is most of a tick
+            checks = cond.checks
+            if checks is None:
+                found, detail = self.holds(cond)
+                if detail:
+                    why[filename] = detail
+                return found
+            for bit, path in checks:
+                flags = seen.get(path)
+                if flags is None:
+                    flags = seen[path] = stat_flags(path)
+                if not flags & bit:
+                    return False
+            return True
+
         for filename, parsed in queued:
             job: jobfile.JobFile = parsed.job  # type: ignore[assignment]  # the scan returns only valid jobs
-            done = parsed.done_if is not None and holds(parsed.done_if)[0]  # as done_holds, stat()s shared
+            done = parsed.done_if is not None and holds(parsed.done_if)  # as done_holds, stat()s shared
             stale = None
             if job.plan and job.outputs:  # stamps.stamped(job)
-                # Rerun on change: DONE_IF counts only while the job's stamp matches what it runs and its
-                # producers' runs; a stale job runs again, or first waits for a producer that runs again.
-                verdict = self.verdicts.judge(filename, parsed.key, job, manifest, now, done)
-                if verdict.problems or verdict.file in self.manifest.problems.said:
-                    self.manifest.problems.report(now, verdict.file, verdict.problems)
-                stale = (verdict.why, verdict.blocker) if verdict.stale and verdict.wait else None
-                done = done and not verdict.stale
+                done, stale = self._stamped(filename, parsed, manifest, now, done)
             requires: bool | None = None
             if not done and stale is None and (not backoff or backoff.get(filename, 0) <= now):
-                requires, why[filename] = holds(parsed.requires)
+                requires = parsed.requires is None or holds(parsed.requires)
             facts.append(JobFacts(filename, job.lane, done, requires, stale))
         self.seen = None
         lanes: dict[str, tuple[str, ...]] = {}
@@ -107,6 +116,18 @@ class Facts:
             tuple(self.gpu_users(running)) if look else None,
             dict(self.config.slots),  # a copy: the runner updates its own in place when the manifest changes
         ), why
+
+    def _stamped(
+        self, filename: str, parsed: Parsed, manifest: dict[str, Any] | None, now: float, done: bool
+    ) -> tuple[bool, tuple[str, str] | None]:
+        """Rerun on change: DONE_IF counts only while the job's stamp matches what it runs and its producers'
+        runs; a stale job runs again, or first waits for a producer that runs again (then: (why, blocker))."""
+        job: jobfile.JobFile = parsed.job  # type: ignore[assignment]
+        verdict = self.verdicts.judge(filename, parsed.key, job, manifest, now, done)
+        if verdict.problems or verdict.file in self.manifest.problems.said:
+            self.manifest.problems.report(now, verdict.file, verdict.problems)
+        stale = (verdict.why, verdict.blocker) if verdict.stale and verdict.wait else None
+        return done and not verdict.stale, stale
 
     def gpu_users(self, running: dict[str, Running]) -> list[procs.GpuUser]:
         def ours(proc: procs.Proc) -> bool:

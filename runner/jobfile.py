@@ -19,6 +19,8 @@ DEFAULT_LANE = "cpu"
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _KEY_LINE = re.compile(r"^#\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # A comment that looks like it meant to be a header key (`# LANE: gpu`, `#REQUIRE =x`).
+# One tuple per set of header keys in use, not one per queued job.
+_KEY_SETS: dict[tuple[str, ...], tuple[str, ...]] = {}
 _KEYISH_LINE = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)\s*[:=]")
 
 
@@ -167,7 +169,7 @@ def _typed(
         warn_after_s=durations["WARN_AFTER"],
         outputs=outputs,
         plan=header.get("PLAN"),
-        keys=tuple(header),
+        keys=_KEY_SETS.setdefault(tuple(header), tuple(header)) if len(_KEY_SETS) < 1000 else tuple(header),
     )
 
 

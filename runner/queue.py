@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +43,16 @@ def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
 PENDING_EVENTS_MAX = 10000
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write DATA to PATH so a reader sees the old file or the new one, never a part."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def atomic_write(path: Path, data: bytes | Sequence[bytes]) -> None:
+    """Write DATA (or its parts, one after the other) to PATH so a reader sees the old file or the new one, never
+    a part."""
+    fd, tmp = _temp(path)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                handle.writelines(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -59,6 +63,16 @@ def atomic_write(path: Path, data: bytes) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def _temp(path: Path) -> tuple[int, str]:
+    """A new dot-file beside PATH, opened for writing (as tempfile.mkstemp makes it, without importing it)."""
+    while True:
+        tmp = str(path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp"))
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+        except FileExistsError:
+            continue
 
 
 def _fsync_dir(path: Path) -> None:

@@ -8,6 +8,10 @@ from runner import procs
 from runner.records import Reason
 from runner.runstate import RunnerState
 
+# The extra fields of most reasons: none. One dict shared by them all (10 000 empty dicts were 0.6 MB); a reason's
+# extra is replaced, never changed in place.
+_NO_EXTRA: dict[str, Any] = {}
+
 
 class Reasons:
     """Owns the table of reasons; the scheduler's actions, the scan and the launcher set them."""
@@ -49,13 +53,13 @@ class Reasons:
         if current and current.reason == reason and current.blocker == blocker:
             if current.detail != detail or current.extra != extra:
                 current.detail = detail
-                current.extra = extra
+                current.extra = extra or _NO_EXTRA
                 self.generation += 1
             return
         since = now
         if reason == "requires":
             since = self.state.waiting_since.get(filename, now)
-        self.table[filename] = Reason(reason, since, detail, blocker, extra)
+        self.table[filename] = Reason(reason, since, detail, blocker, extra or _NO_EXTRA)
         self.generation += 1
 
     def requires_false(

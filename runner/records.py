@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,10 +10,18 @@ from runner import jobfile
 from runner.conditions import Condition
 from runner.throttle import Throttle
 
+_U64 = (1 << 64) - 1
+
+
+def file_key(st: os.stat_result) -> int:
+    """What identifies a version of a file: its mtime, size and inode, as one exact number (10 000 queued jobs
+    keep one each; a tuple of three was twice the size)."""
+    return (st.st_mtime_ns & _U64) | st.st_size << 64 | st.st_ino << 128  # a pre-1970 mtime kept apart too
+
 
 @dataclass(slots=True)
 class Parsed:
-    key: tuple[int, int, int]
+    key: int  # file_key of the file parsed
     job: jobfile.JobFile | jobfile.Invalid
     requires: Condition | None = None
     done_if: Condition | None = None

@@ -8,19 +8,19 @@ its mtime is that old, or its size, mtime and inode stayed the same across scans
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import replace
 
 from runner import jobfile
-from runner.conditions import compile_condition
+from runner.conditions import Condition, compile_condition
 from runner.config import Config
+from runner.digest import sha256_hex
 from runner.manifest import Manifest
 from runner.queue import Queue, read_regular, timestamp
 from runner.reasons import Reasons
-from runner.records import Parsed
+from runner.records import Parsed, file_key
 from runner.vocab import Event, Reason
 
 
@@ -50,7 +50,8 @@ class Scanner:
         self.manifest = manifest
         self.forget_job = forget  # drops everything the runner knows of a job file (it left queue/)
         self.parsed: dict[str, Parsed] = {}
-        self.first_seen: dict[str, tuple[tuple[int, int, int], float]] = {}  # settle rule: key, first scan
+        self.conditions: dict[str, Condition] = {}  # text -> compiled for this root, shared by the jobs that have it
+        self.first_seen: dict[str, tuple[int, float]] = {}  # settle rule: key, first scan
         self.stuck: dict[str, str] = {}  # invalid entries that could not be moved to failed/
         self.settle_due: float | None = None  # when the next settling file may be taken
         self.listing: set[str] = set()  # job names in queue/ as last seen
@@ -141,7 +142,7 @@ class Scanner:
         if problem:
             self._invalid(now, filename, problem)
             return None
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        key = file_key(st)
         parsed = self.parsed.get(filename)
         if parsed is None or parsed.key != key:
             data = read_regular(path)
@@ -169,7 +170,7 @@ class Scanner:
             return f"a symlink to {real}, which is not a regular file"
         return None
 
-    def _settled(self, now: float, filename: str, key: tuple[int, int, int], mtime: float, data: bytes) -> bool:
+    def _settled(self, now: float, filename: str, key: int, mtime: float, data: bytes) -> bool:
         settle = self.config.settle_s
         seen = self.first_seen.get(filename)
         if seen is None or seen[0] != key:
@@ -178,7 +179,7 @@ class Scanner:
             del self.first_seen[filename]  # settled: parsed from now on by its key (10 000 of these add up)
             return True
         want = self.manifest.sha(filename)
-        if want and hashlib.sha256(data).hexdigest() == want:
+        if want and sha256_hex(data) == want:
             del self.first_seen[filename]
             return True  # pushed: the manifest says what the whole file is
         due = min(mtime + settle, seen[1] + settle)
@@ -191,16 +192,33 @@ class Scanner:
         )
         return False
 
-    def _parse(self, filename: str, key: tuple[int, int, int], data: bytes) -> Parsed:
+    def _parse(self, filename: str, key: int, data: bytes) -> Parsed:
         job = jobfile.parse(filename, data, self.config.lanes)
-        if isinstance(job, jobfile.JobFile):
-            job = replace(job, body="")  # bash reads the file itself; 10 000 bodies need not stay
         parsed = Parsed(key, job)
         if isinstance(job, jobfile.JobFile):
-            parsed.requires = compile_condition(job.requires) if job.requires else None
-            parsed.done_if = compile_condition(job.done_if) if job.done_if else None
+            parsed.requires = self._condition(job.requires)
+            parsed.done_if = self._condition(job.done_if)
+            # bash reads the file itself (10 000 bodies need not stay); equal conditions share one string
+            parsed.job = replace(
+                job,
+                body="",
+                requires=parsed.requires.text if parsed.requires else None,
+                done_if=parsed.done_if.text if parsed.done_if else None,
+            )
         self.parsed[filename] = parsed
         return parsed
+
+    def _condition(self, text: str | None) -> Condition | None:
+        """TEXT compiled for this root, once for every queued job that has it (a chain's DONE_IF is the next
+        job's REQUIRES)."""
+        if text is None:
+            return None
+        cond = self.conditions.get(text)
+        if cond is None:
+            if len(self.conditions) > 2 * len(self.parsed) + 1000:
+                self.conditions = {}  # those of jobs gone; the live ones keep theirs
+            cond = self.conditions[text] = compile_condition(text, self.root)
+        return cond
 
     def _invalid(self, now: float, filename: str, why: str) -> None:
         """Never executed: moved to failed/ with one `invalid` event; where it cannot be moved it stays,

@@ -4,9 +4,7 @@ ticks on a timer and on every child's exit, `start`/`stop` begin and end one lif
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import secrets
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from runner import __version__, wrapper
 from runner.announce import Announcer, LaneView
 from runner.config import Config
 from runner.controls import ControlHandler
+from runner.digest import sha1_hex
 from runner.dirwatch import DirWatch
 from runner.dispatch import Dispatcher
 from runner.facts import Facts
@@ -44,8 +43,8 @@ class Runner:
         self.flag_slots = dict(config.slots)  # --slots: wins over what the manifest asks for
         self.queue = queue = Queue(config.root)
         self.root = str(config.root)
-        self.root_id = hashlib.sha1(self.root.encode()).hexdigest()[:12]
-        self.instance = secrets.token_hex(4)
+        self.root_id = sha1_hex(self.root.encode())[:12]
+        self.instance = os.urandom(4).hex()
         self.processes = processes or OsProcesses(config.kill_grace_s)
         self.state = RunnerState()
         self.problems = FileProblems(queue)

@@ -130,7 +130,7 @@ class Verdicts:
     def __init__(self, root: str) -> None:
         self.root = root
         self._world: tuple[Any, ...] | None = None
-        self._kept: dict[str, tuple[tuple[int, int, int], bool, Verdict]] = {}
+        self._kept: dict[str, tuple[int, bool, Verdict]] = {}
         self.judged = 0  # verdicts worked out (not taken from what was kept): a test counts them
 
     def begin(self, manifest_key: object, clock: float) -> None:
@@ -150,7 +150,7 @@ class Verdicts:
     def judge(
         self,
         filename: str,
-        key: tuple[int, int, int],
+        key: int,
         job: jobfile.JobFile,
         manifest: Mapping[str, Any] | None,
         now: float,

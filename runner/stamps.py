@@ -13,7 +13,6 @@ these functions.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import jobfile
+from runner.digest import sha256_hex
 from runner.queue import atomic_write, timestamp
 
 STAMPS_DIR = "stamps"
@@ -42,7 +42,7 @@ def content_hash(data: bytes) -> str:
     start = 1 if lines and lines[0].startswith(b"#!") else 0
     while start < len(lines) and lines[start].startswith(b"#"):
         start += 1
-    return hashlib.sha256(b"\n".join(lines[start:])).hexdigest()
+    return sha256_hex(b"\n".join(lines[start:]))
 
 
 def stamp_name(filename: str) -> str:
@@ -198,7 +198,7 @@ def file_hash(path: str) -> str | None:
 def new_stamp(filename: str, sha: str, producers: Mapping[str, str | None], now: float, run: bool) -> dict[str, Any]:
     """A stamp for FILENAME; RUN false adopts a job found done without a stamp (id "": no run was seen)."""
     body = {"version": VERSION, "job": filename, "sha": sha, "producers": dict(producers), "ts": timestamp(now)}
-    ident = hashlib.sha256(json.dumps(body, sort_keys=True).encode() + os.urandom(8)).hexdigest()[:16]
+    ident = sha256_hex(json.dumps(body, sort_keys=True).encode() + os.urandom(8))[:16]
     return {**body, "id": ident if run else ""}
 
 

@@ -34,11 +34,11 @@ def _encode(value: Any) -> str:
 class StatusFile:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
-        self._entries: dict[str, tuple[tuple[Any, ...], str]] = {}  # queued job -> (what it shows, encoded)
+        self._entries: dict[str, tuple[tuple[Any, ...], bytes]] = {}  # queued job -> (what it shows, encoded)
         self._queued_key: tuple[Any, ...] | None = None
-        self._queued = "[]"
+        self._queued_version = 0  # changes whenever the list of entries does
         self._content: str | None = None  # status.json as last written, less its clock
-        self._written_queued: str | None = None
+        self._written_queued = -1
         self._written_key: tuple[int, int, int] | None = None
         self._written_at = 0.0
         self._counts: dict[str, tuple[int, int]] = {}  # state -> (directory mtime, files)
@@ -58,11 +58,11 @@ class StatusFile:
         tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
         tmp.write_bytes((_encode(beat) + "\n").encode())
         os.replace(tmp, path)
-        queued_json = self._queued_json(queued)
+        queued_version = self._queued_json(queued)
         running = _running(runner)
         status = self._status(running)
         content = _encode(status)
-        same = content == self._content and queued_json is self._written_queued  # the list is rebuilt on change
+        same = content == self._content and queued_version == self._written_queued
         same = same and _key(runner.queue.status_path) == self._written_key  # nobody replaced or removed it
         if not force and same and now - self._written_at < REFRESH_S:
             return
@@ -70,8 +70,12 @@ class StatusFile:
         for entry, run in zip(running, runner.jobs.running.values(), strict=True):
             entry["elapsed_s"] = round(now - run.started, 1)
         text = _encode(status)
-        atomic_write(runner.queue.status_path, (text[:-1] + ',"queued":' + queued_json + "}\n").encode())
-        self._content, self._written_queued, self._written_at = content, queued_json, now
+        # In parts, the entries as they are kept: 10 000 of them joined into one string, then into bytes, were
+        # three copies of the list at once (a runner's peak memory).
+        entries = [encoded for _, encoded in self._entries.values()]
+        parts = [text[:-1].encode(), b',"queued":[', *_joined(entries), b"]}\n"]
+        atomic_write(runner.queue.status_path, parts)
+        self._content, self._written_queued, self._written_at = content, queued_version, now
         self._written_key = _key(runner.queue.status_path)
         self.writes += 1
 
@@ -136,11 +140,12 @@ class StatusFile:
         self._counts[state] = (mtime, count)
         return count
 
-    def _queued_json(self, queued: list[tuple[str, Parsed]]) -> str:
+    def _queued_json(self, queued: list[tuple[str, Parsed]]) -> int:
+        """Each queued job's entry encoded again where what it shows changed; the version of the list."""
         runner = self.runner
         key = (runner.scanner.generation, runner.reasons.generation, len(queued))
         if key == self._queued_key:
-            return self._queued
+            return self._queued_version
         entries = {}
         for filename, lane in _waiting(runner, queued):
             reason = runner.reasons.get(filename)
@@ -156,12 +161,19 @@ class StatusFile:
                     "blocker": reason.blocker,
                     "since": reason.since,
                 }
-                cached = (shown, _encode(entry))
+                cached = (shown, _encode(entry).encode())
             entries[filename] = cached
         self._entries = entries
-        self._queued = "[" + ",".join(encoded for _, encoded in entries.values()) + "]"
         self._queued_key = key
-        return self._queued
+        self._queued_version += 1
+        return self._queued_version
+
+
+def _joined(entries: list[bytes]) -> list[bytes]:
+    """ENTRIES with a comma between each two, as parts to write one after the other."""
+    parts = [b","] * (2 * len(entries) - 1) if entries else []
+    parts[::2] = entries
+    return parts
 
 
 def _key(path: Path) -> tuple[int, int, int] | None:
