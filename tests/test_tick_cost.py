@@ -156,3 +156,22 @@ def test_a_job_end_reads_proc_once_and_finds_what_its_job_left(tmp_path: Path) -
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_shared_condition_and_a_changed_one_are_each_seen_on_the_next_tick(tmp_path: Path) -> None:
+    """Conditions are compiled once per text (a chain's DONE_IF is the next job's REQUIRES): two jobs share one,
+    and a job file rewritten with another REQUIRES is judged by the new one on the next tick."""
+    root = tmp_path / "q"
+    (root / "out").mkdir(parents=True)
+    write_job(root, "a.job", "# DONE_IF=test -f out/a\necho a\n")
+    write_job(root, "b.job", "# REQUIRES=test -f out/a\n# LANE=gpu\necho b\n")
+    runner = Ticking(root).start(T0)
+    runner.tick(T0)
+    parsed = runner.runner.scanner.parsed
+    assert parsed["a.job"].done_if is parsed["b.job"].requires  # one compiled condition for both
+    assert runner.procs.running() == ["a.job"] and _reason(runner, "b.job")[0] == "requires"
+    (root / "out/b-ready").write_text("")
+    write_job(root, "b.job", "# REQUIRES=test -f out/b-ready\n# LANE=gpu\necho b\n")
+    runner.tick(T0 + 1)
+    assert runner.procs.running() == ["a.job", "b.job"]
+    runner.close()
