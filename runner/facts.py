@@ -100,6 +100,9 @@ class Facts:
                 requires = parsed.requires is None or holds(parsed.requires)
             facts.append(JobFacts(filename, job.lane, done, requires, stale))
         self.seen = None
+        return self._snapshot(facts, running, parked), why
+
+    def _snapshot(self, facts: list[JobFacts], running: dict[str, Running], parked: str) -> Snapshot:
         lanes: dict[str, tuple[str, ...]] = {}
         for run in running.values():
             lanes[run.lane] = (*lanes.get(run.lane, ()), run.filename)
@@ -115,7 +118,7 @@ class Facts:
             parked,
             tuple(self.gpu_users(running)) if look else None,
             dict(self.config.slots),  # a copy: the runner updates its own in place when the manifest changes
-        ), why
+        )
 
     def _stamped(
         self, filename: str, parsed: Parsed, manifest: dict[str, Any] | None, now: float, done: bool

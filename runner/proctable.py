@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from runner import cgroups, leaks, procs
+from runner import cgroups, gpu, leaks, procs
 from runner.records import Running
 
 
@@ -144,7 +144,7 @@ class OsProcesses:
     def gpu_users(
         self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
     ) -> tuple[list[procs.GpuUser], list[int]]:
-        return procs.gpu_users(names, devices, is_ours, self.stats())
+        return gpu.gpu_users(names, devices, is_ours, self.stats())
 
     def read_proc(self, pid: int) -> procs.Proc | None:
         return procs.read_proc(pid)
