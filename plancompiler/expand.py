@@ -16,6 +16,7 @@ from jinja2.sandbox import SecurityError
 from plancompiler.diagnostics import Diagnostic, error, warning
 from plancompiler.load import Source
 from plancompiler.models import Job, Output, Plan, Requirement
+from plancompiler.plainvalue import render_plain
 from plancompiler.sandbox import BoundedSandbox, LimitExceeded, Limits
 from plancompiler.shellctx import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner.jobfile import NAME_RE
@@ -24,6 +25,7 @@ from runner.jobfile import NAME_RE
 RESERVED = ("name", "lane", "plan", "plan_name", "job_outputs")
 MAX_JOBS = 100_000
 _ENVS: dict[Limits, BoundedSandbox] = {}
+_LIMITS = Limits()
 
 
 def _env(limits: Limits) -> BoundedSandbox:
@@ -121,7 +123,10 @@ def render_value(value: Any, context: Any, limits: Limits | None = None) -> Any:
     if isinstance(value, str):
         if "{" not in value:
             return value
-        env = _env(limits or Limits())
+        plain = render_plain(value, context, (limits or _LIMITS).max_size)
+        if plain is not None:
+            return plain
+        env = _env(limits or _LIMITS)
         try:
             return env.render_bounded(_template(value, env), context, "the value")
         except Exception as exc:  # each kind of failure is told apart by _failure
@@ -359,6 +364,7 @@ def _path(value: Any, kind: str = "path") -> str:
 
 
 _SHELL_ENVS: dict[Limits, BoundedSandbox] = {}
+_LIMITS = Limits()
 
 
 def render_shell(text: str, context: Mapping[str, Any], limits: Limits) -> str:

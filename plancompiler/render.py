@@ -138,24 +138,18 @@ def render_jobs(
     rendered: list[RenderedJob] = []
     diagnostics: list[Diagnostic] = []
     comment = f"generated from {_shown_name(Path(source.path).name)} by plan; do not edit"
+    files: dict[str, tuple[str, _Place] | str] = {}  # each template file found and read once: most jobs share one
     for job in jobs:
         name = job.job.template if job.job.template is not None else f"{_INLINE}{job.index}"
         if job.job.template is not None:
-            path = renderer.template_path(job.job.template)
-            if path is None:
+            file = files.get(job.job.template)
+            if file is None:
+                file = files[job.job.template] = _template_file(renderer, job.job.template)
+            if isinstance(file, str):
                 line, col = source.where(("jobs", job.index, "template"))
-                dirs = ", ".join(_display(d) for d in renderer.template_dirs) or "(none)"
-                diagnostics.append(
-                    error(source.path, line, col, "R001", f"template {job.job.template!r} not found in {dirs}")
-                )
+                diagnostics.append(error(source.path, line, col, "R001", file))
                 continue
-            try:
-                template_source = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                line, col = source.where(("jobs", job.index, "template"))
-                diagnostics.append(error(source.path, line, col, "R001", f"cannot read template {path}: {exc}"))
-                continue
-            place = _Place(_display(path), 1, 0)
+            template_source, place = file
         else:
             template_source = job.job.run or ""
             place = _inline_place(source, job.index, template_source)
@@ -187,6 +181,18 @@ def render_jobs(
         matches = body.count("\n") == template_source.count("\n")
         rendered.append(RenderedJob(job, text, header, place.origin, place.line, matches))
     return rendered, diagnostics
+
+
+def _template_file(renderer: Renderer, name: str) -> tuple[str, _Place] | str:
+    """Template NAME's text and place, or why it has none."""
+    path = renderer.template_path(name)
+    if path is None:
+        dirs = ", ".join(_display(d) for d in renderer.template_dirs) or "(none)"
+        return f"template {name!r} not found in {dirs}"
+    try:
+        return path.read_text(encoding="utf-8"), _Place(_display(path), 1, 0)
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read template {path}: {exc}"
 
 
 def _shown_name(name: str) -> str:
