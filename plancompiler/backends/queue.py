@@ -67,119 +67,11 @@ def busy_message(host: Host, holder: dict[str, Any]) -> str:
 
 def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> PushPlan:
     """What installing COMPILED would do to the queue PROBE describes, and what refuses it."""
-    files: dict[str, dict[str, dict[str, Any]]] = probe.get("files", {})
-    plan_name = compiled.name
-    where: dict[str, tuple[str, dict[str, Any]]] = {}
-    for state_dir in ("failed", "done", "queue", "running"):  # later states win: running is what matters
-        for name, info in files.get(state_dir, {}).items():
-            where[name] = (state_dir, info)
-    recorded: dict[str, str] = probe.get("owners", {})
-
-    def owner(name: str) -> str | None:
-        """The plan that owns NAME: manifest.json's record, else the PLAN= header the runner reads."""
-        if name in recorded:
-            return recorded[name]
-        header = where[name][1].get("plan") if name in where else None
-        return header.split("@", 1)[0] if header else None
-
-    changes: list[Change] = []
-    errors: list[str] = []
-    request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
-    ours = {job.filename for job in compiled.jobs}
-    record = plan_record(compiled, dict(host.slots))
-    # Rerun on change (runner/stamps.py): which done jobs run again, and which follow them downstream.
-    mine = {n: (where[n][0], where[n][1].get("sha")) for n in ours if n in where and owner(n) == plan_name}
-    texts = {job.filename: job.text.encode() for job in compiled.jobs}
-    graph = {n: {**spec, "run_sha": stamps.content_hash(texts[n])} for n, spec in record["jobs"].items()}
-    effects, marks = stamps.push_effects(graph, mine, probe.get("stamps") or {})
+    work = _Diff(compiled, host, probe, options)
     for job in compiled.jobs:
-        name, sha = job.filename, _sha(job.text)
-        state, info = where.get(name, (None, {}))
-        held_by = owner(name) if (state or name in recorded) else None
-        taken = ""
-        if held_by != plan_name and (state is not None or held_by is not None):
-            if state is not None and not options.take_over:
-                errors.append(_foreign(name, state, held_by, plan_name, probe))
-                continue
-            taken = f"taken over from {'plan ' + held_by if held_by else 'a hand-written job'}; attempts reset"
-            request["take_over"].append(name)
-            request["resets"].append(name)
-        same = info.get("sha") == sha
-        note = taken
-        if state is None:
-            changes.append(Change("+", name, None, note))
-            request["files"][name] = job.text
-        elif state == "running":
-            changes.append(
-                Change(
-                    ">" if same else ">~",
-                    name,
-                    state,
-                    "; ".join(
-                        filter(None, [taken, "" if same else "running an older version; the new one is not sent"])
-                    ),
-                )
-            )
-        elif state == "queue":
-            effect = effects.get(name)
-            if effect is not None and effect.kind == "stale":
-                changes.append(
-                    Change("^", name, state, "; ".join(filter(None, [note, "" if same else "changed", effect.note])))
-                )
-            else:
-                changes.append(Change("=" if same else "~", name, state, note))
-            if not same:
-                request["files"][name] = job.text
-                request["replace"].append(name)
-        elif state == "done" and same and not taken and name not in effects:
-            changes.append(Change("d", name, state))
-        elif state == "done":
-            effect = effects.get(name)
-            mark = "^" if effect is not None and effect.kind == "stale" else "~"
-            changes.append(
-                Change(
-                    mark,
-                    name,
-                    state,
-                    "; ".join(
-                        filter(None, [note, effect.note if effect else "done before; content changed, queued again"])
-                    ),
-                )
-            )
-            request["remove"].append(["done", name])
-            request["files"][name] = job.text
-            if effect is not None and effect.kind in ("run", "stale") and name not in request["resets"]:
-                request["resets"].append(name)  # a rerun starts at attempt 1, with all its retries
-        elif options.retry_failed or taken:
-            changes.append(Change("r", name, state, note or "attempts reset"))
-            request["remove"].append(["failed", name])
-            if name not in request["resets"]:
-                request["resets"].append(name)
-            request["files"][name] = job.text
-        else:
-            changes.append(Change("!", name, state, "failed; not re-queued without --retry-failed"))
-    for name in sorted(files.get("queue", {})):
-        if name in ours or owner(name) != plan_name:
-            continue  # hand-written jobs and other plans' jobs are never pruned
-        if options.prune:
-            changes.append(Change("-", name, "queue", "no longer in the plan"))
-            request["remove"].append(["queue", name])
-        else:
-            changes.append(Change("=", name, "queue", "no longer in the plan; kept (--no-prune)"))
-    request["stale"] = [m for m in marks if m[0] in request["files"] or where.get(m[0], ("",))[0] == "queue"]
-    before = probe.get("plans", {}).get(plan_name) or {}
-    owned_before = {n for n, p in recorded.items() if p == plan_name}
-    changed_record = before.get("hash") != record["hash"] or owned_before != ours or request["take_over"]
-    request["record"] = record if changed_record else None
-    request["generation"] = probe.get("generation", 0)
-    result = PushPlan(
-        host.describe(),
-        plan_name,
-        changes,
-        errors=errors,
-        request=request,
-        reruns=[name for name, _ in request["stale"]],
-    )
+        work.job(job.filename, job.text)
+    work.prune()
+    result = work.result(host)
     for name, wrong in sorted((probe.get("stamp_problems") or {}).items()):
         result.warnings.append(f"{name} on {host.name}: {'; '.join(str(w[-1]) for w in wrong)}")
     if options.verify_external and probe.get("external_missing"):
@@ -190,6 +82,131 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
             )
     health(result, host, probe, options)
     return result
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(filter(None, notes))
+
+
+class _Diff:
+    """The changes and the install request of one push, built job by job against the probed queue."""
+
+    def __init__(self, compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> None:
+        self.probe, self.options, self.plan_name = probe, options, compiled.name
+        self.files: dict[str, dict[str, dict[str, Any]]] = probe.get("files", {})
+        self.where: dict[str, tuple[str, dict[str, Any]]] = {}
+        for state_dir in ("failed", "done", "queue", "running"):  # later states win: running is what matters
+            for name, info in self.files.get(state_dir, {}).items():
+                self.where[name] = (state_dir, info)
+        self.recorded: dict[str, str] = probe.get("owners", {})
+        self.changes: list[Change] = []
+        self.errors: list[str] = []
+        self.request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
+        self.ours = {job.filename for job in compiled.jobs}
+        self.record = plan_record(compiled, dict(host.slots))
+        # Rerun on change (runner/stamps.py): which done jobs run again, and which follow them downstream.
+        mine = {
+            n: (self.where[n][0], self.where[n][1].get("sha"))
+            for n in self.ours
+            if n in self.where and self.owner(n) == self.plan_name
+        }
+        texts = {job.filename: job.text.encode() for job in compiled.jobs}
+        graph = {n: {**spec, "run_sha": stamps.content_hash(texts[n])} for n, spec in self.record["jobs"].items()}
+        self.effects, self.marks = stamps.push_effects(graph, mine, probe.get("stamps") or {})
+
+    def owner(self, name: str) -> str | None:
+        """The plan that owns NAME: manifest.json's record, else the PLAN= header the runner reads."""
+        if name in self.recorded:
+            return self.recorded[name]
+        header = self.where[name][1].get("plan") if name in self.where else None
+        return header.split("@", 1)[0] if header else None
+
+    def job(self, name: str, text: str) -> None:
+        """The change one job of the plan makes to the queue."""
+        state, info = self.where.get(name, (None, {}))
+        held_by = self.owner(name) if (state or name in self.recorded) else None
+        taken = ""
+        if held_by != self.plan_name and (state is not None or held_by is not None):
+            if state is not None and not self.options.take_over:
+                self.errors.append(_foreign(name, state, held_by, self.plan_name, self.probe))
+                return
+            taken = f"taken over from {'plan ' + held_by if held_by else 'a hand-written job'}; attempts reset"
+            self.request["take_over"].append(name)
+            self.request["resets"].append(name)
+        same = info.get("sha") == _sha(text)
+        if state is None:
+            self.changes.append(Change("+", name, None, taken))
+            self.request["files"][name] = text
+        elif state == "running":
+            older = "" if same else "running an older version; the new one is not sent"
+            self.changes.append(Change(">" if same else ">~", name, state, _joined(taken, older)))
+        elif state == "queue":
+            self._queued(name, text, same, taken)
+        elif state == "done":
+            self._done(name, text, same, taken)
+        else:
+            self._failed(name, text, taken)
+
+    def _queued(self, name: str, text: str, same: bool, taken: str) -> None:
+        effect = self.effects.get(name)
+        if effect is not None and effect.kind == "stale":
+            self.changes.append(Change("^", name, "queue", _joined(taken, "" if same else "changed", effect.note)))
+        else:
+            self.changes.append(Change("=" if same else "~", name, "queue", taken))
+        if not same:
+            self.request["files"][name] = text
+            self.request["replace"].append(name)
+
+    def _done(self, name: str, text: str, same: bool, taken: str) -> None:
+        if same and not taken and name not in self.effects:
+            self.changes.append(Change("d", name, "done"))
+            return
+        effect = self.effects.get(name)
+        mark = "^" if effect is not None and effect.kind == "stale" else "~"
+        why = effect.note if effect else "done before; content changed, queued again"
+        self.changes.append(Change(mark, name, "done", _joined(taken, why)))
+        self.request["remove"].append(["done", name])
+        self.request["files"][name] = text
+        if effect is not None and effect.kind in ("run", "stale") and name not in self.request["resets"]:
+            self.request["resets"].append(name)  # a rerun starts at attempt 1, with all its retries
+
+    def _failed(self, name: str, text: str, taken: str) -> None:
+        if not (self.options.retry_failed or taken):
+            self.changes.append(Change("!", name, "failed", "failed; not re-queued without --retry-failed"))
+            return
+        self.changes.append(Change("r", name, "failed", taken or "attempts reset"))
+        self.request["remove"].append(["failed", name])
+        if name not in self.request["resets"]:
+            self.request["resets"].append(name)
+        self.request["files"][name] = text
+
+    def prune(self) -> None:
+        """This plan's queued jobs that it no longer has: removed, or kept with --no-prune."""
+        for name in sorted(self.files.get("queue", {})):
+            if name in self.ours or self.owner(name) != self.plan_name:
+                continue  # hand-written jobs and other plans' jobs are never pruned
+            if self.options.prune:
+                self.changes.append(Change("-", name, "queue", "no longer in the plan"))
+                self.request["remove"].append(["queue", name])
+            else:
+                self.changes.append(Change("=", name, "queue", "no longer in the plan; kept (--no-prune)"))
+
+    def result(self, host: Host) -> PushPlan:
+        request, where = self.request, self.where
+        request["stale"] = [m for m in self.marks if m[0] in request["files"] or where.get(m[0], ("",))[0] == "queue"]
+        before = self.probe.get("plans", {}).get(self.plan_name) or {}
+        owned_before = {n for n, p in self.recorded.items() if p == self.plan_name}
+        changed_record = before.get("hash") != self.record["hash"] or owned_before != self.ours or request["take_over"]
+        request["record"] = self.record if changed_record else None
+        request["generation"] = self.probe.get("generation", 0)
+        return PushPlan(
+            host.describe(),
+            self.plan_name,
+            self.changes,
+            errors=self.errors,
+            request=request,
+            reruns=[name for name, _ in request["stale"]],
+        )
 
 
 def _foreign(name: str, state: str, held_by: str | None, plan_name: str, probe: dict[str, Any]) -> str:
