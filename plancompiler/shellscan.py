@@ -242,36 +242,54 @@ class Scanner:
                 return i + 2
             top.word += ch if nxt in (EXPR, TAG, "") else ch + nxt  # `\eval` is still eval
             return skip(text, i)
-        if ch in " \t":
+        if ch in " \t\n":
             self._end_word(top)
+            if ch == "\n":
+                if not top.cond:
+                    self._end_command(top)
+                return self._newline(top, i)
             return i + 1
-        if ch == "\n":
-            self._end_word(top)
-            if not top.cond:
-                self._end_command(top)
-            return self._newline(top, i)
         if ch == "#" and not top.word:
             top.comment = True
             return i + 1
+        if ch in "'\"$`":
+            return self._quote(top, text, i, ch)
+        if ch in "<>&|()":
+            done = self._operator(top, text, i, ch, nxt)
+            if done is not None:
+                return done
+        if ch in "()":
+            return self._paren(top, text, i, ch)
+        if ch in ";&|":
+            self._end_word(top)
+            pipe = ch == "|" and nxt != "|" and text[i - 1 : i] != "|" or ch == "&" and text[i - 1 : i] == "|"
+            self._end_command(top, pipe)
+            return i + 1
+        top.word += ch
+        return i + 1
+
+    def _quote(self, top: _Frame, text: str, i: int, ch: str) -> int:
+        """A quote, `$` or backtick in a command: part of the word, and the start of what it opens."""
+        top.word += ch
         if ch == "'":
             self.stack.append(_Frame("sq"))
-            top.word += ch
             return i + 1
         if ch == '"':
             self.stack.append(_Frame("dq"))
-            top.word += ch
             return i + 1
-        if ch in "$`":
-            top.word += ch
-            return self._dollar(text, i)
-        if ch in "<>" and nxt == "(":
-            self.stack.append(_Frame("cmd", ")", procsub=ch == "<"))
-            top.word += ch
-            return i + 2
-        if ch in "<>" and top.word and not _REDIR_START.fullmatch(top.word):
-            self._end_word(top)  # `eval>&2`, `bash<<<x`: bash splits the word before a redirection
-        if ch == "<" and nxt == "<" and not top.cond:
-            return self._heredoc_op(top, text, i)
+        return self._dollar(text, i)
+
+    def _operator(self, top: _Frame, text: str, i: int, ch: str, nxt: str) -> int | None:
+        """Process substitutions, redirections, heredocs and [[ ]]'s operators; None: CH is none of them."""
+        if ch in "<>":
+            if nxt == "(":
+                self.stack.append(_Frame("cmd", ")", procsub=ch == "<"))
+                top.word += ch
+                return i + 2
+            if top.word and not _REDIR_START.fullmatch(top.word):
+                self._end_word(top)  # `eval>&2`, `bash<<<x`: bash splits the word before a redirection
+            if ch == "<" and nxt == "<" and not top.cond:
+                return self._heredoc_op(top, text, i)
         if top.cond and ch in "&|()":
             self._end_word(top)  # an operator of the test: the [[ goes on
             top.words.append(ch)
@@ -281,10 +299,14 @@ class Scanner:
                 self._end_word(top)  # `&>file`: a redirection word
             top.word += ch
             return i + 1
-        if ch == "(" and _ARRAY_START.fullmatch(top.word):
-            self.stack.append(_Frame("cmd", ")", array=True))
-            return i + 1
+        return None
+
+    def _paren(self, top: _Frame, text: str, i: int, ch: str) -> int:
+        """( and ) in a command: an array's elements, (( )) arithmetic, a subshell, or the end of a $( )."""
         if ch == "(":
+            if _ARRAY_START.fullmatch(top.word):
+                self.stack.append(_Frame("cmd", ")", array=True))
+                return i + 1
             if text.startswith("((", i) and not top.word and (not top.words or top.words == ["for"]):
                 self.stack.append(_Frame("opaque", "))", "(( )) arithmetic"))
                 return i + 2
@@ -292,20 +314,12 @@ class Scanner:
             self._end_word(top)
             self._end_command(top)
             return i + 1
-        if ch == ")":
-            self._end_word(top)
-            self._end_command(top)
-            if top.depth:
-                top.depth -= 1
-            elif top.closer == ")":
-                self.stack.pop()
-            return i + 1
-        if ch in ";&|":
-            self._end_word(top)
-            pipe = ch == "|" and nxt != "|" and text[i - 1 : i] != "|" or ch == "&" and text[i - 1 : i] == "|"
-            self._end_command(top, pipe)
-            return i + 1
-        top.word += ch
+        self._end_word(top)
+        self._end_command(top)
+        if top.depth:
+            top.depth -= 1
+        elif top.closer == ")":
+            self.stack.pop()
         return i + 1
 
     def _end_word(self, top: _Frame) -> None:
@@ -341,34 +355,7 @@ class Scanner:
         """The simple command in TOP is over (PIPE: its output feeds the next one): decide its heredocs and
         here-strings, and whether the pipeline's earlier commands feed their values to an interpreter."""
         if top.heredocs or top.strings or top.piped or top.piped_docs:
-            why = next(filter(None, (shellcmd.stdin_program(w) for w in [top.words, *(w for w, _ in top.alts)])), "")
-            for index in top.heredocs + (top.piped_docs if why else []):
-                if index < len(self.pending):
-                    delim, dash, quoted, _ = self.pending[index]
-                    self.pending[index] = (delim, dash, quoted, why)
-            if why:
-                piped = [
-                    (
-                        line,
-                        col,
-                        why.replace("in a heredoc that ", "piped into ").replace(
-                            " reads as code", ", which reads its program from stdin,"
-                        ),
-                    )
-                    for line, col in top.piped
-                ]
-                for line, col, reason in piped + [
-                    (ln, col, why.replace("heredoc", "here-string")) for ln, col in top.strings
-                ]:
-                    self.problems.append(
-                        (
-                            line,
-                            col,
-                            f"a value {reason} would be read as code, not data; pass it "
-                            "as an argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on "
-                            "purpose with | sh",
-                        )
-                    )
+            self._fed_to_stdin(top)
         if pipe:
             top.piped, top.piped_docs = top.piped + top.values, top.piped_docs + top.heredocs
         else:
@@ -382,6 +369,31 @@ class Scanner:
         ):
             self.integers.update(re.split(r"[=\[+]", w)[0] for w in words[1:] if not w.startswith(("-", "+")))
         top.words, top.heredocs, top.strings, top.alts = [], [], [], []
+
+    def _fed_to_stdin(self, top: _Frame) -> None:
+        """The command's heredocs, here-strings and piped values are code if it reads its program from stdin."""
+        why = next(filter(None, (shellcmd.stdin_program(w) for w in [top.words, *(w for w, _ in top.alts)])), "")
+        for index in top.heredocs + (top.piped_docs if why else []):
+            if index < len(self.pending):
+                delim, dash, quoted, _ = self.pending[index]
+                self.pending[index] = (delim, dash, quoted, why)
+        if not why:
+            return
+        piped = why.replace("in a heredoc that ", "piped into ").replace(
+            " reads as code", ", which reads its program from stdin,"
+        )
+        for line, col, reason in [(ln, col, piped) for ln, col in top.piped] + [
+            (ln, col, why.replace("heredoc", "here-string")) for ln, col in top.strings
+        ]:
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    f"a value {reason} would be read as code, not data; pass it "
+                    "as an argument (bash -c '... \"$1\"' _ {{ v }}) or mark code on "
+                    "purpose with | sh",
+                )
+            )
 
     def _newline(self, top: _Frame, i: int) -> int:
         if self.pending:
@@ -419,15 +431,7 @@ class Scanner:
         stack = self.stack
         top = stack[-1]
         cmd = next(f for f in reversed(stack) if f.kind == "cmd")
-        if top.kind == "heredoc":
-            top.line_expr = True
-        elif not cmd.comment:
-            cmd.word_expr = (line, col)
-            cmd.word += EXPR  # the word holds a value: it is not empty, and not a comment's start
-        if not cmd.comment:
-            for frame in stack:
-                if frame.kind == "cmd":
-                    frame.values.append((line, col))  # what a pipeline's later command may read as code
+        self._mark_value(top, cmd, line, col)
         if is_sh:
             self.sites.append(Site(line, col, "sh"))
             return
@@ -451,30 +455,12 @@ class Scanner:
             )
             self.sites.append(Site(line, col, "sh"))
             return
-        expands = top.kind in ("cmd", "dq") or (top.kind == "heredoc" and not top.quoted)
-        if expands:
-            self._check_before(line, col, preceding)
+        if top.kind in ("cmd", "dq") or (top.kind == "heredoc" and not top.quoted):
+            self._check_before(line, col, preceding)  # where bash expands: a `$` before it would join it
         if top.kind == "cmd" and top.comment:
             self.sites.append(Site(line, col, "comment"))
             return
-        check = ""
-        if top.kind == "heredoc":
-            code = top.code
-        elif cmd.array:
-            code = (
-                "in an array subscript, which is evaluated as arithmetic," if re.match(r"\[[^\]]*$", cmd.word) else ""
-            )
-        elif re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
-            code = "in an array subscript, which is evaluated as arithmetic,"
-        else:
-            verdicts = [
-                shellcmd.analyse(words, current[:-1], self.integers) for words, current in self._words_now(stack)
-            ]
-            verdict = next((v for v in verdicts if v.code), verdicts[0])
-            code = verdict.code
-            check = "name" if any(v.check == "name" for v in verdicts) else next((v.check for v in verdicts), "")
-            if any(v.herestring for v in verdicts):
-                cmd.strings.append((line, col))  # code or not is known when the command ends
+        code, check = self._value_code(top, cmd, line, col)
         code = code or self._enclosing_code(cmd)
         if code:
             self.problems.append(
@@ -493,6 +479,36 @@ class Scanner:
             self.sites.append(Site(line, col, "cond", check=check))  # always quoted: -n would be an operator
         else:
             self.sites.append(Site(line, col, "bare", check=check))
+
+    def _mark_value(self, top: _Frame, cmd: _Frame, line: int, col: int) -> None:
+        """A value stands here: its heredoc line or command word holds one, and so does every enclosing command."""
+        if top.kind == "heredoc":
+            top.line_expr = True
+        elif not cmd.comment:
+            cmd.word_expr = (line, col)
+            cmd.word += EXPR  # the word holds a value: it is not empty, and not a comment's start
+        if not cmd.comment:
+            for frame in self.stack:
+                if frame.kind == "cmd":
+                    frame.values.append((line, col))  # what a pipeline's later command may read as code
+
+    def _value_code(self, top: _Frame, cmd: _Frame, line: int, col: int) -> tuple[str, str]:
+        """Why the value would be code where it stands ("" if data), and the check its text must pass."""
+        if top.kind == "heredoc":
+            return top.code, ""
+        if cmd.array:
+            subscript = re.match(r"\[[^\]]*$", cmd.word)
+            return ("in an array subscript, which is evaluated as arithmetic," if subscript else ""), ""
+        if re.match(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*$", cmd.word):
+            return "in an array subscript, which is evaluated as arithmetic,", ""
+        verdicts = [
+            shellcmd.analyse(words, current[:-1], self.integers) for words, current in self._words_now(self.stack)
+        ]
+        verdict = next((v for v in verdicts if v.code), verdicts[0])
+        check = "name" if any(v.check == "name" for v in verdicts) else next((v.check for v in verdicts), "")
+        if any(v.herestring for v in verdicts):
+            cmd.strings.append((line, col))  # code or not is known when the command ends
+        return verdict.code, check
 
     def _enclosing_code(self, cmd: _Frame) -> str:
         """Why the output of the $( ) or <( ) a value is in (at any depth) would be code: it lands in an
@@ -569,26 +585,20 @@ class Scanner:
         name, has_assign, saved = tag
         if name in ("if", "for", "block", "with"):
             saved.append(["open", name, self._state(), [], False])
-            return
-        if name in ("elif", "else"):
+        elif name in ("elif", "else"):
             if saved and saved[-1][0] == "open":
                 self._check_same(saved[-1][2], line, col, name)
                 saved[-1][3].extend(self._words_now(self.stack))
                 saved[-1][4] = saved[-1][4] or name == "else"
                 self._restore(saved[-1][2])
-            return
-        if name in ("endif", "endfor", "endblock", "endwith"):
+        elif name in ("endif", "endfor", "endblock", "endwith"):
             if saved and saved[-1][0] == "open":
-                _, opened, state, alts, had_else = saved.pop()
-                if self._check_same(state, line, col, name) and opened in ("if", "for"):
-                    if not had_else or opened == "for":
-                        alts.extend(self._words_now(state[0]))  # no branch taken, or no iteration
-                    cmd = next(f for f in reversed(self.stack) if f.kind == "cmd")
-                    now = self._words_now(self.stack)
-                    alts.extend(now[1:])
-                    cmd.alts = [(a[0], [a[1]]) for i, a in enumerate(alts) if a != now[0] and a not in alts[:i]]
-                    cmd.alt_cut = len(cmd.word)
-            return
+                self._close_block(line, col, name, saved.pop())
+        else:
+            self._other_tag(line, col, name, has_assign, saved)
+
+    def _other_tag(self, line: int, col: int, name: str, has_assign: bool, saved: list[Any]) -> None:
+        """Tags that are no if/for block: macros and set blocks are read on their own, others allowed or not."""
         if name in ("call", "endcall"):
             self.problems.append(
                 (
@@ -598,33 +608,41 @@ class Scanner:
                     "the macro's text, in quoting this template cannot see; pass the macro arguments",
                 )
             )
-            return
-        if name == "macro" or (name == "set" and not has_assign):
+        elif name == "macro" or (name == "set" and not has_assign):
             saved.append(("fragment", name, self._state()))
             self.stack, self.pending = [_Frame("cmd")], []
-            return
-        if name in ("endmacro", "endset"):
+        elif name in ("endmacro", "endset"):
             if saved and saved[-1][0] == "fragment":
                 if len(self.stack) > 1 or self.pending or self.stack[0].comment:
                     self.problems.append(
                         (line, col, f"the {{% {saved[-1][1]} %}} body ends inside quotes or a heredoc")
                     )
                 self._restore(saved.pop()[2])
-            return
-        if name == "include":
+        elif name == "include":
             top = self.stack[-1]
             if len(self.stack) > 1 or self.pending or top.comment or top.word or top.words:
                 self.problems.append((line, col, "include a template only where a command may start"))
-            return
-        if name in ("set", "do", "import", "from", "raw", "endraw"):
-            return
-        self.problems.append(
-            (
-                line,
-                col,
-                f"{{% {name} %}} is not allowed in a job template: its output could undo the escaping of values",
+        elif name not in ("set", "do", "import", "from", "raw", "endraw"):
+            self.problems.append(
+                (
+                    line,
+                    col,
+                    f"{{% {name} %}} is not allowed in a job template: its output could undo the escaping of values",
+                )
             )
-        )
+
+    def _close_block(self, line: int, col: int, name: str, block: list[Any]) -> None:
+        """An if/for block ends: a value after it is judged under the words of every branch it may have taken."""
+        _, opened, state, alts, had_else = block
+        if not self._check_same(state, line, col, name) or opened not in ("if", "for"):
+            return
+        if not had_else or opened == "for":
+            alts.extend(self._words_now(state[0]))  # no branch taken, or no iteration
+        cmd = next(f for f in reversed(self.stack) if f.kind == "cmd")
+        now = self._words_now(self.stack)
+        alts.extend(now[1:])
+        cmd.alts = [(a[0], [a[1]]) for i, a in enumerate(alts) if a != now[0] and a not in alts[:i]]
+        cmd.alt_cut = len(cmd.word)
 
     @staticmethod
     def _words_now(stack: list[_Frame]) -> list[tuple[list[str], str]]:
