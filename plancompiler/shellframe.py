@@ -4,7 +4,7 @@ what each `{{ }}` is given (a Site); shared by the scanner (shellscan) and its p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from plancompiler.shellcmd import EXPR
 
@@ -52,6 +52,17 @@ class Site:
 
 def signature(stack: list[Frame], pending: list[tuple[str, bool, bool, str]]) -> tuple[Any, ...]:
     return tuple((f.kind, f.closer, f.delim, f.comment, f.quoted, f.cond, f.array) for f in stack) + (tuple(pending),)
+
+
+class ScanState(Protocol):
+    """What the placeholders (shellplaces) read and change of the scanner (shellscan.Scanner)."""
+
+    stack: list[Frame]
+    pending: list[tuple[str, bool, bool, str]]  # heredocs whose bodies start at the next newline
+    sites: list[Site]
+    problems: list[tuple[int, int, str]]
+    integers: set[str]
+    confused: bool
 
 
 def words_now(stack: list[Frame]) -> list[tuple[list[str], str]]:

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from plancompiler import shellcmd
-from plancompiler.shellframe import EXPR, TAG, Frame, Site, signature, words_now
-
-if TYPE_CHECKING:
-    from plancompiler.shellscan import Scanner
+from plancompiler.shellframe import EXPR, TAG, Frame, ScanState, Site, signature, words_now
 
 
-def expression(sc: Scanner, line: int, col: int, is_sh: bool, preceding: str) -> None:
+def expression(sc: ScanState, line: int, col: int, is_sh: bool, preceding: str) -> None:
     stack = sc.stack
     top = stack[-1]
     cmd = next(f for f in reversed(stack) if f.kind == "cmd")
@@ -72,7 +69,7 @@ def expression(sc: Scanner, line: int, col: int, is_sh: bool, preceding: str) ->
         sc.sites.append(Site(line, col, "bare", check=check))
 
 
-def _mark_value(sc: Scanner, top: Frame, cmd: Frame, line: int, col: int) -> None:
+def _mark_value(sc: ScanState, top: Frame, cmd: Frame, line: int, col: int) -> None:
     """A value stands here: its heredoc line or command word holds one, and so does every enclosing command."""
     if top.kind == "heredoc":
         top.line_expr = True
@@ -85,7 +82,7 @@ def _mark_value(sc: Scanner, top: Frame, cmd: Frame, line: int, col: int) -> Non
                 frame.values.append((line, col))  # what a pipeline's later command may read as code
 
 
-def _value_code(sc: Scanner, top: Frame, cmd: Frame, line: int, col: int) -> tuple[str, str]:
+def _value_code(sc: ScanState, top: Frame, cmd: Frame, line: int, col: int) -> tuple[str, str]:
     """Why the value would be code where it stands ("" if data), and the check its text must pass."""
     if top.kind == "heredoc":
         return top.code, ""
@@ -102,7 +99,7 @@ def _value_code(sc: Scanner, top: Frame, cmd: Frame, line: int, col: int) -> tup
     return verdict.code, check
 
 
-def _enclosing_code(sc: Scanner, cmd: Frame) -> str:
+def _enclosing_code(sc: ScanState, cmd: Frame) -> str:
     """Why the output of the $( ) or <( ) a value is in (at any depth) would be code: it lands in an
     interpreter's heredoc, in a code argument (`eval "$(echo {{ v }})"`), or is the file `source` reads."""
     inner = cmd
@@ -122,7 +119,7 @@ def _enclosing_code(sc: Scanner, cmd: Frame) -> str:
     return ""
 
 
-def _check_before(sc: Scanner, line: int, col: int, preceding: str) -> None:
+def _check_before(sc: ScanState, line: int, col: int, preceding: str) -> None:
     """A `$`, `$NAME` or lone backslash right before a value would join it (`${{ v }}` is `$'...'`). A tag
     between them writes nothing or text of its own: the value may still follow the `$` directly."""
     preceding = preceding.rstrip(TAG)
@@ -153,7 +150,7 @@ def _check_before(sc: Scanner, line: int, col: int, preceding: str) -> None:
             )
 
 
-def dangling(sc: Scanner, line: int, col: int, preceding: str) -> None:
+def dangling(sc: ScanState, line: int, col: int, preceding: str) -> None:
     """A `$` or lone backslash right before a tag (or the template's end) joins whatever is written next:
     a value in one of the tag's branches, or the text after an include; what that makes cannot be told."""
     top = sc.stack[-1]
@@ -174,7 +171,7 @@ def dangling(sc: Scanner, line: int, col: int, preceding: str) -> None:
         )
 
 
-def tag(sc: Scanner, line: int, col: int, info: tuple[str, bool, Any]) -> None:
+def tag(sc: ScanState, line: int, col: int, info: tuple[str, bool, Any]) -> None:
     name, has_assign, saved = info
     if name in ("if", "for", "block", "with"):
         saved.append(["open", name, _state(sc), [], False])
@@ -191,7 +188,7 @@ def tag(sc: Scanner, line: int, col: int, info: tuple[str, bool, Any]) -> None:
         _other_tag(sc, line, col, name, has_assign, saved)
 
 
-def _other_tag(sc: Scanner, line: int, col: int, name: str, has_assign: bool, saved: list[Any]) -> None:
+def _other_tag(sc: ScanState, line: int, col: int, name: str, has_assign: bool, saved: list[Any]) -> None:
     """Tags that are no if/for block: macros and set blocks are read on their own, others allowed or not."""
     if name in ("call", "endcall"):
         sc.problems.append(
@@ -224,7 +221,7 @@ def _other_tag(sc: Scanner, line: int, col: int, name: str, has_assign: bool, sa
         )
 
 
-def _close_block(sc: Scanner, line: int, col: int, name: str, block: list[Any]) -> None:
+def _close_block(sc: ScanState, line: int, col: int, name: str, block: list[Any]) -> None:
     """An if/for block ends: a value after it is judged under the words of every branch it may have taken."""
     _, opened, state, alts, had_else = block
     if not _check_same(sc, state, line, col, name) or opened not in ("if", "for"):
@@ -238,16 +235,16 @@ def _close_block(sc: Scanner, line: int, col: int, name: str, block: list[Any]) 
     cmd.alt_cut = len(cmd.word)
 
 
-def _state(sc: Scanner) -> tuple[list[Frame], list[tuple[str, bool, bool, str]]]:
+def _state(sc: ScanState) -> tuple[list[Frame], list[tuple[str, bool, bool, str]]]:
     return copy.deepcopy(sc.stack), list(sc.pending)
 
 
-def _restore(sc: Scanner, state: tuple[list[Frame], list[tuple[str, bool, bool, str]]]) -> None:
+def _restore(sc: ScanState, state: tuple[list[Frame], list[tuple[str, bool, bool, str]]]) -> None:
     sc.stack, sc.pending = copy.deepcopy(state[0]), list(state[1])
 
 
 def _check_same(
-    sc: Scanner, state: tuple[list[Frame], list[tuple[str, bool, bool, str]]], line: int, col: int, name: str
+    sc: ScanState, state: tuple[list[Frame], list[tuple[str, bool, bool, str]]], line: int, col: int, name: str
 ) -> bool:
     if signature(state[0], state[1]) != signature(sc.stack, sc.pending):
         sc.problems.append(
