@@ -9,6 +9,7 @@ shellcheck). Only YAML plans: a Python plan runs code whose result nothing here 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -48,7 +49,8 @@ def _stat_line(path: str) -> str:
     return f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n"
 
 
-def _code_identity() -> str:
+@functools.lru_cache(maxsize=1)
+def code_identity() -> str:
     """The compiler's own inputs: its sources, the runner's, the libraries it calls and the tools it runs."""
     lines = [sys.version, sys.executable]
     for base in _PACKAGES:
@@ -92,7 +94,7 @@ def key(plan: Path, sets: Sequence[str], templates: Sequence[Path], max_size: st
             ).encode()
         )
         digest.update(plan.read_bytes())
-        digest.update(_code_identity().encode())
+        digest.update(code_identity().encode())
         count = size = 0
         for directory in _template_dirs(plan, templates):
             digest.update(f"\0dir {directory}\0".encode())

@@ -16,6 +16,7 @@ from jinja2.sandbox import SecurityError
 from plancompiler.diagnostics import Diagnostic, error, warning
 from plancompiler.load import Source
 from plancompiler.models import Job, Output, Plan, Requirement
+from plancompiler.plainvalue import render_plain
 from plancompiler.sandbox import BoundedSandbox, LimitExceeded, Limits
 from plancompiler.shellctx import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner.jobfile import NAME_RE
@@ -24,6 +25,7 @@ from runner.jobfile import NAME_RE
 RESERVED = ("name", "lane", "plan", "plan_name", "job_outputs")
 MAX_JOBS = 100_000
 _ENVS: dict[Limits, BoundedSandbox] = {}
+_LIMITS = Limits()
 
 
 def _env(limits: Limits) -> BoundedSandbox:
@@ -121,7 +123,10 @@ def render_value(value: Any, context: Any, limits: Limits | None = None) -> Any:
     if isinstance(value, str):
         if "{" not in value:
             return value
-        env = _env(limits or Limits())
+        plain = render_plain(value, context, (limits or _LIMITS).max_size)
+        if plain is not None:
+            return plain
+        env = _env(limits or _LIMITS)
         try:
             return env.render_bounded(_template(value, env), context, "the value")
         except Exception as exc:  # each kind of failure is told apart by _failure
@@ -252,31 +257,12 @@ def expand(
             suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
             diagnostics.append(warning(source.path, 1, 1, "P013", f"--set {key}: no such var in this plan{suggestion}"))
     variables.setdefault("plan_name", plan.plan)
-    external = []
-    for i, path in enumerate(plan.external):
-        try:
-            external.append(_path(render_value(path, variables, limits)))
-        except (_RenderError, _LocatedError) as exc:
-            pos = source.where(("external", i))
-            diagnostics.append(error(source.path, pos[0], pos[1], "P011", f"external[{i}]: {exc}"))
+    external = _externals(plan, source, variables, limits, diagnostics)
     jobs: list[ExpandedJob] = []
     seen: dict[str, int] = {}
     attempted = 0
     for index, job in enumerate(plan.jobs):
-        line = source.job_line(index)
-        for key in job.with_:
-            if key in RESERVED:
-                pos = source.key(("jobs", index, "with", key))
-                diagnostics.append(
-                    error(
-                        source.path,
-                        pos[0],
-                        pos[1],
-                        "P023",
-                        f"with: {key!r} would replace the built-in {key!r} (the job's own "
-                        f"{key.replace('_', ' ')}); rename it",
-                    )
-                )
+        diagnostics += _reserved_with(job, index, source)
         try:
             rows = _rows(job, index, variables, source)
         except _LocatedError as exc:
@@ -291,6 +277,7 @@ def expand(
             )
             break
         attempted += len(rows)
+        line = source.job_line(index)
         for row in rows:
             try:
                 item = _expand_one(plan, job, index, line, row, variables, limits)
@@ -298,47 +285,80 @@ def expand(
                 pos = source.where(exc.loc)
                 diagnostics.append(error(source.path, pos[0], pos[1], "P011", str(exc)))
                 continue
-            name_pos = source.where(("jobs", index, "name"))
-            if item.name in seen:
-                diagnostics.append(
-                    error(
-                        source.path,
-                        name_pos[0],
-                        name_pos[1],
-                        "P020",
-                        f"duplicate job name {item.name!r} (also made by the job on line {seen[item.name]})",
-                    )
-                )
+            refused = _refused(item, plan, source, seen)
+            if refused is not None:
+                diagnostics.append(refused)
                 continue
-            if not NAME_RE.fullmatch(item.name) or ".." in item.name or len(item.name) > 200:
-                diagnostics.append(
-                    error(
-                        source.path,
-                        name_pos[0],
-                        name_pos[1],
-                        "P021",
-                        f"job name {_short(item.name)}: use letters, digits, '.', '_' and '-', "
-                        "starting with a letter or digit, at most 200 characters",
-                    )
-                )
-                continue
-            seen[item.name] = line
-            if item.job.lane not in plan.lanes:
-                lane_pos = source.where(("jobs", index, "lane"))
-                diagnostics.append(
-                    error(
-                        source.path,
-                        lane_pos[0],
-                        lane_pos[1],
-                        "P022",
-                        f"lane {item.job.lane!r} is not one of the plan's lanes: {', '.join(plan.lanes)}",
-                    )
-                )
-                continue  # never rendered: a job file cannot carry that lane
             jobs.append(item)
     if any(d.code == "P023" for d in diagnostics):
         jobs = [j for j in jobs if not set(j.job.with_) & set(RESERVED)]
     return Expanded(variables, jobs, diagnostics, external, attempted)
+
+
+def _externals(
+    plan: Plan, source: Source, variables: dict[str, Any], limits: Limits, diagnostics: list[Diagnostic]
+) -> list[str]:
+    external = []
+    for i, path in enumerate(plan.external):
+        try:
+            external.append(_path(render_value(path, variables, limits)))
+        except (_RenderError, _LocatedError) as exc:
+            pos = source.where(("external", i))
+            diagnostics.append(error(source.path, pos[0], pos[1], "P011", f"external[{i}]: {exc}"))
+    return external
+
+
+def _reserved_with(job: Job, index: int, source: Source) -> list[Diagnostic]:
+    """A `with:` key that would replace a name every template gets from the compiler."""
+    found = []
+    for key in job.with_:
+        if key in RESERVED:
+            pos = source.key(("jobs", index, "with", key))
+            found.append(
+                error(
+                    source.path,
+                    pos[0],
+                    pos[1],
+                    "P023",
+                    f"with: {key!r} would replace the built-in {key!r} (the job's own "
+                    f"{key.replace('_', ' ')}); rename it",
+                )
+            )
+    return found
+
+
+def _refused(item: ExpandedJob, plan: Plan, source: Source, seen: dict[str, int]) -> Diagnostic | None:
+    """Why ITEM is not a job of the plan (a duplicate or unusable name, an unknown lane); None: it is, and
+    its name is now SEEN."""
+    name_pos = source.where(("jobs", item.index, "name"))
+    if item.name in seen:
+        return error(
+            source.path,
+            name_pos[0],
+            name_pos[1],
+            "P020",
+            f"duplicate job name {item.name!r} (also made by the job on line {seen[item.name]})",
+        )
+    if not NAME_RE.fullmatch(item.name) or ".." in item.name or len(item.name) > 200:
+        return error(
+            source.path,
+            name_pos[0],
+            name_pos[1],
+            "P021",
+            f"job name {_short(item.name)}: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit, at most 200 characters",
+        )
+    seen[item.name] = item.line
+    if item.job.lane not in plan.lanes:
+        lane_pos = source.where(("jobs", item.index, "lane"))
+        return error(
+            source.path,
+            lane_pos[0],
+            lane_pos[1],
+            "P022",
+            f"lane {item.job.lane!r} is not one of the plan's lanes: {', '.join(plan.lanes)}",
+        )  # never rendered: a job file cannot carry that lane
+    return None
 
 
 def _short(text: str) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from plancompiler.diagnostics import Diagnostic, error, warning
 from plancompiler.expand import Expanded, ExpandedJob
 from plancompiler.load import Source
+from plancompiler.models import Requirement
 
 
 @dataclass
@@ -57,7 +58,25 @@ class Graph:
 def build_graph(expanded: Expanded, source: Source) -> tuple[Graph, list[Diagnostic]]:
     jobs = {j.name: j for j in expanded.jobs}
     graph = Graph(jobs, external=list(expanded.external))
-    diagnostics: list[Diagnostic] = []
+    diagnostics = _producers(expanded, graph, source)
+    produced = sorted(graph.producers)
+    for job in expanded.jobs:
+        deps: list[str] = []
+        paths: list[str] = []
+        for i, req in enumerate(job.requires):
+            line, col = source.where(("jobs", job.index, "requires", i))
+            found = _requirement(job, req, graph, produced, deps, paths)
+            diagnostics.extend(error(source.path, line, col, code, message) for code, message in found)
+        graph.deps[job.name] = deps
+        graph.requires[job.name] = paths
+        diagnostics.extend(_check_done_if(job, source))
+    diagnostics.extend(_cycles(graph, source))
+    return graph, diagnostics
+
+
+def _producers(expanded: Expanded, graph: Graph, source: Source) -> list[Diagnostic]:
+    """Each output's producing jobs into GRAPH; an output two jobs produce is a warning."""
+    diagnostics = []
     for job in expanded.jobs:
         for out in job.outputs:
             owners = graph.producers.setdefault(out.value, [])
@@ -70,76 +89,51 @@ def build_graph(expanded: Expanded, source: Source) -> tuple[Graph, list[Diagnos
                 )
             if job.name not in owners:
                 owners.append(job.name)
-    produced = sorted(graph.producers)
-    for job in expanded.jobs:
-        deps: list[str] = []
-        paths: list[str] = []
-        for i, req in enumerate(job.requires):
-            line, col = source.where(("jobs", job.index, "requires", i))
-            if req.kind == "after":
-                if req.value not in jobs:
-                    hint = difflib.get_close_matches(req.value, list(jobs), n=1)
-                    suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-                    diagnostics.append(
-                        error(
-                            source.path,
-                            line,
-                            col,
-                            "G005",
-                            f"job {job.name}: after: {req.value!r} is not a job of this plan{suggestion}",
-                        )
-                    )
-                    continue
-                if not jobs[req.value].outputs:
-                    diagnostics.append(
-                        error(
-                            source.path,
-                            line,
-                            col,
-                            "G008",
-                            f"job {job.name}: after: {req.value} has no outputs to wait for",
-                        )
-                    )
-                deps.append(req.value)
-                paths.extend(o.value for o in jobs[req.value].outputs)
-                continue
-            if req.kind == "sh":
-                if not req.external:
-                    diagnostics.append(
-                        error(
-                            source.path,
-                            line,
-                            col,
-                            "G006",
-                            f"job {job.name}: a shell REQUIRES cannot be checked against the plan;"
-                            " mark it `external: true` if something outside the plan makes it true",
-                        )
-                    )
-                continue
-            if req.external or graph.is_external(req.value):
-                continue
-            owners = graph.producers_of(req.value)
-            if not owners:
-                hint = difflib.get_close_matches(req.value, produced, n=3, cutoff=0.6)
-                suggestion = "; did you mean " + " or ".join(hint) + "?" if hint else ""
-                diagnostics.append(
-                    error(
-                        source.path,
-                        line,
-                        col,
-                        "G001",
-                        f"job {job.name} requires {req.value}, which no job produces and which "
-                        f"is not listed in `external`{suggestion}",
-                    )
-                )
-                continue
-            deps.extend(o for o in owners if o not in deps)
-            paths.append(req.value)
-        graph.deps[job.name] = deps
-        graph.requires[job.name] = paths
-        diagnostics.extend(_check_done_if(job, source))
-    diagnostics.extend(_cycles(graph, source))
-    return graph, diagnostics
+    return diagnostics
+
+
+def _requirement(
+    job: ExpandedJob, req: Requirement, graph: Graph, produced: list[str], deps: list[str], paths: list[str]
+) -> list[tuple[str, str]]:
+    """REQ of JOB into its DEPS (the jobs it waits for) and PATHS (what it tests); what is wrong with it."""
+    jobs = graph.jobs
+    if req.kind == "after":
+        if req.value not in jobs:
+            hint = difflib.get_close_matches(req.value, list(jobs), n=1)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            return [("G005", f"job {job.name}: after: {req.value!r} is not a job of this plan{suggestion}")]
+        found = []
+        if not jobs[req.value].outputs:
+            found.append(("G008", f"job {job.name}: after: {req.value} has no outputs to wait for"))
+        deps.append(req.value)
+        paths.extend(o.value for o in jobs[req.value].outputs)
+        return found
+    if req.kind == "sh":
+        if req.external:
+            return []
+        return [
+            (
+                "G006",
+                f"job {job.name}: a shell REQUIRES cannot be checked against the plan;"
+                " mark it `external: true` if something outside the plan makes it true",
+            )
+        ]
+    if req.external or graph.is_external(req.value):
+        return []
+    owners = graph.producers_of(req.value)
+    if not owners:
+        hint = difflib.get_close_matches(req.value, produced, n=3, cutoff=0.6)
+        suggestion = "; did you mean " + " or ".join(hint) + "?" if hint else ""
+        return [
+            (
+                "G001",
+                f"job {job.name} requires {req.value}, which no job produces and which "
+                f"is not listed in `external`{suggestion}",
+            )
+        ]
+    deps.extend(o for o in owners if o not in deps)
+    paths.append(req.value)
+    return []
 
 
 def _check_done_if(job: ExpandedJob, source: Source) -> list[Diagnostic]:

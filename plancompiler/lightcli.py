@@ -44,30 +44,49 @@ def _value(kind: Any, text: str) -> Any:
     raise Unsure(text)
 
 
+Declared = tuple[dict[str, tuple[str, Any, bool]], list[tuple[str, Any, bool]], dict[str, Any]]
+
+
 def parse(fn: Any, args: list[str], command: bool) -> tuple[dict[str, Any], list[str]]:
     """ARGS read by FN's typer declarations: its keyword arguments, and (for the root) what follows."""
     import inspect
-    import types
+
+    params = inspect.signature(fn).parameters
+    options, positional, kwargs = _declarations(fn, params, command)
+    given, rest = _read_options(args, options, kwargs, command)
+    if rest is not None:
+        return kwargs, rest
+    for name, kind, many in positional:
+        if many:
+            kwargs[name] = [_value(kind, t) for t in given]
+            given = []
+            if not kwargs[name]:
+                raise Unsure(name)
+        elif given:
+            kwargs[name] = _value(kind, given.pop(0))
+        elif name not in kwargs:
+            raise Unsure(name)
+    if given or any(name not in kwargs for name in params):
+        raise Unsure("arguments")
+    return kwargs, []
+
+
+def _declarations(fn: Any, params: Any, command: bool) -> Declared:
+    """FN's options (flag -> (parameter, type or None for typer, repeatable)), its arguments, and its defaults."""
+    import inspect
     import typing
 
     from typer.models import ArgumentInfo, OptionInfo
 
-    params = inspect.signature(fn).parameters
     hints = typing.get_type_hints(fn, include_extras=True)
-    options: dict[str, tuple[str, Any, bool]] = {}  # flag -> (parameter, type or None for typer, repeatable)
+    options: dict[str, tuple[str, Any, bool]] = {}
     positional: list[tuple[str, Any, bool]] = []
     kwargs: dict[str, Any] = {}
     for name, hint in hints.items():
         if name == "return":
             continue
         info = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, (OptionInfo, ArgumentInfo))), None)
-        kind = hint.__origin__ if info is not None else hint
-        optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in typing.get_args(kind)
-        if optional:
-            kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        many = typing.get_origin(kind) is list
-        if many:
-            kind = typing.get_args(kind)[0]
+        kind, many = _kind(hint.__origin__ if info is not None else hint)
         if isinstance(info, OptionInfo):
             decls = [d for d in (info.default, *(info.param_decls or ())) if isinstance(d, str)]
             if not decls or any("/" in d for d in decls):
@@ -83,6 +102,27 @@ def parse(fn: Any, args: list[str], command: bool) -> tuple[dict[str, Any], list
             kwargs[name] = None  # what typer passes for an eager option (--version) not given
         elif default is not inspect.Parameter.empty:
             kwargs[name] = default
+    return options, positional, kwargs
+
+
+def _kind(kind: Any) -> tuple[Any, bool]:
+    """The type one value of a parameter declared as KIND is read as, and whether it repeats (list[...])."""
+    import types
+    import typing
+
+    optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in typing.get_args(kind)
+    if optional:
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    many = typing.get_origin(kind) is list
+    if many:
+        kind = typing.get_args(kind)[0]
+    return kind, many
+
+
+def _read_options(
+    args: list[str], options: dict[str, tuple[str, Any, bool]], kwargs: dict[str, Any], command: bool
+) -> tuple[list[str], list[str] | None]:
+    """The options of ARGS into KWARGS; the positional arguments, and (for the root) the command line after it."""
     given: list[str] = []
     i = 0
     while i < len(args):
@@ -91,47 +131,39 @@ def parse(fn: Any, args: list[str], command: bool) -> tuple[dict[str, Any], list
             given.extend(args[i + 1 :])
             break
         if token.startswith("-") and token != "-":
-            flag, eq, inline = token.partition("=")
-            if flag not in options or (eq and not flag.startswith("--")):
-                raise Unsure(token)
-            name, kind, many = options[flag]
-            if kind is None:
-                raise Unsure(token)
-            if kind is bool:
-                if eq:
-                    raise Unsure(token)
-                kwargs[name] = True
-            else:
-                if not eq:
-                    i += 1
-                    if i == len(args):
-                        raise Unsure(token)
-                    inline = args[i]
-                value = _value(kind, inline)
-                if many:
-                    kwargs[name] = [*(kwargs.get(name) or []), value]
-                else:
-                    kwargs[name] = value
+            i = _option(args, i, options, kwargs)
         elif not command:
-            return kwargs, args[i:]  # the command's name: the root's options end here
+            return given, args[i:]  # the command's name: the root's options end here
         else:
             given.append(token)
         i += 1
     if not command:
         raise Unsure("no command")
-    for name, kind, many in positional:
-        if many:
-            kwargs[name] = [_value(kind, t) for t in given]
-            given = []
-            if not kwargs[name]:
-                raise Unsure(name)
-        elif given:
-            kwargs[name] = _value(kind, given.pop(0))
-        elif name not in kwargs:
-            raise Unsure(name)
-    if given or any(name not in kwargs for name in params):
-        raise Unsure("arguments")
-    return kwargs, []
+    return given, None
+
+
+def _option(args: list[str], i: int, options: dict[str, tuple[str, Any, bool]], kwargs: dict[str, Any]) -> int:
+    """The option at ARGS[I] into KWARGS; the index of its last token (its value's, where it takes one)."""
+    token = args[i]
+    flag, eq, inline = token.partition("=")
+    if flag not in options or (eq and not flag.startswith("--")):
+        raise Unsure(token)
+    name, kind, many = options[flag]
+    if kind is None:
+        raise Unsure(token)
+    if kind is bool:
+        if eq:
+            raise Unsure(token)
+        kwargs[name] = True
+        return i
+    if not eq:
+        i += 1
+        if i == len(args):
+            raise Unsure(token)
+        inline = args[i]
+    value = _value(kind, inline)
+    kwargs[name] = [*(kwargs.get(name) or []), value] if many else value
+    return i
 
 
 def read(

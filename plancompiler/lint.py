@@ -47,8 +47,29 @@ def lint_jobs(
     template_dirs: Sequence[Path] | None = None,
     limits: Limits | None = None,
 ) -> list[Diagnostic]:
-    """Every finding of JOBS, located in the plan or template; with TEMPLATE_DIRS, linted once per shape."""
-    return _map(lint_findings(jobs, use_cache, workers, progress, template_dirs, limits), source)
+    """Every finding of JOBS, located in the plan or template; with TEMPLATE_DIRS, linted once per shape.
+    With USE_CACHE, a job whose exact text the last check of this plan linted is not linted again."""
+    if not use_cache:
+        return _map(lint_findings(jobs, use_cache, workers, progress, template_dirs, limits), source)
+    from plancompiler.lintmemo import JobMemo
+
+    memo = JobMemo(source.path)
+    findings: list[Finding] = []
+    todo: list[RenderedJob] = []
+    for job in jobs:
+        kept = memo.get(job)
+        if kept is None:
+            todo.append(job)
+        else:
+            findings.extend(Finding(job, *f) for f in kept)
+    fresh = lint_findings(todo, use_cache, workers, progress, template_dirs, limits)
+    by_job: dict[int, list[Finding]] = {id(job): [] for job in todo}
+    for f in fresh:
+        by_job[id(f.job)].append(f)
+    for job in todo:
+        memo.put(job, [(f.line, f.col, f.severity, f.code, f.message) for f in by_job[id(job)]])
+    memo.save()
+    return _map(findings + fresh, source)
 
 
 def lint_findings(

@@ -99,92 +99,140 @@ def run_queue(
     """Run the runner on ROOT until JOBS are all done or failed, or nothing can run; then stop it."""
     events_path = root / "events.jsonl"
     offset = events_path.stat().st_size if events_path.exists() else 0
+    log = open(root / "runner.log", "ab")
+    proc = _start_runner(root, tick, log)
+    watch = _Watch(root, jobs, echo, settle_s, max_s, proc)
+    try:
+        while True:
+            time.sleep(0.2)
+            offset = _follow(events_path, offset, watch.summary, echo)
+            if watch.step():
+                break
+    finally:
+        _stop_runner(proc)
+        log.close()
+        _follow(events_path, offset, watch.summary, echo)
+    watch.final_states()
+    return watch.summary
+
+
+def _start_runner(root: Path, tick: float, log: Any) -> subprocess.Popen[bytes]:
+    """The bundled runner on ROOT, in a session of its own, writing to LOG."""
     env = dict(
         os.environ,
         PYTHONPATH=str(Path(__file__).resolve().parent.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
-    log = open(root / "runner.log", "ab")
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", str(tick)],
         env=env,
         stdout=log,
         stderr=log,
         start_new_session=True,
     )
-    summary = RunSummary(jobs)
-    for job in jobs:
-        if (root / "done" / job).exists():
-            summary.states[job] = "done"
-            summary.reasons[job] = "already done"
-    started = time.monotonic()
-    stuck_since: float | None = None
-    last_line = 0.0
-    serving = proc.pid  # the runner whose status counts: ours, or the one that already serves ROOT
-    try:
-        while True:
-            time.sleep(0.2)
-            offset = _follow(events_path, offset, summary, echo)
-            status = _read_status(root)
-            if status and status.get("runner", {}).get("pid") != serving:
-                status = None  # left by an earlier runner: wait for ours
-            if serving == proc.pid and proc.poll() is not None:
-                other = _other_runner(root, proc.returncode)
-                if other is None:
-                    echo(f"runner exited with {proc.returncode}; see {root / 'runner.log'}")
-                    break
-                # Another runner (a unit, a second `plan run`) serves this root: its ticks run our jobs.
-                serving = other
-                echo(
-                    f"another runner (pid {other}) already serves {root}: following it; stopping this command "
-                    "leaves it running"
-                )
+
+
+def _stop_runner(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class _Watch:
+    """What `plan run` knows of the run while it follows the runner: one step per look at status.json."""
+
+    def __init__(
+        self,
+        root: Path,
+        jobs: list[str],
+        echo: Callable[[str], None],
+        settle_s: float,
+        max_s: float | None,
+        proc: subprocess.Popen[bytes],
+    ) -> None:
+        self.root, self.jobs, self.echo, self.proc = root, jobs, echo, proc
+        self.settle_s, self.max_s = settle_s, max_s
+        self.summary = RunSummary(jobs)
+        for job in jobs:
+            if (root / "done" / job).exists():
+                self.summary.states[job] = "done"
+                self.summary.reasons[job] = "already done"
+        self.started = time.monotonic()
+        self.stuck_since: float | None = None
+        self.last_line = 0.0
+        self.serving = proc.pid  # the runner whose status counts: ours, or the one that already serves ROOT
+
+    def step(self) -> bool:
+        """One look at the run; True when following it should end."""
+        status = _read_status(self.root)
+        if status and status.get("runner", {}).get("pid") != self.serving:
+            status = None  # left by an earlier runner: wait for ours
+        if self.serving == self.proc.pid and self.proc.poll() is not None:
+            return not self._follow_other()
+        running = (status or {}).get("running", [])
+        mine = [q for q in (status or {}).get("queued", []) if q["job"] in self.jobs]
+        if self._finished(status, running, mine) or self._stuck(status, running, mine):
+            return True
+        if running and time.monotonic() - self.last_line >= 5:
+            self.last_line = time.monotonic()
+            done = sum(self.summary.states.get(j) == "done" for j in self.jobs)
+            lanes = ", ".join(f"{r['lane']}: {r['job']} {format_duration(r['elapsed_s'])}" for r in running)
+            self.echo(f"          [{done}/{len(self.jobs)} done] {lanes}")
+        if self.max_s is not None and time.monotonic() - self.started > self.max_s:
+            self.echo(f"stopping after {format_duration(self.max_s)}")
+            return True
+        return False
+
+    def _follow_other(self) -> bool:
+        """Our runner exited: follow the runner that serves this root instead, if there is one."""
+        other = _other_runner(self.root, self.proc.returncode)
+        if other is None:
+            self.echo(f"runner exited with {self.proc.returncode}; see {self.root / 'runner.log'}")
+            return False
+        # Another runner (a unit, a second `plan run`) serves this root: its ticks run our jobs.
+        self.serving = other
+        self.echo(
+            f"another runner (pid {other}) already serves {self.root}: following it; stopping this command "
+            "leaves it running"
+        )
+        return True
+
+    def _finished(self, status: dict[str, Any] | None, running: list[Any], mine: list[Any]) -> bool:
+        if all(self.summary.states.get(j) in ("done", "failed") for j in self.jobs):
+            return True
+        return bool(
+            status
+            and status.get("runner", {}).get("tick", 0) >= 2
+            and not running
+            and not mine
+            and not any((self.root / "queue" / j).exists() for j in self.jobs)
+        )
+
+    def _stuck(self, status: dict[str, Any] | None, running: list[Any], mine: list[Any]) -> bool:
+        """True once our queued jobs have all waited on something no run can change for SETTLE_S."""
+        if not (status and not running and mine and all(q["reason"] in _STUCK for q in mine)):
+            self.stuck_since = None
+            return False
+        self.stuck_since = self.stuck_since or time.monotonic()
+        if time.monotonic() - self.stuck_since < self.settle_s:
+            return False
+        for q in mine:
+            self.summary.states[q["job"]] = "waiting"
+            self.summary.reasons[q["job"]] = f"{q['reason']}: {q['detail']}"[:120]
+        return True
+
+    def final_states(self) -> None:
+        """Each job the events did not settle, as its queue directory says."""
+        for job in self.jobs:
+            if job in self.summary.states:
                 continue
-            finished = all(summary.states.get(j) in ("done", "failed") for j in jobs)
-            running = (status or {}).get("running", [])
-            queued = (status or {}).get("queued", [])
-            mine = [q for q in queued if q["job"] in jobs]
-            if finished or (
-                status
-                and status.get("runner", {}).get("tick", 0) >= 2
-                and not running
-                and not mine
-                and not any((root / "queue" / j).exists() for j in jobs)
-            ):
-                break
-            if status and not running and mine and all(q["reason"] in _STUCK for q in mine):
-                stuck_since = stuck_since or time.monotonic()
-                if time.monotonic() - stuck_since >= settle_s:
-                    for q in mine:
-                        summary.states[q["job"]] = "waiting"
-                        summary.reasons[q["job"]] = f"{q['reason']}: {q['detail']}"[:120]
-                    break
-            else:
-                stuck_since = None
-            if running and time.monotonic() - last_line >= 5:
-                last_line = time.monotonic()
-                done = sum(summary.states.get(j) == "done" for j in jobs)
-                lanes = ", ".join(f"{r['lane']}: {r['job']} {format_duration(r['elapsed_s'])}" for r in running)
-                echo(f"          [{done}/{len(jobs)} done] {lanes}")
-            if max_s is not None and time.monotonic() - started > max_s:
-                echo(f"stopping after {format_duration(max_s)}")
-                break
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
-        _follow(events_path, offset, summary, echo)
-    for job in jobs:
-        if job not in summary.states:
             for state in ("done", "failed", "queue", "running"):
-                if (root / state / job).exists():
-                    ended = "stopped" if serving == proc.pid else "running"  # another runner's run goes on
-                    summary.states[job] = {"queue": "waiting", "running": ended}.get(state, state)
-    return summary
+                if (self.root / state / job).exists():
+                    ended = "stopped" if self.serving == self.proc.pid else "running"  # another runner's run goes on
+                    self.summary.states[job] = {"queue": "waiting", "running": ended}.get(state, state)
 
 
 def _other_runner(root: Path, returncode: int | None) -> int | None:

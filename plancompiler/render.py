@@ -138,24 +138,18 @@ def render_jobs(
     rendered: list[RenderedJob] = []
     diagnostics: list[Diagnostic] = []
     comment = f"generated from {_shown_name(Path(source.path).name)} by plan; do not edit"
+    files: dict[str, tuple[str, _Place] | str] = {}  # each template file found and read once: most jobs share one
     for job in jobs:
         name = job.job.template if job.job.template is not None else f"{_INLINE}{job.index}"
         if job.job.template is not None:
-            path = renderer.template_path(job.job.template)
-            if path is None:
+            file = files.get(job.job.template)
+            if file is None:
+                file = files[job.job.template] = _template_file(renderer, job.job.template)
+            if isinstance(file, str):
                 line, col = source.where(("jobs", job.index, "template"))
-                dirs = ", ".join(_display(d) for d in renderer.template_dirs) or "(none)"
-                diagnostics.append(
-                    error(source.path, line, col, "R001", f"template {job.job.template!r} not found in {dirs}")
-                )
+                diagnostics.append(error(source.path, line, col, "R001", file))
                 continue
-            try:
-                template_source = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                line, col = source.where(("jobs", job.index, "template"))
-                diagnostics.append(error(source.path, line, col, "R001", f"cannot read template {path}: {exc}"))
-                continue
-            place = _Place(_display(path), 1, 0)
+            template_source, place = file
         else:
             template_source = job.job.run or ""
             place = _inline_place(source, job.index, template_source)
@@ -187,6 +181,18 @@ def render_jobs(
         matches = body.count("\n") == template_source.count("\n")
         rendered.append(RenderedJob(job, text, header, place.origin, place.line, matches))
     return rendered, diagnostics
+
+
+def _template_file(renderer: Renderer, name: str) -> tuple[str, _Place] | str:
+    """Template NAME's text and place, or why it has none."""
+    path = renderer.template_path(name)
+    if path is None:
+        dirs = ", ".join(_display(d) for d in renderer.template_dirs) or "(none)"
+        return f"template {name!r} not found in {dirs}"
+    try:
+        return path.read_text(encoding="utf-8"), _Place(_display(path), 1, 0)
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read template {path}: {exc}"
 
 
 def _shown_name(name: str) -> str:
@@ -250,67 +256,70 @@ def _render_one(job: ExpandedJob, name: str, renderer: Renderer, place: _Place) 
     who = f"job {job.name}"
     try:
         template = renderer.env.get_template(name)
-    except ContextError as exc:
-        return None, [error(*place.at(line, col), "R005", msg) for line, col, msg in exc.problems]
-    except jinja2.TemplateNotFound as exc:
-        return None, [error(*place.at(1, 1), "R001", f"template {exc.name!r} not found")]
-    except jinja2.TemplateSyntaxError as exc:
-        return None, [error(*place.at(exc.lineno or 1, 1), "R003", f"template syntax error: {exc.message}")]
-    except RecursionError:
-        return None, [error(*place.at(1, 1), "R003", "template nested too deeply to read")]
-    except LimitExceeded as exc:
-        return None, [error(*place.at(1, 1), "R007", f"{who}: {exc}")]
+    except (ContextError, jinja2.TemplateError, RecursionError, LimitExceeded) as exc:
+        return None, _unreadable(exc, place, who)
     try:
         body = renderer.env.render_bounded(template, job.context, f"{who}'s body")
-    except jinja2.TemplateNotFound as exc:
-        return None, [
-            error(*place.at(_template_line(exc, name, renderer), 1), "R001", f"{who}: template {exc.name!r} not found")
-        ]
-    except jinja2.UndefinedError as exc:
-        line = _template_line(exc, name, renderer)
-        return None, [
-            error(
-                *place.at(line, _name_col(renderer, name, line, exc.message)),
-                "R002",
-                f"{who}: undefined variable: {exc.message}",
-            )
-        ]
-    except ValueRefused as exc:
-        return None, [error(*place.at(exc.line, exc.col), "R006", f"{who}: {exc}")]
-    except LimitExceeded as exc:
-        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R007", f"{who}: {exc}")]
-    except SecurityError as exc:
-        return None, [
-            error(
-                *place.at(_template_line(exc, name, renderer), 1),
-                "R008",
-                f"{who}: not allowed in a plan's template: {exc}",
-            )
-        ]
-    except RecursionError as exc:
-        return None, [
-            error(
-                *place.at(_template_line(exc, name, renderer), 1),
-                "R003",
-                f"{who}: recursion too deep (a macro that calls itself?)",
-            )
-        ]
-    except ContextError as exc:  # an included template's own quoting problem: located in that template
-        path = renderer.template_path(exc.name) if exc.name else None
-        where = _Place(_display(path), 1, 0) if path is not None else place
-        return None, [error(*where.at(line, col), "R005", f"{who}: {msg}") for line, col, msg in exc.problems]
-    except jinja2.TemplateError as exc:
-        return None, [error(*place.at(_template_line(exc, name, renderer), 1), "R003", f"{who}: {exc}")]
-    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as exc:
-        # A template's own mistake, such as `length` of a number: located, never a traceback.
-        return None, [
-            error(*place.at(_template_line(exc, name, renderer), 1), "R003", f"{who}: {type(exc).__name__}: {exc}")
-        ]
+    except (
+        jinja2.TemplateError,
+        ValueRefused,
+        LimitExceeded,
+        SecurityError,
+        RecursionError,
+        ArithmeticError,
+        LookupError,
+        TypeError,
+        ValueError,
+        AttributeError,
+    ) as exc:
+        return None, _render_failed(exc, name, renderer, place, who)
     body, problem = finish_heredocs(body)
     if problem is not None:
         line, col, message = problem
         return None, [error(*place.at(line, col), "R006", f"{who}: {message}")]
     return body, []
+
+
+def _unreadable(exc: BaseException, place: _Place, who: str) -> list[Diagnostic]:
+    """Why template NAME cannot be read at all (before any job's values)."""
+    if isinstance(exc, ContextError):
+        return [error(*place.at(line, col), "R005", msg) for line, col, msg in exc.problems]
+    if isinstance(exc, jinja2.TemplateNotFound):
+        return [error(*place.at(1, 1), "R001", f"template {exc.name!r} not found")]
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return [error(*place.at(exc.lineno or 1, 1), "R003", f"template syntax error: {exc.message}")]
+    if isinstance(exc, RecursionError):
+        return [error(*place.at(1, 1), "R003", "template nested too deeply to read")]
+    if isinstance(exc, LimitExceeded):
+        return [error(*place.at(1, 1), "R007", f"{who}: {exc}")]
+    raise exc
+
+
+def _render_failed(exc: BaseException, name: str, renderer: Renderer, place: _Place, who: str) -> list[Diagnostic]:
+    """Why rendering JOB's body failed, at the template line where it did."""
+    if isinstance(exc, ContextError):  # an included template's own quoting problem: located in that template
+        path = renderer.template_path(exc.name) if exc.name else None
+        where = _Place(_display(path), 1, 0) if path is not None else place
+        return [error(*where.at(line, col), "R005", f"{who}: {msg}") for line, col, msg in exc.problems]
+    if isinstance(exc, ValueRefused):
+        return [error(*place.at(exc.line, exc.col), "R006", f"{who}: {exc}")]
+    at = place.at(_template_line(exc, name, renderer), 1)
+    if isinstance(exc, jinja2.TemplateNotFound):
+        return [error(*at, "R001", f"{who}: template {exc.name!r} not found")]
+    if isinstance(exc, jinja2.UndefinedError):
+        line = _template_line(exc, name, renderer)
+        col = _name_col(renderer, name, line, exc.message)
+        return [error(*place.at(line, col), "R002", f"{who}: undefined variable: {exc.message}")]
+    if isinstance(exc, LimitExceeded):
+        return [error(*at, "R007", f"{who}: {exc}")]
+    if isinstance(exc, SecurityError):
+        return [error(*at, "R008", f"{who}: not allowed in a plan's template: {exc}")]
+    if isinstance(exc, RecursionError):
+        return [error(*at, "R003", f"{who}: recursion too deep (a macro that calls itself?)")]
+    if isinstance(exc, jinja2.TemplateError):
+        return [error(*at, "R003", f"{who}: {exc}")]
+    # A template's own mistake, such as `length` of a number: located, never a traceback.
+    return [error(*at, "R003", f"{who}: {type(exc).__name__}: {exc}")]
 
 
 def _name_col(renderer: Renderer, name: str, line: int, message: str | None) -> int:

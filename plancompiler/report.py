@@ -326,23 +326,13 @@ def build_report(
     spans = _lane_spans(items) if has_lane_events else _inferred_spans(items)
     seen_lanes = list(dict.fromkeys([*lanes, *(s.lane for s in spans)]))
     items = [(t, e) for t, e in items if _NOW not in e]
-    start = since if since is not None else (items[0][0] if items else 0.0)
-    last = live.now if live is not None else (items[-1][0] if items else 0.0)
-    end = until if until is not None else last
-    clipped = []
-    for span in spans:
-        a, b = max(span.start, start), min(span.end, end)
-        if b > a:
-            clipped.append(Span(span.lane, a, b, span.state, span.job, span.cause, span.inferred, span.slots_busy))
+    start, end = _window(items, since, until, live)
+    clipped = _clipped(spans, start, end)
     window = [(t, e) for t, e in items if start <= t <= end]
     jobs = _jobs(window)
     _resolve_requires(clipped, jobs)
     if live is not None and not live.alive:
-        gone = [name for name, stats in jobs.items() if stats.attempts and not stats.outcome]
-        for name in gone:
-            jobs[name].outcome = "unknown"  # it was running when the runner went down: nobody saw it end
-        if gone:
-            notes.append(f"  running when the runner went down (outcome unknown): {', '.join(sorted(gone))}")
+        notes += _unknown_outcomes(jobs)
     return Report(
         start,
         end,
@@ -355,6 +345,33 @@ def build_report(
         left_out,
         notes,
     )
+
+
+def _window(
+    items: list[tuple[float, dict[str, Any]]], since: float | None, until: float | None, live: Liveness | None
+) -> tuple[float, float]:
+    """The report's window: --since/--until where given, else the first event and the last one (or now)."""
+    start = since if since is not None else (items[0][0] if items else 0.0)
+    last = live.now if live is not None else (items[-1][0] if items else 0.0)
+    return start, until if until is not None else last
+
+
+def _clipped(spans: list[Span], start: float, end: float) -> list[Span]:
+    """SPANS cut to the window [START, END]; those outside it left out."""
+    clipped = []
+    for span in spans:
+        a, b = max(span.start, start), min(span.end, end)
+        if b > a:
+            clipped.append(Span(span.lane, a, b, span.state, span.job, span.cause, span.inferred, span.slots_busy))
+    return clipped
+
+
+def _unknown_outcomes(jobs: dict[str, Any]) -> list[str]:
+    """Jobs running when the runner went down: nobody saw them end, so their outcome is unknown."""
+    gone = [name for name, stats in jobs.items() if stats.attempts and not stats.outcome]
+    for name in gone:
+        jobs[name].outcome = "unknown"
+    return [f"  running when the runner went down (outcome unknown): {', '.join(sorted(gone))}"] if gone else []
 
 
 def _close_at_now(items: list[tuple[float, dict[str, Any]]], live: Liveness | None, until: float | None) -> list[str]:

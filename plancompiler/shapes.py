@@ -24,11 +24,13 @@ from plancompiler.sandbox import Limits
 from plancompiler.shellctx import HEREDOC_CLOSE, Escaped, Shell, escape
 
 _OPEN, _SEP = "\x05", "\x06"  # frame a placeholder in the shape render: (index, placeholder)
-_MARK = re.compile(_OPEN + r"(\d+)" + _SEP + "([^" + _SEP + "]*)" + _SEP)
+_MARK = re.compile(_OPEN + r"(\d+|k)" + _SEP + "([^" + _SEP + "]*)" + _SEP)  # k: a data value kept as itself
 _WORD_CHARS = re.compile(r"[A-Za-z0-9_./:@+,-]+")
 _TEXT_CHARS = re.compile(r"[A-Za-z0-9_./:@+, -]+")
 _RUN = re.compile(r"[A-Za-z0-9_]+")
-_BARE_WORDS = re.compile(r"(?:'[^']*'|[^ ']+)(?: (?:'[^']*'|[^ ']+))*")
+_BARE_WORD = r"(?:'[^']*'|[^ ']+)"  # shlex.quote's output: one quoted word, or a word of safe characters
+_BARE_WORDS = re.compile(rf"{_BARE_WORD}(?: {_BARE_WORD})*")
+_BARE_SPLIT = re.compile(_BARE_WORD)
 _STAND_IN = re.compile(r"zq\d+z")
 SKELETON_PREFIX = "#\n"  # stands for the header: comments only, never a shellcheck directive
 
@@ -142,7 +144,7 @@ def placeholder(context: str, real: str, k: int) -> str | None:
         if not _BARE_WORDS.fullmatch(real):
             return None
         out = []
-        for word in real.split(" "):
+        for word in _BARE_SPLIT.findall(real):  # a quoted word may hold spaces: `'a b'` is one word
             if word.startswith("'"):
                 inner = _text(word[1:-1], k) if len(word) >= 2 and word.endswith("'") else None
                 placeholder_ = None if inner is None else f"'{inner}'"
@@ -178,8 +180,10 @@ def _shape_filter(values: _Values):
             stand_in = stand_ins[(context, real, k)]
         except KeyError:
             stand_in = stand_ins[(context, real, k)] = placeholder(context, real, k)
-        if stand_in is None or _OPEN in real or _SEP in real:
-            return Escaped(real)
+        if _OPEN in real or _SEP in real:
+            return Escaped(real)  # the job is its own shape (its text holds the frame)
+        if stand_in is None:
+            return Escaped(f"{_OPEN}k{_SEP}{real}{_SEP}")
         values.real.append(real)
         return Escaped(f"{_OPEN}{len(values.real) - 1}{_SEP}{stand_in}{_SEP}")
 
@@ -227,10 +231,17 @@ def _shape(job: RenderedJob, renderer: Renderer, values: _Values) -> Shape:
         framed = renderer.env.render_bounded(template, job.job.context, job.name)
     except Exception:
         return own(job)
-    parts = _MARK.split(framed)
-    del parts[1::3]  # the indexes: what is left alternates text and placeholder
+    pieces = _MARK.split(framed)  # text, index, placeholder, text, ...
+    literal = pieces[0::3]  # the template's own text, code (| sh) and names: what may refer to a value
+    parts, reals, kept = [pieces[0]], [], set()
+    for index, stand_in, text in zip(pieces[1::3], pieces[2::3], pieces[3::3], strict=True):
+        if index == "k":  # a data value kept as itself: part of the text around the placeholders
+            kept.add(stand_in)
+            parts[-1] += stand_in + text
+        else:
+            reals.append(values.real[int(index)])
+            parts += [stand_in, text]
     stand_ins = parts[1::2]
-    reals = [values.real[int(m.group(1))] for m in _MARK.finditer(framed)]
     if len(set(zip(stand_ins, reals, strict=True))) != len(set(stand_ins)):
         return own(job)  # one placeholder for two texts: equal-looking values that are not equal
     skeleton = "".join(parts)
@@ -242,6 +253,8 @@ def _shape(job: RenderedJob, renderer: Renderer, values: _Values) -> Shape:
         skeleton += "\n"
     elif real_body != body:
         return own(job)  # a value reached the text another way (a set block, a macro): no mapping to trust
-    if _echoed(parts[0::2], set(reals)):
+    if _echoed(literal, set(reals)) or not kept.isdisjoint(reals):
+        # a kept data value is only ever data: it can equal a placeholder's text (a comparison of two
+        # values), but never name or read a variable, so only whole equality counts there
         return own(job)
     return Shape(job, SKELETON_PREFIX + skeleton, job.header_lines - 1, tuple(parts), tuple(reals))

@@ -57,57 +57,64 @@ def _columns(source: str) -> dict[int, list[int]]:
     return found
 
 
-class ShellContext(Extension):
-    """Rewrites each `{{ expr }}` to `{{ (expr) | _esc(context, line, col, delim, dash) }}`."""
+def _placeholders(
+    tokens: list[Token], columns: dict[int, list[int]]
+) -> tuple[str, list[tuple[int, int, bool, Any]], list[tuple[int, int]]] | None:
+    """The template's literal text with one placeholder per `{{ }}` (EXPR) and `{% %}` (TAG), each one's
+    (line, col, is_sh, tag) and each `{{ }}`'s token range; None where a tag is not closed."""
+    used: dict[int, int] = {}
 
-    def filter_stream(self, stream: TokenStream) -> Iterator[Token]:
-        tokens = list(stream)
-        source = self._source(stream.name)
-        columns = _columns(source) if source is not None else {}
-        used: dict[int, int] = {}
+    def col_of(line: int) -> int:
+        cols = columns.get(line, [])
+        k = used.get(line, 0)
+        used[line] = k + 1
+        return cols[k] if k < len(cols) else 1
 
-        def col_of(line: int) -> int:
-            cols = columns.get(line, [])
-            k = used.get(line, 0)
-            used[line] = k + 1
-            return cols[k] if k < len(cols) else 1
-
-        text: list[str] = []
-        places: list[tuple[int, int, bool, Any]] = []
-        exprs: list[tuple[int, int]] = []  # token index ranges of each {{ }}
-        saved: list[Any] = []
-        i = 0
-        while i < len(tokens):
-            tok = tokens[i]
-            if tok.type == "data":
-                text.append(tok.value.replace(EXPR, " ").replace(TAG, " "))
-            elif tok.type == "variable_begin":
-                j = i
-                while j < len(tokens) and tokens[j].type != "variable_end":
-                    j += 1
-                if j == len(tokens):
-                    yield from tokens  # unclosed: jinja's parser reports it, with its line
-                    return
+    text: list[str] = []
+    places: list[tuple[int, int, bool, Any]] = []
+    exprs: list[tuple[int, int]] = []  # token index ranges of each {{ }}
+    saved: list[Any] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.type == "data":
+            text.append(tok.value.replace(EXPR, " ").replace(TAG, " "))
+        elif tok.type in ("variable_begin", "block_begin"):
+            end = "variable_end" if tok.type == "variable_begin" else "block_end"
+            j = i
+            while j < len(tokens) and tokens[j].type != end:
+                j += 1
+            if j == len(tokens):
+                return None
+            if tok.type == "variable_begin":
                 inner = tokens[i + 1 : j]
                 is_sh = len(inner) >= 2 and inner[-2].type == "pipe" and inner[-1].test("name:sh")
                 places.append((tok.lineno, col_of(tok.lineno), is_sh, None))
                 exprs.append((i, j))
                 text.append(EXPR)
                 i = j
-            elif tok.type == "block_begin":
+            else:
                 name = tokens[i + 1].value if i + 1 < len(tokens) else ""
-                j = i
-                while j < len(tokens) and tokens[j].type != "block_end":
-                    j += 1
-                if j == len(tokens):
-                    yield from tokens
-                    return
                 has_assign = any(t.type == "assign" for t in tokens[i:j])
                 places.append((tok.lineno, col_of(tok.lineno), False, (name, has_assign, saved)))
                 text.append(TAG)
-            i += 1
+        i += 1
+    return "".join(text), places, exprs
+
+
+class ShellContext(Extension):
+    """Rewrites each `{{ expr }}` to `{{ (expr) | _esc(context, line, col, delim, dash) }}`."""
+
+    def filter_stream(self, stream: TokenStream) -> Iterator[Token]:
+        tokens = list(stream)
+        source = self._source(stream.name)
+        read = _placeholders(tokens, _columns(source) if source is not None else {})
+        if read is None:
+            yield from tokens  # unclosed: jinja's parser reports it, with its line
+            return
+        text, places, exprs = read
         scanner = Scanner()
-        scanner.scan("".join(text), places)
+        scanner.scan(text, places)
         last = tokens[-1].lineno if tokens else 1
         scanner.finish(last)
         if scanner.problems:
@@ -172,37 +179,50 @@ def escape(value: Any, context: str, line: int, col: int, delim: str = "", dash:
     words = value if isinstance(value, (list, tuple)) and not isinstance(value, Shell) else [value]
     texts = [_text(w) for w in words] if context in ("bare", "cond") else [_text(value)]
     for text in texts:
-        for bad, what in (
-            ("\0", "a NUL byte"),
-            ("\r", "a carriage return (CRLF)"),
-            (HEREDOC_OPEN, "a control character"),
-            (HEREDOC_CLOSE, "a control character"),
-        ):
-            if bad in text:
-                raise ValueRefused(
-                    line, col, f"the value holds {what}, which a job file cannot carry: {_preview(text)}"
-                )
+        _refuse_bytes(text, line, col)
     if context == "sh" or isinstance(value, Shell):
         return Escaped(texts[0])
-    if check == "name" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", " ".join(texts)):
-        raise ValueRefused(
-            line,
-            col,
-            "the value stands where bash reads a variable name, whose [ ] subscript "
-            f"it would evaluate as code; it must be a plain name (letters, digits, _): {_preview(text)}",
-        )
-    if check == "decl" and " ".join(texts).startswith("("):
-        raise ValueRefused(
-            line,
-            col,
-            "the value starts with ( where declare/local would read it as a compound "
-            f"array assignment and run what it holds: {_preview(text)}",
-        )
+    _check(check, texts, line, col)
     if context == "bare":
         return Escaped(" ".join(shlex.quote(t) for t in texts))
     if context == "cond":
         return Escaped(" ".join("'" + t.replace("'", "'\\''") + "'" for t in texts))
-    text = texts[0]
+    return _quoted(texts[0], context, line, col, delim, dash)
+
+
+def _refuse_bytes(text: str, line: int, col: int) -> None:
+    for bad, what in (
+        ("\0", "a NUL byte"),
+        ("\r", "a carriage return (CRLF)"),
+        (HEREDOC_OPEN, "a control character"),
+        (HEREDOC_CLOSE, "a control character"),
+    ):
+        if bad in text:
+            raise ValueRefused(line, col, f"the value holds {what}, which a job file cannot carry: {_preview(text)}")
+
+
+def _check(check: str, texts: list[str], line: int, col: int) -> None:
+    """The escaper's name/decl check of the value's words TEXTS (the last one is shown in the message)."""
+    joined = " ".join(texts)
+    shown = texts[-1] if texts else ""  # an empty list as a name is refused too (it was an internal error)
+    if check == "name" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", joined):
+        raise ValueRefused(
+            line,
+            col,
+            "the value stands where bash reads a variable name, whose [ ] subscript "
+            f"it would evaluate as code; it must be a plain name (letters, digits, _): {_preview(shown)}",
+        )
+    if check == "decl" and joined.startswith("("):
+        raise ValueRefused(
+            line,
+            col,
+            "the value starts with ( where declare/local would read it as a compound "
+            f"array assignment and run what it holds: {_preview(shown)}",
+        )
+
+
+def _quoted(text: str, context: str, line: int, col: int, delim: str, dash: int) -> Escaped:
+    """TEXT written inside double or single quotes, a comment, or a heredoc body."""
     if context == "dq":
         return Escaped(re.sub(r'([\\$`"])', r"\\\1", text))
     if context == "sq":

@@ -155,7 +155,6 @@ def estimate_filter(
         return args  # the filter itself says what is wrong with its arguments
     given = bound.arguments
     what = f"| {name}"
-    limit = budget.limits.max_size
     value = args[skip - 1]
     if name == "indent" and isinstance(value, str):
         width = given.get("width", 4)
@@ -165,36 +164,49 @@ def estimate_filter(
     elif name == "replace":
         _replace_size(str(value), given.get("old", ""), given.get("new", ""), given.get("count"), budget, what)
     elif name == "wordwrap" and isinstance(value, str):
-        width = given.get("width", 79)
-        wrap = given.get("wrapstring") or "\n"
-        budget.check_text(wrap, what)
-        lines = value.count("\n") + len(value.split()) + len(value) // max(width if isinstance(width, int) else 1, 1)
-        budget.refuse(len(value) + (lines + 1) * len(str(wrap)), what)
+        _wordwrap_size(value, given, budget, what)
     elif name == "tojson":
         indent = given.get("indent")
         size = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else 0
         if size > 0:
-            budget.refuse(_json_indent_size(value, size, limit), what)
+            budget.refuse(_json_indent_size(value, size, budget.limits.max_size), what)
     elif name in ("join", "sum"):
-        attribute = given.get("attribute")
-        getter = None
-        if attribute is not None and isinstance(args[0], (jinja2.Environment, jinja2.nodes.EvalContext)):
-            environment = args[0] if isinstance(args[0], jinja2.Environment) else args[0].environment
-            getter = jinja2.filters.make_attrgetter(environment, attribute)
-        if name == "join":
-            sep = given.get("d", "")
-            budget.check_text(sep, what)
-            items, _ = _materialize(value, getter, len(str(sep)), budget, what)
-            return (*args[: skip - 1], items, *args[skip:])
-        start = given.get("start", 0)
-        if isinstance(start, (str, list, tuple)):  # sum() of sequences concatenates them, copying each time
-            items, _ = _materialize(value, getter, 0, budget, what)
-            budget.refuse(
-                len(start)
-                + sum(len(getter(i) if getter else i) for i in items if hasattr(getter(i) if getter else i, "__len__")),
-                what,
-            )
-            return (*args[: skip - 1], items, *args[skip:])
+        return _join_or_sum(name, args, given, skip, budget, what)
+    return args
+
+
+def _wordwrap_size(value: str, given: Mapping[str, Any], budget: Budget, what: str) -> None:
+    width = given.get("width", 79)
+    wrap = given.get("wrapstring") or "\n"
+    budget.check_text(wrap, what)
+    lines = value.count("\n") + len(value.split()) + len(value) // max(width if isinstance(width, int) else 1, 1)
+    budget.refuse(len(value) + (lines + 1) * len(str(wrap)), what)
+
+
+def _join_or_sum(
+    name: str, args: tuple[Any, ...], given: Mapping[str, Any], skip: int, budget: Budget, what: str
+) -> tuple[Any, ...]:
+    """`| join` and `| sum` of sequences: the items made a list (counted as they come) and the result sized."""
+    value = args[skip - 1]
+    attribute = given.get("attribute")
+    getter = None
+    if attribute is not None and isinstance(args[0], (jinja2.Environment, jinja2.nodes.EvalContext)):
+        environment = args[0] if isinstance(args[0], jinja2.Environment) else args[0].environment
+        getter = jinja2.filters.make_attrgetter(environment, attribute)
+    if name == "join":
+        sep = given.get("d", "")
+        budget.check_text(sep, what)
+        items, _ = _materialize(value, getter, len(str(sep)), budget, what)
+        return (*args[: skip - 1], items, *args[skip:])
+    start = given.get("start", 0)
+    if isinstance(start, (str, list, tuple)):  # sum() of sequences concatenates them, copying each time
+        items, _ = _materialize(value, getter, 0, budget, what)
+        budget.refuse(
+            len(start)
+            + sum(len(getter(i) if getter else i) for i in items if hasattr(getter(i) if getter else i, "__len__")),
+            what,
+        )
+        return (*args[: skip - 1], items, *args[skip:])
     return args
 
 

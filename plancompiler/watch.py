@@ -205,48 +205,21 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
         result.judged = _HOST_KINDS
         return result
     runner = status.get("runner") or {}
-    beat = now - float(runner.get("heartbeat", 0) or 0)
-    dead = True
-    if beat > rules.dead_s:
-        conditions.append(Condition("DEAD", host, f"runner heartbeat is {format_duration(beat)} old", "dead"))
-    elif not answer.get("runner_alive", True):
-        conditions.append(Condition("DEAD", host, f"runner pid {runner.get('pid')} is not running", "dead"))
-    else:
-        dead = False
+    dead = _dead(answer, runner, now, rules, host)
+    conditions.extend(dead)
     running = status.get("running") or []
-    for run in running:
-        elapsed = float(run.get("elapsed_s", 0)) + max(0.0, now - float(runner.get("heartbeat", now) or now))
-        warn = run.get("warn_after_s")
-        if run.get("lane") == "net" and elapsed > rules.net_stall_s:
-            conditions.append(
-                Condition(
-                    "STALL",
-                    run["job"],
-                    f"net job {run['job']} running for {format_duration(elapsed)}: {run.get('last_line', '')[:120]}",
-                    "net",
-                )
-            )
-        elif warn and elapsed > float(warn):
-            conditions.append(
-                Condition(
-                    "STALL",
-                    run["job"],
-                    f"{run['job']} past its WARN_AFTER "
-                    f"({format_duration(float(warn))}): running {format_duration(elapsed)}",
-                    "warn-after",
-                )
-            )
+    conditions.extend(_stalled(running, runner, now, rules))
     queued = status.get("queued") or []
-    for item in queued:
-        if item.get("reason") == Reason.BLOCKED:
-            conditions.append(
-                Condition(
-                    "BLOCKED",
-                    item["job"],
-                    f"{item['job']} can never run: {item.get('detail', '')}",
-                    f"{item.get('blocker')}:{item.get('detail')}",
-                )
-            )
+    conditions.extend(
+        Condition(
+            "BLOCKED",
+            item["job"],
+            f"{item['job']} can never run: {item.get('detail', '')}",
+            f"{item.get('blocker')}:{item.get('detail')}",
+        )
+        for item in queued
+        if item.get("reason") == Reason.BLOCKED
+    )
     result.lanes = _lanes_line(status)
     parked = status.get("parked") or answer.get("parked")
     if parked:
@@ -262,21 +235,62 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
         state.idle_since = None
     else:
         state.idle_since = state.idle_since if state.idle_since is not None else now
-    if parked or state.idle_since is None:
-        return result
+    if not parked and state.idle_since is not None:
+        conditions.extend(_idle(status, queued, state.idle_since, now, rules, host))
+    return result
+
+
+def _dead(answer: dict[str, Any], runner: dict[str, Any], now: float, rules: Rules, host: str) -> list[Condition]:
+    beat = now - float(runner.get("heartbeat", 0) or 0)
+    if beat > rules.dead_s:
+        return [Condition("DEAD", host, f"runner heartbeat is {format_duration(beat)} old", "dead")]
+    if not answer.get("runner_alive", True):
+        return [Condition("DEAD", host, f"runner pid {runner.get('pid')} is not running", "dead")]
+    return []
+
+
+def _stalled(running: list[dict[str, Any]], runner: dict[str, Any], now: float, rules: Rules) -> list[Condition]:
+    """Running jobs past the net stall limit or their own WARN_AFTER."""
+    found = []
+    for run in running:
+        elapsed = float(run.get("elapsed_s", 0)) + max(0.0, now - float(runner.get("heartbeat", now) or now))
+        warn = run.get("warn_after_s")
+        if run.get("lane") == "net" and elapsed > rules.net_stall_s:
+            found.append(
+                Condition(
+                    "STALL",
+                    run["job"],
+                    f"net job {run['job']} running for {format_duration(elapsed)}: {run.get('last_line', '')[:120]}",
+                    "net",
+                )
+            )
+        elif warn and elapsed > float(warn):
+            found.append(
+                Condition(
+                    "STALL",
+                    run["job"],
+                    f"{run['job']} past its WARN_AFTER "
+                    f"({format_duration(float(warn))}): running {format_duration(elapsed)}",
+                    "warn-after",
+                )
+            )
+    return found
+
+
+def _idle(
+    status: dict[str, Any], queued: list[dict[str, Any]], idle_since: float, now: float, rules: Rules, host: str
+) -> list[Condition]:
+    """Nothing running for the idle limit (counted from the lanes' last change, as the runner knows it)."""
     # The runner knows when each lane last changed: a watcher started now counts from there.
     lane_since = [float(v["since"]) for v in (status.get("lanes") or {}).values() if v.get("since") is not None]
-    since = min(state.idle_since, max(lane_since)) if lane_since else state.idle_since
-    if now - since >= rules.idle_s:
-        idle = format_duration(now - since)
-        if queued:
-            why = "; ".join(f"{q['job']}: {q['reason']} {q.get('detail', '')}".strip() for q in queued[:5])
-            conditions.append(
-                Condition("IDLE", host, f"nothing running for {idle}, {len(queued)} queued: {why}", "idle")
-            )
-        else:
-            conditions.append(Condition("IDLE", host, f"nothing running for {idle}, nothing queued", "idle"))
-    return result
+    since = min(idle_since, max(lane_since)) if lane_since else idle_since
+    if now - since < rules.idle_s:
+        return []
+    idle = format_duration(now - since)
+    if queued:
+        why = "; ".join(f"{q['job']}: {q['reason']} {q.get('detail', '')}".strip() for q in queued[:5])
+        return [Condition("IDLE", host, f"nothing running for {idle}, {len(queued)} queued: {why}", "idle")]
+    return [Condition("IDLE", host, f"nothing running for {idle}, nothing queued", "idle")]
 
 
 def checked_events(answer: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -476,6 +490,19 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
+def _add_progress(status: dict[str, Any], answer: dict[str, Any]) -> None:
+    """Each running job's progress, as its log's tail shows it, into STATUS for render_status."""
+    logs: dict[str, Any] = answer["logs"] if isinstance(answer.get("logs"), dict) else {}
+    for run in status.get("running") or []:
+        log = logs.get(run["job"])
+        tail = log.get("tail") if isinstance(log, dict) else None
+        from runner.progress import parse_progress
+
+        progress = parse_progress(tail) if isinstance(tail, str) else None
+        if progress:
+            run["progress"] = progress
+
+
 def _status_text(host: Host, answer: dict[str, Any]) -> str:
     events, skipped = checked_events(answer)
     note = (
@@ -494,15 +521,7 @@ def _status_text(host: Host, answer: dict[str, Any]) -> str:
     if status is None:
         why = f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)"
         return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
-    logs: dict[str, Any] = answer["logs"] if isinstance(answer.get("logs"), dict) else {}
-    for run in status.get("running") or []:
-        log = logs.get(run["job"])
-        tail = log.get("tail") if isinstance(log, dict) else None
-        from runner.progress import parse_progress
-
-        progress = parse_progress(tail) if isinstance(tail, str) else None
-        if progress:
-            run["progress"] = progress
+    _add_progress(status, answer)
     text = render_status(status, now)
     if not answer.get("runner_alive", True):
         text = f"DEAD: runner pid {(status.get('runner') or {}).get('pid')} is not running\n" + text

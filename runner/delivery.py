@@ -261,30 +261,11 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"installed": [], "removed": [], "gone": []}
     try:
         files = request.get("files", {})
-        for name, text in sorted(files.items()):
-            with open(os.path.join(stage, name), "wb") as handle:
-                handle.write(text.encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
-        for name in request.get("resets", []):
-            atomic_write(Path(root) / "control" / request_name("reset", name), b"{}\n")
-        for state, name in request.get("remove", []):
-            try:
-                os.unlink(os.path.join(root, state, name))
-                result["removed"].append([state, name])
-            except FileNotFoundError:
-                result["gone"].append([state, name])
+        _stage(stage, files)
+        _reset_and_remove(root, request, result)
         # Before the files land: a stale job (and what follows it) must not be taken as done meanwhile.
         stamps.mark_stale(root, request.get("stale", []))
-        replacing = set(request.get("replace", []))
-        for name in sorted(files):
-            target = os.path.join(root, "queue", name)
-            if name in replacing and not os.path.exists(target):
-                # The runner started the old version after the diff was made: do not queue it a second time.
-                result["gone"].append(["queue", name])
-                continue
-            os.replace(os.path.join(stage, name), target)
-            result["installed"].append(name)
+        _land(root, stage, files, set(request.get("replace", [])), result)
         if (
             request.get("record") is not None
             or result["installed"]
@@ -301,6 +282,38 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _stage(stage: str, files: dict[str, str]) -> None:
+    """Each new job file written in full (and synced) beside queue/, before any lands."""
+    for name, text in sorted(files.items()):
+        with open(os.path.join(stage, name), "wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def _reset_and_remove(root: str, request: dict[str, Any], result: dict[str, Any]) -> None:
+    for name in request.get("resets", []):
+        atomic_write(Path(root) / "control" / request_name("reset", name), b"{}\n")
+    for state, name in request.get("remove", []):
+        try:
+            os.unlink(os.path.join(root, state, name))
+            result["removed"].append([state, name])
+        except FileNotFoundError:
+            result["gone"].append([state, name])
+
+
+def _land(root: str, stage: str, files: dict[str, str], replacing: set[str], result: dict[str, Any]) -> None:
+    """The staged files renamed into queue/: each appears whole or not at all."""
+    for name in sorted(files):
+        target = os.path.join(root, "queue", name)
+        if name in replacing and not os.path.exists(target):
+            # The runner started the old version after the diff was made: do not queue it a second time.
+            result["gone"].append(["queue", name])
+            continue
+        os.replace(os.path.join(stage, name), target)
+        result["installed"].append(name)
+
+
 def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: list[str]) -> dict[str, Any]:
     """The next manifest: RECORD (if any) as its plan's entry, TAKE_OVER jobs removed from other plans, unions
     rebuilt, generation + 1."""
@@ -314,19 +327,7 @@ def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: 
             **{k: v for k, v in record.items() if k != "plan"},
             "pushed_at": timestamp(time.time()),
         }
-    jobs: dict[str, Any] = {}
-    producers: dict[str, list[str]] = {}
-    external: list[str] = []
-    slots: dict[str, int] = {}  # lane -> slots, the most any plan (or its host's entry) asked for
-    for entry in plans.values():
-        jobs.update(entry.get("jobs") or {})
-        for lane, count in (entry.get("slots") or {}).items():
-            if isinstance(count, int) and count >= 1:
-                slots[lane] = max(slots.get(lane, 1), count)
-        for path, names in (entry.get("producers") or {}).items():
-            producers.setdefault(path, [])
-            producers[path] += [n for n in names if n not in producers[path]]
-        external += [p for p in entry.get("external") or [] if p not in external]
+    jobs, producers, external, slots = _unions(plans)
     last = record["plan"] if record is not None else manifest.get("plan")
     return {
         "version": MANIFEST_VERSION,
@@ -340,12 +341,56 @@ def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: 
     }
 
 
+def _unions(
+    plans: dict[str, dict[str, Any]],
+) -> tuple[dict[str, Any], dict[str, list[str]], list[str], dict[str, int]]:
+    """Every plan's jobs, producers, external paths and lane slots, as the runner reads them in one manifest."""
+    jobs: dict[str, Any] = {}
+    producers: dict[str, list[str]] = {}
+    external: list[str] = []
+    slots: dict[str, int] = {}  # lane -> slots, the most any plan (or its host's entry) asked for
+    for entry in plans.values():
+        jobs.update(entry.get("jobs") or {})
+        for lane, count in (entry.get("slots") or {}).items():
+            if isinstance(count, int) and count >= 1:
+                slots[lane] = max(slots.get(lane, 1), count)
+        for path, names in (entry.get("producers") or {}).items():
+            producers.setdefault(path, [])
+            producers[path] += [n for n in names if n not in producers[path]]
+        external += [p for p in entry.get("external") or [] if p not in external]
+    return jobs, producers, external, slots
+
+
 def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """Copy the runner package under ROOT/.plan-runner, write its systemd unit, start it if systemd runs."""
-    import subprocess
-
     done: dict[str, Any] = {"written": [], "unchanged": [], "commands": [], "systemd": False, "heartbeat": False}
     lib = os.path.join(root, ".plan-runner")
+    _copy_runner(lib, request, done)
+    Queue(Path(root)).ensure()
+    os.makedirs(os.path.join(root, "control"), exist_ok=True)
+    user_unit = bool(request.get("user_unit"))
+    unit_dir = os.path.expanduser("~/.config/systemd/user") if user_unit else "/etc/systemd/system"
+    unit_path = os.path.join(unit_dir, request["unit_name"])
+    done["unit_path"] = unit_path
+    run = f"PYTHONPATH={lib} {request.get('python', 'python3')} -u -m runner run --root {root}"
+    has_systemd = shutil.which("systemctl") is not None and os.path.isdir("/run/systemd/system")
+    try:
+        os.makedirs(unit_dir, exist_ok=True)
+        atomic_write(Path(unit_path), request["unit"].encode())
+        done["written"].append(unit_path)
+    except OSError as exc:
+        done["unit_error"] = str(exc)
+    if not has_systemd:
+        done["commands"] = ["# systemd is not running here; start the runner yourself, e.g. under tmux:", run]
+        return done
+    done["systemd"] = True
+    if _start_unit(root, request, user_unit, done) and user_unit:
+        done["commands"].append("# a --user unit stops at logout unless lingering is on: loginctl enable-linger $USER")
+    return done
+
+
+def _copy_runner(lib: str, request: dict[str, Any], done: dict[str, Any]) -> None:
+    """The runner's files under LIB, each rewritten only where it differs."""
     for rel, text in sorted(request["files"].items()):
         path = Path(lib) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,31 +407,19 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
     if request.get("content_hash"):
         # The agent of a workstation shipping this same runner uses this copy instead of uploading its own.
         atomic_write(Path(lib) / "runner.hash", (request["content_hash"] + "\n").encode())
-    Queue(Path(root)).ensure()
-    os.makedirs(os.path.join(root, "control"), exist_ok=True)
-    user_unit = bool(request.get("user_unit"))
-    unit_dir = os.path.expanduser("~/.config/systemd/user") if user_unit else "/etc/systemd/system"
-    unit_path = os.path.join(unit_dir, request["unit_name"])
-    done["unit_path"] = unit_path
+
+
+def _start_unit(root: str, request: dict[str, Any], user_unit: bool, done: dict[str, Any]) -> bool:
+    """systemctl daemon-reload, enable --now and restart, then wait for a heartbeat; False if systemctl failed."""
+    import subprocess
+
     ctl = ["systemctl", "--user"] if user_unit else ["systemctl"]
-    run = f"PYTHONPATH={lib} {request.get('python', 'python3')} -u -m runner run --root {root}"
-    has_systemd = shutil.which("systemctl") is not None and os.path.isdir("/run/systemd/system")
-    try:
-        os.makedirs(unit_dir, exist_ok=True)
-        atomic_write(Path(unit_path), request["unit"].encode())
-        done["written"].append(unit_path)
-    except OSError as exc:
-        done["unit_error"] = str(exc)
-    if not has_systemd:
-        done["commands"] = ["# systemd is not running here; start the runner yourself, e.g. under tmux:", run]
-        return done
-    done["systemd"] = True
     started = time.time()
     for args in (["daemon-reload"], ["enable", "--now", request["unit_name"]], ["restart", request["unit_name"]]):
         proc = subprocess.run(ctl + args, capture_output=True, text=True)
         done["commands"].append(" ".join(ctl + args) + f" -> exit {proc.returncode} {proc.stderr.strip()}")
         if proc.returncode != 0:
-            return done
+            return False
     deadline = time.time() + float(request.get("wait_s", 30))
     while time.time() < deadline:
         st = fresh_status(root, _read(os.path.join(root, "status.json"))) or {}
@@ -394,6 +427,4 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
             done["heartbeat"] = True
             break
         time.sleep(0.5)
-    if user_unit:
-        done["commands"].append("# a --user unit stops at logout unless lingering is on: loginctl enable-linger $USER")
-    return done
+    return True

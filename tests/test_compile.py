@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -343,6 +344,7 @@ def test_shellcheck_results_are_cached_by_content(tmp_path: Path) -> None:
     planted = {"line": 5, "column": 1, "level": "warning", "code": 2086, "message": "planted"}
     for entry in entries:
         entry.write_text(json.dumps([planted]))
+    shutil.rmtree(tmp_path / "cache" / "lint-jobs")  # the per-job memo in front of it (tests/test_lintmemo.py)
     second = compile_plan(tmp_path / "p.yaml")
     planted_found = sorted(d.message for d in second.diagnostics if d.code == "SC2086")
     assert planted_found == ["job a: planted", "job b: planted"]

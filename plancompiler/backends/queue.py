@@ -1,61 +1,25 @@
-"""A host whose queue directory a stdlib runner serves: the diff rules, plan ownership, and the runner's health."""
+"""A host whose queue directory a stdlib runner serves: a push through its agent, status, reports, operations.
+
+The diff rules are in backends/queuediff.py, the runner's health in backends/queuehealth.py.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from plancompiler.backends.protocol import Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
+from plancompiler.backends.protocol import PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
+from plancompiler.backends.queuediff import diff, plan_record
+from plancompiler.backends.queuehealth import health
 from plancompiler.hosts import Host
 from plancompiler.transport import Session
-from runner import FORMAT_VERSION, stamp_push, stamps
-from runner.durations import format_duration
 
 if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
     from plancompiler.compile import Compiled
 
 CHANGED = "the queue changed since this push looked at it; run it again"
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) -> dict[str, Any]:
-    """This plan's entry in manifest.json: its graph, each job's content hash, the plan's hash, who pushed; the
-    lanes' slots (the hosts file's HOST_SLOTS win over the plan's: it knows the machine)."""
-    from plancompiler.compile import manifest
-
-    graph = manifest(compiled)
-    slots = {**graph.get("slots", {}), **(host_slots or {})}
-    texts = {job.filename: job.text for job in compiled.jobs}
-    jobs = {name: {**spec, "sha": _sha(texts[name])} for name, spec in graph["jobs"].items()}
-    never = sorted(n for n, spec in jobs.items() if spec.get("rerun") == "never")
-    # `rerun: never` lives only in the manifest: changing it must change the plan's hash, so it is recorded.
-    counted = [f"{lane}={n}" for lane, n in sorted(slots.items())]  # a change of slots is pushed too
-    digest = _sha(
-        "\0".join(
-            [
-                *(texts[n] for n in sorted(texts)),
-                *(["rerun: never", *never] if never else []),
-                *(["slots", *counted] if counted else []),
-            ]
-        )
-    )[:12]
-    record = {
-        "plan": compiled.name,
-        "hash": digest,
-        "by": who(),
-        "jobs": jobs,
-        "producers": graph["producers"],
-        "external": graph["external"],
-    }
-    if slots:
-        record["slots"] = slots
-    return record
+__all__ = ["CHANGED", "QueueBackend", "QueuePushSession", "busy_message", "diff", "health", "plan_record"]
 
 
 def busy_message(host: Host, holder: dict[str, Any]) -> str:
@@ -63,207 +27,6 @@ def busy_message(host: Host, holder: dict[str, Any]) -> str:
         f"another push to {host.name} is in progress (pid {holder.get('pid', '?')}, "
         f"{holder.get('user', '?')}, since {holder.get('since', '?')}); try again when it is done"
     )
-
-
-def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> PushPlan:
-    """What installing COMPILED would do to the queue PROBE describes, and what refuses it."""
-    files: dict[str, dict[str, dict[str, Any]]] = probe.get("files", {})
-    plan_name = compiled.name
-    where: dict[str, tuple[str, dict[str, Any]]] = {}
-    for state_dir in ("failed", "done", "queue", "running"):  # later states win: running is what matters
-        for name, info in files.get(state_dir, {}).items():
-            where[name] = (state_dir, info)
-    recorded: dict[str, str] = probe.get("owners", {})
-
-    def owner(name: str) -> str | None:
-        """The plan that owns NAME: manifest.json's record, else the PLAN= header the runner reads."""
-        if name in recorded:
-            return recorded[name]
-        header = where[name][1].get("plan") if name in where else None
-        return header.split("@", 1)[0] if header else None
-
-    changes: list[Change] = []
-    errors: list[str] = []
-    request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
-    ours = {job.filename for job in compiled.jobs}
-    record = plan_record(compiled, dict(host.slots))
-    # Rerun on change (runner/stamps.py): which done jobs run again, and which follow them downstream.
-    mine = {n: (where[n][0], where[n][1].get("sha")) for n in ours if n in where and owner(n) == plan_name}
-    texts = {job.filename: job.text.encode() for job in compiled.jobs}
-    graph = {n: {**spec, "run_sha": stamps.content_hash(texts[n])} for n, spec in record["jobs"].items()}
-    effects, marks = stamp_push.push_effects(graph, mine, probe.get("stamps") or {})
-    for job in compiled.jobs:
-        name, sha = job.filename, _sha(job.text)
-        state, info = where.get(name, (None, {}))
-        held_by = owner(name) if (state or name in recorded) else None
-        taken = ""
-        if held_by != plan_name and (state is not None or held_by is not None):
-            if state is not None and not options.take_over:
-                errors.append(_foreign(name, state, held_by, plan_name, probe))
-                continue
-            taken = f"taken over from {'plan ' + held_by if held_by else 'a hand-written job'}; attempts reset"
-            request["take_over"].append(name)
-            request["resets"].append(name)
-        same = info.get("sha") == sha
-        note = taken
-        if state is None:
-            changes.append(Change("+", name, None, note))
-            request["files"][name] = job.text
-        elif state == "running":
-            changes.append(
-                Change(
-                    ">" if same else ">~",
-                    name,
-                    state,
-                    "; ".join(
-                        filter(None, [taken, "" if same else "running an older version; the new one is not sent"])
-                    ),
-                )
-            )
-        elif state == "queue":
-            effect = effects.get(name)
-            if effect is not None and effect.kind == "stale":
-                changes.append(
-                    Change("^", name, state, "; ".join(filter(None, [note, "" if same else "changed", effect.note])))
-                )
-            else:
-                changes.append(Change("=" if same else "~", name, state, note))
-            if not same:
-                request["files"][name] = job.text
-                request["replace"].append(name)
-        elif state == "done" and same and not taken and name not in effects:
-            changes.append(Change("d", name, state))
-        elif state == "done":
-            effect = effects.get(name)
-            mark = "^" if effect is not None and effect.kind == "stale" else "~"
-            changes.append(
-                Change(
-                    mark,
-                    name,
-                    state,
-                    "; ".join(
-                        filter(None, [note, effect.note if effect else "done before; content changed, queued again"])
-                    ),
-                )
-            )
-            request["remove"].append(["done", name])
-            request["files"][name] = job.text
-            if effect is not None and effect.kind in ("run", "stale") and name not in request["resets"]:
-                request["resets"].append(name)  # a rerun starts at attempt 1, with all its retries
-        elif options.retry_failed or taken:
-            changes.append(Change("r", name, state, note or "attempts reset"))
-            request["remove"].append(["failed", name])
-            if name not in request["resets"]:
-                request["resets"].append(name)
-            request["files"][name] = job.text
-        else:
-            changes.append(Change("!", name, state, "failed; not re-queued without --retry-failed"))
-    for name in sorted(files.get("queue", {})):
-        if name in ours or owner(name) != plan_name:
-            continue  # hand-written jobs and other plans' jobs are never pruned
-        if options.prune:
-            changes.append(Change("-", name, "queue", "no longer in the plan"))
-            request["remove"].append(["queue", name])
-        else:
-            changes.append(Change("=", name, "queue", "no longer in the plan; kept (--no-prune)"))
-    request["stale"] = [m for m in marks if m[0] in request["files"] or where.get(m[0], ("",))[0] == "queue"]
-    before = probe.get("plans", {}).get(plan_name) or {}
-    owned_before = {n for n, p in recorded.items() if p == plan_name}
-    changed_record = before.get("hash") != record["hash"] or owned_before != ours or request["take_over"]
-    request["record"] = record if changed_record else None
-    request["generation"] = probe.get("generation", 0)
-    result = PushPlan(
-        host.describe(),
-        plan_name,
-        changes,
-        errors=errors,
-        request=request,
-        reruns=[name for name, _ in request["stale"]],
-    )
-    for name, wrong in sorted((probe.get("stamp_problems") or {}).items()):
-        result.warnings.append(f"{name} on {host.name}: {'; '.join(str(w[-1]) for w in wrong)}")
-    if options.verify_external and probe.get("external_missing"):
-        for path in probe["external_missing"]:
-            result.errors.append(
-                f"external path {path} does not exist on {host.name} "
-                "(jobs that require it would wait forever; --no-verify-external to push anyway)"
-            )
-    health(result, host, probe, options)
-    return result
-
-
-def _foreign(name: str, state: str, held_by: str | None, plan_name: str, probe: dict[str, Any]) -> str:
-    if held_by is None:
-        return (
-            f"{name} in {state}/ is a hand-written job (no PLAN= header): plan {plan_name} will not replace it; "
-            "rename the job, remove the file, or push with --take-over"
-        )
-    pushed = probe.get("plans", {}).get(held_by) or {}
-    by = f", pushed by {pushed['by']} at {pushed['pushed_at']}" if pushed.get("by") and pushed.get("pushed_at") else ""
-    return (
-        f"{name} in {state}/ belongs to plan {held_by}{by}: plan {plan_name} will not replace it; "
-        f"push with --take-over to move it to {plan_name}"
-    )
-
-
-def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOptions) -> None:
-    """Warnings (and `host_state` for --json) about the runner that will run what is pushed."""
-    status: dict[str, Any] = probe["status"] if isinstance(probe.get("status"), dict) else {}
-    runner: dict[str, Any] = status["runner"] if isinstance(status.get("runner"), dict) else {}
-    now = float(probe.get("now") or 0)
-    beat = runner.get("heartbeat")
-    age = now - beat if isinstance(beat, (int, float)) else None
-    lifecycle: dict[str, Any] = probe.get("lifecycle") or {}
-    parked: dict[str, Any] | None = probe["parked"] if isinstance(probe.get("parked"), dict) else None
-    version = runner.get("format_version")
-    queued = len(probe.get("files", {}).get("queue", {})) + len(result.request.get("files", {}))
-    if not status:
-        state, why = (
-            "never-started",
-            (
-                f"no runner has ever ticked there (no status.json under {host.root}): "
-                f"start one with `python3 -m runner run --root {shlex.quote(host.root)}` or "
-                f"`plan bootstrap {shlex.quote(host.name)}`"
-            ),
-        )
-    elif lifecycle.get("event") == "runner-stop":
-        state, why = (
-            "stopped",
-            (f"its runner stopped at {lifecycle.get('ts', '?')} (runner-stop) and has not started since"),
-        )
-    elif age is not None and age > options.dead_s:
-        state, why = "dead", f"no runner has ticked there for {format_duration(age)}"
-    elif not probe.get("runner_alive", True):
-        state, why = "dead", f"its runner (pid {runner.get('pid')}) is not running"
-    else:
-        state, why = "running", ""
-    result.host_state = {
-        "runner": state,
-        "heartbeat_age_s": age,
-        "pid": runner.get("pid"),
-        "format_version": version,
-        "parked": parked,
-    }
-    if why and options.expect_runner:
-        jobs = f"{queued} job{'s' * (queued != 1)}"
-        done = "would be queued" if options.dry_run or result.errors else "queued"  # nothing is queued yet
-        result.warnings.append(f"{jobs} {done} on {host.name}, but {why}")
-    if parked:
-        result.warnings.append(
-            f"{host.name} is parked since {parked.get('since', '?')} by {parked.get('by', '?')}"
-            f"{': ' + parked['reason'] if parked.get('reason') else ''}; no job starts until "
-            f"`plan unpark {host.name}`"
-        )
-    if isinstance(version, int) and version < FORMAT_VERSION:
-        result.errors.append(
-            f"the runner on {host.name} reads job-file format {version}, this plan needs "
-            f"{FORMAT_VERSION}: update it with `plan bootstrap {host.name}`"
-        )
-    elif isinstance(version, int) and version > FORMAT_VERSION:
-        result.warnings.append(
-            f"the runner on {host.name} reads job-file format {version}, newer than this "
-            f"plan's {FORMAT_VERSION}: update plancompiler here"
-        )
 
 
 class QueuePushSession:

@@ -1,0 +1,214 @@
+"""A push to a queue host, decided: what installing a plan changes in the queue the probe saw, and what refuses it.
+
+The diff rules (which job is new, replaced, re-run, taken over, pruned or refused) and the plan's manifest
+record; the backend (backends/queue.py) sends the resulting request to the host's agent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from plancompiler.backends.protocol import Change, PushOptions, PushPlan, who
+from plancompiler.backends.queuehealth import health
+from plancompiler.hosts import Host
+from runner import stamp_push, stamps
+
+if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
+    from plancompiler.compile import Compiled
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) -> dict[str, Any]:
+    """This plan's entry in manifest.json: its graph, each job's content hash, the plan's hash, who pushed; the
+    lanes' slots (the hosts file's HOST_SLOTS win over the plan's: it knows the machine)."""
+    from plancompiler.compile import manifest
+
+    graph = manifest(compiled)
+    slots = {**graph.get("slots", {}), **(host_slots or {})}
+    texts = {job.filename: job.text for job in compiled.jobs}
+    jobs = {name: {**spec, "sha": _sha(texts[name])} for name, spec in graph["jobs"].items()}
+    never = sorted(n for n, spec in jobs.items() if spec.get("rerun") == "never")
+    # `rerun: never` lives only in the manifest: changing it must change the plan's hash, so it is recorded.
+    counted = [f"{lane}={n}" for lane, n in sorted(slots.items())]  # a change of slots is pushed too
+    digest = _sha(
+        "\0".join(
+            [
+                *(texts[n] for n in sorted(texts)),
+                *(["rerun: never", *never] if never else []),
+                *(["slots", *counted] if counted else []),
+            ]
+        )
+    )[:12]
+    record = {
+        "plan": compiled.name,
+        "hash": digest,
+        "by": who(),
+        "jobs": jobs,
+        "producers": graph["producers"],
+        "external": graph["external"],
+    }
+    if slots:
+        record["slots"] = slots
+    return record
+
+
+def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> PushPlan:
+    """What installing COMPILED would do to the queue PROBE describes, and what refuses it."""
+    work = _Diff(compiled, host, probe, options)
+    for job in compiled.jobs:
+        work.job(job.filename, job.text)
+    work.prune()
+    result = work.result(host)
+    for name, wrong in sorted((probe.get("stamp_problems") or {}).items()):
+        result.warnings.append(f"{name} on {host.name}: {'; '.join(str(w[-1]) for w in wrong)}")
+    if options.verify_external and probe.get("external_missing"):
+        for path in probe["external_missing"]:
+            result.errors.append(
+                f"external path {path} does not exist on {host.name} "
+                "(jobs that require it would wait forever; --no-verify-external to push anyway)"
+            )
+    health(result, host, probe, options)
+    return result
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(filter(None, notes))
+
+
+class _Diff:
+    """The changes and the install request of one push, built job by job against the probed queue."""
+
+    def __init__(self, compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> None:
+        self.probe, self.options, self.plan_name = probe, options, compiled.name
+        self.files: dict[str, dict[str, dict[str, Any]]] = probe.get("files", {})
+        self.where: dict[str, tuple[str, dict[str, Any]]] = {}
+        for state_dir in ("failed", "done", "queue", "running"):  # later states win: running is what matters
+            for name, info in self.files.get(state_dir, {}).items():
+                self.where[name] = (state_dir, info)
+        self.recorded: dict[str, str] = probe.get("owners", {})
+        self.changes: list[Change] = []
+        self.errors: list[str] = []
+        self.request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
+        self.ours = {job.filename for job in compiled.jobs}
+        self.record = plan_record(compiled, dict(host.slots))
+        # Rerun on change (runner/stamps.py): which done jobs run again, and which follow them downstream.
+        mine = {
+            n: (self.where[n][0], self.where[n][1].get("sha"))
+            for n in self.ours
+            if n in self.where and self.owner(n) == self.plan_name
+        }
+        texts = {job.filename: job.text.encode() for job in compiled.jobs}
+        graph = {n: {**spec, "run_sha": stamps.content_hash(texts[n])} for n, spec in self.record["jobs"].items()}
+        self.effects, self.marks = stamp_push.push_effects(graph, mine, probe.get("stamps") or {})
+
+    def owner(self, name: str) -> str | None:
+        """The plan that owns NAME: manifest.json's record, else the PLAN= header the runner reads."""
+        if name in self.recorded:
+            return self.recorded[name]
+        header = self.where[name][1].get("plan") if name in self.where else None
+        return header.split("@", 1)[0] if header else None
+
+    def job(self, name: str, text: str) -> None:
+        """The change one job of the plan makes to the queue."""
+        state, info = self.where.get(name, (None, {}))
+        held_by = self.owner(name) if (state or name in self.recorded) else None
+        taken = ""
+        if held_by != self.plan_name and (state is not None or held_by is not None):
+            if state is not None and not self.options.take_over:
+                self.errors.append(_foreign(name, state, held_by, self.plan_name, self.probe))
+                return
+            taken = f"taken over from {'plan ' + held_by if held_by else 'a hand-written job'}; attempts reset"
+            self.request["take_over"].append(name)
+            self.request["resets"].append(name)
+        same = info.get("sha") == _sha(text)
+        if state is None:
+            self.changes.append(Change("+", name, None, taken))
+            self.request["files"][name] = text
+        elif state == "running":
+            older = "" if same else "running an older version; the new one is not sent"
+            self.changes.append(Change(">" if same else ">~", name, state, _joined(taken, older)))
+        elif state == "queue":
+            self._queued(name, text, same, taken)
+        elif state == "done":
+            self._done(name, text, same, taken)
+        else:
+            self._failed(name, text, taken)
+
+    def _queued(self, name: str, text: str, same: bool, taken: str) -> None:
+        effect = self.effects.get(name)
+        if effect is not None and effect.kind == "stale":
+            self.changes.append(Change("^", name, "queue", _joined(taken, "" if same else "changed", effect.note)))
+        else:
+            self.changes.append(Change("=" if same else "~", name, "queue", taken))
+        if not same:
+            self.request["files"][name] = text
+            self.request["replace"].append(name)
+
+    def _done(self, name: str, text: str, same: bool, taken: str) -> None:
+        if same and not taken and name not in self.effects:
+            self.changes.append(Change("d", name, "done"))
+            return
+        effect = self.effects.get(name)
+        mark = "^" if effect is not None and effect.kind == "stale" else "~"
+        why = effect.note if effect else "done before; content changed, queued again"
+        self.changes.append(Change(mark, name, "done", _joined(taken, why)))
+        self.request["remove"].append(["done", name])
+        self.request["files"][name] = text
+        if effect is not None and effect.kind in ("run", "stale") and name not in self.request["resets"]:
+            self.request["resets"].append(name)  # a rerun starts at attempt 1, with all its retries
+
+    def _failed(self, name: str, text: str, taken: str) -> None:
+        if not (self.options.retry_failed or taken):
+            self.changes.append(Change("!", name, "failed", "failed; not re-queued without --retry-failed"))
+            return
+        self.changes.append(Change("r", name, "failed", taken or "attempts reset"))
+        self.request["remove"].append(["failed", name])
+        if name not in self.request["resets"]:
+            self.request["resets"].append(name)
+        self.request["files"][name] = text
+
+    def prune(self) -> None:
+        """This plan's queued jobs that it no longer has: removed, or kept with --no-prune."""
+        for name in sorted(self.files.get("queue", {})):
+            if name in self.ours or self.owner(name) != self.plan_name:
+                continue  # hand-written jobs and other plans' jobs are never pruned
+            if self.options.prune:
+                self.changes.append(Change("-", name, "queue", "no longer in the plan"))
+                self.request["remove"].append(["queue", name])
+            else:
+                self.changes.append(Change("=", name, "queue", "no longer in the plan; kept (--no-prune)"))
+
+    def result(self, host: Host) -> PushPlan:
+        request, where = self.request, self.where
+        request["stale"] = [m for m in self.marks if m[0] in request["files"] or where.get(m[0], ("",))[0] == "queue"]
+        before = self.probe.get("plans", {}).get(self.plan_name) or {}
+        owned_before = {n for n, p in self.recorded.items() if p == self.plan_name}
+        changed_record = before.get("hash") != self.record["hash"] or owned_before != self.ours or request["take_over"]
+        request["record"] = self.record if changed_record else None
+        request["generation"] = self.probe.get("generation", 0)
+        return PushPlan(
+            host.describe(),
+            self.plan_name,
+            self.changes,
+            errors=self.errors,
+            request=request,
+            reruns=[name for name, _ in request["stale"]],
+        )
+
+
+def _foreign(name: str, state: str, held_by: str | None, plan_name: str, probe: dict[str, Any]) -> str:
+    if held_by is None:
+        return (
+            f"{name} in {state}/ is a hand-written job (no PLAN= header): plan {plan_name} will not replace it; "
+            "rename the job, remove the file, or push with --take-over"
+        )
+    pushed = probe.get("plans", {}).get(held_by) or {}
+    by = f", pushed by {pushed['by']} at {pushed['pushed_at']}" if pushed.get("by") and pushed.get("pushed_at") else ""
+    return (
+        f"{name} in {state}/ belongs to plan {held_by}{by}: plan {plan_name} will not replace it; "
+        f"push with --take-over to move it to {plan_name}"
+    )

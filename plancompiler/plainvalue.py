@@ -1,0 +1,80 @@
+"""Stage 2's shortcut: a field of text and `{{ name }}` / `{{ name.key }}` rendered without jinja, as jinja would.
+
+Most fields of a plan are paths and names built from vars and foreach rows (`{{ work }}/models/{{ model }}`),
+rendered once per job: through jinja each costs a new context and a generator. Here such a field is read
+once into its pieces and filled by lookups. Anything else (a filter, an expression, a keyword, a name that
+is not a str or int in the context, a key that is also a dict method, a value over the size limit) returns
+None and is left to jinja, which then renders it, or says what is wrong, exactly as before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_PIECE = re.compile(r"\{\{ *([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))? *\}\}")
+_OPENER = re.compile(r"\{[{%#]")
+# Names jinja reads as constants or operators, or gives a meaning of its own (`self`), never as a variable.
+_KEYWORDS = frozenset(
+    {"true", "false", "none", "True", "False", "None", "not", "and", "or", "in", "is", "if", "else", "recursive"}
+    | {"self", "loop", "caller", "varargs", "kwargs", "super"}
+)
+_MAX_INT_BITS = 64
+Pieces = tuple[tuple[str, str, str | None], ...]  # (text before, name, key or None) ...; the tail is separate
+
+_PARSED: dict[str, tuple[Pieces, str] | None] = {}
+
+
+def _parse(value: str) -> tuple[Pieces, str] | None:
+    """VALUE as (text, name, key) pieces and the text after them, or None where jinja must read it."""
+    pieces = []
+    at = 0
+    starts = set()
+    for match in _PIECE.finditer(value):
+        if match.group(1) in _KEYWORDS or match.group(2) in _KEYWORDS:
+            return None
+        pieces.append((value[at : match.start()], match.group(1), match.group(2)))
+        starts.add(match.start())
+        at = match.end()
+    if not pieces or any(m.start() not in starts for m in _OPENER.finditer(value)):
+        return None  # a `{%`, a `{#`, or a `{{` of anything but a plain name: jinja's to read
+    return tuple(pieces), value[at:]
+
+
+def _lookup(context: Mapping[str, Any], name: str, key: str | None) -> str | None:
+    """NAME (or NAME.KEY, as jinja's sandbox reads a dict's key) as jinja writes it; None where unsure."""
+    if name not in context:
+        return None  # undefined: jinja says so, with its own message
+    value = context[name]
+    if key is not None:
+        if type(value) is not dict or hasattr(dict, key) or key not in value:
+            return None  # `row.items` is dict's method to jinja; anything but a plain dict is left to it
+        value = value[key]
+    if type(value) is str:
+        return value
+    if type(value) is int and value.bit_length() <= _MAX_INT_BITS:
+        return str(value)
+    return None
+
+
+def render_plain(value: str, context: Mapping[str, Any], limit: int) -> str | None:
+    """VALUE rendered over CONTEXT as jinja would render it; None where jinja must."""
+    if value in _PARSED:
+        parsed = _PARSED[value]
+    else:
+        if len(_PARSED) > 20000:
+            _PARSED.clear()
+        parsed = _PARSED[value] = _parse(value)
+    if parsed is None:
+        return None
+    pieces, tail = parsed
+    out: list[str] = []
+    for text, name, key in pieces:
+        found = _lookup(context, name, key)
+        if found is None or len(found) > limit:
+            return None
+        out += (text, found)
+    out.append(tail)
+    result = "".join(out)
+    return result if len(result) <= limit else None
