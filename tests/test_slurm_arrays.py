@@ -1,0 +1,117 @@
+"""`foreach` groups as Slurm job arrays, and `plan status` lanes with every running job, on a real cluster."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import plan_cli, wait_for
+from tests.slurm import Slurm
+from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
+
+pytestmark = pytest.mark.usefixtures("plan_env")
+plan = plan_cli
+
+
+def result(root: Path, plan_name: str, job: str, index: int = -1) -> dict:
+    found = attempts(root, plan_name, job)[index]
+    return json.loads((root / "results" / plan_name / job / f"{found['id']}.json").read_text())
+
+
+def status(hosts: Path) -> dict:
+    code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_a_foreach_group_is_an_array_whose_elements_keep_their_own_data_dependents_and_retries(
+    tmp_path: Path, slurm: Slurm
+) -> None:
+    out, root = tmp_path / "out", tmp_path / "submit"
+    out.mkdir()
+    # a0 is slow; a1 always fails (its b1 is blocked, no other); a2 fails once, then its retry runs
+    body = (
+        f'echo "a {{{{ i }}}} $SLURM_ARRAY_TASK_ID" > {out}/a{{{{ i }}}}\n'
+        f'      if [ "{{{{ i }}}}" = 0 ]; then sleep 8; fi\n'
+        f'      if [ "{{{{ i }}}}" = 1 ]; then exit 3; fi\n'
+        f'      if [ "{{{{ i }}}}" = 2 ] && [ ! -e {out}/once ]; then touch {out}/once; exit 4; fi\n'
+    )
+    p = write_plan(
+        tmp_path / "ar.yaml",
+        "ar",
+        "  - name: 'a{{ i }}'\n    foreach: {i: [0, 1, 2, 3]}\n    retries: 2\n"
+        f"    outputs: ['{out}/a{{{{ i }}}}']\n    run: |\n      {body}"
+        "  - name: 'b{{ i }}'\n    foreach: {i: [0, 1, 2, 3]}\n    requires: [{after: 'a{{ i }}'}]\n"
+        f"    outputs: ['{out}/b{{{{ i }}}}']\n    run: 'cat {out}/a{{{{ i }}}} > {out}/b{{{{ i }}}}'\n",
+    )
+    hosts = slurm.hosts_file(root, extra="    backoff_base: 1\n")
+    code, text = plan("push", "cluster", str(p), "--hosts", str(hosts))
+    assert code == 0, text
+    try:
+        first = {f"{g}{i}": attempts(root, "ar", f"{g}{i}")[0] for g in "ab" for i in range(4)}
+        arrays = {g: {str(first[f"{g}{i}"]["id"]).split("_")[0] for i in range(4)} for g in "ab"}
+        assert all(len(ids) == 1 for ids in arrays.values()), first  # one array per group
+        base = next(iter(arrays["a"]))
+        assert [first[f"a{i}"]["id"] for i in range(4)] == [f"{base}_{i}" for i in range(4)]
+        names = {j["name"] for j in slurm.squeue()}
+        assert {"ar/a0..a3", "ar/b0..b3"} <= names, names  # squeue shows the arrays
+        # each probe folds the attempts' results into the ledger (a retry's next job among them)
+        done = {"queue": 0, "running": 0, "done": 6, "failed": 2}
+        wait_for(lambda: status(hosts)["counts"] == done, 120, 1)
+        assert _cancelled(slurm, attempts(root, "ar", "b1"))
+    finally:
+        cancel_root(slurm, root)
+    # each element ran with its own row's data, and its dependent read its own producer's output
+    for i in (0, 2, 3):
+        assert (out / f"b{i}").read_text().split()[:2] == ["a", str(i)]
+    assert not (out / "b1").exists()
+    # b0 waited for a0 (the slow one) only: b2 and b3 did not
+    a0_end = result(root, "ar", "a0")["end"]
+    assert result(root, "ar", "b0")["start"] >= a0_end
+    assert min(result(root, "ar", f"b{i}")["start"] for i in (2, 3)) < a0_end
+    # a2's second attempt is a job of its own; b2 waited for it and read what it wrote
+    tries = attempts(root, "ar", "a2")
+    assert [t["attempt"] for t in tries] == [1, 2] and isinstance(tries[1]["id"], int)
+    assert result(root, "ar", "b2")["start"] >= result(root, "ar", "a2")["end"]
+    assert len(attempts(root, "ar", "a1")) == 2 and ended(root, "ar", "a1") == "FAILED"
+    answer = status(hosts)
+    blocked = [q for q in answer["status"]["queued"] if q["reason"] == "blocked"]
+    assert [q["job"] for q in blocked] == ["ar/b1.job"] and "a1" in blocked[0]["blocker"]
+    events = {(e["job"], e["event"]) for e in answer["events"]}
+    assert {("ar/a2.job", "retry"), ("ar/a2.job", "done"), ("ar/a1.job", "failed"), ("ar/b1.job", "blocked")} <= events
+    code, text = plan("logs", "cluster", "ar/a2", "--hosts", str(hosts))
+    assert code == 0 and "ar/a2 attempt 1 of 2" in text and "ar/a2 attempt 2 of 2" in text, text
+    # a re-push knows every element from the ledger: nothing is submitted again
+    code, text = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
+    assert code == 0 and "\n  +  " not in text and "\n  r  " not in text and "6 done" in text, text
+
+
+def _cancelled(slurm: Slurm, tries: list[dict]) -> bool:
+    return any(j["id"] == str(tries[-1]["id"]) and j["state"] == "CANCELLED" for j in slurm.squeue())
+
+
+def test_status_shows_every_running_job_of_a_lane_with_its_start(tmp_path: Path, slurm: Slurm) -> None:
+    root = tmp_path / "submit"
+    p = write_plan(
+        tmp_path / "ln.yaml",
+        "ln",
+        "  - name: c1\n    run: sleep 20\n  - name: c2\n    run: sleep 20\n  - name: n1\n    lane: net\n    run: 'true'\n",
+    )
+    hosts = slurm.hosts_file(root)
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    try:
+        both = {"ln/c1.job", "ln/c2.job"}
+        wait_for(lambda: {r["job"] for r in status(hosts)["status"]["running"]} == both, 60, 0.5)
+        answer = status(hosts)["status"]
+        cpu = answer["lanes"]["cpu"]
+        assert sorted(cpu["running"]) == ["ln/c1.job", "ln/c2.job"] and cpu["busy"] == 2
+        starts = sorted(r["started"] for r in answer["running"])
+        assert cpu["started"] == starts and time.time() - starts[0] < 60
+        assert answer["lanes"]["net"]["slots"] == 1  # the test cluster's Licenses=net:1
+        code, text = plan("status", "cluster", "--hosts", str(hosts))
+        assert code == 0 and "ln/c1.job" in text and "ln/c2.job" in text, text
+    finally:
+        cancel_root(slurm, root)
