@@ -4,8 +4,8 @@ A push diffs the plan against the ledger (runner.slurm_ledger) joined with squeu
 sacct, under the push lock; each job is a wrapper (runner.slurm_wrapper) submitted with afterok dependencies on
 its producers. Each job's script is per plan and per content hash, so a pending job runs exactly the text it
 was submitted with; a changed pending job is a new Slurm job and its pending dependents are re-pointed to it
-before the old one is cancelled. The Slurm commands are runner.slurm_query's; status and history live in
-runner.slurm_view.
+before the old one is cancelled. The Slurm commands are runner.slurm_query's, the sbatch calls (job arrays
+among them) runner.slurm_submit's; status and logs live in runner.slurm_view, history in runner.slurm_events.
 """
 
 from __future__ import annotations
@@ -19,10 +19,14 @@ from runner import delivery, slurm_submit
 from runner import slurm_ledger as ledger_mod
 from runner.conditions import compile_condition, evaluate
 from runner.queue import timestamp
+from runner.slurm_events import history
 from runner.slurm_ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm_query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm_submit import Submitted
-from runner.slurm_wrapper import job_paths, wrapper_text
+from runner.slurm_view import logs, status
+from runner.slurm_wrapper import wrapper_text
+
+__all__ = ["history", "logs", "push", "status", "wrapper"]  # status, history and logs: the agent's other modes
 
 
 def adopt(plan: str, request: dict[str, Any], jobs: dict[str, Any], live: Live) -> None:
@@ -291,48 +295,3 @@ def wrapper(root: str, job: dict[str, Any], plan: str, slurm_conf: str | None = 
     """The sbatch script of JOB on its own as a push submits it (for lint tests and docs)."""
     bundle = Path(root) / "scripts" / plan / "bundle.0.json"
     return wrapper_text(root, plan, f"job {job['name']}", job.get("env") or {}, (bundle, [0], 1), slurm_conf)
-
-
-def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """squeue and the ledger as a status answer (runner.slurm_view)."""
-    from runner.slurm_view import status as view_status
-
-    return view_status(root, request)
-
-
-def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """The ledger's attempts as report events (runner.slurm_view)."""
-    from runner.slurm_view import history as view_history
-
-    return view_history(root, request)
-
-
-def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """A Slurm job's log (ROOT/logs/PLAN/NAME.job.log): JOB is PLAN/NAME.job, or NAME.job where one plan has it."""
-    job = str(request["job"]).removesuffix(".job")
-    plan, _, name = job.rpartition("/")
-    ledger = ledger_mod.load(root)
-    plans = [plan] if plan else [p for p, e in ledger["plans"].items() if name in (e.get("jobs") or {})]
-    if len(plans) != 1 or ".." in job or name.startswith("."):
-        return {
-            "error": f"no job {job}.job pushed here"
-            if not plans
-            else f"{name}.job is in plans {', '.join(sorted(plans))}: name one, as PLAN/{name}.job"
-        }
-    record = (ledger["plans"].get(plans[0], {}).get("jobs") or {}).get(name)
-    last = ledger_mod.current(record) if isinstance(record, dict) else None
-    state = {"RUNNING": "running", "COMPLETED": "done"}.get(str((last or {}).get("state")), "queue" if last else None)
-    path = str(job_paths(root, plans[0], name, "")["log"])
-    from runner.agent import tail
-
-    offset = int(request.get("offset", -1))
-    if not os.path.exists(path):
-        return {"state": state, "text": "", "offset": 0, "exists": False}
-    if offset < 0:
-        text, size = tail(path, int(request.get("max_bytes", 65536)))
-        lines = text.splitlines()[-int(request.get("lines", 40)) :]
-        return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read(int(request.get("max_bytes", 1 << 20)))
-    return {"state": state, "text": data.decode("utf-8", "replace"), "offset": offset + len(data), "exists": True}
