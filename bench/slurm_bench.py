@@ -1,7 +1,8 @@
 """Slurm on a real single-node cluster: the time `plan push` takes for 2000 jobs (a `foreach` group, pushed as
 job arrays, and the same 2000 as separate jobs), and the same 200-job plan on Slurm and on the bundled runner:
 push-to-done, and the latency from a producer's end to its consumer's start. Runs alternated, figures as
-min / median / max: `python3 bench/slurm_bench.py [RUNS]` (5 by default)."""
+min / median / max: `python3 bench/slurm_bench.py [PUSH_RUNS [PLAN_RUNS]]` (5 and 3 by default: one 200-job
+run on Slurm takes minutes)."""
 
 from __future__ import annotations
 
@@ -115,12 +116,12 @@ def bench_push(cluster: Slurm, base: Path, runs: int) -> str:
     )
 
 
-def main(runs: int = 5) -> None:
+def main(push_runs: int = 5, runs: int = 3) -> None:
     base = Path(tempfile.mkdtemp(prefix="plan-slurm-bench-"))
     cluster = start_slurm(base / "cluster", min_job_age=10)  # cancelled bench jobs leave the controller soon
     samples: dict[str, dict[str, list[float]]] = {k: {"done": [], "succ": []} for k in ("slurm", "runner")}
     try:
-        print(bench_push(cluster, base, runs))
+        print(bench_push(cluster, base, push_runs))
         for run in range(runs):
             for kind in ("slurm", "runner"):  # alternated, so the machine's noise hits both alike
                 work = base / f"{kind}-{run}"
@@ -151,4 +152,4 @@ def main(runs: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+    main(*(int(a) for a in sys.argv[1:3]))

@@ -94,9 +94,12 @@ def hand_over(old: int | str, new: int | str) -> list[str]:
 def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int | str) -> tuple[int | None, list[str], str]:
     """Submit ATTEMPT as a new Slurm job starting WAIT_S from now; move OLD's dependents to it."""
     begin = f"--begin=now+{max(1, int(round(wait_s)))}"
-    where = (Path(spec["bundle"]), [int(spec["entry"])], attempt)
-    script = wrapper_text(spec["root"], spec["plan"], f"job {spec['name']}", spec["env"], where, spec["slurm_conf"])
-    proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin], script)
+    if "bundle" not in spec:  # a job submitted before bundles: its own wrapper file takes the attempt
+        proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin, spec["script"], str(attempt)])
+    else:
+        where = (Path(spec["bundle"]), [int(spec["entry"])], attempt)
+        label = f"job {spec['name']}"
+        proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin], wrapper_text(**_wrapping(spec, label, where)))
     if proc.returncode != 0:
         return None, [], proc.stderr.strip()
     new = int(proc.stdout.strip().split(";")[0])
@@ -110,7 +113,8 @@ def _say(text: str) -> None:
 
 def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
     """(exit code, whether our own timer ended it): TERM to its process group at the timeout, KILL after."""
-    write_once(Path(spec["body"]), spec["text"].encode())
+    if "text" in spec:  # a job submitted before bundles has its body written by its push
+        write_once(Path(spec["body"]), spec["text"].encode())
     proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL, start_new_session=True)
     timeout = spec.get("timeout_s") or None
     try:
@@ -218,14 +222,28 @@ def to_log(path: str) -> None:
     os.close(fd)
 
 
+def _wrapping(spec: dict[str, Any], label: str, where: tuple[Path, list[int], int]) -> dict[str, Any]:
+    return {
+        "root": spec["root"],
+        "plan": spec["plan"],
+        "label": label,
+        "env": spec["env"],
+        "where": where,
+        "slurm_conf": spec["slurm_conf"],
+    }
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3:
+    if not argv:
         sys.stderr.write("usage: python3 -m runner.slurm_attempt BUNDLE ATTEMPT ENTRY\n")
         return 2
-    bundle = read_json(Path(argv[0]))
-    spec = dict(bundle["elements"][int(argv[2])], bundle=argv[0], entry=int(argv[2]))
+    found = read_json(Path(argv[0]))
+    attempt = int(argv[1]) if len(argv) > 1 else 1
+    if "elements" not in found:  # SPEC [ATTEMPT]: a job submitted before bundles, still queued after an upgrade
+        return attempt_once(found, attempt)
+    spec = dict(found["elements"][int(argv[2])], bundle=argv[0], entry=int(argv[2]))
     to_log(spec["log"])
-    return attempt_once(spec, int(argv[1]))
+    return attempt_once(spec, attempt)
 
 
 if __name__ == "__main__":
