@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.slurm_attempt import pending_updates, repoint
+from runner.slurm_submit import ARRAY_MIN, CHUNK, Submitted, plan_units
 from tests.conftest import plan_cli, wait_for
 from tests.slurm import Slurm
 from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
@@ -115,3 +117,45 @@ def test_status_shows_every_running_job_of_a_lane_with_its_start(tmp_path: Path,
         assert code == 0 and "ln/c1.job" in text and "ln/c2.job" in text, text
     finally:
         cancel_root(slurm, root)
+
+
+def test_array_dependencies_are_re_pointed_element_by_element() -> None:
+    # element 2 of an array waiting aftercorr on array 14 now waits on 33, the retry of 14_2; element 1 does not
+    assert repoint("aftercorr:14_*(unfulfilled),afterok:9(unfulfilled)", "14_2", 33, "2") == "afterok:33:9"
+    assert repoint("aftercorr:14_*(unfulfilled)", "14_2", 33, "1") is None
+    assert repoint("afterok:15_0(unfulfilled),afterok:15_1(unfulfilled)", "15_1", 40) == "afterok:15_0:40"
+    assert repoint("afterok:7(fulfilled),afterok:8(unfulfilled)", 8, 41) == "afterok:41"
+    listing = "20|20_0|afterok:8(unfulfilled)\n20|20_1|afterok:8(unfulfilled)\n31|20_2|afterok:8(unfulfilled)\n"
+    # the tasks still in their array's record are updated once, by the array; a split task by its own id
+    assert pending_updates(listing, 8, 41) == [("20", "afterok:41"), ("31", "afterok:41")]
+    listing = "20|20_0|aftercorr:14_*(unfulfilled)\n20|20_2|aftercorr:14_*(unfulfilled)\n"
+    assert pending_updates(listing, "14_2", 33) == [("20_2", "afterok:33")]
+
+
+def _jobs(prefix: str, count: int, deps: list[list[str]] | None = None) -> list[dict]:
+    return [
+        {"name": f"{prefix}{i}", "hash": "0", "group": prefix, "deps": deps[i] if deps else [], "sbatch": []}
+        for i in range(count)
+    ]
+
+
+def test_only_dependencies_an_array_can_say_make_an_array() -> None:
+    done = Submitted({"prep": 5})
+    # every element after the same job: one array, one afterok
+    units = plan_units("/r", _jobs("a", 5, [["prep"]] * 5), done, {})
+    assert [(len(u.jobs), u.dependency) for u in units] == [(5, "afterok:5")]
+    done.ids.update({f"a{i}": f"6_{i}" for i in range(5)})
+    done.sizes["6"] = 5
+    # element i after element i of that array (listed in any order): aftercorr, in the producer's order
+    units = plan_units("/r", _jobs("b", 5, [[f"a{4 - i}", "prep"] for i in range(5)]), done, {})
+    assert [(u.dependency, [j["name"] for j in u.jobs]) for u in units] == [
+        ("aftercorr:6,afterok:5", ["b4", "b3", "b2", "b1", "b0"])
+    ]
+    # element i after elements i and i+1: no array form says that, so one job each
+    units = plan_units("/r", _jobs("c", 4, [[f"a{i}", f"a{i + 1}"] for i in range(4)]), done, {})
+    assert [u.dependency for u in units] == [f"afterok:6_{i}:6_{i + 1}" for i in range(4)]
+    # a group below ARRAY_MIN, or jobs outside a foreach, stay jobs of their own
+    assert [len(u.jobs) for u in plan_units("/r", _jobs("d", ARRAY_MIN - 1), done, {})] == [1] * (ARRAY_MIN - 1)
+    assert all(not u.array for u in plan_units("/r", [dict(j, group=None) for j in _jobs("e", 5)], done, {}))
+    big = plan_units("/r", _jobs("f", CHUNK + 1), done, {})  # cut evenly, never a last array of one
+    assert [len(u.jobs) for u in big] == [CHUNK // 2 + 1, CHUNK // 2]
