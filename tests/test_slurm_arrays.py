@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from plancompiler.lint import _SHELLCHECK_ARGS
+from plancompiler.tools import find_tool
 from runner.slurm_attempt import pending_updates, repoint
 from runner.slurm_submit import ARRAY_MIN, CHUNK, Submitted, plan_units
+from runner.slurm_wrapper import wrapper_text
 from tests.conftest import plan_cli, wait_for
 from tests.slurm import Slurm
 from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
@@ -159,3 +163,20 @@ def test_only_dependencies_an_array_can_say_make_an_array() -> None:
     assert all(not u.array for u in plan_units("/r", [dict(j, group=None) for j in _jobs("e", 5)], done, {}))
     big = plan_units("/r", _jobs("f", CHUNK + 1), done, {})  # cut evenly, never a last array of one
     assert [len(u.jobs) for u in big] == [CHUNK // 2 + 1, CHUNK // 2]
+
+
+def test_an_arrays_wrapper_is_shellcheck_clean_and_picks_its_element(tmp_path: Path) -> None:
+    root = tmp_path / "a root with 'quotes'"
+    text = wrapper_text(str(root), "pl", "array a0..a3", {"A": "it's"}, (root / "b.json", [0, 5, 7], 2))
+    script = tmp_path / "array.sbatch"
+    script.write_text(text)
+    lint = subprocess.run(
+        [find_tool("shellcheck") or "shellcheck", *_SHELLCHECK_ARGS[1:], str(script)], capture_output=True, text=True
+    )  # as every rendered job is linted
+    assert lint.returncode == 0, lint.stdout
+    # element 1 of the array runs bundle entry 5, as attempt 2
+    line = text.splitlines()[-1].replace("exec ", "printf '%s\\n' ", 1)
+    shown = subprocess.run(
+        ["bash", "-c", "entries=(0 5 7); " + line], env={"SLURM_ARRAY_TASK_ID": "1"}, capture_output=True, text=True
+    )
+    assert shown.stdout.splitlines()[-3:] == [str(root / "b.json"), "2", "5"], shown
