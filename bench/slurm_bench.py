@@ -50,7 +50,7 @@ def successor_latency(spans: Path) -> float:
 def run_slurm(work: Path, hosts: Path, plan: Path, spans: Path) -> tuple[float, float]:
     start = time.perf_counter()
     subprocess.run(
-        plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)), env=PY_ENV, check=True, stdout=subprocess.DEVNULL
+        plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)), env=PY_ENV, check=True, capture_output=True
     )
     deadline = time.monotonic() + 900
     while len(list((work / "outs").iterdir())) < 2 * PAIRS or spans.read_text().count(" end ") < 2 * PAIRS:
@@ -63,7 +63,7 @@ def run_slurm(work: Path, hosts: Path, plan: Path, spans: Path) -> tuple[float, 
 def run_runner(work: Path, plan: Path, spans: Path) -> tuple[float, float]:
     start = time.perf_counter()
     subprocess.run(
-        plan_cli("run", str(plan), "--root", str(work / "queue")), env=PY_ENV, check=True, stdout=subprocess.DEVNULL
+        plan_cli("run", str(plan), "--root", str(work / "queue")), env=PY_ENV, check=True, capture_output=True
     )
     return time.perf_counter() - start, successor_latency(spans)
 
@@ -89,7 +89,7 @@ def time_push(cluster: Slurm, work: Path, foreach: bool) -> float:
     work.mkdir(parents=True)
     plan = work / "wide.yaml"
     write_wide_plan(plan, foreach)
-    subprocess.run(plan_cli("check", str(plan)), env=PY_ENV, check=False, stdout=subprocess.DEVNULL)
+    subprocess.run(plan_cli("check", str(plan)), env=PY_ENV, check=False, capture_output=True)
     hosts = cluster.hosts_file(work / "submit")
     scontrol = ["scontrol", "update", "PartitionName=debug"]
     subprocess.run([*scontrol, "State=DOWN"], env=cluster.env, check=True)
