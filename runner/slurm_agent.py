@@ -258,14 +258,14 @@ def _apply(
     if done.error:
         result["error"] = done.error
     cancel: list[SlurmId] = []
-    for job in submit:
-        if job["name"] not in done.new:
-            continue
-        new = done.new[job["name"]]
-        result["submitted"][job["name"]] = new[0]
-        slurm_submit.record_new(plan, jobs, job, new)
+    submitted = [job for job in submit if job["name"] in done.new]
+    for job in submitted:  # all recorded before any hand-over: a controller lost meanwhile loses none of them
+        result["submitted"][job["name"]] = done.new[job["name"]][0]
+        slurm_submit.record_new(plan, jobs, job, done.new[job["name"]])
+    for job in submitted:
         if job.get("replaces"):
-            result["repointed"][job["name"]] = slurm_submit.hand_over(job["replaces"], new[0], live, env)
+            new = done.new[job["name"]][0]
+            result["repointed"][job["name"]] = slurm_submit.hand_over(job["replaces"], new, live, env)
             cancel.append(job["replaces"])
     for name, record in retired:
         state, last = state_of(record, live)

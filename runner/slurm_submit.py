@@ -21,7 +21,7 @@ from typing import Any
 
 from runner.slurm_attempt import pending_updates
 from runner.slurm_ledger import ACTIVE
-from runner.slurm_query import Live, SlurmId, slurm
+from runner.slurm_query import ControllerDown, Live, SlurmId, slurm
 from runner.slurm_wrapper import array_options, element, sbatch_options, shared_options, wrapper_text, write_bundle
 
 SUBMIT_THREADS = 8  # sbatch calls in flight at once: each is mostly a round trip to slurmctld
@@ -151,11 +151,20 @@ def submit(
         for level in levels:
             units = plan_units(root, level, done, failed)
             calls = [(_argv(root, plan, u, request), _script(root, plan, u, bundle, entries, request)) for u in units]
-            answers = list(pool.map(lambda call: slurm(call[0], env, 60, call[1]), calls))
+            answers = list(pool.map(lambda call: _sbatch(call[0], call[1], env), calls))
             for unit, (rc, out, err) in zip(units, answers, strict=True):
                 _record(plan, unit, rc, out, err, done)
             if done.error:
                 return
+
+
+def _sbatch(argv: list[str], script: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """One sbatch call; a controller that stops answering is this call's error, so that what the other calls
+    of the level submitted is still recorded."""
+    try:
+        return slurm(argv, env, 60, script)
+    except ControllerDown as exc:
+        return -1, "", f"the Slurm controller stopped answering during the push: {exc}"
 
 
 def _record(plan: str, unit: Unit, rc: int, out: str, err: str, done: Submitted) -> None:
