@@ -41,7 +41,7 @@ def test_a_foreach_group_is_an_array_whose_elements_keep_their_own_data_dependen
     # a0 is slow; a1 always fails (its b1 is blocked, no other); a2 fails once, then its retry runs
     body = (
         f'echo "a {{{{ i }}}} $SLURM_ARRAY_TASK_ID" > {out}/a{{{{ i }}}}\n'
-        f'      if [ "{{{{ i }}}}" = 0 ]; then sleep 8; fi\n'
+        f'      if [ "{{{{ i }}}}" = 0 ]; then sleep 12; fi\n'
         f'      if [ "{{{{ i }}}}" = 1 ]; then exit 3; fi\n'
         f'      if [ "{{{{ i }}}}" = 2 ] && [ ! -e {out}/once ]; then touch {out}/once; exit 4; fi\n'
     )
