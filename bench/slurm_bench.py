@@ -1,8 +1,12 @@
-"""The same 200-job plan on a real single-node Slurm cluster and on the bundled runner: push-to-done, and the
-latency from a producer's end to its consumer's start; runs alternated, figures as min / median / max."""
+"""Slurm on a real single-node cluster: the time `plan push` takes for 2000 jobs (a `foreach` group, pushed as
+job arrays, and the same 2000 as separate jobs), and the same 200-job plan on Slurm and on the bundled runner:
+push-to-done, and the latency from a producer's end to its consumer's start. Runs alternated, figures as
+min / median / max: `python3 bench/slurm_bench.py [PUSH_RUNS [PLAN_RUNS]]` (5 and 3 by default: one 200-job
+run on Slurm takes minutes)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 import subprocess
@@ -14,8 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import PY_ENV, machine, plan_cli, spread, table  # noqa: E402
-from tests.slurm import start_slurm, stop_slurm  # noqa: E402
+from bench.common import PY_ENV, machine, plan_cli, run_step, spread, table  # noqa: E402
+from tests.slurm import Slurm, start_slurm, stop_slurm  # noqa: E402
 
 PAIRS = 100  # producer p<i> and its consumer c<i> (after p<i>): 200 jobs
 
@@ -46,7 +50,7 @@ def successor_latency(spans: Path) -> float:
 def run_slurm(work: Path, hosts: Path, plan: Path, spans: Path) -> tuple[float, float]:
     start = time.perf_counter()
     subprocess.run(
-        plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)), env=PY_ENV, check=True, stdout=subprocess.DEVNULL
+        plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)), env=PY_ENV, check=True, capture_output=True
     )
     deadline = time.monotonic() + 900
     while len(list((work / "outs").iterdir())) < 2 * PAIRS or spans.read_text().count(" end ") < 2 * PAIRS:
@@ -59,16 +63,65 @@ def run_slurm(work: Path, hosts: Path, plan: Path, spans: Path) -> tuple[float, 
 def run_runner(work: Path, plan: Path, spans: Path) -> tuple[float, float]:
     start = time.perf_counter()
     subprocess.run(
-        plan_cli("run", str(plan), "--root", str(work / "queue")), env=PY_ENV, check=True, stdout=subprocess.DEVNULL
+        plan_cli("run", str(plan), "--root", str(work / "queue")), env=PY_ENV, check=True, capture_output=True
     )
     return time.perf_counter() - start, successor_latency(spans)
 
 
-def main(runs: int = 3) -> None:
+PUSHED = 2000
+
+
+def write_wide_plan(path: Path, foreach: bool) -> None:
+    """PUSHED independent jobs: one `foreach` group, or as many jobs written out one by one."""
+    if foreach:
+        rows = ", ".join(str(i) for i in range(PUSHED))
+        path.write_text(
+            f"plan: wide\nvars:\n  rows: [{rows}]\njobs:\n  - name: 'j{{{{ i }}}}'\n"
+            "    foreach: {i: rows}\n    run: 'true'\n"
+        )
+    else:
+        path.write_text("plan: wide\njobs:\n" + "".join(f"  - name: j{i}\n    run: 'true'\n" for i in range(PUSHED)))
+
+
+def time_push(cluster: Slurm, work: Path, foreach: bool) -> float:
+    """Seconds of one whole `plan push` of the wide plan (its lint cache warm), with the partition down so
+    that no job runs meanwhile; its jobs are cancelled after."""
+    work.mkdir(parents=True)
+    plan = work / "wide.yaml"
+    write_wide_plan(plan, foreach)
+    subprocess.run(plan_cli("check", str(plan)), env=PY_ENV, check=False, capture_output=True)
+    hosts = cluster.hosts_file(work / "submit")
+    scontrol = ["scontrol", "update", "PartitionName=debug"]
+    subprocess.run([*scontrol, "State=DOWN"], env=cluster.env, check=True)
+    try:
+        took = run_step(plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)))
+    finally:
+        subprocess.run(["scancel", "-u", "root"], env=cluster.env, check=False)
+        subprocess.run([*scontrol, "State=UP"], env=cluster.env, check=True)
+    jobs = json.loads((work / "submit" / "slurm.json").read_text())["plans"]["wide"]["jobs"]
+    if len(jobs) != PUSHED:
+        raise RuntimeError(f"the push recorded {len(jobs)} jobs, not {PUSHED}")
+    return took
+
+
+def bench_push(cluster: Slurm, base: Path, runs: int) -> str:
+    samples: dict[str, list[float]] = {"foreach (job arrays)": [], "separate jobs": []}
+    for run in range(runs):
+        for kind in samples:
+            samples[kind].append(time_push(cluster, base / f"push-{run}-{len(kind)}", kind.startswith("foreach")))
+    return table(
+        f"`plan push` of {PUSHED} jobs to Slurm (the whole command, lint cache warm), {runs} alternated runs",
+        ["plan", "push"],
+        [[kind, spread(values)] for kind, values in samples.items()],
+    )
+
+
+def main(push_runs: int = 5, runs: int = 3) -> None:
     base = Path(tempfile.mkdtemp(prefix="plan-slurm-bench-"))
-    cluster = start_slurm(base / "cluster")
+    cluster = start_slurm(base / "cluster", min_job_age=10)  # cancelled bench jobs leave the controller soon
     samples: dict[str, dict[str, list[float]]] = {k: {"done": [], "succ": []} for k in ("slurm", "runner")}
     try:
+        print(bench_push(cluster, base, push_runs))
         for run in range(runs):
             for kind in ("slurm", "runner"):  # alternated, so the machine's noise hits both alike
                 work = base / f"{kind}-{run}"
@@ -89,7 +142,8 @@ def main(runs: int = 3) -> None:
     rows = [[kind, spread(s["done"]), spread(s["succ"])] for kind, s in samples.items()]
     print(
         table(
-            f"200 jobs (100 producer -> consumer pairs), {runs} alternated runs",
+            f"the same 200 jobs (100 producer -> consumer pairs) on Slurm and on the bundled runner, {runs} "
+            "alternated runs",
             ["backend", "push to all done", "successor start latency (median per run)"],
             rows,
         )
@@ -98,4 +152,4 @@ def main(runs: int = 3) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    main(*(int(a) for a in sys.argv[1:3]))

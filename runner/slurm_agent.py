@@ -4,30 +4,32 @@ A push diffs the plan against the ledger (runner.slurm_ledger) joined with squeu
 sacct, under the push lock; each job is a wrapper (runner.slurm_wrapper) submitted with afterok dependencies on
 its producers. Each job's script is per plan and per content hash, so a pending job runs exactly the text it
 was submitted with; a changed pending job is a new Slurm job and its pending dependents are re-pointed to it
-before the old one is cancelled. The Slurm commands are runner.slurm_query's; status and history live in
-runner.slurm_view.
+before the old one is cancelled. The Slurm commands are runner.slurm_query's, the sbatch calls (job arrays
+among them) runner.slurm_submit's; status and logs live in runner.slurm_view, history in runner.slurm_events.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from runner import delivery
+from runner import delivery, slurm_submit
 from runner import slurm_ledger as ledger_mod
 from runner.conditions import compile_condition, evaluate
 from runner.queue import timestamp
-from runner.slurm_attempt import repoint
+from runner.slurm_events import history
 from runner.slurm_ledger import ACTIVE, FINISHED_BAD, RUNNING
-from runner.slurm_query import ControllerDown, env_for, live_of, slurm, squeue, state_of, sync
-from runner.slurm_wrapper import job_paths, sbatch_options, wrapper_text, write_job
+from runner.slurm_query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
+from runner.slurm_submit import Submitted
+from runner.slurm_view import logs, status
+from runner.slurm_wrapper import wrapper_text
 
-SUBMIT_THREADS = 8  # sbatch calls in flight at once: each is mostly a round trip to slurmctld
+__all__ = ["history", "logs", "push", "status", "wrapper"]  # status, history and logs: the agent's other modes
 
 
-def adopt(plan: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[int, dict[str, Any]]) -> None:
+def adopt(plan: str, request: dict[str, Any], jobs: dict[str, Any], live: Live) -> None:
     """Jobs an earlier version of this backend submitted (a bare job name, no ledger entry) that squeue still
     has: taken into the ledger as they are, so an upgrade neither runs them twice nor cancels them."""
     for job in request["jobs"]:
@@ -45,78 +47,89 @@ def adopt(plan: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[i
             }
 
 
+def lane_licences(request: dict[str, Any]) -> dict[str, list[str]]:
+    """Lane -> the licences (NAME:COUNT) each of its jobs asks for: on Slurm a lane's slots are their counts."""
+    lanes: dict[str, list[str]] = {}
+    for job in request["jobs"]:
+        for option in job.get("sbatch", []):
+            if option.startswith("--licenses="):
+                lanes[job.get("lane", "")] = option.split("=", 1)[1].split(",")
+    return lanes
+
+
 def _holds(condition: str | None, root: str) -> bool:
     return bool(condition) and evaluate(compile_condition(str(condition)), root, 30).holds
 
 
+def _decide(root: str, request: dict[str, Any], job: dict[str, Any], record: Any, live: Live) -> tuple[list[str], bool]:
+    """([mark, name, note], whether to submit it) for one job of the plan, against the ledger and Slurm."""
+    name = job["name"]
+    state, last = state_of(record, live)
+    if last is None:
+        if _holds(job.get("done_if"), root):
+            return ["d", name, "DONE_IF already holds: not submitted"], False
+        return ["+", name, ""], True
+    same = last.get("hash") == job["hash"]
+    if state in ACTIVE or state == "GATED":
+        if same:
+            return ["=", name, f"pending as {last['id']}"], False
+        return ["~", name, f"pending {last['id']} has other content: a new job replaces it"], True
+    if state in RUNNING:
+        return [">" if same else ">~", name, f"running as {last['id']}"], False
+    if state == "COMPLETED":
+        if same or _holds(job.get("done_if"), root):
+            return ["d", name, f"completed as {last['id']}"], False
+        return ["~", name, "completed before; content changed, submitted again"], True
+    ident = f"{state} as {last['id']}"
+    if request.get("retry_failed"):
+        return ["r", name, f"{ident}; resubmitted"], True
+    why = "; Slurm no longer knows it and left no final state" if state == "UNKNOWN" else ""
+    return ["!", name, f"{ident}{why}; not resubmitted without --retry-failed"], False
+
+
 def diff(
-    root: str, request: dict[str, Any], jobs: dict[str, Any], live: dict[int, dict[str, Any]]
+    root: str, request: dict[str, Any], jobs: dict[str, Any], live: Live
 ) -> tuple[list[list[str]], list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
     """(changes as [mark, name, note], jobs to submit, retired (name, record) pairs) for one plan."""
     changes: list[list[str]] = []
     submit: list[dict[str, Any]] = []
-    names = {job["name"] for job in request["jobs"]}
-    resubmitted: set[str] = set()
     for job in request["jobs"]:
-        name = job["name"]
-        state, last = state_of(jobs.get(name), live)
-        same = last is not None and last.get("hash") == job["hash"]
-        ident = f"{state} as {last['id']}" if last else state
-        if last is None:
-            if _holds(job.get("done_if"), root):
-                changes.append(["d", name, "DONE_IF already holds: not submitted"])
-            else:
-                changes.append(["+", name, ""])
-                submit.append(job)
-        elif state in ACTIVE or state == "GATED":
-            if same:
-                changes.append(["=", name, f"pending as {last['id']}"])
-            else:
-                changes.append(["~", name, f"pending {last['id']} has other content: a new job replaces it"])
-                submit.append(dict(job, replaces=last["id"]))
-        elif state in RUNNING:
-            changes.append([">" if same else ">~", name, f"running as {last['id']}"])
-        elif state == "COMPLETED":
-            if same or _holds(job.get("done_if"), root):
-                changes.append(["d", name, f"completed as {last['id']}"])
-            else:
-                changes.append(["~", name, "completed before; content changed, submitted again"])
-                submit.append(job)
-        elif request.get("retry_failed"):
-            changes.append(["r", name, f"{ident}; resubmitted"])
-            submit.append(job)
-        else:
-            why = "Slurm no longer knows it and left no final state" if state == "UNKNOWN" else ""
-            changes.append(["!", name, f"{ident}{'; ' + why if why else ''}; not resubmitted without --retry-failed"])
+        change, go = _decide(root, request, job, jobs.get(job["name"]), live)
+        changes.append(change)
+        if go:
+            last = ledger_mod.current(jobs[job["name"]]) if job["name"] in jobs else None
+            replaces = change[0] == "~" and change[2].startswith("pending") and last is not None
+            submit.append(dict(job, replaces=last["id"]) if replaces and last else job)
     submit = _hold_orphans(submit, jobs, live, changes)
-    for job in submit:
-        resubmitted.add(job["name"])
-    _note_dependents(request, jobs, live, changes, resubmitted)
-    retired = []
+    _note_dependents(request, jobs, live, changes, {job["name"] for job in submit})
+    return changes, submit, _retire(request, jobs, live, changes)
+
+
+def _retire(
+    request: dict[str, Any], jobs: dict[str, Any], live: Live, changes: list[list[str]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Jobs of the ledger no longer in the plan: said, and (unless --no-prune) retired."""
+    names = {job["name"] for job in request["jobs"]}
     prune = request.get("prune", True)
+    retired = []
     for name in sorted(set(jobs) - names):
         state, last = state_of(jobs[name], live)
         if state in ACTIVE or state in RUNNING or state == "GATED":
             where = f"{state} as {last['id']}" if last else state
-            changes.append(
-                [
-                    "-" if prune else "=",
-                    name,
-                    f"no longer in the plan ({where})" + ("" if prune else "; kept (--no-prune)"),
-                ]
-            )
+            kept = "" if prune else "; kept (--no-prune)"
+            changes.append(["-" if prune else "=", name, f"no longer in the plan ({where}){kept}"])
         if prune:
             retired.append((name, jobs[name]))
-    return changes, submit, retired
+    return retired
 
 
-def _failed_and_forgotten(record: dict[str, Any], live: dict[int, dict[str, Any]]) -> bool:
+def _failed_and_forgotten(record: dict[str, Any], live: Live) -> bool:
     state, last = state_of(record, live)
     return (state in FINISHED_BAD or state == "UNKNOWN") and (last is None or live_of(record, last["id"], live) is None)
 
 
 def _hold_orphans(
-    submit: list[dict[str, Any]], jobs: dict[str, Any], live: dict[int, dict[str, Any]], changes: list[list[str]]
+    submit: list[dict[str, Any]], jobs: dict[str, Any], live: Live, changes: list[list[str]]
 ) -> list[dict[str, Any]]:
     """Jobs whose producer failed (or is unknown) and is not resubmitted now, where squeue no longer has that
     producer to block them on: held, since submitted they would run without its outputs."""
@@ -143,7 +156,7 @@ def _hold_orphans(
 def _note_dependents(
     request: dict[str, Any],
     jobs: dict[str, Any],
-    live: dict[int, dict[str, Any]],
+    live: Live,
     changes: list[list[str]],
     resubmitted: set[str],
 ) -> None:
@@ -212,7 +225,7 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
         except ControllerDown as exc:  # what was submitted before is recorded all the same
             result["error"] = f"the Slurm controller stopped answering during the push: {exc}"
         entry = ledger["plans"][plan]
-        entry.update(by=request.get("by") or "?", pushed_at=timestamp(time.time()))
+        entry.update(by=request.get("by") or "?", pushed_at=timestamp(time.time()), lanes=lane_licences(request))
         ledger_mod.save(root, ledger)
         return result
     finally:
@@ -224,7 +237,7 @@ def _apply(
     root: str,
     request: dict[str, Any],
     ledger: dict[str, Any],
-    live: dict[int, dict[str, Any]],
+    live: Live,
     submit: list[dict[str, Any]],
     retired: list[tuple[str, dict[str, Any]]],
     result: dict[str, Any],
@@ -232,125 +245,53 @@ def _apply(
 ) -> None:
     plan = request["plan"]
     jobs = ledger_mod.plan_jobs(ledger, plan)
-    ids: dict[str, int] = {}
-    for name, record in jobs.items():
-        state, last = state_of(record, live)
-        if last is not None and (state in ACTIVE or state in RUNNING or state == "GATED"):
-            ids[name] = last["id"]
+    current = {name: state_of(record, live) for name, record in jobs.items()}
+    ids = {n: last["id"] for n, (state, last) in current.items() if last is not None and _holds_slot(state)}
     failed = {
-        name: last["id"]
-        for name, (state, last) in ((n, state_of(r, live)) for n, r in jobs.items())
+        n: last["id"]
+        for n, (state, last) in current.items()
         if last is not None and state in FINISHED_BAD and last["id"] in live
     }
-    cancel: list[int] = []
-    for job in submit:
-        write_job(root, plan, job, request, job_paths(root, plan, job["name"], job["hash"]))
-    os.sync()  # once for all the scripts written above: a job must never start on a script not yet on disk
-    for group in _levels(submit):
-        argvs = []
-        for job in group:
-            paths = job_paths(root, plan, job["name"], job["hash"])
-            deps = [str(ids[d]) for d in job.get("deps", []) if d in ids]
-            # A producer that failed and that squeue still knows: the job is blocked at once, as it would be
-            deps += [str(failed[d]) for d in job.get("deps", []) if d not in ids and d in failed]
-            argv = ["sbatch", "--parsable", *sbatch_options(root, plan, job, request)]
-            if deps:
-                argv.append("--dependency=afterok:" + ":".join(deps))
-            argvs.append([*argv, str(paths["sbatch"]), "1"])
-        with ThreadPoolExecutor(max_workers=SUBMIT_THREADS) as pool:
-            answers = list(pool.map(lambda argv: slurm(argv, env), argvs))
-        for job, (rc, out, err) in zip(group, answers, strict=True):
-            if rc != 0:
-                result["error"] = f"sbatch for {plan}/{job['name']} failed: {err.strip()}"
-                continue
-            new = int(out.strip().split(";")[0])
-            ids[job["name"]] = new
-            result["submitted"][job["name"]] = new
-            record = jobs.setdefault(job["name"], {"attempts": []})
-            record.update(
-                hash=job["hash"], lane=job.get("lane", ""), deps=job.get("deps", []), slurm_name=f"{plan}/{job['name']}"
-            )
-            record.setdefault("attempts", []).append(
-                {"id": new, "hash": job["hash"], "attempt": 1, "submitted": time.time(), "state": None}
-            )
-            if job.get("replaces"):
-                result["repointed"][job["name"]] = _hand_over(int(job["replaces"]), new, live, env)
-                cancel.append(int(job["replaces"]))
-        if result.get("error"):
-            break
+    done = Submitted(ids)
+    if submit:
+        slurm_submit.submit(root, request, _levels(submit), done, failed, env)
+    if done.error:
+        result["error"] = done.error
+    cancel: list[SlurmId] = []
+    submitted = [job for job in submit if job["name"] in done.new]
+    for job in submitted:  # all recorded before any hand-over: a controller lost meanwhile loses none of them
+        result["submitted"][job["name"]] = done.new[job["name"]][0]
+        slurm_submit.record_new(plan, jobs, job, done.new[job["name"]])
+    for job in submitted:
+        if job.get("replaces"):
+            new = done.new[job["name"]][0]
+            result["repointed"][job["name"]] = slurm_submit.hand_over(job["replaces"], new, live, env)
+            cancel.append(job["replaces"])
     for name, record in retired:
         state, last = state_of(record, live)
-        if last is not None and (state in ACTIVE or state in RUNNING or state == "GATED"):
+        if last is not None and _holds_slot(state):
             cancel.append(last["id"])
         del jobs[name]
         ledger_mod.remove_results(root, plan, name)
     if cancel:
-        slurm(["scancel", *(str(i) for i in cancel)], env)  # one call for all of them
-        result["cancelled"] = cancel
-        for record in jobs.values():
-            for attempt in record.get("attempts", []):
-                if attempt["id"] in cancel and attempt.get("state") not in ledger_mod.FINAL:
-                    attempt.update(state="CANCELLED", reason="replaced by a push")
+        _cancel(jobs, cancel, result, env)
 
 
-def _hand_over(old: int, new: int, live: dict[int, dict[str, Any]], env: dict[str, str]) -> list[int]:
-    """Re-point the pending jobs that wait on OLD to NEW (before OLD is cancelled, so none is killed)."""
-    moved = []
-    for job in live.values():
-        if job["state"] not in ACTIVE:
-            continue
-        dep = repoint(job["dependency"], old, new)
-        if dep is not None and slurm(["scontrol", "update", f"JobId={job['id']}", f"Dependency={dep}"], env)[0] == 0:
-            job["dependency"] = dep
-            moved.append(job["id"])
-    return moved
+def _holds_slot(state: str) -> bool:
+    """Whether a job in STATE is still Slurm's to run (pending, held for its gate or running)."""
+    return state in ACTIVE or state in RUNNING or state == "GATED"
+
+
+def _cancel(jobs: dict[str, Any], cancel: list[SlurmId], result: dict[str, Any], env: dict[str, str]) -> None:
+    slurm(["scancel", *(str(i) for i in cancel)], env)  # one call for all of them
+    result["cancelled"] = cancel
+    for record in jobs.values():
+        for attempt in record.get("attempts", []):
+            if attempt["id"] in cancel and attempt.get("state") not in ledger_mod.FINAL:
+                attempt.update(state="CANCELLED", reason="replaced by a push")
 
 
 def wrapper(root: str, job: dict[str, Any], plan: str, slurm_conf: str | None = None) -> str:
-    """The sbatch script of JOB as a push writes it (for lint tests and docs)."""
-    return wrapper_text(root, plan, job, job_paths(root, plan, job["name"], job["hash"]), slurm_conf)
-
-
-def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """squeue and the ledger as a status answer (runner.slurm_view)."""
-    from runner.slurm_view import status as view_status
-
-    return view_status(root, request)
-
-
-def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """The ledger's attempts as report events (runner.slurm_view)."""
-    from runner.slurm_view import history as view_history
-
-    return view_history(root, request)
-
-
-def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """A Slurm job's log (ROOT/logs/PLAN/NAME.job.log): JOB is PLAN/NAME.job, or NAME.job where one plan has it."""
-    job = str(request["job"]).removesuffix(".job")
-    plan, _, name = job.rpartition("/")
-    ledger = ledger_mod.load(root)
-    plans = [plan] if plan else [p for p, e in ledger["plans"].items() if name in (e.get("jobs") or {})]
-    if len(plans) != 1 or ".." in job or name.startswith("."):
-        return {
-            "error": f"no job {job}.job pushed here"
-            if not plans
-            else f"{name}.job is in plans {', '.join(sorted(plans))}: name one, as PLAN/{name}.job"
-        }
-    record = (ledger["plans"].get(plans[0], {}).get("jobs") or {}).get(name)
-    last = ledger_mod.current(record) if isinstance(record, dict) else None
-    state = {"RUNNING": "running", "COMPLETED": "done"}.get(str((last or {}).get("state")), "queue" if last else None)
-    path = str(job_paths(root, plans[0], name, "")["log"])
-    from runner.agent import tail
-
-    offset = int(request.get("offset", -1))
-    if not os.path.exists(path):
-        return {"state": state, "text": "", "offset": 0, "exists": False}
-    if offset < 0:
-        text, size = tail(path, int(request.get("max_bytes", 65536)))
-        lines = text.splitlines()[-int(request.get("lines", 40)) :]
-        return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read(int(request.get("max_bytes", 1 << 20)))
-    return {"state": state, "text": data.decode("utf-8", "replace"), "offset": offset + len(data), "exists": True}
+    """The sbatch script of JOB on its own as a push submits it (for lint tests and docs)."""
+    bundle = Path(root) / "scripts" / plan / "bundle.0.json"
+    return wrapper_text(root, plan, f"job {job['name']}", job.get("env") or {}, (bundle, [0], 1), slurm_conf)

@@ -1,11 +1,13 @@
-"""One attempt of a plan job inside its Slurm allocation: `python3 -m runner.slurm_attempt SPEC [ATTEMPT]`.
+"""One attempt of a plan job inside its Slurm allocation: `python3 -m runner.slurm_attempt BUNDLE ATTEMPT ENTRY`.
 
-The sbatch wrapper execs this. It checks an external gate (REQUIRES, by runner.conditions), runs the body
-under its own timer (TIMEOUT is this timer firing, never an exit code), decides success by DONE_IF as the
-runner does, and ends the allocation: a retry or a closed gate is a new Slurm job submitted with
-`--begin=now+WAIT` (the runner's backoff), with this job's pending dependents re-pointed to it first, so GRES
-and licences are free meanwhile and nothing downstream is cancelled. What happened is left as
-ROOT/results/PLAN/NAME/ID.json for the ledger (runner.slurm_ledger) to fold in under the push lock.
+The sbatch wrapper execs this (an array's element picks its ENTRY by SLURM_ARRAY_TASK_ID); it writes the
+job's body from the bundle (runner.slurm_wrapper) and appends its output to the job's own log. It checks an
+external gate (REQUIRES, by runner.conditions), runs the body under its own timer (TIMEOUT is this timer
+firing, never an exit code), decides success by DONE_IF as the runner does, and ends the allocation: a retry
+or a closed gate is a new Slurm job submitted with `--begin=now+WAIT` (the runner's backoff), with this job's
+pending dependents re-pointed to it first, so GRES and licences are free meanwhile and nothing downstream is
+cancelled. What happened is left as ROOT/results/PLAN/NAME/ID.json for the ledger (runner.slurm_ledger) to
+fold in under the push lock.
 """
 
 from __future__ import annotations
@@ -26,48 +28,78 @@ from runner.conditions import compile_condition, evaluate
 from runner.config import Config
 from runner.logs import tail_lines
 from runner.queue import atomic_write, read_json, timestamp
+from runner.slurm_wrapper import wrapper_text, write_once
 
-_DEP = re.compile(r"(\w+):(\d+)(?:_\*)?(?:\((\w+)\))?")
+_DEP = re.compile(r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?")
 
 
-def repoint(dependency: str, old: int, new: int) -> str | None:
+def repoint(dependency: str, old: int | str, new: int | str, task: str = "") -> str | None:
     """squeue's %E for a pending job with OLD replaced by NEW, in `scontrol update Dependency=` form; None if the
-    job does not wait on OLD. Fulfilled parts are left out: they no longer hold anything back."""
+    job does not wait on OLD. OLD may be an array element (ID_N): then element N of an array that waits
+    `aftercorr` on that array (TASK is the pending job's own array index) waits on NEW instead. Fulfilled parts
+    are left out: they no longer hold anything back."""
     parts: dict[str, list[str]] = {}
     found = False
-    for kind, job_id, status in _DEP.findall(dependency):
+    array, _, index = str(old).partition("_")
+    for kind, ident, status in _DEP.findall(dependency):
         if status and status != "unfulfilled":
             continue
-        if int(job_id) == old:
-            found, job_id = True, str(new)
+        if ident == str(old) or (kind == "aftercorr" and ident == f"{array}_*" and index and task == index):
+            found, ident = True, str(new)
+            kind = "afterok" if kind == "aftercorr" else kind
         parts.setdefault(kind, [])
-        if job_id not in parts[kind]:
-            parts[kind].append(job_id)
+        if ident not in parts[kind]:
+            parts[kind].append(ident)
     if not found:
         return None
     return ",".join(f"{kind}:{':'.join(ids)}" for kind, ids in parts.items())
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+def _client_env() -> dict[str, str]:
+    """The environment for Slurm's client commands: without this job's own SLURM_* variables, which sbatch
+    would read as defaults (an array's task id among them)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_")) or k == "SLURM_CONF"}
 
 
-def hand_over(old: int, new: int) -> list[int]:
+def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120, env=_client_env())
+
+
+def pending_updates(listing: str, old: int | str, new: int | str) -> list[tuple[str, str]]:
+    """(JobId=, Dependency=) updates that move every pending job of LISTING (squeue -r `JobID|JobArrayID|%E`
+    lines) off OLD onto NEW. A dependency the tasks of an unsplit array share is updated once, by the array's
+    id; one that names this task only (aftercorr) by the task's id, which splits it off its array."""
+    updates: dict[str, str] = {}
+    for line in listing.splitlines():
+        job_id, array_id, dependency = (line.split("|") + ["", ""])[:3]
+        task = array_id.partition("_")[2]
+        dep = repoint(dependency, old, new, task)
+        if dep is None:
+            continue
+        shared = repoint(dependency, old, new, "")
+        updates[job_id if dep == shared else array_id] = dep
+    return list(updates.items())
+
+
+def hand_over(old: int | str, new: int | str) -> list[str]:
     """Point every pending job that waits on OLD at NEW instead; the ids re-pointed."""
-    listing = _run(["squeue", "-h", "-t", "PD", "-o", "%i|%E"])
-    moved: list[int] = []
-    for line in listing.stdout.splitlines():
-        job_id, _, dependency = line.partition("|")
-        dep = repoint(dependency, old, new)
-        if dep is not None and _run(["scontrol", "update", f"JobId={job_id}", f"Dependency={dep}"]).returncode == 0:
-            moved.append(int(job_id.split("_")[0]))
+    listing = _run(["squeue", "-h", "-r", "-t", "PD", "-O", "JobID:|,JobArrayID:|,Dependency:|"])
+    moved: list[str] = []
+    for job_id, dep in pending_updates(listing.stdout.replace(" ", ""), old, new):
+        if _run(["scontrol", "update", f"JobId={job_id}", f"Dependency={dep}"]).returncode == 0:
+            moved.append(job_id)
     return moved
 
 
-def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int) -> tuple[int | None, list[int], str]:
+def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int | str) -> tuple[int | None, list[str], str]:
     """Submit ATTEMPT as a new Slurm job starting WAIT_S from now; move OLD's dependents to it."""
     begin = f"--begin=now+{max(1, int(round(wait_s)))}"
-    proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin, spec["script"], str(attempt)])
+    if "bundle" not in spec:  # a job submitted before bundles: its own wrapper file takes the attempt
+        proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin, spec["script"], str(attempt)])
+    else:
+        where = (Path(spec["bundle"]), [int(spec["entry"])], attempt)
+        label = f"job {spec['name']}"
+        proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin], wrapper_text(**_wrapping(spec, label, where)))
     if proc.returncode != 0:
         return None, [], proc.stderr.strip()
     new = int(proc.stdout.strip().split(";")[0])
@@ -81,6 +113,8 @@ def _say(text: str) -> None:
 
 def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
     """(exit code, whether our own timer ended it): TERM to its process group at the timeout, KILL after."""
+    if "text" in spec:  # a job submitted before bundles has its body written by its push
+        write_once(Path(spec["body"]), spec["text"].encode())
     proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL, start_new_session=True)
     timeout = spec.get("timeout_s") or None
     try:
@@ -101,7 +135,7 @@ def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
 
 def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     root, label = spec["root"], f"{spec['plan']}/{spec['name']}"
-    job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
+    job_id = this_job()
     result: dict[str, Any] = {"id": job_id, "attempt": attempt, "start": time.time()}
     config = Config(
         root=Path(root),
@@ -152,7 +186,7 @@ def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: 
     got = delivery.lock(root, {"wait_s": 120, "by": f"slurm job {result['id']}"})
     try:
         if wait_s is not None:
-            new, moved, error = resubmit(spec, int(result["next_attempt"]), wait_s, int(result["id"]))
+            new, moved, error = resubmit(spec, int(result["next_attempt"]), wait_s, result["id"])
             result.update(next_id=new, wait_s=wait_s, moved=moved)
             if new is None:
                 _say(f"could not submit the next try: {error}")
@@ -169,12 +203,47 @@ def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: 
     return code
 
 
+def this_job() -> int | str:
+    """This Slurm job as the ledger names it: ARRAY_N for an array's element, else its job id."""
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    if task:
+        return f"{os.environ.get('SLURM_ARRAY_JOB_ID', '0')}_{task}"
+    return int(os.environ.get("SLURM_JOB_ID", "0"))
+
+
+def to_log(path: str) -> None:
+    """Stdout and stderr appended to the job's own log (an array element's Slurm --output is the array's)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _wrapping(spec: dict[str, Any], label: str, where: tuple[Path, list[int], int]) -> dict[str, Any]:
+    return {
+        "root": spec["root"],
+        "plan": spec["plan"],
+        "label": label,
+        "env": spec["env"],
+        "where": where,
+        "slurm_conf": spec["slurm_conf"],
+    }
+
+
 def main(argv: list[str]) -> int:
     if not argv:
-        sys.stderr.write("usage: python3 -m runner.slurm_attempt SPEC [ATTEMPT]\n")
+        sys.stderr.write("usage: python3 -m runner.slurm_attempt BUNDLE ATTEMPT ENTRY\n")
         return 2
-    spec = read_json(Path(argv[0]))
-    return attempt_once(spec, int(argv[1]) if len(argv) > 1 else 1)
+    found = read_json(Path(argv[0]))
+    attempt = int(argv[1]) if len(argv) > 1 else 1
+    if "elements" not in found:  # SPEC [ATTEMPT]: a job submitted before bundles, still queued after an upgrade
+        return attempt_once(found, attempt)
+    spec = dict(found["elements"][int(argv[2])], bundle=argv[0], entry=int(argv[2]))
+    to_log(spec["log"])
+    return attempt_once(spec, attempt)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def results_dir(root: str, plan: str, name: str) -> Path:
     return Path(root) / "results" / plan / name
 
 
-def read_result(root: str, plan: str, name: str, slurm_id: int) -> dict[str, Any] | None:
+def read_result(root: str, plan: str, name: str, slurm_id: int | str) -> dict[str, Any] | None:
     try:
         found = read_json(results_dir(root, plan, name) / f"{slurm_id}.json")
     except (OSError, ValueError):
@@ -77,7 +77,7 @@ def fold_results(root: str, ledger: dict[str, Any]) -> list[tuple[str, str, dict
                 last = current(record)
                 if last is None or last.get("result"):
                     break
-                result = read_result(root, plan, name, int(last["id"]))
+                result = read_result(root, plan, name, last["id"])
                 if result is None:
                     break
                 last["result"] = True
@@ -91,7 +91,7 @@ def fold_results(root: str, ledger: dict[str, Any]) -> list[tuple[str, str, dict
                     break
                 record["attempts"].append(
                     {
-                        "id": int(result["next_id"]),
+                        "id": int(result["next_id"]),  # a retry is a job of its own, never an array's
                         "hash": last.get("hash"),
                         "attempt": int(result.get("next_attempt") or 1),
                         "submitted": result.get("end"),

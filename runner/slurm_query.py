@@ -12,7 +12,7 @@ from runner import slurm_ledger as ledger_mod
 from runner.slurm_ledger import ACTIVE
 
 SQUEUE_FIELDS = (
-    "JobID",
+    "JobArrayID",
     "Name",
     "State",
     "Reason",
@@ -22,7 +22,16 @@ SQUEUE_FIELDS = (
     "SubmitTime",
     "Dependency",
     "Comment",
+    "JobID",
 )
+SlurmId = int | str  # a job's id, or ARRAY_N for an element of an array
+Live = dict[SlurmId, dict[str, Any]]  # what squeue knows, by id
+
+
+def slurm_id(text: str) -> SlurmId:
+    """squeue's or sacct's id of a job (123) or of one array element (123_4), as the ledger keeps it."""
+    text = text.strip()
+    return int(text) if text.isdigit() else text
 
 
 class ControllerDown(Exception):
@@ -36,9 +45,9 @@ def env_for(request: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def slurm(argv: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
+def slurm(argv: list[str], env: dict[str, str], timeout: float = 60, stdin: str | None = None) -> tuple[int, str, str]:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
     except FileNotFoundError:
         raise ControllerDown(f"{argv[0]} not found on the submit host") from None
     except subprocess.TimeoutExpired:
@@ -54,21 +63,23 @@ def slurm_time(text: str) -> float | None:
         return None
 
 
-def squeue(env: dict[str, str]) -> dict[int, dict[str, Any]]:
-    """Every plan job squeue still knows (comment plan=PLAN@HASH), by Slurm id, with Slurm's own clocks."""
+def squeue(env: dict[str, str]) -> Live:
+    """Every plan job squeue still knows (comment plan=PLAN@HASH), by Slurm id (each array element on its own),
+    with Slurm's own clocks."""
     fmt = ",".join(f"{f}:|" for f in SQUEUE_FIELDS)
-    rc, out, err = slurm(["squeue", "-h", "-a", "-t", "all", "-O", fmt], env)
+    rc, out, err = slurm(["squeue", "-h", "-a", "-r", "-t", "all", "-O", fmt], env)
     if rc != 0:
         raise ControllerDown(err.strip() or f"squeue exited {rc}")
-    jobs: dict[int, dict[str, Any]] = {}
+    jobs: Live = {}
     for line in out.splitlines():
         parts = line.split("|")
         if len(parts) < len(SQUEUE_FIELDS) or not parts[9].startswith("plan="):
             continue
         plan, _, digest = parts[9][5:].partition("@")
-        job_id = int(parts[0].split("_")[0])
+        job_id = slurm_id(parts[0])
         jobs[job_id] = {
             "id": job_id,
+            "job_id": parts[10].strip(),
             "name": parts[1],
             "state": parts[2].split()[0],
             "reason": parts[3],
@@ -86,7 +97,7 @@ def squeue(env: dict[str, str]) -> dict[int, dict[str, Any]]:
 SACCT_FORMAT = "JobID,JobName,State,Start,End,Comment,ExitCode,Reason,Eligible"
 
 
-def sacct(env: dict[str, str], ids: list[int], since: str | None = None) -> tuple[bool, str, list[str]]:
+def sacct(env: dict[str, str], ids: list[SlurmId], since: str | None = None) -> tuple[bool, str, list[str]]:
     """(accounting on, why not, lines): sacct's allocation lines for IDS (or since SINCE)."""
     argv = ["sacct", "-P", "-n", "-X", f"--format={SACCT_FORMAT}"]
     argv += ["-j", ",".join(str(i) for i in ids)] if ids else ["-S", since or "now-30days", "-E", "now"]
@@ -99,13 +110,13 @@ def sacct(env: dict[str, str], ids: list[int], since: str | None = None) -> tupl
     return True, "", out.splitlines()
 
 
-def sacct_states(lines: list[str]) -> dict[int, dict[str, Any]]:
-    found: dict[int, dict[str, Any]] = {}
+def sacct_states(lines: list[str]) -> Live:
+    found: Live = {}
     for line in lines:
         parts = line.split("|")
         if len(parts) < 9 or not parts[0].split("_")[0].isdigit():
             continue
-        job_id = int(parts[0].split("_")[0])
+        job_id = slurm_id(parts[0])
         found[job_id] = {
             "id": job_id,
             "state": parts[2].split()[0],
@@ -117,11 +128,11 @@ def sacct_states(lines: list[str]) -> dict[int, dict[str, Any]]:
     return found
 
 
-def sync(root: str, ledger: dict[str, Any], live: dict[int, dict[str, Any]], env: dict[str, str]) -> str:
+def sync(root: str, ledger: dict[str, Any], live: Live, env: dict[str, str]) -> str:
     """Fold result files, squeue and (for what squeue forgot) sacct into the ledger. Returns why sacct is off
     ("" when it answered or was not needed)."""
     ledger_mod.fold_results(root, ledger)
-    forgotten: list[tuple[dict[str, Any], int]] = []
+    forgotten: list[tuple[dict[str, Any], SlurmId]] = []
     for entry in ledger["plans"].values():
         for record in (entry.get("jobs") or {}).values():
             last = ledger_mod.current(record)
@@ -143,15 +154,18 @@ def sync(root: str, ledger: dict[str, Any], live: dict[int, dict[str, Any]], env
     return why
 
 
-def live_of(record: dict[str, Any], job_id: int, live: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
-    """squeue's job JOB_ID if it is still this ledger job: a restarted controller may reuse ids for other jobs."""
+def live_of(record: dict[str, Any], job_id: SlurmId, live: Live) -> dict[str, Any] | None:
+    """squeue's job JOB_ID if it is still this ledger job: a restarted controller may reuse ids for other jobs.
+    An attempt that ran as an array element carries the array's name; the others the job's."""
     found = live.get(job_id)
-    if found is None or (record.get("slurm_name") and found["name"] != record["slurm_name"]):
+    if found is None:
         return None
-    return found
+    named = next((a.get("slurm_name") for a in record.get("attempts") or [] if a.get("id") == job_id), None)
+    expected = named or record.get("slurm_name")
+    return None if expected and found["name"] != expected else found
 
 
-def state_of(record: dict[str, Any] | None, live: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any] | None]:
+def state_of(record: dict[str, Any] | None, live: Live) -> tuple[str, dict[str, Any] | None]:
     """The current attempt's state: squeue's while it knows the job, else the ledger's final one, else UNKNOWN."""
     last = ledger_mod.current(record) if record else None
     if record is None or last is None:

@@ -62,6 +62,8 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
         jobs.append(
             {
                 "name": name,
+                # a foreach group: one job array where its dependencies allow (runner.slurm_submit)
+                "group": job.job.index if spec.foreach is not None else None,
                 "text": job.text,
                 "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],
                 "deps": list(graph.deps.get(name, [])),
