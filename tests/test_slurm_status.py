@@ -55,7 +55,7 @@ def test_status_shows_running_jobs_per_lane_with_slurms_start_and_eligible_times
         assert waiting["since"] == scontrol_time(slurm, waiting["slurm_id"], "EligibleTime")
         code, text = plan("status", "cluster", "--hosts", str(hosts))
         assert f"gpu   {first}" in text, text
-        wait_for(lambda: all(ended(root, "st", j) for j in ("g1", "g2", "quick")), 60, 0.5)
+        wait_for(lambda: all(ended(root, "st", j) for j in ("g1", "g2", "quick")), 60, 0.2)
     finally:
         cancel_root(slurm, root)
     probe = time.time()
@@ -87,13 +87,13 @@ def test_report_names_outcomes_lanes_and_retries_per_plan_without_job_comment(tm
     for name in ("ra", "rb"):
         assert plan("push", "cluster", str(tmp_path / f"{name}.yaml"), "--hosts", str(hosts))[0] == 0
     try:
-        wait_for(lambda: ended(root, "ra", "t") and ended(root, "ra", "f") and ended(root, "rb", "g"), 60, 0.5)
+        wait_for(lambda: ended(root, "ra", "t") and ended(root, "ra", "f") and ended(root, "rb", "g"), 60, 0.2)
         c = attempts(root, "ra", "c")[0]["id"]
-        wait_for(lambda: any(j["id"] == str(c) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.5)
+        wait_for(lambda: any(j["id"] == str(c) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.2)
         subprocess.run(["scancel", str(c)], env=slurm.env, check=True)
-        wait_for(lambda: {j["id"]: j for j in slurm.squeue()}[str(c)]["state"] == "CANCELLED", 30, 0.5)
+        wait_for(lambda: {j["id"]: j for j in slurm.squeue()}[str(c)]["state"] == "CANCELLED", 30, 0.2)
         status(hosts)  # folds r's first attempt, so its retry is known
-        wait_for(lambda: ended(root, "ra", "r") == "COMPLETED", 60, 0.5)
+        wait_for(lambda: ended(root, "ra", "r") == "COMPLETED", 60, 0.2)
     finally:
         cancel_root(slurm, root)
     result = CliRunner().invoke(app, ["report", "cluster", "--hosts", str(hosts), "--plan", "ra", "--json"])
