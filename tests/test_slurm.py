@@ -78,7 +78,7 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
 
 def test_gres_serialises_gpu_and_license_makes_net_gpu_exclusive(tmp_path: Path, slurm: Slurm) -> None:
     spans = tmp_path / "spans"
-    body = 'echo "start LANE $(date +%s.%N)" >> SPANS; sleep 2; echo "end LANE $(date +%s.%N)" >> SPANS'
+    body = 'echo "start LANE $(date +%s.%N)" >> SPANS; sleep 1; echo "end LANE $(date +%s.%N)" >> SPANS'
     jobs = "".join(
         f"  - name: {name}\n    lane: {lane}\n    run: {json.dumps(body.replace('LANE', lane).replace('SPANS', str(spans)))}\n"
         for name, lane in (("g1", "gpu"), ("g2", "gpu"), ("n1", "net"))
