@@ -278,7 +278,7 @@ def stop_slurm(cluster: Slurm) -> None:
         time.sleep(0.1)
     steps = _stepds(cluster)
     # The cluster's state, spool and database are thrown away: its daemons (by the pids they wrote) and any step
-    # daemon that outlived its job are killed outright, not asked to save state (seconds each, ten for mariadbd).
+    # daemon that outlived its job are killed outright; asked to stop, each took 1-2 s to save what is thrown away.
     for pid in [cluster.pids[name] for name in _DAEMONS if name in cluster.pids] + steps:
         try:
             os.kill(pid, signal.SIGKILL)
