@@ -117,12 +117,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(2, min(8, 2 * (os.cpu_count() or 1)))
 
 
+# Fixtures whose tests mostly wait: on a Slurm cluster's scheduler, on sshd round trips, on a real runner's ticks.
+_WAITING = (("slurm", "slurm_alone", "accounted", "aging"), ("sshd",), ("runner",))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, every test that uses the Slurm cluster runs in one worker (`--dist loadgroup`), so
-    one cluster is started, not one per worker; sshd is cheap and per worker (its own dir and port)."""
-    for item in items:
-        if "slurm" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+    """The longest tests first, so that none starts last on a worker while the others have finished: those that
+    wait on a Slurm cluster, then on sshd, then on a runner process; the rest keep their order. Every worker
+    starts its own Slurm cluster (a fraction of a second; its own directory, ports and munged) and its own sshd,
+    so these tests spread over all workers (`--dist loadgroup`) instead of queueing on one."""
+
+    def rank(item: pytest.Item) -> int:
+        names = getattr(item, "fixturenames", ())
+        return next((i for i, group in enumerate(_WAITING) if any(n in names for n in group)), len(_WAITING))
+
+    items.sort(key=rank)
 
 
 @pytest.fixture

@@ -160,9 +160,13 @@ StorageLoc=slurm_acct_db
         time.sleep(0.3)
 
 
-def start_slurm(d: Path, min_job_age: int = 3600, accounting: bool = False, job_comment: bool = False) -> Slurm:
+def start_slurm(
+    d: Path, min_job_age: int = 3600, accounting: bool = False, job_comment: bool = False, message_timeout: int = 10
+) -> Slurm:
     """A cluster in D; MIN_JOB_AGE low makes slurmctld forget finished jobs soon (within about 10 s at 2).
-    ACCOUNTING adds slurmdbd over a private mariadb (sacct answers); JOB_COMMENT stores job comments there."""
+    ACCOUNTING adds slurmdbd over a private mariadb (sacct answers); JOB_COMMENT stores job comments there.
+    MESSAGE_TIMEOUT is how long a client (squeue, sbatch) waits for a controller that does not answer.
+    Starting one takes a fraction of a second (a few seconds with accounting), so tests may start their own."""
     tools = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"]
     if any(shutil.which(t) is None and not os.path.exists(f"/usr/sbin/{t}") for t in tools):
         if IN_CI:
@@ -226,7 +230,10 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
+# Latency over throughput: pending jobs are looked at every second, not after up to a minute (the tests wait
+# on every start).
+SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1,sched_min_interval=0
+MessageTimeout={message_timeout}
 ReturnToService=2
 MailProg=/bin/true
 GresTypes=gpu
@@ -268,34 +275,39 @@ def stop_slurm(cluster: Slurm) -> None:
         ).stdout
         if not out.strip():
             break
-        time.sleep(0.2)
+        time.sleep(0.1)
     steps = _stepds(cluster)
-    for name in ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"):
-        pid = cluster.pids.get(name)
-        if pid is None:
-            continue
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            continue
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
-            time.sleep(0.1)
-        else:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    for pid in steps:  # a step daemon that outlived its job and slurmd: ours, by the cluster's SLURM_CONF
+    # The cluster's state, spool and database are thrown away: its daemons (by the pids they wrote) and any step
+    # daemon that outlived its job are killed outright; asked to stop, each took 1-2 s to save what is thrown away.
+    for pid in [cluster.pids[name] for name in _DAEMONS if name in cluster.pids] + steps:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    for pid in cluster.pids.values():
+        _reap(pid)
     shutil.rmtree((cluster.directory / "munge").resolve(), ignore_errors=True)
+
+
+_DAEMONS = ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged")
+
+
+def _reap(pid: int, timeout: float = 10) -> None:
+    """Wait until PID is gone. mariadbd is our child (the rest daemonize): reap it, or it stays a zombie."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return  # another's zombie: dead, its parent reaps it
+        except OSError:
+            return
+        time.sleep(0.02)
 
 
 def _stepds(cluster: Slurm) -> list[int]:

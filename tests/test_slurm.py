@@ -56,7 +56,7 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
                 and len(jobs_of(slurm, "demo")) == 6
             ),
             120,
-            0.5,
+            0.2,
         )
     finally:
         cancel_plan(slurm, "demo")
@@ -78,7 +78,7 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
 
 def test_gres_serialises_gpu_and_license_makes_net_gpu_exclusive(tmp_path: Path, slurm: Slurm) -> None:
     spans = tmp_path / "spans"
-    body = 'echo "start LANE $(date +%s.%N)" >> SPANS; sleep 2; echo "end LANE $(date +%s.%N)" >> SPANS'
+    body = 'echo "start LANE $(date +%s.%N)" >> SPANS; sleep 1; echo "end LANE $(date +%s.%N)" >> SPANS'
     jobs = "".join(
         f"  - name: {name}\n    lane: {lane}\n    run: {json.dumps(body.replace('LANE', lane).replace('SPANS', str(spans)))}\n"
         for name, lane in (("g1", "gpu"), ("g2", "gpu"), ("n1", "net"))
@@ -87,7 +87,7 @@ def test_gres_serialises_gpu_and_license_makes_net_gpu_exclusive(tmp_path: Path,
     hosts = slurm.hosts_file(tmp_path / "submit")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:
-        wait_for(lambda: spans.exists() and spans.read_text().count("end") == 3, 90, 0.5)
+        wait_for(lambda: spans.exists() and spans.read_text().count("end") == 3, 90, 0.2)
         seen_reasons = {j["reason"] for j in jobs_of(slurm, "ex").values()}
     finally:
         cancel_plan(slurm, "ex")
@@ -111,7 +111,7 @@ def test_failed_producer_blocks_its_consumer_and_watch_says_blocked(tmp_path: Pa
     assert code == 0, out
     state = tmp_path / "w.json"
     try:
-        wait_for(lambda: jobs_of(slurm, "bl").get("20-intake", {}).get("reason") == "DependencyNeverSatisfied", 60, 0.5)
+        wait_for(lambda: jobs_of(slurm, "bl").get("20-intake", {}).get("reason") == "DependencyNeverSatisfied", 60, 0.2)
         code, out = plan("watch", "cluster", "--hosts", str(hosts), "--once", "--state", str(state), "--idle", "3600")
         assert code == 13 and "BLOCKED: bl/20-intake.job can never run: its producer 10-fetch failed" in out
         code, out = plan("status", "cluster", "--hosts", str(hosts))
@@ -129,7 +129,7 @@ def test_timeout_is_enforced(tmp_path: Path, slurm: Slurm) -> None:
     hosts = slurm.hosts_file(tmp_path / "submit")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:
-        wait_for(lambda: jobs_of(slurm, "to").get("slow", {}).get("state") == "FAILED", 60, 0.5)
+        wait_for(lambda: jobs_of(slurm, "to").get("slow", {}).get("state") == "FAILED", 60, 0.2)
     finally:
         cancel_plan(slurm, "to")
     assert "TIMEOUT: slow ended after 3s" in (tmp_path / "submit/logs/to/slow.job.log").read_text()
@@ -192,7 +192,7 @@ def test_push_to_a_cluster_through_its_login_node_over_ssh(tmp_path: Path, slurm
     code, out = plan("push", "login", str(p), "--hosts", str(hosts))
     assert code == 0 and "submitted touch.job as" in out, out
     try:
-        wait_for(lambda: jobs_of(slurm, "viassh").get("touch", {}).get("state") == "COMPLETED", 60, 0.5)
+        wait_for(lambda: jobs_of(slurm, "viassh").get("touch", {}).get("state") == "COMPLETED", 60, 0.2)
     finally:
         cancel_plan(slurm, "viassh")
     assert marker.exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,12 +21,21 @@ pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
 
 
-@pytest.fixture(scope="module")
-def accounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
-    """Accounting on (Slurm's default flags: no job_comment), and finished jobs forgotten by squeue in ~10 s."""
-    cluster = start_slurm(tmp_path_factory.mktemp("acct"), min_job_age=2, accounting=True)
-    yield cluster
-    stop_slurm(cluster)
+@pytest.fixture
+def accounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Slurm]]:
+    """accounted(job_comment=False): a cluster of the test's own with accounting on (Slurm's default flags have
+    no job_comment), which forgets finished jobs in ~10 s. One each: the two tests run at once, on two workers."""
+    made: list[Slurm] = []
+
+    def start(job_comment: bool = False) -> Slurm:
+        made.append(
+            start_slurm(tmp_path_factory.mktemp("acct"), min_job_age=2, accounting=True, job_comment=job_comment)
+        )
+        return made[-1]
+
+    yield start
+    for cluster in made:
+        stop_slurm(cluster)
 
 
 def sacct_comment(slurm: Slurm, job_id: int) -> str:
@@ -51,11 +60,11 @@ def run_and_forget(tmp_path: Path, slurm: Slurm, name: str) -> tuple[Path, Path,
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:
         killed = attempts(root, name, "killed")[0]["id"]
-        wait_for(lambda: any(j["id"] == str(killed) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.5)
+        wait_for(lambda: any(j["id"] == str(killed) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.2)
         subprocess.run(["scancel", str(killed)], env=slurm.env, check=True)
-        wait_for(lambda: ended(root, name, "ok") == "COMPLETED", 60, 0.5)
+        wait_for(lambda: ended(root, name, "ok") == "COMPLETED", 60, 0.2)
         ids = {str(a["id"]) for job in ("ok", "killed") for a in attempts(root, name, job)}
-        wait_for(lambda: not ids & known_ids(slurm), 60, 1)
+        wait_for(lambda: not ids & known_ids(slurm), 60, 0.5)
     finally:
         cancel_root(slurm, root)
     return root, hosts, killed
@@ -73,20 +82,18 @@ def check_from_sacct(tmp_path: Path, root: Path, hosts: Path, name: str, killed:
     assert jobs[f"{name}/killed.job"]["outcome"] == "cancelled" and jobs[f"{name}/killed.job"]["attempts"] == 1
 
 
-def test_sacct_answers_for_what_squeue_forgot_without_job_comment(tmp_path: Path, accounted: Slurm) -> None:
-    root, hosts, killed = run_and_forget(tmp_path, accounted, "ac")
-    assert sacct_comment(accounted, killed) == ""  # Slurm's default: sacct has no comment to find a plan by
+def test_sacct_answers_for_what_squeue_forgot_without_job_comment(
+    tmp_path: Path, accounted: Callable[..., Slurm]
+) -> None:
+    cluster = accounted()
+    root, hosts, killed = run_and_forget(tmp_path, cluster, "ac")
+    assert sacct_comment(cluster, killed) == ""  # Slurm's default: sacct has no comment to find a plan by
     check_from_sacct(tmp_path, root, hosts, "ac", killed)
 
 
-def test_sacct_with_job_comment_gives_the_same_answers(tmp_path: Path, accounted: Slurm) -> None:
-    conf = accounted.conf.read_text()
-    accounted.conf.write_text(conf + "AccountingStoreFlags=job_comment\n")
-    try:
-        subprocess.run(["scontrol", "reconfigure"], env=accounted.env, check=True)
-        root, hosts, killed = run_and_forget(tmp_path, accounted, "ad")
-        assert sacct_comment(accounted, killed).startswith("plan=ad@")
-        check_from_sacct(tmp_path, root, hosts, "ad", killed)
-    finally:
-        accounted.conf.write_text(conf)
-        subprocess.run(["scontrol", "reconfigure"], env=accounted.env)
+def test_sacct_with_job_comment_gives_the_same_answers(tmp_path: Path, accounted: Callable[..., Slurm]) -> None:
+    cluster = accounted(job_comment=True)
+    assert "AccountingStoreFlags=job_comment" in cluster.conf.read_text()
+    root, hosts, killed = run_and_forget(tmp_path, cluster, "ad")
+    assert sacct_comment(cluster, killed).startswith("plan=ad@")
+    check_from_sacct(tmp_path, root, hosts, "ad", killed)

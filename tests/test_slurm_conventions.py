@@ -101,7 +101,7 @@ def test_jobs_get_only_their_lanes_environment_and_resources(
         shown = subprocess.run(
             ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env
         ).stdout
-        wait_for(lambda: ended(root, "ev", "show"), 60, 0.5)
+        wait_for(lambda: ended(root, "ev", "show"), 60, 0.2)
     finally:
         cancel_root(slurm, root)
     assert out.read_text() == "G=hi $there L=none\n"

@@ -50,12 +50,19 @@ def known_ids(slurm: Slurm) -> set[str]:
 
 
 def cancel_root(slurm: Slurm, root: Path) -> None:
-    """scancel every job the root's ledger knows (one call)."""
+    """scancel every job the root's ledger knows that its wrapper has not recorded the end of (one call). A job
+    whose wrapper wrote its result may still be running (exiting): cancelled then, Slurm would call it CANCELLED."""
     try:
         plans = ledger(root)["plans"]
     except (OSError, ValueError):
         return
-    ids = [str(a["id"]) for p in plans.values() for r in p["jobs"].values() for a in r["attempts"]]
+    ids = [
+        str(a["id"])
+        for name, p in plans.items()
+        for job, r in p["jobs"].items()
+        for a in r["attempts"]
+        if not (root / "results" / name / job / f"{a['id']}.json").exists()
+    ]
     if ids:
         subprocess.run(["scancel", *ids], env=slurm.env, capture_output=True)
 
@@ -81,9 +88,9 @@ def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_pa
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0 and out.count("submitted ") == 2, out
     try:
-        wait_for(lambda: ended(root, "lg", "hello") == "COMPLETED" and ended(root, "lg", "bad") == "FAILED", 60, 0.5)
+        wait_for(lambda: ended(root, "lg", "hello") == "COMPLETED" and ended(root, "lg", "bad") == "FAILED", 60, 0.2)
         ids = {str(a["id"]) for job in ("hello", "bad") for a in attempts(root, "lg", job)}
-        wait_for(lambda: not ids & known_ids(aging), 60, 1)  # squeue has forgotten both; no probe ever ran
+        wait_for(lambda: not ids & known_ids(aging), 60, 0.5)  # squeue has forgotten both; no probe ever ran
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
         assert code == 0 and re.search(r"  d  hello\.job  \(completed as \d+\)", out), out
         assert re.search(r"  !  bad\.job  \(FAILED as \d+; not resubmitted without --retry-failed\)", out), out
@@ -97,7 +104,7 @@ def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_pa
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--retry-failed")
         assert code == 0 and re.findall(r"submitted (\S+) as", out) == ["bad.job", "user.job"], out
         assert "  r  bad.job" in out
-        wait_for(lambda: ended(root, "lg", "bad") == "FAILED" and len(attempts(root, "lg", "bad")) == 2, 60, 0.5)
+        wait_for(lambda: ended(root, "lg", "bad") == "FAILED" and len(attempts(root, "lg", "bad")) == 2, 60, 0.2)
     finally:
         cancel_root(aging, root)
     assert count.read_text() == "run\n"  # hello ran once, whatever squeue forgot
@@ -141,7 +148,7 @@ def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, 
             assert code == 0 and out.count("submitted ") == 2, out
         names = {j["name"] for j in slurm.squeue()}
         assert {"rp/a", "rp/b", "rq/a", "rq/b"} <= names
-        wait_for(lambda: all(ended(root, n, "b") == "COMPLETED" for n in ("rp", "rq")), 90, 0.5)
+        wait_for(lambda: all(ended(root, n, "b") == "COMPLETED" for n in ("rp", "rq")), 90, 0.2)
     finally:
         cancel_root(slurm, root)
     assert outs["rp"].read_text() == "rp\n" and outs["rq"].read_text() == "rq\n"
@@ -179,7 +186,7 @@ def test_changing_a_pending_job_re_points_its_pending_dependents(tmp_path: Path,
         assert f"re-pointed 1 pending dependents of b.job to {new_b}: {first['c']}" in out
         assert f"cancelled {first['b']}" in out
         assert attempts(root, "ch", "c")[-1]["id"] == first["c"]
-        wait_for(lambda: ended(root, "ch", "c") == "COMPLETED", 90, 0.5)
+        wait_for(lambda: ended(root, "ch", "c") == "COMPLETED", 90, 0.2)
     finally:
         cancel_root(slurm, root)
     assert runs.read_text() == "a\nb2\nc\n"
@@ -209,7 +216,7 @@ def test_jobs_of_the_first_format_still_queued_are_adopted_not_run_twice(tmp_pat
     p = write_plan(tmp_path / "up.yaml", "up", "  - name: waits\n    run: 'true'\n  - name: runs\n    run: 'true'\n")
     hosts = slurm.hosts_file(root)
     try:
-        wait_for(lambda: any(j["id"] == str(old["runs"]) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.5)
+        wait_for(lambda: any(j["id"] == str(old["runs"]) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.2)
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
         assert code == 0, out
         assert f"  ~  waits.job  (pending {old['waits']} has other content" in out

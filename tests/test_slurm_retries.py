@@ -40,7 +40,7 @@ def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_p
         "  - name: plain\n    lane: cpu\n    run: 'true'\n"
     )
     p = write_plan(tmp_path / "rt.yaml", "rt", jobs)
-    hosts = slurm.hosts_file(root, extra="    backoff_base: 4\n    lanes:\n      cpu: {time: '7'}\n")
+    hosts = slurm.hosts_file(root, extra="    backoff_base: 2\n    lanes:\n      cpu: {time: '7'}\n")
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0, out
     watch = ["watch", "cluster", "--hosts", str(hosts), "--once", "--state", str(tmp_path / "w.json"), "--idle", "3600"]
@@ -49,22 +49,22 @@ def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_p
         first = attempts(root, "rt", "flaky")[0]["id"]
         assert time_limit(slurm, first) == "00:01:00"  # one attempt: 10 s + kill grace + margin, rounded up
         assert time_limit(slurm, attempts(root, "rt", "plain")[0]["id"]) == "00:07:00"  # the lane's default
-        wait_for(lambda: ended(root, "rt", "after") == "COMPLETED", 120, 0.5)
+        wait_for(lambda: ended(root, "rt", "after") == "COMPLETED", 120, 0.2)
     finally:
         cancel_root(slurm, root)
     code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")  # folds the attempts into the ledger
     tries = attempts(root, "rt", "flaky")
     assert [t["attempt"] for t in tries] == [1, 2, 3] and len({t["id"] for t in tries}) == 3
     assert [t["state"] for t in tries] == ["FAILED", "FAILED", "COMPLETED"]
-    # the runner's backoff: 4 s, then 8 s, between one attempt's end and the next one's start
-    assert tries[1]["start"] - tries[0]["end"] >= 4 - 1 and tries[2]["start"] - tries[1]["end"] >= 8 - 1
+    # the runner's backoff: 2 s, then 4 s, between one attempt's end and the next one's start (whole seconds)
+    assert tries[1]["start"] - tries[0]["end"] >= 2 - 1 and tries[2]["start"] - tries[1]["end"] >= 4 - 1
     runs = sorted((float(t), job, int(n)) for job, n, t in (ln.split() for ln in spans.read_text().splitlines()))
     g2 = next(t for t, job, _ in runs if job == "g2")
     second = next(t for t, job, n in runs if job == "g1" and n == 2)
     assert g2 < second, "the gpu job waited for flaky's backoff: the allocation was held"
     events = [e for e in json.loads(out)["events"] if e["job"] == "rt/flaky.job"]
     retries = [e for e in events if e["event"] == "retry"]
-    assert [e["next_attempt"] for e in retries] == [2, 3] and [e["backoff_s"] for e in retries] == [4, 8]
+    assert [e["next_attempt"] for e in retries] == [2, 3] and [e["backoff_s"] for e in retries] == [2, 4]
     assert retries[0]["tail"] == ["flaky failure 1"] and retries[1]["tail"][-1] == "flaky failure 2"
     assert [e["event"] for e in events if e["event"] in ("done", "failed")] == ["done"]
     code, out = plan(*watch)  # watch's default `retry` alert fires on Slurm too
@@ -78,7 +78,7 @@ def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path
     hosts = slurm.hosts_file(root)
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:
-        wait_for(lambda: ended(root, "tt", "rc124") and ended(root, "tt", "slow"), 60, 0.5)
+        wait_for(lambda: ended(root, "tt", "rc124") and ended(root, "tt", "slow"), 60, 0.2)
     finally:
         cancel_root(slurm, root)
     assert ended(root, "tt", "rc124") == "FAILED" and ended(root, "tt", "slow") == "TIMEOUT"
@@ -121,7 +121,7 @@ def test_an_external_gate_holds_the_job_outside_the_allocation_until_it_opens(tm
         assert not done.exists()
         gate.touch()
         opened = gate.stat().st_mtime
-        wait_for(lambda: ended(root, "gt", "next") == "COMPLETED", 60, 0.5)
+        wait_for(lambda: ended(root, "gt", "next") == "COMPLETED", 60, 0.2)
     finally:
         cancel_root(slurm, root)
     assert done.stat().st_mtime >= opened

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
-from tests.slurm import Slurm
+from tests.slurm import Slurm, start_slurm, stop_slurm
 
 cli = CliRunner()
 
@@ -20,7 +21,17 @@ def _no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PLAN_HOSTS", raising=False)
 
 
-def test_stopped_controller_is_dead_on_the_first_probe_then_recovers(tmp_path: Path, slurm: Slurm) -> None:
+@pytest.fixture
+def slurm_alone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
+    """A cluster of this test's own: it stops the controller, which no other test's squeue should wait on; and its
+    clients give up on a silent controller after 3 s, not Slurm's default 10 (the probe below waits that long)."""
+    cluster = start_slurm(tmp_path_factory.mktemp("alone"), message_timeout=3)
+    yield cluster
+    stop_slurm(cluster)
+
+
+def test_stopped_controller_is_dead_on_the_first_probe_then_recovers(tmp_path: Path, slurm_alone: Slurm) -> None:
+    slurm = slurm_alone
     root = tmp_path / "submit"
     root.mkdir()
     hosts, state = slurm.hosts_file(root), tmp_path / "w.json"
@@ -44,7 +55,7 @@ def test_stopped_controller_is_dead_on_the_first_probe_then_recovers(tmp_path: P
         )
         return result.exit_code, result.stdout
 
-    watch()  # the cluster is shared by the session's tests: what their jobs raise opens here, once
+    assert watch() == (0, "")  # the first probe: the controller answers, nothing to say
     os.kill(slurm.pids["slurmctld"], signal.SIGSTOP)
     try:
         code, out = watch()
