@@ -342,15 +342,19 @@ def _waiting(queued: list[dict[str, Any]], state: WatchState, rules: Rules, now:
 
 def _lanes_line(status: dict[str, Any]) -> str:
     lanes = status.get("lanes") or {}
-    running = {r.get("lane"): r.get("job") for r in status.get("running", [])}
+    running: dict[str, list[str]] = {}  # every running job of a lane, not the last one seen
+    for run in status.get("running", []):
+        running.setdefault(str(run.get("lane")), []).append(str(run.get("job")))
     parts = []
     for lane in status.get("lane_order") or sorted(lanes):
         view = lanes.get(lane, {})
         state = view.get("state", "?")
-        what = running.get(lane) or (view.get("reason") or "")
+        what = " + ".join(running.get(lane, [])) or (view.get("reason") or "")
         slots = view.get("slots") or 1
         if isinstance(slots, int) and slots > 1:  # a lane of several slots: how many are in use
             state = f"{view.get('busy', 0)}/{slots} slots busy"
+        elif len(running.get(lane, [])) > 1:  # a Slurm lane without a licence count: how many run
+            state = f"{len(running[lane])} running"
         parts.append(f"{lane} {state}" + (f" ({what})" if what else ""))
     if not parts and status.get("running") is not None:
         parts.append(f"{len(status.get('running', []))} running, {len(status.get('queued', []))} queued")

@@ -97,7 +97,9 @@ def test_watch_line_and_report_count_slots(tmp_path: Path) -> None:
         "lanes": {"cpu": {"state": "busy", "slots": 4, "busy": 2}},
         "running": [{"lane": "cpu", "job": "a.job"}, {"lane": "cpu", "job": "b.job"}],
     }
-    assert _lanes_line(status).startswith("cpu 2/4 slots busy (")
+    assert _lanes_line(status) == "cpu 2/4 slots busy (a.job + b.job)"
+    status["lanes"] = {"cpu": {"state": "busy", "busy": 2}}  # Slurm: a lane without licences has no slot count
+    assert _lanes_line(status) == "cpu 2 running (a.job + b.job)"
     events = [
         {"ts": "2026-01-01 00:00:00", "job": "-", "event": "runner-start"},
         {"ts": "2026-01-01 00:00:00", "job": "a.job", "event": "lane", "lane": "cpu", "state": "busy", "busy": 1},
