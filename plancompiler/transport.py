@@ -59,9 +59,23 @@ if mode == "--upload":
         except OSError as exc:
             error = exc
     sys.exit("plan: cannot store the runner package: %s" % error)
+def unpacked(base, pyz):
+    # A zip import compiles every module on every call; unpacked once beside the zip (renamed into place
+    # whole, so never seen half-written), the runner's bytecode is cached there. Else the zip, as it is.
+    d = os.path.join(base, "runner-%s.d" % h)
+    if not os.path.isdir(d):
+        import shutil, zipfile
+        tmp = os.path.join(base, ".runner-%s.%d.d" % (h, os.getpid()))
+        try:
+            with zipfile.ZipFile(pyz) as archive:
+                archive.extractall(tmp)
+            os.rename(tmp, d)
+        except (OSError, zipfile.BadZipFile):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return d if os.path.isfile(os.path.join(d, "runner", "agent.py")) else pyz
 for base in bases:
     if os.path.isfile(os.path.join(base, "runner-%s.pyz" % h)):
-        sys.path.insert(0, os.path.join(base, "runner-%s.pyz" % h))
+        sys.path.insert(0, unpacked(base, os.path.join(base, "runner-%s.pyz" % h)))
         break
     try:
         with open(os.path.join(base, "runner.hash")) as found:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import runner as runner_pkg
 from plancompiler.backends.protocol import Refused
 from plancompiler.backends.queue import CHANGED, QueueBackend
 from plancompiler.compile import Compiled, compile_plan
@@ -225,6 +227,17 @@ def test_the_runner_package_is_sent_once_per_content_hash(tmp_path: Path, sshd: 
     assert cached.read_bytes() == data
     host.call("status", {"offset": -1})
     assert cached.stat().st_mtime_ns == first.st_mtime_ns and cached.stat().st_ino == first.st_ino
+    # unpacked once beside the zip, so the host's Python caches the runner's bytecode instead of compiling it
+    # on every call (a zip import never writes any); where it cannot unpack, the zip is imported as it is
+    unpacked = root / ".plan-runner" / f"runner-{digest}.d"
+    assert (unpacked / "runner" / "agent.py").read_text() == (Path(runner_pkg.__file__).parent / "agent.py").read_text()
+    assert list((unpacked / "runner" / "__pycache__").glob("agent.*.pyc"))
+    assert not list((root / ".plan-runner").glob(".runner-*"))  # no unpacking left behind
+    shutil.rmtree(unpacked)
+    unpacked.write_text("not a directory\n")
+    assert "error" not in host.call("status", {"offset": -1})
+    assert not list((root / ".plan-runner").glob(".runner-*"))
+    unpacked.unlink()
     # a host where `plan bootstrap` installed this same runner uses that copy: nothing is uploaded
     code, out = plan_cli("bootstrap", "testbox", "--hosts", str(sshd.hosts_file(root)), "--user")
     assert code == 0, out
