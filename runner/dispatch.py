@@ -36,17 +36,17 @@ class Dispatcher:
         self._last: tuple[object, ...] | None = None  # what the last decision was made from, when it can recur
 
     def schedule(self, now: float, queued: list[tuple[str, Parsed]], parked: str) -> None:
-        snapshot, why = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now)
+        snapshot = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now)
         # The same facts decide the same actions: a tick where nothing changed does nothing more. Not after a
         # tick that launched (a start may have failed and is tried again) or said gpu-wait (it repeats), and
         # what `blocked` reads beyond the snapshot (the manifest, the other states' files) is part of the key.
-        seen = (snapshot, why, self.facts.manifest.key(), self.queue.state_stamp(), len(self.state.waiting_since))
+        seen = (snapshot, self.facts.manifest.key(), self.queue.state_stamp(), len(self.state.waiting_since))
         if seen == self._last:
             return
         jobs = {filename: parsed.job for filename, parsed in queued}
         actions = decide(self.state, snapshot, now)
         for action in actions:
-            self._carry_out(now, action, jobs, why, snapshot)
+            self._carry_out(now, action, jobs, snapshot)
         recurs = not any(isinstance(a, (Launch, GpuWait)) for a in actions)
         self._last = seen if recurs else None
 
@@ -55,7 +55,6 @@ class Dispatcher:
         now: float,
         action: Action,
         jobs: dict[str, jobfile.JobFile | jobfile.Invalid],
-        why: dict[str, str],
         snapshot: Snapshot,
     ) -> None:
         if isinstance(action, Skip):
@@ -72,7 +71,6 @@ class Dispatcher:
                 now,
                 action.filename,
                 requires,
-                why.get(action.filename, ""),
                 self.facts.blocked(self.state, action.filename),
             )
         elif isinstance(action, GpuWait):

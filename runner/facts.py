@@ -64,10 +64,9 @@ class Facts:
 
     def snapshot(
         self, state: RunnerState, queued: list[tuple[str, Parsed]], running: dict[str, Running], parked: str, now: float
-    ) -> tuple[Snapshot, dict[str, str]]:
-        """The scheduler's input, and why each job's REQUIRES is false (for its reason)."""
+    ) -> Snapshot:
+        """The scheduler's input."""
         facts: list[JobFacts] = []
-        why: dict[str, str] = {}  # only where bash decided (a fast test's failure is shown by no one)
         seen: dict[str, int] = {}
         self.seen = seen
         backoff = state.backoff_until
@@ -76,11 +75,8 @@ class Facts:
 
         def holds(cond: Condition) -> bool:  # the fast path inlined: at 10 000 queued jobs this is most of a tick
             checks = cond.checks
-            if checks is None:
-                found, detail = self.holds(cond)
-                if detail:
-                    why[filename] = detail
-                return found
+            if checks is None:  # bash decides (bounded): `holds` runs it
+                return self.holds(cond)[0]
             for bit, path in checks:
                 flags = seen.get(path)
                 if flags is None:
@@ -100,7 +96,7 @@ class Facts:
                 requires = parsed.requires is None or holds(parsed.requires)
             facts.append(JobFacts(filename, job.lane, done, requires, stale))
         self.seen = None
-        return self._snapshot(facts, running, parked), why
+        return self._snapshot(facts, running, parked)
 
     def _snapshot(self, facts: list[JobFacts], running: dict[str, Running], parked: str) -> Snapshot:
         lanes: dict[str, tuple[str, ...]] = {}

@@ -62,9 +62,7 @@ class Reasons:
         self.table[filename] = Reason(reason, since, detail, blocker, extra or _NO_EXTRA)
         self.generation += 1
 
-    def requires_false(
-        self, now: float, filename: str, requires: str, why: str, blocked: tuple[str, str, str] | None
-    ) -> None:
+    def requires_false(self, now: float, filename: str, requires: str, blocked: tuple[str, str, str] | None) -> None:
         """REQUIRES is false: `blocked` where the manifest shows it never can hold, else `requires`, timed from
         when it was first seen false (kept in state.json across runner lives)."""
         since = self.state.waiting_since.get(filename)
@@ -75,7 +73,7 @@ class Reasons:
             self.set(now, filename, "blocked", failure, producer or path, path=path, producer=producer)
             self._since(filename, min(self.table[filename].since, now))
             return
-        # WHY (which test is false) is not kept: nothing shows it, and 10 000 of them cost 2 MB.
+        # Which test is false is not kept: the REQUIRES text is what a user reads, and 10 000 details cost 2 MB.
         self.set(now, filename, "requires", requires, requires)
         self._since(filename, since)
 
