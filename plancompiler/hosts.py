@@ -8,14 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from plancompiler import transport
+from plancompiler import localagent, sshsession, transport
 from plancompiler.diagnostics import PlanError
 from plancompiler.transport import RemoteFailed, Unreachable
 
 if TYPE_CHECKING:  # the hosts model is pydantic: imported only where a hosts file is read
     from plancompiler.hostsfile import HostEntry, SlurmHostEntry
 
-__all__ = ["Host", "RemoteFailed", "Unreachable", "hosts_file", "resolve"]
+AgentSession = localagent.LocalSession | sshsession.Session
+
+__all__ = ["AgentSession", "Host", "RemoteFailed", "Unreachable", "hosts_file", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,17 @@ class Host:
 
     def call(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """Run the agent in MODE on this host's root: one round trip, JSON in and out."""
-        return transport.call(self.endpoint(), mode, {**self.context(), **request}, timeout)
+        request = {**self.context(), **request}
+        if self.local:
+            return localagent.call(self.endpoint(), mode, request, timeout)
+        return transport.call(self.endpoint(), mode, request, timeout)
 
-    def session(self, timeout: float | None = None) -> transport.Session:
-        """An agent that answers several requests and keeps what it locked until closed."""
-        return transport.Session(self.endpoint(), timeout)
+    def session(self, timeout: float | None = None) -> AgentSession:
+        """An agent that answers several requests and keeps what it locked until closed: in this process for a
+        local root, else a process on the host."""
+        if self.local:
+            return localagent.LocalSession(self.endpoint(), timeout)
+        return sshsession.Session(self.endpoint(), timeout)
 
 
 def hosts_file(explicit: Path | None) -> Path | None:

@@ -1,4 +1,5 @@
-"""One bounded call to `python3 -m runner agent` on a host, locally or over ssh, classified by how it ended.
+"""One bounded call to `python3 -m runner agent` on a host over ssh, or to its handlers in this process for a
+local root, classified by how it ended.
 
 A remote host runs the runner package this workstation has: a zipapp built in memory, cached on the host
 by its content hash (ROOT/.plan-runner/runner-HASH.pyz; ~/.cache/plan-runner/ while ROOT does not exist yet),
@@ -13,17 +14,12 @@ import functools
 import hashlib
 import io
 import json
-import os
-import selectors
 import shlex
-import subprocess
-import sys
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import runner as runner_package
 from plancompiler.diagnostics import PlanError
@@ -110,7 +106,7 @@ def check_timeout(value: float, what: str = "timeout") -> float:
     return float(value)
 
 
-def _limit(timeout: float | None, endpoint: Endpoint) -> float:
+def limit_for(timeout: float | None, endpoint: Endpoint) -> float:
     """The round trip's limit: TIMEOUT as given (0 and negatives are refused, not taken for the default)."""
     if timeout is None:
         return check_timeout(endpoint.timeout, f"{endpoint.label}: timeout")
@@ -170,32 +166,27 @@ def _ssh(endpoint: Endpoint, *remote: str) -> list[str]:
     ]
 
 
-def agent_argv(endpoint: Endpoint, mode: str) -> tuple[list[str], dict[str, str] | None]:
-    """The command that runs the agent in MODE on ENDPOINT's root, and its environment (None: inherited)."""
-    if endpoint.ssh is None:
-        parent = str(Path(runner_package.__file__).resolve().parent.parent)
-        env = {**os.environ, "PYTHONPATH": parent + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        return [sys.executable, "-m", "runner", "agent", mode, endpoint.root], env
+def agent_argv(endpoint: Endpoint, mode: str) -> list[str]:
+    """The command that runs the agent in MODE on ENDPOINT's root over ssh (a local root's agent runs in-process,
+    plancompiler/agentsession.py)."""
     digest, _ = runner_zip()
-    return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, mode, endpoint.root), None
+    return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, mode, endpoint.root)
 
 
 def upload(endpoint: Endpoint, timeout: float | None = None) -> None:
     """Store this runner package on the host (once per content hash)."""
     digest, data = runner_zip()
     argv = _ssh(endpoint, endpoint.python, "-c", LOADER, digest, "--upload", endpoint.root)
-    _check(endpoint, *_timed(argv, _limit(timeout, endpoint), data, None))
+    check_exit(endpoint, *_timed(argv, limit_for(timeout, endpoint), data))
 
 
-def _timed(
-    argv: list[str], limit: float, stdin: str | bytes | None, env: dict[str, str] | None
-) -> tuple[int, str, str, float, float]:
+def _timed(argv: list[str], limit: float, stdin: str | bytes | None) -> tuple[int, str, str, float, float]:
     started = time.monotonic()
-    rc, out, err = run_command(argv, timeout=limit, stdin=stdin, env=env)
+    rc, out, err = run_command(argv, timeout=limit, stdin=stdin)
     return rc, out, err, time.monotonic() - started, limit
 
 
-def _check(endpoint: Endpoint, rc: int, out: str, err: str, took: float, limit: float) -> None:
+def check_exit(endpoint: Endpoint, rc: int, out: str, err: str, took: float, limit: float) -> None:
     if rc == 124 and took >= limit - 0.5:
         raise Unreachable(f"{endpoint.label}: no answer within {limit:g}s")
     if endpoint.ssh is not None and rc == SSH_UNREACHABLE:
@@ -205,11 +196,15 @@ def _check(endpoint: Endpoint, rc: int, out: str, err: str, took: float, limit: 
         raise RemoteFailed(f"{endpoint.label}: the command on the host failed (exit {rc}): {err.strip()[-400:]}")
 
 
-def _decode(endpoint: Endpoint, out: str) -> dict[str, Any]:
+def decode(endpoint: Endpoint, out: str) -> dict[str, Any]:
     try:
         result = json.loads(out)
     except ValueError as exc:
         raise RemoteFailed(f"{endpoint.label}: the host's answer is not JSON: {out[:200]!r}") from exc
+    return classify(endpoint, result, out)
+
+
+def classify(endpoint: Endpoint, result: Any, out: str = "") -> dict[str, Any]:
     if not isinstance(result, dict):
         raise RemoteFailed(f"{endpoint.label}: the host's answer is not a JSON object: {out[:200]!r}")
     if "controller_down" in result:
@@ -218,122 +213,17 @@ def _decode(endpoint: Endpoint, out: str) -> dict[str, Any]:
 
 
 def call(endpoint: Endpoint, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-    """One round trip: the agent answers REQUEST in MODE (two more, once, if the host lacks this runner)."""
-    limit = _limit(timeout, endpoint)
+    """One round trip over ssh: the agent answers REQUEST in MODE (two more, once, if the host lacks this runner)."""
+    limit = limit_for(timeout, endpoint)
     payload = json.dumps(request)
-    argv, env = agent_argv(endpoint, mode)
-    rc, out, err, took, _ = _timed(argv, limit, payload, env)
+    argv = agent_argv(endpoint, mode)
+    rc, out, err, took, _ = _timed(argv, limit, payload)
     # Twice at most: a push beside this one may create the root between the upload (to the user's cache,
     # while there is no root) and the retry (which then looks under the root).
     for _ in range(2):
-        if rc != RUNNER_MISSING or endpoint.ssh is None:
+        if rc != RUNNER_MISSING:
             break
         upload(endpoint, limit)
-        rc, out, err, took, _ = _timed(argv, limit, payload, env)
-    _check(endpoint, rc, out, err, took, limit)
-    return _decode(endpoint, out)
-
-
-class Session:
-    """One agent process answering requests line by line: what it locks stays locked until close()."""
-
-    def __init__(self, endpoint: Endpoint, timeout: float | None = None) -> None:
-        self.endpoint = endpoint
-        self.timeout = _limit(timeout, endpoint)
-        self.answered = 0
-        self._start()
-
-    def _start(self) -> None:
-        argv, env = agent_argv(self.endpoint, "session")
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._stderr,
-                env=env,
-                start_new_session=True,
-            )
-        except FileNotFoundError as exc:
-            from plancompiler.diagnostics import PlanError
-
-            raise PlanError(f"{argv[0]} not found: {exc.strerror}") from exc
-        self._buffer = b""
-        self._eof = False
-
-    def ask(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        limit = self.timeout if timeout is None else check_timeout(timeout)
-        started = time.monotonic()
-        line = self._exchange(mode, request, limit)
-        for _ in range(2):  # twice at most, as in call()
-            if not (line is None and self.answered == 0 and self.endpoint.ssh and self._exit_code() == RUNNER_MISSING):
-                break
-            self.close()
-            upload(self.endpoint, limit)
-            self._start()
-            line = self._exchange(mode, request, limit)
-        if line is None:
-            rc = self._exit_code()
-            if rc is None:  # no answer in time: the host or the link hangs
-                self.proc.kill()
-                self.proc.wait()
-                rc = 124
-            self._stderr.seek(0)
-            err = self._stderr.read().decode(errors="replace")
-            _check(self.endpoint, rc, "", err, time.monotonic() - started, limit)
-            raise RemoteFailed(f"{self.endpoint.label}: the agent ended without answering: {err.strip()[-400:]}")
-        self.answered += 1
-        return _decode(self.endpoint, line.decode(errors="replace"))
-
-    def _exit_code(self) -> int | None:
-        """The agent's exit status once it has ended (its stdout closed), None while it still runs."""
-        if self._eof:
-            return self.proc.wait()
-        return self.proc.poll()
-
-    def _exchange(self, mode: str, request: dict[str, Any], limit: float) -> bytes | None:
-        """Send one request; its answer line, or None when the process ended or LIMIT passed first."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write((json.dumps({**request, "mode": mode}) + "\n").encode())
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            self._eof = True
-            return None
-        deadline = time.monotonic() + limit
-        fd = self.proc.stdout.fileno()
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    return None
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    self._eof = True
-                    return None
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
-
-    def close(self) -> None:
-        """End the agent (it releases its locks as its stdin ends), at worst by killing it."""
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-        self._stderr.close()
+        rc, out, err, took, _ = _timed(argv, limit, payload)
+    check_exit(endpoint, rc, out, err, took, limit)
+    return decode(endpoint, out)

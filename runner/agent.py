@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner import delivery, readers, slurm_agent
+from runner import bootstrap, delivery, pushlock, readers, slurm_agent
 from runner.controls import PARK_FILE, park_record, request_name
 from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json
 
@@ -230,13 +230,13 @@ def slurm_status(root: str, request: dict[str, Any]) -> dict[str, Any]:
 
 QUEUE_HANDLERS: dict[str, Handler] = {
     "probe": delivery.probe,
-    "lock": delivery.lock,
+    "lock": pushlock.lock,
     "install": delivery.install,
     "status": status,
     "park": park,
     "control": control,
     "logs": logs,
-    "bootstrap": delivery.bootstrap,
+    "bootstrap": bootstrap.bootstrap,
 }
 SLURM_HANDLERS: dict[str, Handler] = {
     "push": slurm_agent.push,
@@ -274,7 +274,7 @@ def session(root: str) -> int:
             sys.stdout.write(json.dumps(answer(str(request.pop("mode", "")), root, request)) + "\n")
             sys.stdout.flush()
     finally:
-        delivery.release_lock()
+        pushlock.release_lock()
     return 0
 
 
@@ -295,5 +295,5 @@ def main(argv: list[str]) -> int:
     try:
         sys.stdout.write(json.dumps(answer(mode, root, request)))
     finally:
-        delivery.release_lock()
+        pushlock.release_lock()
     return 0

@@ -1,4 +1,4 @@
-"""The host side of `plan push` and `plan bootstrap`: probe, the push lock, install with compare-and-swap.
+"""The host side of `plan push`: probe and install with compare-and-swap (the push lock is runner/pushlock.py).
 
 manifest.json records every plan that pushed to the root (contract 2): `plans` maps each plan's name to the
 jobs it owns, its hash, when and by whom; `jobs`, `producers` and `external` are their union, which is what
@@ -8,39 +8,22 @@ against, so a push that looked at an older queue is refused instead of mixing tw
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import getpass
 import hashlib
 import json
 import os
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from runner import jobfile, stamps
+from runner import jobfile, pushlock, stamps
 from runner.controls import request_name
 from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
-LOCK_NAME = ".push.lock"
 MANIFEST_VERSION = 2
-
-_held: dict[str, int] = {}  # root -> fd of its push lock, held by this process
-# root -> the topmost directory lock() created for it: removed again, if still empty, by a push that
-# never installed (a refused push leaves the host as it found it)
-_created: dict[str, str] = {}
-
-
-def _who() -> str:
-    try:
-        return f"{getpass.getuser()}@{socket.gethostname()}"
-    except (OSError, KeyError):
-        return "?"
 
 
 def read_manifest(root: str) -> dict[str, Any]:
@@ -164,70 +147,6 @@ def _read(path: str) -> Any:
         return None
 
 
-def lock(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """Take ROOT/.push.lock for this process (until it exits), waiting at most `wait_s`."""
-    if root in _held:
-        return {"locked": True}
-    if os.path.lexists(root) and not os.path.isdir(root):
-        return {"error": f"{root} is not a directory (a queue root is one)"}
-    top = root
-    while not os.path.lexists(os.path.dirname(top.rstrip("/")) or "/"):
-        top = os.path.dirname(top.rstrip("/"))
-    new = not os.path.lexists(root)
-    os.makedirs(root, exist_ok=True)
-    if new:
-        _created[root] = top
-    path = os.path.join(root, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.monotonic() + float(request.get("wait_s", 60))
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                raise
-        if time.monotonic() >= deadline:
-            holder = _read(path) or {}
-            os.close(fd)
-            return {"busy": True, "holder": holder if isinstance(holder, dict) else {}}
-        time.sleep(0.05)
-    holder = {"pid": os.getpid(), "user": request.get("by") or _who(), "since": timestamp(time.time())}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
-    _held[root] = fd
-    return {"locked": True}
-
-
-def release_lock() -> None:
-    for root, fd in list(_held.items()):
-        try:
-            os.ftruncate(fd, 0)
-        except OSError:
-            pass
-        os.close(fd)  # closing the descriptor releases the flock
-        del _held[root]
-    for root, top in list(_created.items()):
-        _remove_unused(root, top)
-        del _created[root]
-
-
-def _remove_unused(root: str, top: str) -> None:
-    """A root this process created for a push that never installed: its lock file and the directories up to
-    TOP, each only if empty (another push may have put something there meanwhile)."""
-    try:
-        os.unlink(os.path.join(root, LOCK_NAME))
-        path = root.rstrip("/")
-        while True:
-            os.rmdir(path)
-            if path == top.rstrip("/"):
-                break
-            path = os.path.dirname(path)
-    except OSError:
-        pass
-
-
 def _clean_stages(root: str, now: float) -> None:
     """Staging dirs of pushes that died long ago; a live push's own dir is never touched."""
     for name in os.listdir(root):
@@ -244,12 +163,12 @@ def _clean_stages(root: str, now: float) -> None:
 
 def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """Stage the files, then (under the lock, if the generation still matches) rename them into queue/."""
-    if root not in _held:
-        got = lock(root, {"wait_s": request.get("lock_wait_s", 60), "by": request.get("by")})
+    if not pushlock.held(root):
+        got = pushlock.lock(root, {"wait_s": request.get("lock_wait_s", 60), "by": request.get("by")})
         if got.get("busy"):
             return got
     queue = Queue(Path(root))
-    _created.pop(root, None)  # a push installs here: the root stays
+    pushlock.keep_root(root)  # a push installs here: the root stays
     queue.ensure()
     (Path(root) / "control").mkdir(exist_ok=True)
     manifest = read_manifest(root)
@@ -359,72 +278,3 @@ def _unions(
             producers[path] += [n for n in names if n not in producers[path]]
         external += [p for p in entry.get("external") or [] if p not in external]
     return jobs, producers, external, slots
-
-
-def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """Copy the runner package under ROOT/.plan-runner, write its systemd unit, start it if systemd runs."""
-    done: dict[str, Any] = {"written": [], "unchanged": [], "commands": [], "systemd": False, "heartbeat": False}
-    lib = os.path.join(root, ".plan-runner")
-    _copy_runner(lib, request, done)
-    Queue(Path(root)).ensure()
-    os.makedirs(os.path.join(root, "control"), exist_ok=True)
-    user_unit = bool(request.get("user_unit"))
-    unit_dir = os.path.expanduser("~/.config/systemd/user") if user_unit else "/etc/systemd/system"
-    unit_path = os.path.join(unit_dir, request["unit_name"])
-    done["unit_path"] = unit_path
-    run = f"PYTHONPATH={lib} {request.get('python', 'python3')} -u -m runner run --root {root}"
-    has_systemd = shutil.which("systemctl") is not None and os.path.isdir("/run/systemd/system")
-    try:
-        os.makedirs(unit_dir, exist_ok=True)
-        atomic_write(Path(unit_path), request["unit"].encode())
-        done["written"].append(unit_path)
-    except OSError as exc:
-        done["unit_error"] = str(exc)
-    if not has_systemd:
-        done["commands"] = ["# systemd is not running here; start the runner yourself, e.g. under tmux:", run]
-        return done
-    done["systemd"] = True
-    if _start_unit(root, request, user_unit, done) and user_unit:
-        done["commands"].append("# a --user unit stops at logout unless lingering is on: loginctl enable-linger $USER")
-    return done
-
-
-def _copy_runner(lib: str, request: dict[str, Any], done: dict[str, Any]) -> None:
-    """The runner's files under LIB, each rewritten only where it differs."""
-    for rel, text in sorted(request["files"].items()):
-        path = Path(lib) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = text.encode("utf-8")
-        try:
-            same = path.read_bytes() == data
-        except OSError:
-            same = False
-        if same:
-            done["unchanged"].append(rel)
-        else:
-            atomic_write(path, data)
-            done["written"].append(rel)
-    if request.get("content_hash"):
-        # The agent of a workstation shipping this same runner uses this copy instead of uploading its own.
-        atomic_write(Path(lib) / "runner.hash", (request["content_hash"] + "\n").encode())
-
-
-def _start_unit(root: str, request: dict[str, Any], user_unit: bool, done: dict[str, Any]) -> bool:
-    """systemctl daemon-reload, enable --now and restart, then wait for a heartbeat; False if systemctl failed."""
-    import subprocess
-
-    ctl = ["systemctl", "--user"] if user_unit else ["systemctl"]
-    started = time.time()
-    for args in (["daemon-reload"], ["enable", "--now", request["unit_name"]], ["restart", request["unit_name"]]):
-        proc = subprocess.run(ctl + args, capture_output=True, text=True)
-        done["commands"].append(" ".join(ctl + args) + f" -> exit {proc.returncode} {proc.stderr.strip()}")
-        if proc.returncode != 0:
-            return False
-    deadline = time.time() + float(request.get("wait_s", 30))
-    while time.time() < deadline:
-        st = fresh_status(root, _read(os.path.join(root, "status.json"))) or {}
-        if float(st.get("runner", {}).get("heartbeat", 0)) >= started:
-            done["heartbeat"] = True
-            break
-        time.sleep(0.5)
-    return True

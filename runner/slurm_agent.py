@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import delivery, slurm_submit
+from runner import pushlock, slurm_submit
 from runner import slurm_ledger as ledger_mod
 from runner.conditions import compile_condition, evaluate
 from runner.queue import timestamp
@@ -197,7 +197,7 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
     missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
     dry = bool(request.get("dry_run"))
     if not dry:
-        got = delivery.lock(root, {"wait_s": request.get("lock_wait_s", 60), "by": request.get("by")})
+        got = pushlock.lock(root, {"wait_s": request.get("lock_wait_s", 60), "by": request.get("by")})
         if got.get("busy"):
             return {"busy": True, "holder": got.get("holder", {})}
     try:
@@ -230,7 +230,7 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
         return result
     finally:
         if not dry:
-            delivery.release_lock()
+            pushlock.release_lock()
 
 
 def _apply(

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import delivery
+from runner import pushlock
 from runner.conditions import compile_condition, evaluate
 from runner.config import Config
 from runner.logs import tail_lines
@@ -183,7 +183,7 @@ def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: 
     this job as current or its successor with its dependents already moved."""
     root = spec["root"]
     result["end"] = time.time()
-    got = delivery.lock(root, {"wait_s": 120, "by": f"slurm job {result['id']}"})
+    got = pushlock.lock(root, {"wait_s": 120, "by": f"slurm job {result['id']}"})
     try:
         if wait_s is not None:
             new, moved, error = resubmit(spec, int(result["next_attempt"]), wait_s, result["id"])
@@ -199,7 +199,7 @@ def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: 
         atomic_write(directory / f"{result['id']}.json", json.dumps(result).encode())
     finally:
         if got.get("locked"):
-            delivery.release_lock()
+            pushlock.release_lock()
     return code
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import delivery
+from runner import pushlock
 from runner import slurm_ledger as ledger_mod
 from runner.logs import last_line
 from runner.queue import Queue
@@ -82,7 +82,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         live = squeue(env)
     except ControllerDown as exc:
         return {"controller_down": str(exc)}
-    got = delivery.lock(root, {"wait_s": 10, "by": "plan status"})
+    got = pushlock.lock(root, {"wait_s": 10, "by": "plan status"})
     try:
         ledger = ledger_mod.load(root)
         sync(root, ledger, live, env)
@@ -91,7 +91,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
             ledger_mod.save(root, ledger)
     finally:
         if got.get("locked"):
-            delivery.release_lock()
+            pushlock.release_lock()
     shown = view(root, ledger, live, now, licences(env))
     return {"status": shown, "runner_alive": True, "now": now, "counts": shown["counts"]}
 

@@ -84,6 +84,8 @@ def test_the_plan_side_and_the_host_agents_use_contracts_not_the_service() -> No
         *sorted((REPO / "plancompiler").rglob("*.py")),
         REPO / "runner/agent.py",
         REPO / "runner/delivery.py",
+        REPO / "runner/pushlock.py",
+        REPO / "runner/bootstrap.py",
         REPO / "runner/slurm_agent.py",
     ]
     for path in users:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -115,10 +118,10 @@ def test_a_second_push_waits_for_the_lock_then_names_its_holder(tmp_path: Path) 
         started = time.monotonic()
         code, out = plan_cli("push", str(root), str(plan), "--lock-wait", "1")
         assert code == 1 and time.monotonic() - started < 30
-        assert f"another push to {root} is in progress (pid {holder.proc.pid}, ann@box, since 20" in out
+        assert f"another push to {root} is in progress (pid {os.getpid()}, ann@box, since 20" in out
         assert not (root / "queue").exists() or not os.listdir(root / "queue")
     finally:
-        holder.close()  # its agent ends, and the lock with it
+        holder.close()  # its locks are released
     code, out = plan_cli("push", str(root), str(plan), "--lock-wait", "1")
     assert code == 0 and (root / "queue/a.job").exists(), out
 
@@ -261,3 +264,51 @@ def test_a_package_cached_before_the_root_existed_is_not_sent_again(tmp_path: Pa
     # found in the user's cache: neither uploaded again there nor under the root that now exists
     assert not (root / ".plan-runner" / f"runner-{digest}.pyz").exists()
     assert user_cache.stat().st_ino == stored.st_ino
+
+
+def test_a_local_agent_call_is_bounded_by_the_hosts_timeout(tmp_path: Path) -> None:
+    """A local root's agent runs in-process; a request that does not end in time is `Unreachable`, as a hung
+    agent process was (here: a control request no runner takes, waiting 3 s, under a 0.5 s limit)."""
+    from plancompiler.transport import Unreachable
+
+    root = tmp_path / "q"
+    (root / "queue").mkdir(parents=True)
+    host = Host(name=str(root), root=str(root), timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(Unreachable, match=r"no answer within 0\.5s"):
+        host.call("control", {"job": "a.job", "action": "cancel", "wait_s": 3})
+    assert time.monotonic() - started < 2.5
+    assert host.call("control", {"job": "a.job", "action": "cancel", "wait_s": 0}, timeout=5)["taken"] is False
+
+
+def test_an_interrupt_waits_for_a_local_request_that_writes_then_takes_effect(tmp_path: Path) -> None:
+    """Ctrl-C during a local request that writes (here a control request waiting 1.5 s for a runner) lets the
+    request end whole, then interrupts; a read-only request is interrupted at once."""
+    root = tmp_path / "q"
+    (root / "queue").mkdir(parents=True)
+    script = (
+        "import sys, time\n"
+        "from plancompiler.hosts import Host\n"
+        "host = Host(name=sys.argv[1], root=sys.argv[1])\n"
+        "print('ready', flush=True)\n"
+        "started = time.monotonic()\n"
+        "try:\n"
+        "    host.call('control', {'job': 'a.job', 'action': 'cancel', 'wait_s': 1.5})\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after', round(time.monotonic() - started, 2), flush=True)\n"
+        "    sys.exit(130)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(runner_pkg.__file__).resolve().parent.parent))
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        time.sleep(0.4)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    assert float(out.split("interrupted after ")[1]) >= 1.5  # the request ran to its end first
+    assert (root / "control").is_dir() and os.listdir(root / "control")  # and did what it does

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from plancompiler.backends.protocol import PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.backends.queuediff import diff, plan_record
 from plancompiler.backends.queuehealth import health
-from plancompiler.hosts import Host
-from plancompiler.transport import Session
+from plancompiler.hosts import AgentSession, Host
 
 if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
     from plancompiler.compile import Compiled
@@ -32,7 +31,7 @@ def busy_message(host: Host, holder: dict[str, Any]) -> str:
 class QueuePushSession:
     """Probe and install through one agent process, which holds ROOT/.push.lock from probe to install."""
 
-    def __init__(self, host: Host, session: Session) -> None:
+    def __init__(self, host: Host, session: AgentSession) -> None:
         self.host = host
         self.session = session
 

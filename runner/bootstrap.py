@@ -1,0 +1,88 @@
+"""`plan bootstrap` on the host: the runner package copied under ROOT/.plan-runner, its systemd unit written
+and started where systemd runs (else the command to start it by hand)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from runner.queue import Queue, atomic_write, fresh_status, read_json
+
+
+def _read(path: str) -> Any:
+    try:
+        return read_json(Path(path))
+    except (OSError, ValueError):
+        return None
+
+
+def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Copy the runner package under ROOT/.plan-runner, write its systemd unit, start it if systemd runs."""
+    done: dict[str, Any] = {"written": [], "unchanged": [], "commands": [], "systemd": False, "heartbeat": False}
+    lib = os.path.join(root, ".plan-runner")
+    _copy_runner(lib, request, done)
+    Queue(Path(root)).ensure()
+    os.makedirs(os.path.join(root, "control"), exist_ok=True)
+    user_unit = bool(request.get("user_unit"))
+    unit_dir = os.path.expanduser("~/.config/systemd/user") if user_unit else "/etc/systemd/system"
+    unit_path = os.path.join(unit_dir, request["unit_name"])
+    done["unit_path"] = unit_path
+    run = f"PYTHONPATH={lib} {request.get('python', 'python3')} -u -m runner run --root {root}"
+    has_systemd = shutil.which("systemctl") is not None and os.path.isdir("/run/systemd/system")
+    try:
+        os.makedirs(unit_dir, exist_ok=True)
+        atomic_write(Path(unit_path), request["unit"].encode())
+        done["written"].append(unit_path)
+    except OSError as exc:
+        done["unit_error"] = str(exc)
+    if not has_systemd:
+        done["commands"] = ["# systemd is not running here; start the runner yourself, e.g. under tmux:", run]
+        return done
+    done["systemd"] = True
+    if _start_unit(root, request, user_unit, done) and user_unit:
+        done["commands"].append("# a --user unit stops at logout unless lingering is on: loginctl enable-linger $USER")
+    return done
+
+
+def _copy_runner(lib: str, request: dict[str, Any], done: dict[str, Any]) -> None:
+    """The runner's files under LIB, each rewritten only where it differs."""
+    for rel, text in sorted(request["files"].items()):
+        path = Path(lib) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = text.encode("utf-8")
+        try:
+            same = path.read_bytes() == data
+        except OSError:
+            same = False
+        if same:
+            done["unchanged"].append(rel)
+        else:
+            atomic_write(path, data)
+            done["written"].append(rel)
+    if request.get("content_hash"):
+        # The agent of a workstation shipping this same runner uses this copy instead of uploading its own.
+        atomic_write(Path(lib) / "runner.hash", (request["content_hash"] + "\n").encode())
+
+
+def _start_unit(root: str, request: dict[str, Any], user_unit: bool, done: dict[str, Any]) -> bool:
+    """systemctl daemon-reload, enable --now and restart, then wait for a heartbeat; False if systemctl failed."""
+    import subprocess
+
+    ctl = ["systemctl", "--user"] if user_unit else ["systemctl"]
+    started = time.time()
+    for args in (["daemon-reload"], ["enable", "--now", request["unit_name"]], ["restart", request["unit_name"]]):
+        proc = subprocess.run(ctl + args, capture_output=True, text=True)
+        done["commands"].append(" ".join(ctl + args) + f" -> exit {proc.returncode} {proc.stderr.strip()}")
+        if proc.returncode != 0:
+            return False
+    deadline = time.time() + float(request.get("wait_s", 30))
+    while time.time() < deadline:
+        st = fresh_status(root, _read(os.path.join(root, "status.json"))) or {}
+        if float(st.get("runner", {}).get("heartbeat", 0)) >= started:
+            done["heartbeat"] = True
+            break
+        time.sleep(0.5)
+    return True
