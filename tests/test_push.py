@@ -200,7 +200,7 @@ def test_runner_ticking_during_50_pushes_never_sees_a_partial_job(tmp_path: Path
     compiled = compile_plan(plan)
     assert compiled.clean()
     host = Host(name=str(root), root=str(root))
-    runner = RunnerProcess(root).start("--tick", "0.1")
+    runner = RunnerProcess(root).start("--tick", "0.1", "--slots", "cpu=4")
     try:
         for _ in range(50):
             push_to(compiled, host, PushOptions(), lambda diff: None)
