@@ -308,8 +308,8 @@ def test_the_real_check_process_exits_0_1_or_2_without_a_traceback(tmp_path: Pat
     for name in ("deeper.yaml", "billion-laughs.yaml", "repeat.yaml", "recursive-macro.yaml", "python-exit.py"):
         (tmp_path / "mutants" / name).write_text(BOMBS[name])
         bombs.append(tmp_path / "mutants" / name)
-    # One process for the bombs together, then one for each mutant: each must end, and end well.
-    for paths in [bombs, *[[m] for m in mutants]]:
+    # One process for the bombs together, one for the mutants together: each must end, and end well.
+    for paths in [bombs, mutants]:
         run = subprocess.run(
             [
                 sys.executable,
