@@ -622,3 +622,30 @@ def test_yaml_merge_keys_bring_defaults_that_a_job_overrides(tmp_path: Path) -> 
     assert "# LANE=net\n# RETRIES=2\n# TIMEOUT=1m\n" in a
     # the job's own key wins over the merged ones, and the first mapping listed wins over the later one
     assert "# LANE=cpu\n# RETRIES=2\n# TIMEOUT=1m\n" in b
+
+
+def test_an_inline_run_is_placed_once_per_plan_job_and_every_row_points_at_its_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a run's `{{` are written is found once per plan job, not once per row (each search read the rest
+    of the plan: a foreach of N rows in a long plan was N times the plan's length), and only as far as needed."""
+    from plancompiler import render
+
+    searched: list[int] = []
+    real = render._tag_places
+
+    def counting(body: str, lines: list[str], line: int, col: int):  # type: ignore[no-untyped-def]
+        searched.append(line)
+        return real(body, lines, line, col)
+
+    monkeypatch.setattr(render, "_tag_places", counting)
+    rows = 300
+    c = compile_text(
+        tmp_path,
+        'plan: t\njobs:\n  - name: "a{{ i }}"\n    foreach: {i: ROWS}\n    run: "echo one\\n  eval {{ i }}"\n'
+        '  - name: b\n    run: "echo {{ 1 }}\\n  eval {{ 2 }}"\n'.replace("ROWS", str(list(range(rows)))),
+        lint=False,
+    )
+    assert searched == [5, 7]
+    assert {(d.code, d.line, d.col) for d in c.diagnostics} == {("R005", 5, 28), ("R005", 7, 32)}
+    assert sum(d.line == 5 for d in c.diagnostics) == rows
