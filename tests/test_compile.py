@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import textwrap
@@ -578,21 +577,20 @@ def test_yaml_plans_never_walk_the_stack_and_python_plans_record_job_lines(tmp_p
 
 
 def test_check_counts_every_job_and_max_size_is_a_global_flag(tmp_path: Path) -> None:
-    import sys
+    from tests.inprocess import plan_main
 
     plan = tmp_path / "three.yaml"
     plan.write_text(
         "plan: t\njobs:\n  - name: a\n    run: echo a\n  - name: b\n    run: echo {{ nope }}\n"
         "  - name: \"c{{ i }}\"\n    foreach: {i: [1, 2]}\n    run: echo {{ 'x' * 1100000 }}\n"
     )
-    argv = [sys.executable, "-m", "plancompiler.cli"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "PLAN_CACHE_DIR": str(tmp_path / "cache")}
-    run = subprocess.run([*argv, "check", str(plan)], capture_output=True, text=True, env=env)
+    where = {"cwd": tmp_path, "cache": tmp_path / "cache"}
+    run = plan_main("check", str(plan), **where)
     assert run.returncode == 1
     assert run.stderr.splitlines()[-1] == "4 jobs, 3 errors, 0 warnings"  # b, c1, c2 did not render: still counted
-    raised = subprocess.run([*argv, "--max-size", "2M", "check", str(plan)], capture_output=True, text=True, env=env)
+    raised = plan_main("--max-size", "2M", "check", str(plan), **where)
     assert raised.returncode == 1 and "R007" not in raised.stdout and "R002" in raised.stdout
-    bad = subprocess.run([*argv, "--max-size", "lots", "check", str(plan)], capture_output=True, text=True, env=env)
+    bad = plan_main("--max-size", "lots", "check", str(plan), **where)
     assert bad.returncode == 2 and "--max-size" in bad.stderr
 
 
