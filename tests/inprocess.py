@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO
+REPO = Path(__file__).resolve().parent.parent  # not from conftest: the limited child imports this module alone
 
 
 @dataclass(frozen=True)
