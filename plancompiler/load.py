@@ -78,14 +78,84 @@ def _pos(mark: yaml.Mark) -> tuple[int, int]:
 
 
 class _Walk:
-    """What building one document has cost so far, and which nodes are being built (to catch `&x [*x]`)."""
+    """What building one document has cost so far, and which nodes are being built (to catch `&x [*x]`).
 
-    def __init__(self) -> None:
+    SIZES (from _sizes, given only for a document that is refused whatever happens: it expands past MAX_NODES)
+    lets the walk count a collection it has already built once without building it again, where doing so
+    could neither pass MAX_NODES nor MAX_DEPTH inside it: every check in it passed the first time and would
+    pass again, so the first refusal, and its place, are the ones a full walk meets; only sooner.
+    """
+
+    def __init__(self, sizes: dict[int, tuple[int, int]] | None = None) -> None:
         self.nodes = 0
         self.path: set[int] = set()
+        self.sizes = sizes
+        self.built: set[int] = set()
+
+
+class _GiveUp(Exception):
+    pass
+
+
+_SIZES_DEPTH = 400  # levels of aliases and merges _sizes follows; past them it gives up (Python's stack is ~1,000)
+
+
+def _sizes(root: yaml.Node) -> dict[int, tuple[int, int]] | None:
+    """For each collection of the document, by id: how many values _build visits in it with every alias
+    expanded, and how many levels below it the deepest goes, as a walk without findings would (merged
+    mappings at the mapping's own level). None for a recursive alias or a graph deeper than _SIZES_DEPTH."""
+    sizes: dict[int, tuple[int, int]] = {}
+    open_: set[int] = set()
+
+    def visit(node: yaml.Node, level: int) -> tuple[int, int]:
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            return 1, 0
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        if id(node) in open_ or level > _SIZES_DEPTH:
+            raise _GiveUp
+        open_.add(id(node))
+        count, deepest = 1, 0
+        if isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                n, d = visit(item, level + 1)
+                count, deepest = count + n, max(deepest, d + 1)
+        else:
+            for key_node, value_node in node.value:
+                if key_node.tag != MERGE_TAG:
+                    n, d = visit(value_node, level + 1)
+                    count, deepest = count + n, max(deepest, d + 1)
+                    continue
+                for merged in value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]:
+                    n, d = visit(merged, level + 1)
+                    count, deepest = count + n, max(deepest, d)
+        open_.discard(id(node))
+        sizes[id(node)] = (count, deepest)
+        return count, deepest
+
+    try:
+        visit(root, 0)
+    except _GiveUp:
+        return None
+    return sizes
+
+
+def _walk_for(root: yaml.Node, text: str) -> _Walk:
+    """A walk for ROOT: one that may skip what it has built (see _Walk) where ROOT expands past MAX_NODES."""
+    if "*" not in text:  # no alias: nothing is built twice, and nothing to skip
+        return _Walk()
+    sizes = _sizes(root)
+    refused = sizes is not None and sizes.get(id(root), (1, 0))[0] > MAX_NODES
+    return _Walk(sizes if refused else None)
 
 
 def _build(node: yaml.Node, loader: Any, loc: Loc, source: Source, walk: _Walk) -> Any:
+    if walk.sizes is not None and id(node) in walk.built:
+        count, deepest = walk.sizes[id(node)]
+        if walk.nodes + count <= MAX_NODES and len(loc) + deepest <= MAX_DEPTH:
+            walk.nodes += count  # the document is refused: what this would have built is never used
+            return {} if isinstance(node, yaml.MappingNode) else []
     walk.nodes += 1
     if walk.nodes > MAX_NODES:
         raise _Refused(
@@ -102,9 +172,12 @@ def _build(node: yaml.Node, loader: Any, loc: Loc, source: Source, walk: _Walk) 
             raise _Refused(node.start_mark, "an alias refers to the value that contains it (a recursive alias)")
         walk.path.add(id(node))
         try:
-            return _build_collection(node, loader, loc, source, walk)
+            built = _build_collection(node, loader, loc, source, walk)
         finally:
             walk.path.discard(id(node))
+        if walk.sizes is not None:
+            walk.built.add(id(node))
+        return built
     value = loader.construct_object(node, deep=True)
     if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
         # A block scalar's text starts on the line after its indicator.
@@ -231,7 +304,7 @@ def load_yaml(
         node = loader.get_single_node()
         if node is None:
             return None, source, [error(display, 1, 1, "P001", f"{what} file is empty")]
-        data = _build(node, loader, (), source, _Walk())
+        data = _build(node, loader, (), source, _walk_for(node, text))
     except _Refused as exc:
         line, col = _pos(exc.mark) if exc.mark else (1, 1)
         return None, source, [error(display, line, col, "P001", str(exc))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import os
 import re
 import shlex
@@ -139,6 +140,7 @@ def render_jobs(
     diagnostics: list[Diagnostic] = []
     comment = f"generated from {_shown_name(Path(source.path).name)} by plan; do not edit"
     files: dict[str, tuple[str, _Place] | str] = {}  # each template file found and read once: most jobs share one
+    inline: dict[tuple[int, str], _Place] = {}  # each plan job's run placed once, not once per row of its foreach
     for job in jobs:
         name = job.job.template if job.job.template is not None else f"{_INLINE}{job.index}"
         if job.job.template is not None:
@@ -152,7 +154,9 @@ def render_jobs(
             template_source, place = file
         else:
             template_source = job.job.run or ""
-            place = _inline_place(source, job.index, template_source)
+            if (job.index, template_source) not in inline:
+                inline[job.index, template_source] = _inline_place(source, job.index, template_source)
+            place = inline[job.index, template_source]
         diagnostics.extend(_unused_with(job, renderer, name, source))
         body, found = _render_one(job, name, renderer, place)
         diagnostics.extend(found)
@@ -241,13 +245,18 @@ def _tag_places(
 ) -> tuple[tuple[tuple[int, int], tuple[int, int]], ...]:
     """Each `{{`/`{%` of BODY paired with the same one where the plan writes the scalar (from LINE:COL): a
     quoted or folded scalar, or a block with an indentation indicator, does not keep the body's lines and columns."""
-    written = [
-        (n, m.start() + 1)
-        for n in range(max(line, 1), len(lines) + 1)
-        for m in re.finditer(r"\{[{%]", lines[n - 1])
-        if n > line or m.start() + 1 >= col
-    ]
     found = [(n, m.start() + 1) for n, text in enumerate(body.split("\n"), 1) for m in re.finditer(r"\{[{%]", text)]
+    written = list(  # only as many as the body has: the rest of the plan is not read
+        itertools.islice(
+            (
+                (n, m.start() + 1)
+                for n in range(max(line, 1), len(lines) + 1)
+                for m in re.finditer(r"\{[{%]", lines[n - 1])
+                if n > line or m.start() + 1 >= col
+            ),
+            len(found),
+        )
+    )
     return tuple(zip(found, written[: len(found)], strict=True)) if len(written) >= len(found) else ()
 
 

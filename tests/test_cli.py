@@ -240,32 +240,48 @@ def test_light_reader_leaves_help_mistakes_and_odd_forms_to_typer(argv: list[str
 
 
 def test_light_path_reports_a_mistake_in_typers_words(tmp_path: Path) -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "plancompiler.cli", "status", str(tmp_path), "--bogus"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    from tests.inprocess import plan_main
+
+    run = plan_main("status", str(tmp_path), "--bogus", cwd=REPO, cache=tmp_path / "cache")  # as the script runs
     typer_run = cli.invoke(app, ["status", str(tmp_path), "--bogus"])
     assert run.returncode == typer_run.exit_code == 2
     assert "No such option: --bogus" in run.stderr and "No such option: --bogus" in typer_run.output
 
 
-def _modules_after(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[int, bool, bool, str]:
-    """Run `plan ARGV` in a fresh interpreter: (exit code, pydantic imported, jinja2 imported, output)."""
-    code = (
-        "import sys\nfrom plancompiler.cli import main\nrc = main(sys.argv[1:])\n"
-        "print('MODULES', rc, 'pydantic' in sys.modules, 'jinja2' in sys.modules)\n"
-    )
+_STEPS = """
+import contextlib, io, json, sys
+from pathlib import Path
+from plancompiler.cli import main
+real = sys.stdout
+for step in json.loads(sys.argv[1]):
+    if "write" in step:
+        Path(step["write"]).write_text(step["text"])
+        continue
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = main(step["argv"])
+    found = {"rc": rc, "pydantic": "pydantic" in sys.modules, "jinja2": "jinja2" in sys.modules}
+    print(json.dumps({**found, "output": out.getvalue()}), file=real, flush=True)
+"""
+
+
+def _modules_after(
+    steps: list[list[str] | tuple[Path, str]], cwd: Path, env: dict[str, str] | None = None
+) -> list[tuple[int, bool, bool, str]]:
+    """Run each `plan ARGV` of STEPS in turn in one fresh interpreter (a (PATH, TEXT) step writes the file):
+    for each, (exit code, pydantic imported by then, jinja2 imported by then, its output). Modules only
+    accumulate, so one that a command imports shows after it, whatever ran before it in the same process."""
+    given = [{"argv": s} if isinstance(s, list) else {"write": str(s[0]), "text": s[1]} for s in steps]
     run = subprocess.run(
-        [sys.executable, "-c", code, *argv],
+        [sys.executable, "-c", _STEPS, json.dumps(given)],
         capture_output=True,
         text=True,
         cwd=cwd,
         env={**__import__("os").environ, "PYTHONPATH": str(REPO), **(env or {})},
     )
-    line = [ln for ln in run.stdout.splitlines() if ln.startswith("MODULES")][-1].split()
-    return int(line[1]), line[2] == "True", line[3] == "True", run.stdout + run.stderr
+    ran = [json.loads(line) for line in run.stdout.splitlines()]
+    assert run.returncode == 0 and len(ran) == sum(isinstance(s, list) for s in steps), run.stdout + run.stderr
+    return [(r["rc"], r["pydantic"], r["jinja2"], r["output"]) for r in ran]
 
 
 def test_status_watch_logs_and_park_import_neither_pydantic_nor_jinja2(tmp_path: Path) -> None:
@@ -274,15 +290,15 @@ def test_status_watch_logs_and_park_import_neither_pydantic_nor_jinja2(tmp_path:
         (root / state).mkdir(parents=True)
     (root / "logs" / "j.log").write_text("hello\n")
     (root / "done" / "j.job").write_text("# LANE=cpu\n\necho hello\n")
-    for argv in (
+    steps: list[list[str] | tuple[Path, str]] = [
         ["status", str(root)],
         ["status", str(root), "--json"],
         ["watch", str(root), "--once", "--state", str(tmp_path / "w.json")],
         ["logs", str(root), "j"],
         ["park", str(root), "--reason", "test"],
         ["unpark", str(root)],
-    ):
-        rc, pydantic, jinja2, output = _modules_after(argv, tmp_path)
+    ]
+    for argv, (rc, pydantic, jinja2, output) in zip(steps, _modules_after(steps, tmp_path), strict=True):
         assert rc in (0, 12, 14), (argv, output)  # watch --once may find the queue idle or its runner dead
         assert not pydantic and not jinja2, (argv, output)
 
@@ -294,17 +310,24 @@ def test_an_unchanged_plan_is_checked_from_the_memo_and_a_changed_template_is_no
     plan = tmp_path / "p.yaml"
     plan.write_text("plan: p\njobs:\n  - name: a\n    template: t.sh.j2\n    with: {x: m1}\n")
     env = {"PLAN_CACHE_DIR": str(tmp_path / "cache")}
-    rc, _, jinja2, out = _modules_after(["check", str(plan)], tmp_path, env)
+    # A step that must not compile starts a fresh process; one that must may follow it there (jinja2 shows).
+    [(rc, _, jinja2, out)] = _modules_after([["check", str(plan)]], tmp_path, env)
     assert rc == 0 and jinja2, out  # the first check compiles
-    rc, _, jinja2, out = _modules_after(["check", str(plan)], tmp_path, env)
+    cd = "cd {{ x }}\necho done\n"  # SC2164: cd without || exit
+    remembered, changed = _modules_after(
+        [["check", str(plan)], (template, cd), ["check", str(plan), "--strict"]], tmp_path, env
+    )
+    rc, _, jinja2, out = remembered
     assert rc == 0 and not jinja2 and "1 jobs, 0 errors" in out, out  # the same inputs: remembered
-    template.write_text("cd {{ x }}\necho done\n")  # SC2164: cd without || exit
-    rc, _, jinja2, out = _modules_after(["check", str(plan), "--strict"], tmp_path, env)
+    rc, _, jinja2, out = changed
     assert rc == 1 and jinja2 and "SC2164" in out, out
-    rc, _, jinja2, out = _modules_after(["check", str(plan), "--strict"], tmp_path, env)
+    m2 = plan.read_text().replace("m1", "m2")
+    remembered, changed = _modules_after(
+        [["check", str(plan), "--strict"], (plan, m2), ["check", str(plan), "--strict"]], tmp_path, env
+    )
+    rc, _, jinja2, out = remembered
     assert rc == 1 and not jinja2 and "SC2164" in out, out  # a remembered finding is still printed
-    plan.write_text(plan.read_text().replace("m1", "m2"))
-    rc, _, jinja2, out = _modules_after(["check", str(plan), "--strict"], tmp_path, env)
+    rc, _, jinja2, out = changed
     assert rc == 1 and jinja2 and "SC2164" in out, out
-    rc, _, jinja2, out = _modules_after(["check", str(plan), "--no-cache"], tmp_path, env)
+    [(rc, _, jinja2, out)] = _modules_after([["check", str(plan), "--no-cache"]], tmp_path, env)
     assert jinja2, out  # --no-cache always checks afresh

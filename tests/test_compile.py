@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -578,21 +579,20 @@ def test_yaml_plans_never_walk_the_stack_and_python_plans_record_job_lines(tmp_p
 
 
 def test_check_counts_every_job_and_max_size_is_a_global_flag(tmp_path: Path) -> None:
-    import sys
+    from tests.inprocess import plan_main
 
     plan = tmp_path / "three.yaml"
     plan.write_text(
         "plan: t\njobs:\n  - name: a\n    run: echo a\n  - name: b\n    run: echo {{ nope }}\n"
-        "  - name: \"c{{ i }}\"\n    foreach: {i: [1, 2]}\n    run: echo {{ 'x' * 1100000 }}\n"
+        '  - name: "c{{ i }}"\n    foreach: {i: [1, 2]}\n    run: "true  # {{ \'x\' * 1100000 }}"\n'
     )
-    argv = [sys.executable, "-m", "plancompiler.cli"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "PLAN_CACHE_DIR": str(tmp_path / "cache")}
-    run = subprocess.run([*argv, "check", str(plan)], capture_output=True, text=True, env=env)
+    where = {"cwd": tmp_path, "cache": tmp_path / "cache"}
+    run = plan_main("check", str(plan), **where)
     assert run.returncode == 1
     assert run.stderr.splitlines()[-1] == "4 jobs, 3 errors, 0 warnings"  # b, c1, c2 did not render: still counted
-    raised = subprocess.run([*argv, "--max-size", "2M", "check", str(plan)], capture_output=True, text=True, env=env)
+    raised = plan_main("--max-size", "2M", "check", str(plan), **where)
     assert raised.returncode == 1 and "R007" not in raised.stdout and "R002" in raised.stdout
-    bad = subprocess.run([*argv, "--max-size", "lots", "check", str(plan)], capture_output=True, text=True, env=env)
+    bad = plan_main("--max-size", "lots", "check", str(plan), **where)
     assert bad.returncode == 2 and "--max-size" in bad.stderr
 
 
@@ -622,3 +622,101 @@ def test_yaml_merge_keys_bring_defaults_that_a_job_overrides(tmp_path: Path) -> 
     assert "# LANE=net\n# RETRIES=2\n# TIMEOUT=1m\n" in a
     # the job's own key wins over the merged ones, and the first mapping listed wins over the later one
     assert "# LANE=cpu\n# RETRIES=2\n# TIMEOUT=1m\n" in b
+
+
+def test_an_inline_run_is_placed_once_per_plan_job_and_every_row_points_at_its_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a run's `{{` are written is found once per plan job, not once per row (each search read the rest
+    of the plan: a foreach of N rows in a long plan was N times the plan's length), and only as far as needed."""
+    from plancompiler import render
+
+    searched: list[int] = []
+    real = render._tag_places
+
+    def counting(body: str, lines: list[str], line: int, col: int):  # type: ignore[no-untyped-def]
+        searched.append(line)
+        return real(body, lines, line, col)
+
+    monkeypatch.setattr(render, "_tag_places", counting)
+    rows = 300
+    c = compile_text(
+        tmp_path,
+        'plan: t\njobs:\n  - name: "a{{ i }}"\n    foreach: {i: ROWS}\n    run: "echo one\\n  eval {{ i }}"\n'
+        '  - name: b\n    run: "echo {{ 1 }}\\n  eval {{ 2 }}"\n'.replace("ROWS", str(list(range(rows)))),
+        lint=False,
+    )
+    assert searched == [5, 7]
+    assert {(d.code, d.line, d.col) for d in c.diagnostics} == {("R005", 5, 28), ("R005", 7, 32)}
+    assert sum(d.line == 5 for d in c.diagnostics) == rows
+
+
+def _aliases(levels: int) -> str:
+    """YAML vars a0..aLEVELS, each nine aliases of the one before: a3 is 7,381 values, a9 over a billion."""
+    return "  a0: &a0 [w, w, w, w, w, w, w, w, w]\n" + "".join(
+        f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, levels + 1)
+    )
+
+
+def _late(what: str) -> str:
+    """377,000 values, WHAT (a var), then 221,000 more: refused, and WHAT comes after much has been skipped."""
+    return (
+        _aliases(3)
+        + "  many: ["
+        + ", ".join(["*a3"] * 50)
+        + "]\n"
+        + what
+        + "  tail: ["
+        + ", ".join(["*a3"] * 30)
+        + "]\n"
+    )
+
+
+# name: (vars, the finding a full walk ends in: line, col, message)
+ALIAS_HEAVY = {
+    "laughs": (_aliases(9), "3:18", "the plan expands to more than 500,000 values"),
+    "crosses-inside-a-copy": (_aliases(3) + "  many: [" + ", ".join(["*a3"] * 80) + "]\n", "3:12", "the plan expands"),
+    "duplicate-late": (_late("  late: {x: 1, x: 2}\n"), "8:16", "duplicate key 'x'"),
+    "deep-late": (_late("  deep: " + "[" * 97 + "*a3" + "]" * 97 + "\n"), "4:7", "values nested more than 100 deep"),
+    "list-key-late": (_late("  late: {[a]: 1}\n"), "8:10", "a key must be a plain value"),
+    "bad-merge-late": (_late("  late: {<<: *a0}\n"), "8:10", "`<<` merges a mapping"),
+    "merges": (
+        "  m0: &m0 {a: 1, b: 2, c: 3}\n"
+        + "".join(
+            f"  m{i}: &m{i} {{" + ", ".join(f"k{j}: {{<<: *m{i - 1}, z: 0}}" for j in range(9)) + "}\n"
+            for i in range(1, 7)
+        ),
+        "3:21",
+        "the plan expands",
+    ),
+    "recursive": ("  r: &r [1, *r]\n" + _aliases(9), "3:6", "an alias refers to the value that contains it"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALIAS_HEAVY))
+def test_a_refused_alias_document_ends_in_the_finding_a_full_walk_ends_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A document that expands past 500,000 values counts what it has built once instead of building it again.
+    The finding, its place and its message are those of building every value: the expected ones were taken
+    from a full walk, and one case (depth, the check that depends on where a copy lands) walks fully here too."""
+    from plancompiler import load
+
+    text, place, message = ALIAS_HEAVY[name]
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: t\nvars:\n" + text + "jobs: []\n")
+    assert len(plan.read_bytes()) < 1 << 20
+    built, real = [0], load._build
+
+    def counting(*args: Any) -> Any:
+        built[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(load, "_build", counting)
+    quick = [d.text() for d in load.load_yaml(plan, "p.yaml")[2]]
+    monkeypatch.setattr(load, "_build", real)
+    assert built[0] < 20_000, built  # what was built once is counted, not built again
+    assert len(quick) == 1 and quick[0].startswith(f"p.yaml:{place}: error[P00") and message in quick[0], quick
+    if name == "deep-late" or os.environ.get("PLAN_FULL_WALK"):  # PLAN_FULL_WALK=1: every case, ~1 s each
+        monkeypatch.setattr(load, "_walk_for", lambda root, text: load._Walk())
+        assert [d.text() for d in load.load_yaml(plan, "p.yaml")[2]] == quick

@@ -1,13 +1,15 @@
-"""The pre-push hook where the venv is not on PATH (an IDE's git, a plain shell): shellcheck is still found."""
+"""The pre-push hook, run as git runs it where the venv is not on PATH (an IDE's git, a plain shell): shellcheck
+is still found, a good plan passes (the hosts file beside it skipped), a plan with errors refuses the push."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.inprocess import plan_main
 
 
 def test_the_hook_checks_with_a_bare_path_and_a_cold_cache(tmp_path: Path) -> None:
@@ -16,25 +18,13 @@ def test_the_hook_checks_with_a_bare_path_and_a_cold_cache(tmp_path: Path) -> No
     (repo / "plans").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / "plans/good.yaml").write_text("plan: good\njobs:\n  - name: a\n    run: echo a\n")
+    (repo / "plans/hosts.yaml").write_text("hosts:\n  a9: {ssh: a9, root: /home/user/jobs}\n")  # not a plan
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PLAN_CACHE_DIR": str(tmp_path / "cold-cache")}
-    install = subprocess.run(
-        [
-            "/usr/bin/env",
-            "-i",
-            *(f"{k}={v}" for k, v in env.items()),
-            sys.executable,
-            "-m",
-            "plancompiler.cli",
-            "hooks",
-            "install",
-            "--repo",
-            str(repo),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    # Installing writes this interpreter's path into the hook, whatever the environment: done in this process.
+    install = plan_main("hooks", "install", "--repo", str(repo), cwd=tmp_path, cache=tmp_path / "cache")
     assert install.returncode == 0, install.stderr
     hook = repo / ".git/hooks/pre-push"
+    assert os.access(hook, os.X_OK)
     ok = subprocess.run(
         ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), str(hook)],
         cwd=repo,

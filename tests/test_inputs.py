@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
-import sys
 import typing
 from pathlib import Path
 
@@ -17,29 +15,15 @@ from plancompiler.diagnostics import PlanError
 from plancompiler.hostsfile import load_hosts
 from runner import jobfile
 from tests.conftest import REPO
+from tests.inprocess import Ran, plan_limited, plan_main, unblocking
 
 TRIVIAL = "plan: t\njobs:\n  - name: j\n    run: echo hi\n"
 MEMORY_LIMIT = 1 << 30  # address space for a child: building a multi-gigabyte value fails there, not on the box
 
 
-def _limited() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-
-
-def plan(
-    tmp_path: Path, *args: str, cwd: Path | None = None, limit: bool = False, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """The real `plan` process from this checkout (a hang fails the test through TIMEOUT)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PLAN_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.run(
-        [sys.executable, "-m", "plancompiler.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd or tmp_path,
-        timeout=timeout,
-        preexec_fn=_limited if limit else None,
-    )
+def plan(tmp_path: Path, *args: str, cwd: Path | None = None) -> Ran:
+    """`plan ARGS...` in this process (tests/inprocess.py), in CWD (default TMP_PATH), with a cache of its own."""
+    return plan_main(*args, cwd=cwd or tmp_path, cache=tmp_path / "cache")
 
 
 def found(compiled: typing.Any) -> list[str]:
@@ -156,59 +140,75 @@ def test_the_runner_refuses_a_job_file_whose_name_ends_in_a_newline() -> None:
 # 8. Filters whose result is bounded before it is built
 
 
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        (
-            "{{ ('x\\n' * 1000) | indent(1000000) }}",
-            "| indent would make a value of 1,000,002,000 items or bytes, over the limit of 1,048,576",
-        ),
-        (
-            "{{ ('x' * 1000000).replace('x', 'y' * 1000000) }}",
-            "str.replace would make a value of 1,000,000,000,000 items or bytes, over the limit of 1,048,576",
-        ),
-        (
-            "{{ ('x' * 1000000) | replace('x', 'y' * 1000) }}",
-            "| replace would make a value of 1,000,000,000 items or bytes, over the limit of 1,048,576",
-        ),
-        ("{{ ['x' * 1000000] * 1000000 }}", "a value written out would be more than 1,048,576 bytes as text"),
-        (
-            "{{ (['x' * 1000000] * 1000000) | join }}",
-            "| join would make a value of 2,000,000 items or bytes, over the limit of 1,048,576",
-        ),
-        (
-            "{{ 'a' ~ (['x' * 1000000] * 1000000) }}",
-            "a part of a joined value would be more than 1,048,576 bytes as text",
-        ),
-        (
-            "{{ ('\\t' * 1000000).expandtabs(1000000) }}",
-            "str.expandtabs would make a value of 1,000,001,000,000 items or bytes, over the limit of 1,048,576",
-        ),
-        (
-            "{{ ([[1] * 100] * 100) | tojson(indent=1000000) }}",
-            "| tojson would make a value of 2,000,000 items or bytes, over the limit of 1,048,576",
-        ),
-        (
-            "{{ ('x ' * 100000) | wordwrap(10, wrapstring='y' * 100000) }}",
-            "| wordwrap would make a value of 12,000,300,000 items or bytes, over the limit of 1,048,576",
-        ),
-    ],
+OVERSIZED = [
+    (
+        "{{ ('x\\n' * 1000) | indent(1000000) }}",
+        "| indent would make a value of 1,000,002,000 items or bytes, over the limit of 1,048,576",
+    ),
+    (
+        "{{ ('x' * 1000000).replace('x', 'y' * 1000000) }}",
+        "str.replace would make a value of 1,000,000,000,000 items or bytes, over the limit of 1,048,576",
+    ),
+    (
+        "{{ ('x' * 1000000) | replace('x', 'y' * 1000) }}",
+        "| replace would make a value of 1,000,000,000 items or bytes, over the limit of 1,048,576",
+    ),
+    ("{{ ['x' * 1000000] * 1000000 }}", "a value written out would be more than 1,048,576 bytes as text"),
+    (
+        "{{ (['x' * 1000000] * 1000000) | join }}",
+        "| join would make a value of 2,000,000 items or bytes, over the limit of 1,048,576",
+    ),
+    (
+        "{{ 'a' ~ (['x' * 1000000] * 1000000) }}",
+        "a part of a joined value would be more than 1,048,576 bytes as text",
+    ),
+    (
+        "{{ ('\\t' * 1000000).expandtabs(1000000) }}",
+        "str.expandtabs would make a value of 1,000,001,000,000 items or bytes, over the limit of 1,048,576",
+    ),
+    (
+        "{{ ([[1] * 100] * 100) | tojson(indent=1000000) }}",
+        "| tojson would make a value of 2,000,000 items or bytes, over the limit of 1,048,576",
+    ),
+    (
+        "{{ ('x ' * 100000) | wordwrap(10, wrapstring='y' * 100000) }}",
+        "| wordwrap would make a value of 12,000,300,000 items or bytes, over the limit of 1,048,576",
+    ),
+]
+R007_BODY = (
+    "plan: t\njobs:\n  - name: a\n    run: |\n      echo hi\n      echo {{ ('x\\n' * 1000) | indent(1000000) }}\n"
 )
-def test_an_oversized_filter_result_is_refused_before_it_is_built(tmp_path: Path, value: str, message: str) -> None:
-    # Under a 1 GiB address-space limit: building any of these first would be a MemoryError (exit 2).
-    (tmp_path / "p.yaml").write_text(f'plan: t\nvars:\n  a: "{value}"\njobs: []\n')
-    result = plan(tmp_path, "check", "p.yaml", limit=True)
+
+
+@pytest.fixture(scope="module")
+def limited_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
+    """Every plan whose check would build a huge value if a bound were missing, checked in one child process
+    under a 1 GiB address-space limit: building any of them first would be a MemoryError there (exit 2)."""
+    runs: dict[str, tuple[Path, list[str]]] = {}
+    for n, (value, _) in enumerate(OVERSIZED):
+        where = tmp_path_factory.mktemp(f"oversized{n}")
+        (where / "p.yaml").write_text(f'plan: t\nvars:\n  a: "{value}"\njobs: []\n')
+        runs[value] = (where, ["check", "p.yaml"])
+    where = tmp_path_factory.mktemp("r007")
+    (where / "p.yaml").write_text(R007_BODY)
+    runs["r007"] = (where, ["check", "p.yaml"])
+    runs["/dev/zero"] = (tmp_path_factory.mktemp("device"), ["check", "/dev/zero"])
+    return dict(zip(runs, plan_limited(list(runs.values()), MEMORY_LIMIT), strict=True))
+
+
+@pytest.mark.parametrize(("value", "message"), OVERSIZED)
+def test_an_oversized_filter_result_is_refused_before_it_is_built(
+    limited_runs: dict[str, Ran], value: str, message: str
+) -> None:
+    result = limited_runs[value]
     assert result.returncode == 1, result.stderr
     assert result.stdout == f"p.yaml:3:6: error[P011]: var 'a': {message} (raise it with --max-size)\n".replace(
         " as text (raise it", " as text (raise the limit"
     )
 
 
-def test_an_oversized_filter_in_a_job_body_is_an_r007(tmp_path: Path) -> None:
-    (tmp_path / "p.yaml").write_text(
-        "plan: t\njobs:\n  - name: a\n    run: |\n      echo hi\n      echo {{ ('x\\n' * 1000) | indent(1000000) }}\n"
-    )
-    result = plan(tmp_path, "check", "p.yaml", limit=True)
+def test_an_oversized_filter_in_a_job_body_is_an_r007(limited_runs: dict[str, Ran]) -> None:
+    result = limited_runs["r007"]
     assert result.returncode == 1, result.stderr
     assert result.stdout == (
         "p.yaml:6:7: error[R007]: job a: | indent would make a value of 1,000,002,000 "
@@ -269,13 +269,14 @@ def test_a_header_value_jobfile_refuses_is_a_located_r010_not_an_internal_error(
 @pytest.mark.parametrize("name", ["fifo.yaml", "fifo.py"])
 def test_a_fifo_plan_is_a_p001_not_a_hang(tmp_path: Path, name: str) -> None:
     os.mkfifo(tmp_path / name)
-    result = plan(tmp_path, "check", name, timeout=60)
+    with unblocking(tmp_path / name):  # a hang would end, and fail, here
+        result = plan(tmp_path, "check", name)
     assert result.returncode == 1, result.stderr
     assert result.stdout == f"{name}:1:1: error[P001]: a FIFO (named pipe), not a plan file\n"
 
 
-def test_a_device_plan_is_a_p001_not_read_until_memory_runs_out(tmp_path: Path) -> None:
-    result = plan(tmp_path, "check", "/dev/zero", limit=True)
+def test_a_device_plan_is_a_p001_not_read_until_memory_runs_out(limited_runs: dict[str, Ran]) -> None:
+    result = limited_runs["/dev/zero"]
     assert result.returncode == 1, result.stderr
     assert result.stdout == "/dev/zero:1:1: error[P001]: a device, not a plan file\n"
 
@@ -292,7 +293,8 @@ def test_a_plan_larger_than_max_size_is_a_p001(tmp_path: Path) -> None:
 
 def test_a_fifo_or_empty_hosts_file_is_a_located_h001(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo.yaml")
-    fifo = plan(tmp_path, "status", "box", "--hosts", "fifo.yaml")  # in a child: a hang fails by its timeout
+    with unblocking(tmp_path / "fifo.yaml"):  # a hang would end, and fail, here
+        fifo = plan(tmp_path, "status", "box", "--hosts", "fifo.yaml")
     assert fifo.returncode == 2
     assert fifo.stderr == "plan: fifo.yaml:1:1: error[H001]: a FIFO (named pipe), not a hosts file\n"
     (tmp_path / "empty.yaml").write_text("")

@@ -37,7 +37,7 @@ def test_plan_checks_clean_and_matches_golden(name: str) -> None:
 
 
 def test_a9_92c_renders_to_the_seed_job_plus_new_keys() -> None:
-    compiled = compile_plan(REPO / "plans" / "a9.yaml")
+    compiled = compile_plan(REPO / "plans" / "a9.yaml", lint=False)  # linted by the golden test
     job = next(j for j in compiled.jobs if j.name == "92c-net-mai-code")
     lines = job.text.splitlines()
     seed = SEED_92C.splitlines()
@@ -50,7 +50,7 @@ def test_a9_92c_renders_to_the_seed_job_plus_new_keys() -> None:
 
 
 def test_a9_intakes_end_by_killing_their_own_server() -> None:
-    compiled = compile_plan(REPO / "plans" / "a9.yaml")
+    compiled = compile_plan(REPO / "plans" / "a9.yaml", lint=False)
     intakes = [j for j in compiled.jobs if "-intake-" in j.name]
     assert len(intakes) >= 5
     for job in intakes:
@@ -61,7 +61,7 @@ def test_a9_intakes_roster_refuses_the_seed_launch_flag(tmp_path: Path) -> None:
     text = (REPO / "plans/a9_intakes.py").read_text()
     bad = tmp_path / "a9_intakes.py"
     bad.write_text(text.replace('"--batch-size", "2048"', '"-b", "2048"'))
-    compiled = compile_plan(bad)
+    compiled = compile_plan(bad, lint=False)
     assert [d.code for d in compiled.diagnostics] == ["P004"]
     line = bad.read_text().splitlines()[compiled.diagnostics[0].line - 1]
     assert line.strip().startswith('Model(name="mai-code-1.1-flash"')  # the roster entry with the flag
@@ -71,7 +71,7 @@ def test_a9_intakes_roster_refuses_the_seed_launch_flag(tmp_path: Path) -> None:
 def test_demo_works_under_its_own_queue_root_by_default() -> None:
     # Relative paths: each queue (.plan/demo/ for `plan run`) has its own work files, so a newcomer's
     # first run never finds another run's outputs already there and skips every job.
-    compiled = compile_plan(REPO / "plans" / "demo.yaml")
+    compiled = compile_plan(REPO / "plans" / "demo.yaml", lint=False)
     paths = [o.value for j in compiled.jobs for o in j.job.outputs]
     assert paths and all(p.startswith("work/") for p in paths)
     assert "/tmp" not in "".join(j.text for j in compiled.jobs)
