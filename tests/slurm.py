@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -234,6 +235,8 @@ SelectTypeParameters=CR_Core
 # on every start).
 SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1,sched_min_interval=0
 MessageTimeout={message_timeout}
+# The login environment of an --export=NONE job from StateSaveLocation/env_cache (_cache_login_env), not `su -`
+GetEnvTimeout=0
 ReturnToService=2
 MailProg=/bin/true
 GresTypes=gpu
@@ -245,6 +248,7 @@ NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1 State=UN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """)
     (d / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={d}/dev/gpu0\n")
+    _cache_login_env(d / "state")
     if accounting:
         _start_slurmdbd(d, sock, _start_mariadb(d, pids), dbd_port, env, pids)
     subprocess.run(["slurmctld", "-c", "-f", str(conf)], check=True, env=env)
@@ -260,6 +264,22 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         time.sleep(0.2)
     stop_slurm(cluster)
     pytest.fail(f"the Slurm node did not become idle: {out!r}")
+
+
+def _cache_login_env(state: Path) -> None:
+    """The submitting user's login environment, as slurmd reads it for an `sbatch --export=NONE` job when
+    GetEnvTimeout=0 (STATE/env_cache/USER). Asked per job instead, slurmd runs `su - USER -c env` and, racing
+    its exit, sleeps a second: 1-2 s before every job starts."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    login = subprocess.run(
+        ["su", "-", user, "-c", "/usr/bin/env"],
+        env={"ENVIRONMENT": "BATCH"},  # what slurmd gives `su`, and nothing of this test process
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (state / "env_cache").mkdir(exist_ok=True)
+    (state / "env_cache" / user).write_text(login)
 
 
 def stop_slurm(cluster: Slurm) -> None:
