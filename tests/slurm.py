@@ -244,7 +244,10 @@ Licenses=net:1,netgpu:1
 MinJobAge={min_job_age}
 {storage}
 JobCompType=jobcomp/none
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1 State=UNKNOWN
+# More CPUs than the machine has (config_overrides: slurmd reports these, not the hardware's): the test jobs
+# mostly wait, and only their lanes' GRES and licenses, never a CPU count, should make them take turns.
+SlurmdParameters=config_overrides
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 Gres=gpu:1 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """)
     (d / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={d}/dev/gpu0\n")
