@@ -60,6 +60,20 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
+def _listening(port: int, timeout: float = 30) -> None:
+    """Wait until something accepts connections on 127.0.0.1:PORT. A Slurm client that finds a daemon not yet
+    listening tries again a second later; this looks every 20 ms."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens on port {port}") from None
+            time.sleep(0.02)
+
+
 def _pid(path: Path, timeout: float = 10) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -149,6 +163,7 @@ StorageLoc=slurm_acct_db
     conf.chmod(0o600)  # slurmdbd refuses a config others can read: it holds the database password
     subprocess.run(["slurmdbd"], check=True, env=env)
     pids["slurmdbd"] = _pid(d / "slurmdbd.pid", 30)
+    _listening(port)
     deadline = time.monotonic() + 60
     while True:
         added = subprocess.run(
@@ -256,6 +271,7 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         _start_slurmdbd(d, sock, _start_mariadb(d, pids), dbd_port, env, pids)
     subprocess.run(["slurmctld", "-c", "-f", str(conf)], check=True, env=env)
     pids["slurmctld"] = _pid(d / "slurmctld.pid")
+    _listening(ctld_port)
     subprocess.run(["slurmd", "-N", "localhost", "-f", str(conf)], check=True, env=env)
     pids["slurmd"] = _pid(d / "slurmd.pid")
     cluster = Slurm(d, conf, pids)
