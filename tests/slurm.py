@@ -249,6 +249,10 @@ SelectTypeParameters=CR_Core
 # Latency over throughput: pending jobs are looked at every second, not after up to a minute (the tests wait
 # on every start).
 SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1,sched_min_interval=0
+# An epilog, if only /bin/true: slurmd then reports each job's end with an epilog-complete message, on which
+# slurmctld schedules at once; without one, a job's dependents and the jobs waiting for its GRES or licenses
+# start at the next pass, up to a second later.
+Epilog=/bin/true
 MessageTimeout={message_timeout}
 # The login environment of an --export=NONE job from StateSaveLocation/env_cache (_cache_login_env), not `su -`
 GetEnvTimeout=0
