@@ -123,7 +123,7 @@ def test_sacct_answers_for_what_squeue_forgot_without_and_with_job_comment(
     runs = run_and_kill(tmp_path, {"ac": plain, "ad": commented})
     try:
         for run in runs:  # squeue has forgotten both jobs of both plans
-            wait_for(lambda run=run: not run.ids & known_ids(run.cluster), 60, 0.5)
+            wait_for(lambda run=run: not run.ids & known_ids(run.cluster), 60, 0.2)
     finally:
         for run in runs:
             cancel_root(run.cluster, run.root)

@@ -23,7 +23,8 @@ plan = plan_cli
 
 @pytest.fixture(scope="module")
 def aging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
-    """A cluster that forgets finished jobs about 10 s after they end (MinJobAge=2)."""
+    """A cluster that forgets finished jobs (MinJobAge=2) at slurmctld's next purge: 10 s after it started, then
+    every 10 s (the shortest interval slurmctld purges at)."""
     cluster = start_slurm(tmp_path_factory.mktemp("aging"), min_job_age=2)
     yield cluster
     stop_slurm(cluster)
@@ -96,7 +97,7 @@ def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_pa
     try:
         wait_for(lambda: ended(root, "lg", "hello") == "COMPLETED" and ended(root, "lg", "bad") == "FAILED", 60, 0.2)
         ids = {str(a["id"]) for job in ("hello", "bad") for a in attempts(root, "lg", job)}
-        wait_for(lambda: not ids & known_ids(aging), 60, 0.5)  # squeue has forgotten both; no probe ever ran
+        wait_for(lambda: not ids & known_ids(aging), 60, 0.2)  # squeue has forgotten both; no probe ever ran
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
         assert code == 0 and re.search(r"  d  hello\.job  \(completed as \d+\)", out), out
         assert re.search(r"  !  bad\.job  \(FAILED as \d+; not resubmitted without --retry-failed\)", out), out
