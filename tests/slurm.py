@@ -85,13 +85,17 @@ def _pid(path: Path, timeout: float = 10) -> int:
 
 
 def _start_mariadb(d: Path, pids: dict[str, int]) -> int:
-    """A private mariadbd on 127.0.0.1 (its data, socket and log under D) with a user `slurm`; its port."""
-    data = d / "db"
+    """A private mariadbd on 127.0.0.1 (its data, socket, log and temporary files under D) with a user `slurm`;
+    its port. Two bootstraps sharing /tmp for their temporary tables collide now and then (a cluster per
+    worker, two clusters at once in the sacct test): each gets its own."""
+    data, tmp = d / "db", d / "db-tmp"
+    tmp.mkdir()
     subprocess.run(
         [
             "mariadb-install-db",
             "--no-defaults",
             f"--datadir={data}",
+            f"--tmpdir={tmp}",
             "--user=root",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
@@ -106,6 +110,7 @@ def _start_mariadb(d: Path, pids: dict[str, int]) -> int:
             "mariadbd",
             "--no-defaults",
             f"--datadir={data}",
+            f"--tmpdir={tmp}",
             f"--socket={sock}",
             f"--pid-file={d}/db.pid",
             f"--port={port}",
