@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -59,6 +60,20 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
+def _listening(port: int, timeout: float = 30) -> None:
+    """Wait until something accepts connections on 127.0.0.1:PORT. A Slurm client that finds a daemon not yet
+    listening tries again a second later; this looks every 20 ms."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens on port {port}") from None
+            time.sleep(0.02)
+
+
 def _pid(path: Path, timeout: float = 10) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -70,13 +85,17 @@ def _pid(path: Path, timeout: float = 10) -> int:
 
 
 def _start_mariadb(d: Path, pids: dict[str, int]) -> int:
-    """A private mariadbd on 127.0.0.1 (its data, socket and log under D) with a user `slurm`; its port."""
-    data = d / "db"
+    """A private mariadbd on 127.0.0.1 (its data, socket, log and temporary files under D) with a user `slurm`;
+    its port. Two bootstraps sharing /tmp for their temporary tables collide now and then (a cluster per
+    worker, two clusters at once in the sacct test): each gets its own."""
+    data, tmp = d / "db", d / "db-tmp"
+    tmp.mkdir()
     subprocess.run(
         [
             "mariadb-install-db",
             "--no-defaults",
             f"--datadir={data}",
+            f"--tmpdir={tmp}",
             "--user=root",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
@@ -91,6 +110,7 @@ def _start_mariadb(d: Path, pids: dict[str, int]) -> int:
             "mariadbd",
             "--no-defaults",
             f"--datadir={data}",
+            f"--tmpdir={tmp}",
             f"--socket={sock}",
             f"--pid-file={d}/db.pid",
             f"--port={port}",
@@ -148,6 +168,7 @@ StorageLoc=slurm_acct_db
     conf.chmod(0o600)  # slurmdbd refuses a config others can read: it holds the database password
     subprocess.run(["slurmdbd"], check=True, env=env)
     pids["slurmdbd"] = _pid(d / "slurmdbd.pid", 30)
+    _listening(port)
     deadline = time.monotonic() + 60
     while True:
         added = subprocess.run(
@@ -233,7 +254,13 @@ SelectTypeParameters=CR_Core
 # Latency over throughput: pending jobs are looked at every second, not after up to a minute (the tests wait
 # on every start).
 SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1,sched_min_interval=0
+# An epilog, if only /bin/true: slurmd then reports each job's end with an epilog-complete message, on which
+# slurmctld schedules at once; without one, a job's dependents and the jobs waiting for its GRES or licenses
+# start at the next pass, up to a second later.
+Epilog=/bin/true
 MessageTimeout={message_timeout}
+# The login environment of an --export=NONE job from StateSaveLocation/env_cache (_cache_login_env), not `su -`
+GetEnvTimeout=0
 ReturnToService=2
 MailProg=/bin/true
 GresTypes=gpu
@@ -241,14 +268,19 @@ Licenses=net:1,netgpu:1
 MinJobAge={min_job_age}
 {storage}
 JobCompType=jobcomp/none
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1 State=UNKNOWN
+# More CPUs than the machine has (config_overrides: slurmd reports these, not the hardware's): the test jobs
+# mostly wait, and only their lanes' GRES and licenses, never a CPU count, should make them take turns.
+SlurmdParameters=config_overrides
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 Gres=gpu:1 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """)
     (d / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={d}/dev/gpu0\n")
+    _cache_login_env(d / "state")
     if accounting:
         _start_slurmdbd(d, sock, _start_mariadb(d, pids), dbd_port, env, pids)
     subprocess.run(["slurmctld", "-c", "-f", str(conf)], check=True, env=env)
     pids["slurmctld"] = _pid(d / "slurmctld.pid")
+    _listening(ctld_port)
     subprocess.run(["slurmd", "-N", "localhost", "-f", str(conf)], check=True, env=env)
     pids["slurmd"] = _pid(d / "slurmd.pid")
     cluster = Slurm(d, conf, pids)
@@ -260,6 +292,22 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         time.sleep(0.2)
     stop_slurm(cluster)
     pytest.fail(f"the Slurm node did not become idle: {out!r}")
+
+
+def _cache_login_env(state: Path) -> None:
+    """The submitting user's login environment, as slurmd reads it for an `sbatch --export=NONE` job when
+    GetEnvTimeout=0 (STATE/env_cache/USER). Asked per job instead, slurmd runs `su - USER -c env` and, racing
+    its exit, sleeps a second: 1-2 s before every job starts."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    login = subprocess.run(
+        ["su", "-", user, "-c", "/usr/bin/env"],
+        env={"ENVIRONMENT": "BATCH"},  # what slurmd gives `su`, and nothing of this test process
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (state / "env_cache").mkdir(exist_ok=True)
+    (state / "env_cache" / user).write_text(login)
 
 
 def stop_slurm(cluster: Slurm) -> None:

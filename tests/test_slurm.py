@@ -78,7 +78,8 @@ def test_demo_plan_runs_to_completion_in_dependency_order(tmp_path: Path, slurm:
 
 def test_gres_serialises_gpu_and_license_makes_net_gpu_exclusive(tmp_path: Path, slurm: Slurm) -> None:
     spans = tmp_path / "spans"
-    body = 'echo "start LANE $(date +%s.%N)" >> SPANS; sleep 1; echo "end LANE $(date +%s.%N)" >> SPANS'
+    # half a second each: two jobs let through at once start in the same scheduling pass and overlap
+    body = 'echo "start LANE $(date +%s.%N)" >> SPANS; sleep 0.5; echo "end LANE $(date +%s.%N)" >> SPANS'
     jobs = "".join(
         f"  - name: {name}\n    lane: {lane}\n    run: {json.dumps(body.replace('LANE', lane).replace('SPANS', str(spans)))}\n"
         for name, lane in (("g1", "gpu"), ("g2", "gpu"), ("n1", "net"))
@@ -124,7 +125,7 @@ def test_failed_producer_blocks_its_consumer_and_watch_says_blocked(tmp_path: Pa
 
 
 def test_timeout_is_enforced(tmp_path: Path, slurm: Slurm) -> None:
-    jobs = "  - name: slow\n    lane: cpu\n    run: sleep 120\n    timeout: 3s\n"
+    jobs = "  - name: slow\n    lane: cpu\n    run: sleep 120\n    timeout: 1s\n"
     p = write_plan(tmp_path / "to.yaml", "to", jobs)
     hosts = slurm.hosts_file(tmp_path / "submit")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
@@ -132,7 +133,7 @@ def test_timeout_is_enforced(tmp_path: Path, slurm: Slurm) -> None:
         wait_for(lambda: jobs_of(slurm, "to").get("slow", {}).get("state") == "FAILED", 60, 0.2)
     finally:
         cancel_plan(slurm, "to")
-    assert "TIMEOUT: slow ended after 3s" in (tmp_path / "submit/logs/to/slow.job.log").read_text()
+    assert "TIMEOUT: slow ended after 1s" in (tmp_path / "submit/logs/to/slow.job.log").read_text()
     status = cli.invoke(app, ["status", "cluster", "--hosts", str(hosts), "--json"]).stdout
     assert any(e["event"] == "timeout" and e["job"] == "to/slow.job" for e in json.loads(status)["events"])
 

@@ -7,6 +7,8 @@ import json
 import re
 import subprocess
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,16 +24,20 @@ plan = plan_cli
 
 
 @pytest.fixture
-def accounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Slurm]]:
-    """accounted(job_comment=False): a cluster of the test's own with accounting on (Slurm's default flags have
-    no job_comment), which forgets finished jobs in ~10 s. One each: the two tests run at once, on two workers."""
+def accounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., list[Slurm]]]:
+    """accounted(*job_comment): a cluster of the test's own per flag, started at once, with accounting on (Slurm's
+    default flags have no job_comment; True adds AccountingStoreFlags=job_comment), each forgetting finished jobs
+    at its controller's first purge, 10 s after it started (MinJobAge=2; slurmctld purges every 10 s at most)."""
     made: list[Slurm] = []
 
-    def start(job_comment: bool = False) -> Slurm:
-        made.append(
-            start_slurm(tmp_path_factory.mktemp("acct"), min_job_age=2, accounting=True, job_comment=job_comment)
-        )
-        return made[-1]
+    def start_one(job_comment: bool) -> Slurm:
+        cluster = start_slurm(tmp_path_factory.mktemp("acct"), min_job_age=2, accounting=True, job_comment=job_comment)
+        made.append(cluster)
+        return cluster
+
+    def start(*job_comment: bool) -> list[Slurm]:
+        with ThreadPoolExecutor(len(job_comment)) as pool:
+            return list(pool.map(start_one, job_comment))
 
     yield start
     for cluster in made:
@@ -49,28 +55,52 @@ def sacct_comment(slurm: Slurm, job_id: int) -> str:
     return out.strip().split("|", 1)[1]
 
 
-def run_and_forget(tmp_path: Path, slurm: Slurm, name: str) -> tuple[Path, Path, int]:
-    """Push plan NAME (`ok` runs, `killed` is scancelled while it runs, so no wrapper records its end), then
-    wait until squeue has forgotten both. (root, hosts file, the killed job's id)"""
-    root = tmp_path / "submit"
-    p = write_plan(
-        tmp_path / f"{name}.yaml", name, "  - name: ok\n    run: 'true'\n  - name: killed\n    run: sleep 60\n"
-    )
-    hosts = slurm.hosts_file(root)
-    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+def running(slurm: Slurm, job_id: int) -> bool:
+    return any(j["id"] == str(job_id) and j["state"] == "RUNNING" for j in slurm.squeue())
+
+
+@dataclass
+class PlanRun:
+    """Plan NAME pushed to CLUSTER from ROOT: `ok` ran, `killed` was scancelled while it ran."""
+
+    name: str
+    cluster: Slurm
+    root: Path
+    hosts: Path
+    killed: int
+    ids: set[str]
+
+
+def run_and_kill(tmp_path: Path, plans: dict[str, Slurm]) -> list[PlanRun]:
+    """Push each plan NAME to its cluster (`ok` runs, `killed` is scancelled while it runs, so no wrapper records
+    its end), the plans side by side, and wait until their jobs have ended."""
+    runs: list[PlanRun] = []
     try:
-        killed = attempts(root, name, "killed")[0]["id"]
-        wait_for(lambda: any(j["id"] == str(killed) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.2)
-        subprocess.run(["scancel", str(killed)], env=slurm.env, check=True)
-        wait_for(lambda: ended(root, name, "ok") == "COMPLETED", 60, 0.2)
-        ids = {str(a["id"]) for job in ("ok", "killed") for a in attempts(root, name, job)}
-        wait_for(lambda: not ids & known_ids(slurm), 60, 0.5)
-    finally:
-        cancel_root(slurm, root)
-    return root, hosts, killed
+        for name, slurm in plans.items():
+            root = tmp_path / name / "submit"  # its hosts file beside it, one per cluster
+            root.parent.mkdir()
+            p = write_plan(
+                tmp_path / f"{name}.yaml", name, "  - name: ok\n    run: 'true'\n  - name: killed\n    run: sleep 60\n"
+            )
+            hosts = slurm.hosts_file(root)
+            assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+            killed = attempts(root, name, "killed")[0]["id"]
+            runs.append(PlanRun(name, slurm, root, hosts, killed, set()))
+        for run in runs:
+            wait_for(lambda run=run: running(run.cluster, run.killed), 60, 0.2)
+            subprocess.run(["scancel", str(run.killed)], env=run.cluster.env, check=True)
+        for run in runs:
+            wait_for(lambda run=run: ended(run.root, run.name, "ok") == "COMPLETED", 60, 0.2)
+            run.ids.update(str(a["id"]) for job in ("ok", "killed") for a in attempts(run.root, run.name, job))
+    except BaseException:
+        for run in runs:
+            cancel_root(run.cluster, run.root)
+        raise
+    return runs
 
 
-def check_from_sacct(tmp_path: Path, root: Path, hosts: Path, name: str, killed: int) -> None:
+def check_from_sacct(tmp_path: Path, run: PlanRun) -> None:
+    name, hosts, killed = run.name, run.hosts, run.killed
     code, out = plan("push", "cluster", str(tmp_path / f"{name}.yaml"), "--hosts", str(hosts), "--dry-run")
     assert code == 0 and re.search(r"  d  ok\.job", out), out
     # no wrapper recorded its end and squeue forgot it: only sacct knows, and says so
@@ -82,18 +112,22 @@ def check_from_sacct(tmp_path: Path, root: Path, hosts: Path, name: str, killed:
     assert jobs[f"{name}/killed.job"]["outcome"] == "cancelled" and jobs[f"{name}/killed.job"]["attempts"] == 1
 
 
-def test_sacct_answers_for_what_squeue_forgot_without_job_comment(
-    tmp_path: Path, accounted: Callable[..., Slurm]
+def test_sacct_answers_for_what_squeue_forgot_without_and_with_job_comment(
+    tmp_path: Path, accounted: Callable[..., list[Slurm]]
 ) -> None:
-    cluster = accounted()
-    root, hosts, killed = run_and_forget(tmp_path, cluster, "ac")
-    assert sacct_comment(cluster, killed) == ""  # Slurm's default: sacct has no comment to find a plan by
-    check_from_sacct(tmp_path, root, hosts, "ac", killed)
-
-
-def test_sacct_with_job_comment_gives_the_same_answers(tmp_path: Path, accounted: Callable[..., Slurm]) -> None:
-    cluster = accounted(job_comment=True)
-    assert "AccountingStoreFlags=job_comment" in cluster.conf.read_text()
-    root, hosts, killed = run_and_forget(tmp_path, cluster, "ad")
-    assert sacct_comment(cluster, killed).startswith("plan=ad@")
-    check_from_sacct(tmp_path, root, hosts, "ad", killed)
+    """One scenario on two clusters at once, Slurm's default flags and AccountingStoreFlags=job_comment: their
+    jobs end together and are forgotten at the same purge, so the test waits for one, not two."""
+    plain, commented = accounted(False, True)
+    assert "AccountingStoreFlags" not in plain.conf.read_text()
+    assert "AccountingStoreFlags=job_comment" in commented.conf.read_text()
+    runs = run_and_kill(tmp_path, {"ac": plain, "ad": commented})
+    try:
+        for run in runs:  # squeue has forgotten both jobs of both plans
+            wait_for(lambda run=run: not run.ids & known_ids(run.cluster), 60, 0.2)
+    finally:
+        for run in runs:
+            cancel_root(run.cluster, run.root)
+    assert sacct_comment(plain, runs[0].killed) == ""  # Slurm's default: sacct has no comment to find a plan by
+    check_from_sacct(tmp_path, runs[0])
+    assert sacct_comment(commented, runs[1].killed).startswith("plan=ad@")  # the same answers with one
+    check_from_sacct(tmp_path, runs[1])

@@ -16,7 +16,7 @@ from runner.slurm_submit import ARRAY_MIN, CHUNK, Submitted, plan_units
 from runner.slurm_wrapper import wrapper_text
 from tests.conftest import plan_cli, wait_for
 from tests.slurm import Slurm
-from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
+from tests.test_slurm_ledger import attempts, cancel_root, ended, held_until, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
@@ -36,12 +36,13 @@ def status(hosts: Path) -> dict:
 def test_a_foreach_group_is_an_array_whose_elements_keep_their_own_data_dependents_and_retries(
     tmp_path: Path, slurm: Slurm
 ) -> None:
-    out, root = tmp_path / "out", tmp_path / "submit"
+    out, root, gate = tmp_path / "out", tmp_path / "submit", tmp_path / "gate"
     out.mkdir()
-    # a0 is slow; a1 always fails (its b1 is blocked, no other); a2 fails once, then its retry runs
+    # a0 is slow (it ends when the test opens GATE, after b3 has run); a1 always fails (its b1 is blocked, no
+    # other); a2 fails once, then its retry runs
     body = (
         f'echo "a {{{{ i }}}} $SLURM_ARRAY_TASK_ID" > {out}/a{{{{ i }}}}\n'
-        f'      if [ "{{{{ i }}}}" = 0 ]; then sleep 12; fi\n'
+        f'      if [ "{{{{ i }}}}" = 0 ]; then {held_until(gate)}; fi\n'
         f'      if [ "{{{{ i }}}}" = 1 ]; then exit 3; fi\n'
         f'      if [ "{{{{ i }}}}" = 2 ] && [ ! -e {out}/once ]; then touch {out}/once; exit 4; fi\n'
     )
@@ -64,9 +65,11 @@ def test_a_foreach_group_is_an_array_whose_elements_keep_their_own_data_dependen
         assert [first[f"a{i}"]["id"] for i in range(4)] == [f"{base}_{i}" for i in range(4)]
         names = {j["name"] for j in slurm.squeue()}
         assert {"ar/a0..a3", "ar/b0..b3"} <= names, names  # squeue shows the arrays
+        wait_for(lambda: ended(root, "ar", "b3"), 60, 0.2)
+        gate.touch()
         # each probe folds the attempts' results into the ledger (a retry's next job among them)
         done = {"queue": 0, "running": 0, "done": 6, "failed": 2}
-        wait_for(lambda: status(hosts)["counts"] == done, 120, 1)
+        wait_for(lambda: status(hosts)["counts"] == done, 120, 0.5)
         assert _cancelled(slurm, attempts(root, "ar", "b1"))
     finally:
         cancel_root(slurm, root)

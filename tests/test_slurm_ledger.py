@@ -23,7 +23,8 @@ plan = plan_cli
 
 @pytest.fixture(scope="module")
 def aging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
-    """A cluster that forgets finished jobs about 10 s after they end (MinJobAge=2)."""
+    """A cluster that forgets finished jobs (MinJobAge=2) at slurmctld's next purge: 10 s after it started, then
+    every 10 s (the shortest interval slurmctld purges at)."""
     cluster = start_slurm(tmp_path_factory.mktemp("aging"), min_job_age=2)
     yield cluster
     stop_slurm(cluster)
@@ -67,6 +68,12 @@ def cancel_root(slurm: Slurm, root: Path) -> None:
         subprocess.run(["scancel", *ids], env=slurm.env, capture_output=True)
 
 
+def held_until(gate: Path) -> str:
+    """A job body that runs until the test creates GATE: it holds its slot for as long as the test looks, and not
+    a fixed sleep longer (cancel_root ends it if the test fails first)."""
+    return f"until [ -e {gate} ]; do sleep 0.05; done"
+
+
 def ended(root: Path, plan_name: str, job: str) -> str | None:
     """The state the job's wrapper recorded for its last attempt (its result file), if it has ended."""
     found = attempts(root, plan_name, job)
@@ -90,7 +97,7 @@ def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_pa
     try:
         wait_for(lambda: ended(root, "lg", "hello") == "COMPLETED" and ended(root, "lg", "bad") == "FAILED", 60, 0.2)
         ids = {str(a["id"]) for job in ("hello", "bad") for a in attempts(root, "lg", job)}
-        wait_for(lambda: not ids & known_ids(aging), 60, 0.5)  # squeue has forgotten both; no probe ever ran
+        wait_for(lambda: not ids & known_ids(aging), 60, 0.2)  # squeue has forgotten both; no probe ever ran
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
         assert code == 0 and re.search(r"  d  hello\.job  \(completed as \d+\)", out), out
         assert re.search(r"  !  bad\.job  \(FAILED as \d+; not resubmitted without --retry-failed\)", out), out
@@ -122,7 +129,7 @@ def test_a_push_waits_for_the_push_lock_and_is_refused_naming_its_holder(tmp_pat
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, json.dumps({"pid": os.getpid(), "user": "someone@else", "since": "now"}).encode())
-        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--lock-wait", "1")
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--lock-wait", "0.2")
     finally:
         os.close(fd)
     assert code == 1 and "another push holds the lock" in out and "someone@else" in out, out
@@ -132,13 +139,13 @@ def test_a_push_waits_for_the_push_lock_and_is_refused_naming_its_holder(tmp_pat
 def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, slurm: Slurm) -> None:
     root = tmp_path / "sub mit"  # a root with a space: every path is quoted or passed as one argument
     hosts = slurm.hosts_file(root)
-    outs = {}
+    outs, gate = {}, tmp_path / "gate"
     for name in ("rp", "rq"):
         outs[name] = tmp_path / f"{name}.out"
         write_plan(
             tmp_path / f"{name}.yaml",
             name,
-            f"  - name: a\n    run: sleep 3; touch {tmp_path}/{name}.a\n    outputs: ['{tmp_path}/{name}.a']\n"
+            f"  - name: a\n    run: {held_until(gate)}; touch {tmp_path}/{name}.a\n    outputs: ['{tmp_path}/{name}.a']\n"
             f"  - name: b\n    run: echo {name} > {outs[name]}\n    requires: [{{after: a}}]\n"
             f"    outputs: ['{outs[name]}']\n",
         )
@@ -148,6 +155,7 @@ def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, 
             assert code == 0 and out.count("submitted ") == 2, out
         names = {j["name"] for j in slurm.squeue()}
         assert {"rp/a", "rp/b", "rq/a", "rq/b"} <= names
+        gate.touch()  # neither a could end before both plans were pushed
         wait_for(lambda: all(ended(root, n, "b") == "COMPLETED" for n in ("rp", "rq")), 90, 0.2)
     finally:
         cancel_root(slurm, root)
@@ -166,11 +174,11 @@ def test_two_plans_on_one_root_keep_their_same_named_jobs_apart(tmp_path: Path, 
 
 
 def test_changing_a_pending_job_re_points_its_pending_dependents(tmp_path: Path, slurm: Slurm) -> None:
-    root, runs = tmp_path / "submit", tmp_path / "runs"
+    root, runs, gate = tmp_path / "submit", tmp_path / "runs", tmp_path / "gate"
     text = "".join(
         f"  - name: {job}\n    run: {run}; echo {job}{n} >> {runs}; touch {tmp_path}/{job}\n"
         f"    outputs: ['{tmp_path}/{job}']\n" + (f"    requires: [{{after: {dep}}}]\n" if dep else "")
-        for job, run, n, dep in (("a", "sleep 8", "", ""), ("b", "true", "1", "a"), ("c", "true", "", "b"))
+        for job, run, n, dep in (("a", held_until(gate), "", ""), ("b", "true", "1", "a"), ("c", "true", "", "b"))
     )
     p = write_plan(tmp_path / "ch.yaml", "ch", text)
     hosts = slurm.hosts_file(root)
@@ -186,6 +194,7 @@ def test_changing_a_pending_job_re_points_its_pending_dependents(tmp_path: Path,
         assert f"re-pointed 1 pending dependents of b.job to {new_b}: {first['c']}" in out
         assert f"cancelled {first['b']}" in out
         assert attempts(root, "ch", "c")[-1]["id"] == first["c"]
+        gate.touch()  # a ends only now: b and c stayed pending through the re-push
         wait_for(lambda: ended(root, "ch", "c") == "COMPLETED", 90, 0.2)
     finally:
         cancel_root(slurm, root)

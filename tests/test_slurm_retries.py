@@ -73,7 +73,7 @@ def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_p
 
 def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path: Path, slurm: Slurm) -> None:
     root = tmp_path / "submit"
-    jobs = "  - name: rc124\n    run: exit 124\n    timeout: 30s\n  - name: slow\n    run: sleep 60\n    timeout: 2s\n"
+    jobs = "  - name: rc124\n    run: exit 124\n    timeout: 30s\n  - name: slow\n    run: sleep 60\n    timeout: 1s\n"
     p = write_plan(tmp_path / "tt.yaml", "tt", jobs)
     hosts = slurm.hosts_file(root)
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0

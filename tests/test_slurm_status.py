@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from plancompiler.cli import app
 from tests.conftest import plan_cli, wait_for
 from tests.slurm import Slurm
-from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
+from tests.test_slurm_ledger import attempts, cancel_root, ended, held_until, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
@@ -34,12 +34,12 @@ def scontrol_time(slurm: Slurm, job_id: int, field: str) -> float:
 
 
 def test_status_shows_running_jobs_per_lane_with_slurms_start_and_eligible_times(tmp_path: Path, slurm: Slurm) -> None:
-    root = tmp_path / "submit"
+    root, gate = tmp_path / "submit", tmp_path / "gate"
     p = write_plan(
         tmp_path / "st.yaml",
         "st",
-        "  - name: g1\n    lane: gpu\n    run: sleep 5\n"
-        "  - name: g2\n    lane: gpu\n    run: sleep 5\n  - name: quick\n    run: 'true'\n",
+        f"  - name: g1\n    lane: gpu\n    run: {held_until(gate)}\n"
+        f"  - name: g2\n    lane: gpu\n    run: {held_until(gate)}\n  - name: quick\n    run: 'true'\n",
     )
     hosts = slurm.hosts_file(root)
     pushed = time.time()
@@ -56,12 +56,14 @@ def test_status_shows_running_jobs_per_lane_with_slurms_start_and_eligible_times
         assert waiting["since"] == scontrol_time(slurm, waiting["slurm_id"], "EligibleTime")
         code, text = plan("status", "cluster", "--hosts", str(hosts))
         assert f"gpu   {first}" in text, text
+        gate.touch()  # the first gpu job ends only now, after the looks above; the other runs after it
         wait_for(lambda: all(ended(root, "st", j) for j in ("g1", "g2", "quick")), 60, 0.2)
     finally:
         cancel_root(slurm, root)
+    result = json.loads((root / "results/st/quick" / f"{attempts(root, 'st', 'quick')[0]['id']}.json").read_text())
+    time.sleep(max(0.0, result["end"] + 2 - time.time()))  # the probe comes 2 s after quick's end at least
     probe = time.time()
     events = [e for e in status(hosts)["events"] if e["job"] == "st/quick.job"]
-    result = json.loads((root / "results/st/quick" / f"{attempts(root, 'st', 'quick')[0]['id']}.json").read_text())
     start = next(e for e in events if e["event"] == "start")
     done = next(e for e in events if e["event"] == "done")
     # the times the job had, not the time of the probe that noticed it
@@ -77,7 +79,7 @@ def test_report_names_outcomes_lanes_and_retries_per_plan_without_job_comment(tm
     flaky = f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; [ $n -ge 2 ]"
     ra = (
         f"  - name: g\n    lane: gpu\n    run: 'true'\n"
-        f"  - name: t\n    run: sleep 30\n    timeout: 2s\n"
+        f"  - name: t\n    run: sleep 30\n    timeout: 1s\n"
         f"  - name: f\n    run: exit 3\n    outputs: ['{tmp_path}/f.out']\n"
         f"  - name: bl\n    run: 'true'\n    requires: [{{after: f}}]\n"
         f'  - name: r\n    retries: 2\n    run: "{flaky}"\n'

@@ -24,8 +24,8 @@ def _no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def slurm_alone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     """A cluster of this test's own: it stops the controller, which no other test's squeue should wait on; and its
-    clients give up on a silent controller after 3 s, not Slurm's default 10 (the probe below waits that long)."""
-    cluster = start_slurm(tmp_path_factory.mktemp("alone"), message_timeout=3)
+    clients give up on a silent controller after 1 s, not Slurm's default 10 (the probe below waits that long)."""
+    cluster = start_slurm(tmp_path_factory.mktemp("alone"), message_timeout=1)
     yield cluster
     stop_slurm(cluster)
 
