@@ -54,7 +54,7 @@ def find(lifetimes: list[Lifetime], leaders: set[int], stats: dict[int, procs.St
     every process's, as `procs.all_stats` read them this tick)."""
     me = os.getpid()
     stats = procs.all_stats() if stats is None else stats
-    table = {pid: ppid for pid, (ppid, _, state, _) in stats.items() if state not in ("Z", "X")}
+    table = {pid: ppid for pid, (ppid, _, state, *_) in stats.items() if state not in ("Z", "X")}
     children: dict[int, list[int]] = {}
     for pid, ppid in table.items():
         children.setdefault(ppid, []).append(pid)

@@ -72,7 +72,9 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-Stat = tuple[int, int, str, str]  # (ppid, sid, state, comm) of a process, from /proc/PID/stat alone
+# (ppid, sid, state, comm, kernel thread) of a process, from /proc/PID/stat alone
+Stat = tuple[int, int, str, str, bool]
+PF_KTHREAD = 0x00200000  # in the flags field: a kernel thread (no cmdline, no files of its own)
 
 
 def read_stat(pid: int) -> Stat | None:
@@ -83,7 +85,8 @@ def read_stat(pid: int) -> Stat | None:
     lpar, rpar = text.find("("), text.rfind(")")
     fields = text[rpar + 2 :].split()
     try:
-        return int(fields[1]), int(fields[3]), fields[0], text[lpar + 1 : rpar]
+        kthread = bool(int(fields[6]) & PF_KTHREAD)
+        return int(fields[1]), int(fields[3]), fields[0], text[lpar + 1 : rpar], kthread
     except (IndexError, ValueError):
         return None
 
@@ -102,7 +105,7 @@ def all_stats() -> dict[int, Stat]:
 
 def proc_of(pid: int, found: Stat) -> Proc:
     """PID as a Proc, from its stat as read (its cmdline and environ read now)."""
-    ppid, sid, state, comm = found
+    ppid, sid, state, comm, _ = found
     return Proc(pid, ppid, sid, state, comm, read_cmdline(pid) or f"[{comm}]", read_tag(pid))
 
 

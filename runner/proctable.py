@@ -100,7 +100,7 @@ class OsProcesses:
         mine = procs.descendants(table, me)
         pids = [
             pid
-            for pid, (_, sid, state, _) in table.items()
+            for pid, (_, sid, state, *_) in table.items()
             if state not in ("Z", "X")
             and pid != me
             and (sid == run.pid or pid in in_cgroup or (pid in mine and procs.read_tag(pid) == run.tag))
