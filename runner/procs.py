@@ -94,12 +94,12 @@ def read_stat(pid: int) -> Stat | None:
     raw = _read(f"/proc/{pid}/stat", whole=False)
     if raw is None:
         return None
-    text = raw.decode(errors="replace")
-    lpar, rpar = text.find("("), text.rfind(")")
-    fields = text[rpar + 2 :].split()
+    rpar = raw.rfind(b")")  # the name may hold anything, ")" and spaces too: the fields follow the last ")"
+    fields = raw[rpar + 2 :].split(None, 7)  # state ppid pgrp sid tty tpgid flags: the rest is not read
     try:
         kthread = bool(int(fields[6]) & PF_KTHREAD)
-        return int(fields[1]), int(fields[3]), fields[0], text[lpar + 1 : rpar], kthread
+        comm = raw[raw.find(b"(") + 1 : rpar].decode(errors="replace")
+        return int(fields[1]), int(fields[3]), fields[0].decode(), comm, kthread
     except (IndexError, ValueError):
         return None
 
