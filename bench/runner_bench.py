@@ -1,5 +1,6 @@
 """The runner: tick time at 1 000 and 10 000 queued jobs against the seed's way and the stat() floor; RSS;
-start latency of a lane successor and of a newly arrived job."""
+start latency of a lane successor and of a newly arrived job. `--latency`: the start latency alone;
+BENCH_RUNNER_REPO=DIR: the runner processes run DIR's runner package (to pair this checkout's with another's)."""
 
 from __future__ import annotations
 
@@ -146,13 +147,16 @@ def latency_rows(runs: int) -> list[list[str]]:
     """Real runner processes, --tick 10 as the seed ran: job exit -> successor start; file arrival -> start, for a
     pushed file (its sha256 in manifest.json: no settle wait) and one renamed in by hand (waits --settle, 1 s)."""
     succ, pushed, by_hand = [], [], []
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    # BENCH_RUNNER_REPO: run the runner of another checkout (a copy of main's, say) for paired comparisons
+    other = os.environ.get("BENCH_RUNNER_REPO", str(REPO))
+    env = dict(os.environ, PYTHONPATH=other)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "queue").mkdir()
         proc = subprocess.Popen(
             [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"],
             env=env,
+            cwd=other,  # `-m` looks in the working directory first
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -196,6 +200,10 @@ def main() -> None:
         return
     runs = int(os.environ.get("BENCH_RUNS", "5"))
     print(f"machine: {machine()}; {runs} runs of each, alternated\n")
+    latency = ("start latency (real runner, --tick 10)", ["what", "min / median / max", "seed"])
+    if "--latency" in sys.argv:  # the start latency table alone (seconds, not minutes)
+        print(table(*latency, latency_rows(runs)))
+        return
     rows, rss = tick_rows(runs)
     print(
         table(
@@ -209,7 +217,7 @@ def main() -> None:
         "paired runs).\n"
     )
     print(f"runner RSS after 3 ticks at 10 000 queued jobs: {rss}\n")
-    print(table("start latency (real runner, --tick 10)", ["what", "min / median / max", "seed"], latency_rows(runs)))
+    print(table(*latency, latency_rows(runs)))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import stat
+import time
 from collections.abc import Callable, Sequence
 
 from runner.procs import GpuUser, Proc, Stat, all_stats, proc_of, read_cmdline, read_proc
@@ -29,10 +30,34 @@ def _is_gpu_node(target: str, extra_paths: Sequence[str]) -> bool:
     return stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) in GPU_MAJORS
 
 
+NODE_DIRS = ("/dev", "/dev/dri", "/dev/accel")
+_nodes_seen: dict[tuple[int, ...], bool] = {}  # the mtimes of NODE_DIRS -> whether a GPU node was there
+
+
 def gpu_nodes_exist() -> bool:
     """Whether /dev holds a GPU node (by name or by major). Where none does, no process can have one open, and
-    reading every process's fds before each start in the GPU lane would find nothing."""
-    for top in ("/dev", "/dev/dri", "/dev/accel"):
+    reading every process's fds before each start in the GPU lane would find nothing. Looked for again only
+    when a node is added or removed (the directories' mtimes change): this runs before each start there."""
+    mtimes = []
+    for top in NODE_DIRS:
+        try:
+            mtimes.append(os.stat(top).st_mtime_ns)
+        except OSError:
+            mtimes.append(0)
+    key = tuple(mtimes)
+    if key in _nodes_seen:
+        return _nodes_seen[key]
+    found = _look_for_nodes()
+    # Kept only once the directories are a second old: a node added within the same clock tick as the change
+    # before it would leave their mtimes as they were.
+    if max(mtimes) < time.time_ns() - 1_000_000_000:
+        _nodes_seen.clear()
+        _nodes_seen[key] = found
+    return found
+
+
+def _look_for_nodes() -> bool:
+    for top in NODE_DIRS:
         try:
             entries = list(os.scandir(top))
         except OSError:
@@ -66,7 +91,10 @@ def gpu_users(
     for pid, stat_of in (all_stats() if stats is None else stats).items():
         if pid == me or stat_of[2] in ("Z", "X"):
             continue
-        why = _gpu_use(pid, stat_of[3], names, device_paths, nodes if scan_fds else None)
+        if stat_of[4]:  # a kernel thread: no argv, no files; only its name can match
+            why = "name" if stat_of[3] in names else None
+        else:
+            why = _gpu_use(pid, stat_of[3], names, device_paths, nodes if scan_fds else None)
         if why is None:
             continue
         proc = proc_of(pid, stat_of)
@@ -88,6 +116,8 @@ def _gpu_use(
     lead is not looked at (there is no GPU node to have open)."""
     if comm in names or (names and _argv0(pid, comm) in names):
         return "name"
+    if nodes is None and os.access(f"/proc/{pid}/fd", os.R_OK):
+        return None  # its fds are readable and none can be a GPU node: not listed (one call, not a listing)
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except PermissionError:

@@ -51,10 +51,10 @@ class Leak:
 
 def find(lifetimes: list[Lifetime], leaders: set[int], stats: dict[int, procs.Stat] | None = None) -> list[Leak]:
     """Live children of this process that are not job wrappers in LEADERS, each with its descendants (STATS:
-    every process's, as `procs.all_stats` read them this tick)."""
+    the stat of every process, or of this one's descendants, as read this tick: no other is looked at)."""
     me = os.getpid()
     stats = procs.all_stats() if stats is None else stats
-    table = {pid: ppid for pid, (ppid, _, state, _) in stats.items() if state not in ("Z", "X")}
+    table = {pid: ppid for pid, (ppid, _, state, *_) in stats.items() if state not in ("Z", "X")}
     children: dict[int, list[int]] = {}
     for pid, ppid in table.items():
         children.setdefault(ppid, []).append(pid)

@@ -48,26 +48,45 @@ class OsProcesses:
         # Every process's /proc/PID/stat, read once between reaps: a job's end looks at its tree, the leaks and
         # (before its lane's next job starts) the GPU users, and each of them would read all of /proc again.
         self._stats: dict[int, procs.Stat] | None = None
+        # Our descendants' alone, where that is all a job's end needs to read: every process a job started is
+        # one of them while we are the subreaper (an orphan comes back to us, not to PID 1).
+        self._mine: dict[int, procs.Stat] | None = None
+        self._walk = False  # True once we are the subreaper and the kernel lists each task's children
 
     def stats(self) -> dict[int, procs.Stat]:
         if self._stats is None:
             self._stats = procs.all_stats()
         return self._stats
 
+    def mine(self) -> dict[int, procs.Stat]:
+        """pid -> stat of each of this runner's descendants, read once between reaps (from the whole table where
+        that was read, or where they cannot be found from us down)."""
+        if self._mine is None:
+            if self._walk and self._stats is None:
+                self._mine = procs.descendant_stats(os.getpid())
+            else:
+                table = self.stats()
+                self._mine = {pid: table[pid] for pid in procs.descendants(table, os.getpid())}
+        return self._mine
+
+    def _forget_reads(self) -> None:
+        self._stats = None
+        self._mine = None
+
     def adopt_orphans(self) -> None:
-        procs.set_child_subreaper()
+        self._walk = procs.set_child_subreaper() and procs.children_files()
 
     def spawn(self, argv: Sequence[str], env: dict[str, str], cwd: str, log_fd: int, job: str) -> int:
         pid = procs.spawn(argv, env, cwd, log_fd)
         self._ours.add(pid)
         self._lifetimes.append(leaks.Lifetime(job, leaks.start_ticks(pid) or leaks.now_ticks()))
         del self._lifetimes[: -leaks.LIFETIMES_KEPT]
-        self._stats = None
+        self._forget_reads()
         return pid
 
     def reap(self) -> None:
         """Collect every child that ended: our jobs' codes are kept, orphans are just reaped."""
-        self._stats = None  # every tick starts here, and so does each wait for processes being ended
+        self._forget_reads()  # every tick starts here, and so does each wait for processes being ended
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -93,22 +112,23 @@ class OsProcesses:
 
     def tree(self, run: Running) -> list[procs.Proc]:
         """Every live process of RUN: in its cgroup, carrying its tag, or still in its session. Only this runner's
-        descendants can carry its tag (it is their subreaper): only their environ is read."""
-        in_cgroup = set(cgroups.cgroup_pids(run.cgroup)) if run.cgroup else set()
+        descendants can carry its tag (it is their subreaper): only their environ is read. While we are the
+        subreaper, the job's session is among them too (it began as the job's wrapper, our child, and none of
+        it can be re-parented past us): only they are read, not every process on the machine."""
         me = os.getpid()
-        table = self.stats()
-        mine = procs.descendants(table, me)
-        pids = [
+        pids = set(cgroups.cgroup_pids(run.cgroup)) if run.cgroup else set()
+        mine = self.mine()
+        table = mine if self._walk else self.stats()
+        pids.update(
             pid
-            for pid, (_, sid, state, _) in table.items()
-            if state not in ("Z", "X")
-            and pid != me
-            and (sid == run.pid or pid in in_cgroup or (pid in mine and procs.read_tag(pid) == run.tag))
-        ]
-        return [p for p in map(procs.read_proc, pids) if p is not None and p.state not in ("Z", "X")]
+            for pid, (_, sid, state, *_) in table.items()
+            if state not in ("Z", "X") and (sid == run.pid or (pid in mine and procs.read_tag(pid) == run.tag))
+        )
+        pids.discard(me)
+        return [p for p in map(procs.read_proc, sorted(pids)) if p is not None and p.state not in ("Z", "X")]
 
     def end(self, pids: Iterable[int]) -> None:
-        self._stats = None
+        self._forget_reads()
         procs.end_processes(list(pids), self.kill_grace_s, self.reap)
 
     def end_cgroup(self, cgroup: str) -> list[int]:
@@ -133,7 +153,7 @@ class OsProcesses:
                 life.end = leaks.now_ticks()
 
     def leaks(self, leaders: set[int]) -> list[leaks.Leak]:
-        return leaks.find(self._lifetimes, leaders, self.stats())
+        return leaks.find(self._lifetimes, leaders, self.mine())
 
     def leak_owner(self, pid: int) -> str:
         return leaks.owner(self._lifetimes, leaks.start_ticks(pid))

@@ -292,6 +292,26 @@ def test_job_that_ends_while_the_runner_is_down_is_recorded_not_rerun(tmp_path: 
         second.stop()
 
 
+def test_the_wrappers_exit_record_is_one_write_taken_only_whole(tmp_path: Path) -> None:
+    """The wrapper writes its record straight to its name (no temp file, no mv to fork): the job's status and
+    both times, ending in a newline. A record cut short (a disk full, a machine crash) is no record."""
+    from runner import wrapper
+
+    job, record = tmp_path / "1-cpu-x.job", tmp_path / ".1-cpu-x.job.exit"
+    job.write_text("echo hi\nexit 3\n")
+    before = time.time()
+    done = subprocess.run(wrapper.argv(str(job), record, None), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3 and done.stdout == "hi\n"
+    assert sorted(os.listdir(tmp_path)) == [".1-cpu-x.job.exit", "1-cpu-x.job"]  # nothing left beside it
+    text = record.read_text()
+    got = wrapper.read_record(record)
+    assert text.endswith("\n") and got is not None and got.rc == 3
+    assert before - 1 <= got.started <= got.ended <= time.time() + 1
+    for cut in ("", text[:1], text[: text.index(" ") + 1], text[:-1]):
+        record.write_text(cut)
+        assert wrapper.read_record(record) is None, cut
+
+
 @pytest.mark.parametrize("root", ["q", "qlink"])
 def test_relative_and_symlinked_root_runs_jobs(tmp_path: Path, root: str) -> None:
     (tmp_path / "q/queue").mkdir(parents=True)

@@ -97,7 +97,10 @@ def test_net_and_gpu_never_overlap(queue_root: Path, ticking: Callable[..., Tick
     ids=["ampersand", "nohup", "setsid", "double-fork"],
 )
 def test_server_left_behind_is_ended_and_named(queue_root: Path, runner: RunnerProcess, leave_behind: str) -> None:
-    write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\n{leave_behind}\necho $! > pidfile\nexit 0\n")
+    # The job ends once what it left runs its command: a `&` child not yet past its exec still shows the job's
+    # own command line when the runner looks, a moment after the job's end.
+    started = 'p=$!; while [ -n "$p" ] && [ -e /proc/$p ] && ! grep -qa sleep /proc/$p/cmdline; do sleep 0.01; done'
+    write_job(queue_root, "65-gpu-intake.job", f"# LANE=gpu\n{leave_behind}\necho $! > pidfile\n{started}\nexit 0\n")
     runner.start()
     killed = runner.wait_event("orphans-killed", job="65-gpu-intake.job")
     assert any("sleep 300" in cmd for cmd in killed["cmds"])

@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from runner import stamp_judge, stamps
+import pytest
+
+from runner import procs, stamp_judge, stamps
 from runner.proctable import OsProcesses
 from runner.records import Running
 from tests.conftest import read_events, write_job
@@ -156,6 +158,51 @@ def test_a_job_end_reads_proc_once_and_finds_what_its_job_left(tmp_path: Path) -
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_job_end_reads_only_the_runners_descendants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a job left when its wrapper ended (one still in its session, one that left it but kept its tag) is
+    found through the kernel's lists of children from the runner down, the subreaper they came back to: the
+    tree and the leaks of a job's end read no other process (reading every one would fail here)."""
+    table = OsProcesses(kill_grace_s=1.0)
+    table.adopt_orphans()
+    if not procs.children_files():
+        pytest.skip("this kernel lists no task's children (CONFIG_PROC_CHILDREN)")
+    tag = f"test-tick-cost:{os.getpid()}:y.job"
+    ready = tmp_path / "ready"
+    # the wrapper's part: one child stays in the session, one leaves it (setsid), then the wrapper exits
+    script = f"sleep 30 & setsid sleep 31 & while [ ! -e {ready} ]; do sleep 0.01; done; exit 0"
+    env = dict(os.environ, PLAN_RUNNER_TAG=tag)
+    with open(tmp_path / "log", "wb") as log:
+        pid = table.spawn(["bash", "-c", f"touch {ready}.go; {script}"], env, str(tmp_path), log.fileno(), "y.job")
+    run = Running("y.job", None, pid, "cpu", 1, 0.0, 0, tag)  # type: ignore[arg-type]
+    left: list[procs.Proc] = []
+    try:
+        deadline = time.time() + 10
+        while not (tmp_path / "ready.go").exists() and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # both sleeps started
+        ready.touch()
+        while table.exit_code(pid) is None and time.time() < deadline:
+            table.reap()
+            time.sleep(0.01)
+        assert table.exit_code(pid) == 0
+
+        def every_process() -> dict[int, procs.Stat]:
+            raise AssertionError("read every process at a job's end")
+
+        monkeypatch.setattr(procs, "all_stats", every_process)
+        table.reap()
+        left = table.tree(run)
+        assert sorted(p.cmdline for p in left) == ["sleep 30", "sleep 31"], left
+        leaked = {pid for leak in table.leaks(set()) for pid in leak.group}
+        assert {p.pid for p in left} <= leaked  # both came back to us: leaks too, until their job's end ends them
+    finally:
+        monkeypatch.undo()
+        table.end([p.pid for p in left])
+        table.forget(pid)
+        table.reap()
+    assert table.tree(run) == []
 
 
 def test_a_shared_condition_and_a_changed_one_are_each_seen_on_the_next_tick(tmp_path: Path) -> None:
