@@ -118,12 +118,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 # Fixtures whose tests mostly wait: on a Slurm cluster's scheduler, on sshd round trips, on a real runner's ticks.
-_WAITING = (("slurm", "slurm_alone", "accounted", "aging"), ("sshd",), ("runner",))
+_WAITING = (("accounted", "aging"), ("slurm", "slurm_alone"), ("sshd",), ("runner",))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest tests first, so that none starts last on a worker while the others have finished: those that
-    wait on a Slurm cluster, then on sshd, then on a runner process; the rest keep their order. Every worker
+    wait for a Slurm controller to forget finished jobs (its purge comes 10 s after it starts at the earliest),
+    then on a Slurm cluster, then on sshd, then on a runner process; the rest keep their order. Every worker
     starts its own Slurm cluster (a fraction of a second; its own directory, ports and munged) and its own sshd,
     so these tests spread over all workers (`--dist loadgroup`) instead of queueing on one."""
 
