@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_ports
 from tests.sshd import IN_CI
 
 
@@ -47,17 +48,6 @@ class Slurm:
         ).stdout
         keys = ["id", "name", "state", "reason", "comment", "dependency"]
         return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines()]
-
-
-def _free_ports(count: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in ports and port + 0 not in (6817, 6818):
-            ports.append(port)
-    return ports
 
 
 def _listening(port: int, timeout: float = 30) -> None:
@@ -103,7 +93,7 @@ def _start_mariadb(d: Path, pids: dict[str, int]) -> int:
         check=True,
         capture_output=True,
     )
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     sock = d / "db.sock"
     subprocess.Popen(
         [
@@ -214,7 +204,7 @@ def start_slurm(
         check=True,
     )
     pids = {"munged": _pid(d / "munge/pid")}
-    ctld_port, slurmd_port = _free_ports(2)
+    ctld_port, slurmd_port = free_ports(2)
     conf = d / "slurm.conf"
     env = {**os.environ, "SLURM_CONF": str(conf)}
     storage = "AccountingStorageType=accounting_storage/none"
@@ -223,7 +213,7 @@ def start_slurm(
             if IN_CI:
                 pytest.fail("slurmdbd missing in CI: .ci/run must install slurmdbd mariadb-server")
             pytest.skip("slurmdbd/mariadb-server not installed")
-        (dbd_port,) = _free_ports(1)
+        (dbd_port,) = free_ports(1)
         # The password slurmctld gives slurmdbd is the munge socket to authenticate through.
         storage = (
             f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"

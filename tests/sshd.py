@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_ports
 
 SSHD = "/usr/sbin/sshd"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -42,12 +43,6 @@ class Sshd:
         return [int(p) for p in out.split()]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_sshd(directory: Path) -> Sshd:
     if not os.path.exists(SSHD) or shutil.which("ssh") is None:
         if IN_CI:
@@ -58,7 +53,7 @@ def start_sshd(directory: Path) -> Sshd:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(directory / key)], check=True)
     (directory / "authorized_keys").write_text((directory / "clientkey.pub").read_text())
     (directory / "home").mkdir(exist_ok=True)
-    port = _free_port()
+    (port,) = free_ports(1)
     sshd_config = directory / "sshd_config"
     sshd_config.write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {directory / 'hostkey'}\nPidFile {directory / 'sshd.pid'}\n"
