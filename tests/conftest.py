@@ -112,9 +112,10 @@ class RunnerProcess:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: twice the cores, 2 to 8. Most tests wait on real processes, sshd or Slurm rather than compute,
-    so a worker per core leaves the cores idle; more than 8 only adds sshd daemons and start-up."""
-    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+    """`-n auto`: three workers a core, 2 to 8. Many tests wait on real processes, sshd or Slurm rather than
+    compute, so a worker per core leaves the cores idle (on 2 cores, 4 runs at ~1.4 cores busy: suite 65-77 s;
+    6: 58-63 s, 4 runs each); more than 8 only adds sshd daemons, clusters and start-up."""
+    return max(2, min(8, 3 * (os.cpu_count() or 1)))
 
 
 # Fixtures whose tests mostly wait: on a Slurm cluster's scheduler, on sshd round trips, on a real runner's ticks.
@@ -123,14 +124,18 @@ _WAITING = (("accounted", "aging"), ("slurm", "slurm_alone"), ("sshd",), ("runne
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest tests first, so that none starts last on a worker while the others have finished: those that
-    wait for a Slurm controller to forget finished jobs (its purge comes 10 s after it starts at the earliest),
-    then on a Slurm cluster, then on sshd, then on a runner process; the rest keep their order. Every worker
-    starts its own Slurm cluster (a fraction of a second; its own directory, ports and munged) and its own sshd,
-    so these tests spread over all workers (`--dist loadgroup`) instead of queueing on one."""
+        wait for a Slurm controller to forget finished jobs (its purge comes 10 s after it starts at the earliest),
+        then those marked `long` (5-15 s each, mostly computing), then those on a Slurm cluster, then on sshd, then on
+    a runner process; the rest keep their order. Every worker
+        starts its own Slurm cluster (a fraction of a second; its own directory, ports and munged) and its own sshd,
+        so these tests spread over all workers (`--dist loadgroup`) instead of queueing on one."""
 
     def rank(item: pytest.Item) -> int:
         names = getattr(item, "fixturenames", ())
-        return next((i for i, group in enumerate(_WAITING) if any(n in names for n in group)), len(_WAITING))
+        waits = next((i for i, group in enumerate(_WAITING) if any(n in names for n in group)), len(_WAITING))
+        if waits == 0:
+            return 0
+        return 1 if item.get_closest_marker("long") else waits + 1
 
     items.sort(key=rank)
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.chaos import run
 
 
+@pytest.mark.long
 def test_kill_9_at_random_loses_nothing_runs_nothing_twice(tmp_path: Path) -> None:
     out = run(kills=8, jobs=30, seed=7, root=tmp_path)
     assert out.kills == 8

@@ -87,6 +87,7 @@ def test_twenty_simultaneous_push_pairs_never_mix_a_local_queue(tmp_path: Path) 
     _pair_race(tmp_path, lambda root: Host(name=str(root), root=str(root)), 20)
 
 
+@pytest.mark.long
 def test_twenty_simultaneous_push_pairs_never_mix_a_queue_over_ssh(tmp_path: Path, sshd: Sshd) -> None:
     hosts = sshd.hosts_file(tmp_path / "unused")
     base = resolve("testbox", hosts)

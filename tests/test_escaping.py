@@ -144,6 +144,7 @@ def _plan(tmp_path: Path, values: list[str]) -> Path:
     return plan
 
 
+@pytest.mark.long
 def test_every_context_prints_every_hostile_value_byte_exact_and_runs_none(tmp_path: Path) -> None:
     values = corpus()
     compiled = compile_plan(_plan(tmp_path, values), lint=False)

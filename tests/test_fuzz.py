@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.conftest import REPO
@@ -270,6 +271,7 @@ def _mutants(tmp_path: Path, count: int, seed: int = 20) -> list[Path]:
     return paths
 
 
+@pytest.mark.long
 def test_mutants_and_bombs_end_in_findings_never_a_crash_or_hang(tmp_path: Path) -> None:
     (tmp_path / "mutants").mkdir()
     paths = _mutants(tmp_path, 300)

@@ -200,6 +200,7 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_generated_plans_lint_the_same_per_shape_as_per_job(tmp_path: Path, seed: int) -> None:
     jobs, distinct, findings = _differential(_plan(tmp_path, seed, 40))

@@ -191,6 +191,7 @@ def test_stopped_sshd_exits_3_within_bound(tmp_path: Path, sshd: Sshd) -> None:
     assert took < 12
 
 
+@pytest.mark.long
 def test_runner_ticking_during_50_pushes_never_sees_a_partial_job(tmp_path: Path) -> None:
     root = tmp_path / "q"
     out = tmp_path / "out"

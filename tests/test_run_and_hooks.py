@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, RunnerProcess
 from tests.inprocess import plan_main
 
@@ -17,6 +19,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PLAN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
 
 
+@pytest.mark.long
 def test_plan_run_demo_completes_then_skips_everything(tmp_path: Path) -> None:
     root, work = tmp_path / "q", tmp_path / "work"
     argv = [
