@@ -111,11 +111,36 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
+_STOPPED: list[int] = []  # the signals Slurm sent this attempt (scancel, its time limit, preemption)
+
+
+def _stop_with_slurm(body: subprocess.Popen[bytes] | None) -> None:
+    """From now on a SIGTERM/SIGINT from Slurm is passed on to BODY's process group and remembered: the attempt
+    then ends without a result of its own, so the ledger reads Slurm's final state (CANCELLED, TIMEOUT, ...)
+    and a job someone cancelled is never taken for a failure, nor retried. (Without this the body, signalled
+    too, could end first and its exit be written down as FAILED before this process's own signal came.)"""
+
+    def on_signal(sig: int, frame: object) -> None:
+        _STOPPED.append(sig)
+        if body is not None:
+            try:
+                os.killpg(body.pid, sig)
+            except OSError:
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+
+
 def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
     """(exit code, whether our own timer ended it): TERM to its process group at the timeout, KILL after."""
     if "text" in spec:  # a job submitted before bundles has its body written by its push
         write_once(Path(spec["body"]), spec["text"].encode())
+    _stop_with_slurm(None)
     proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL, start_new_session=True)
+    _stop_with_slurm(proc)
+    if _STOPPED:  # came while it started
+        os.killpg(proc.pid, _STOPPED[0])
     timeout = spec.get("timeout_s") or None
     try:
         return proc.wait(timeout=timeout), False
@@ -155,6 +180,9 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
         f"{socket.gethostname()} (Slurm job {job_id})"
     )
     rc, timed_out = run_body(spec)
+    if _STOPPED:
+        _say(f"=== {timestamp(time.time())} {label}: stopped by Slurm (signal {_STOPPED[0]}); its state is Slurm's")
+        return 128 + _STOPPED[0]
     done_if = spec.get("done_if")
     ok = (
         rc == 0
@@ -185,6 +213,8 @@ def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: 
     result["end"] = time.time()
     got = pushlock.lock(root, {"wait_s": 120, "by": f"slurm job {result['id']}"})
     try:
+        if _STOPPED:  # Slurm stopped the job after its body ended: its state, not this result, says how it ended
+            return 128 + _STOPPED[0]
         if wait_s is not None:
             new, moved, error = resubmit(spec, int(result["next_attempt"]), wait_s, result["id"])
             result.update(next_id=new, wait_s=wait_s, moved=moved)
