@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from runner.cgroups import cgroup_usable as cgroup_usable  # moved there; named here as before
+from runner.queue import drain
 
 TAG_VAR = "PLAN_RUNNER_TAG"
 JOB_VAR = "PLAN_RUNNER_JOB"
@@ -75,10 +76,7 @@ def _read(path: str, whole: bool = True) -> bytes | None:
     try:
         if not whole:
             return os.read(fd, 1 << 16)
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return drain(fd, 1 << 16)
     except OSError:
         return None
     finally:

@@ -94,6 +94,14 @@ def write_json(path: Path, value: Any) -> None:
     atomic_write(path, (json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n").encode())
 
 
+def drain(fd: int, size: int) -> bytes:
+    """Everything left to read from FD, SIZE bytes a read."""
+    chunks = []
+    while chunk := os.read(fd, size):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def read_regular(path: str) -> bytes | None:
     """The bytes of PATH if it is (still) a regular file; None otherwise. Never blocks on a FIFO."""
     try:
@@ -103,10 +111,7 @@ def read_regular(path: str) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return drain(fd, 1 << 20)
     except OSError:
         return None
     finally:
