@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner import bootstrap, delivery, pushlock, readers, slurm_agent
+from runner import bootstrap, delivery, pushlock, readers
 from runner.controls import PARK_FILE, park_record, request_name
 from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json
 
@@ -222,6 +222,8 @@ def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
 
 def slurm_status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """squeue as a status answer, with the events window read exactly as for a queue host."""
+    from runner import slurm_agent
+
     view = slurm_agent.status(root, request)
     if "controller_down" in view:
         return view
@@ -238,12 +240,13 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "logs": logs,
     "bootstrap": bootstrap.bootstrap,
 }
-SLURM_HANDLERS: dict[str, Handler] = {
-    "push": slurm_agent.push,
-    "status": slurm_status,
-    "history": slurm_agent.history,
-    "logs": slurm_agent.logs,
-}
+
+
+def slurm_handlers() -> dict[str, Handler]:
+    """The Slurm backend's handlers, imported only when a request names it (a queue host never loads them)."""
+    from runner import slurm_agent
+
+    return {"push": slurm_agent.push, "status": slurm_status, "history": slurm_agent.history, "logs": slurm_agent.logs}
 
 
 def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -254,7 +257,7 @@ def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
     if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
         return {"error": f"no queue at {root} (the directory does not exist)"}
     backend = request.get("backend") or "queue"
-    handlers = SLURM_HANDLERS if backend == "slurm" else QUEUE_HANDLERS
+    handlers = slurm_handlers() if backend == "slurm" else QUEUE_HANDLERS
     handler = handlers.get(mode)
     if handler is None:
         return {"error": f"the {backend} backend has no {mode!r} request"}
