@@ -3,27 +3,34 @@ no interpreter to start (an agent process costs ~0.1 s of CPU, and `plan status`
 
 What a process boundary gave, this keeps: each request and answer goes through JSON as over a pipe; a request
 is bounded by the host's timeout (it runs in a thread; past the limit the call is `Unreachable` and the
-thread is left behind, as a hung agent process was); a session holds its own push locks (`pushlock.Locks`),
-released on close, so two sessions exclude each other even in one process; and an interrupt while a request that
-writes runs waits for that request to end (a push is never cut between its files, as an agent process in its
-own session was not), then takes effect.
+thread is left behind, as a hung agent process was, and a lock it takes after that is let go); a session
+holds its own push locks (`pushlock.Locks`), released on close, so two sessions exclude each other even in
+one process. An install alone still runs as an agent process, in a session of its own holding the session's
+lock through the descriptor it inherits, so neither Ctrl-C nor kill -9 of `plan` cuts a push between its
+files; Ctrl-C during a park or bootstrap waits for it to end, then takes effect.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import threading
-import time
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from plancompiler.transport import Endpoint, Unreachable, check_timeout, classify, limit_for
+import runner as runner_package
+from plancompiler.transport import Endpoint, Unreachable, check_exit, check_timeout, classify, limit_for
 from runner import agent, pushlock
 from runner.pushlock import Locks
 
 _DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-READ_ONLY = frozenset({"status", "logs", "probe", "history"})  # interrupted at once: nothing to cut in half
+# Interrupted at once: they read, or wait (for the push lock, for the runner to take a request) before writing
+# one file whole. The others are deferred until they end; an install even runs as a process of its own.
+INTERRUPTIBLE = frozenset({"status", "logs", "probe", "history", "lock", "control"})
 
 
 class _Deferred:
@@ -59,25 +66,32 @@ class LocalSession:
         self.timeout = limit_for(timeout, endpoint)
         self.locks = Locks()
         self.answered = 0
+        self.closed = False
 
     def ask(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """The answer to REQUEST in MODE, as JSON would carry it; Unreachable past the limit."""
         limit = self.timeout if timeout is None else check_timeout(timeout)
+        if mode == "install":
+            with _Deferred():
+                answer = self._install_apart(request, limit)
+            self.answered += 1
+            return classify(self.endpoint, answer)
         payload = json.loads(json.dumps(request))
         box: dict[str, str] = {}
 
         def work() -> None:
             pushlock.CURRENT.set(self.locks)
             box["answer"] = json.dumps(agent.answer(mode, self.root, payload))
+            if self.closed:  # a lock taken after the session gave up waiting and closed: not kept
+                pushlock.release_lock()
 
         worker = threading.Thread(target=work, name=f"agent-{mode}", daemon=True)
-        deadline = time.monotonic() + limit
         worker.start()
-        if mode in READ_ONLY:
+        if mode in INTERRUPTIBLE:
             worker.join(limit)
         else:
             with _Deferred():
-                worker.join(max(0.0, deadline - time.monotonic()))
+                worker.join(limit)
         if "answer" not in box:
             ended = "the agent ended without answering"
             raise Unreachable(
@@ -86,8 +100,37 @@ class LocalSession:
         self.answered += 1
         return classify(self.endpoint, json.loads(box["answer"]))
 
+    def _install_apart(self, request: dict[str, Any], limit: float) -> Any:
+        """An install as `python3 -m runner agent install ROOT` in a session of its own, holding this session's
+        push lock through the descriptor it inherits: a `plan` killed meanwhile (kill -9, its terminal closed)
+        does not cut it between files, as an agent process on a host is not. Past LIMIT it is killed, as a hung
+        agent process was."""
+        fd = self.locks.held.get(self.root)
+        parent = str(Path(runner_package.__file__).resolve().parent.parent)
+        env = {**os.environ, "PYTHONPATH": parent + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        payload = json.dumps({**request, **({"lock_fd": fd} if fd is not None else {})})
+        self.locks.created.pop(self.root, None)  # an install lands here: closing must not remove the root
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "agent", "install", self.root],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(fd,) if fd is not None else (),
+            start_new_session=True,
+            env=env,
+        )
+        try:
+            out, err = proc.communicate(payload.encode(), timeout=limit)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise Unreachable(f"{self.endpoint.label}: no answer within {limit:g}s") from None
+        check_exit(self.endpoint, proc.returncode, "", err.decode(errors="replace"), 0.0, limit)
+        return json.loads(out)
+
     def close(self) -> None:
         """Release what this session locked (and a root it created for a push that never installed)."""
+        self.closed = True
         token = pushlock.CURRENT.set(self.locks)
         try:
             pushlock.release_lock()

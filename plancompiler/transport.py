@@ -168,7 +168,7 @@ def _ssh(endpoint: Endpoint, *remote: str) -> list[str]:
 
 def agent_argv(endpoint: Endpoint, mode: str) -> list[str]:
     """The command that runs the agent in MODE on ENDPOINT's root over ssh (a local root's agent runs in-process,
-    plancompiler/agentsession.py)."""
+    plancompiler/localagent.py)."""
     digest, _ = runner_zip()
     return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, mode, endpoint.root)
 
