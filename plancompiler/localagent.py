@@ -5,8 +5,8 @@ What a process boundary gave, this keeps: each request and answer goes through J
 is bounded by the host's timeout (it runs in a thread; past the limit the call is `Unreachable` and the
 thread is left behind, as a hung agent process was, and a lock it takes after that is let go); a session
 holds its own push locks (`pushlock.Locks`), released on close, so two sessions exclude each other even in
-one process. An install alone still runs as an agent process, in a session of its own holding the session's
-lock through the descriptor it inherits, so neither Ctrl-C nor kill -9 of `plan` cuts a push between its
+one process. An install alone runs in a forked copy of this process, in a session of its own holding the
+session's lock through the descriptor it inherits, so neither Ctrl-C nor kill -9 of `plan` cuts a push between its
 files; Ctrl-C during a park or bootstrap waits for it to end, then takes effect.
 """
 
@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
-import subprocess
-import sys
 import threading
-from pathlib import Path
+import time
 from types import FrameType
 from typing import Any
 
-import runner as runner_package
-from plancompiler.transport import Endpoint, Unreachable, check_exit, check_timeout, classify, limit_for
+from plancompiler.transport import Endpoint, RemoteFailed, Unreachable, check_timeout, classify, limit_for
 from runner import agent, pushlock
 from runner.pushlock import Locks
 
@@ -101,32 +99,41 @@ class LocalSession:
         return classify(self.endpoint, json.loads(box["answer"]))
 
     def _install_apart(self, request: dict[str, Any], limit: float) -> Any:
-        """An install as `python3 -m runner agent install ROOT` in a session of its own, holding this session's
-        push lock through the descriptor it inherits: a `plan` killed meanwhile (kill -9, its terminal closed)
-        does not cut it between files, as an agent process on a host is not. Past LIMIT it is killed, as a hung
-        agent process was."""
-        fd = self.locks.held.get(self.root)
-        parent = str(Path(runner_package.__file__).resolve().parent.parent)
-        env = {**os.environ, "PYTHONPATH": parent + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        payload = json.dumps({**request, **({"lock_fd": fd} if fd is not None else {})})
+        """An install in a forked copy of this process, in a session of its own, holding this session's push
+        lock through the descriptor it inherits: a `plan` killed meanwhile (kill -9, its terminal closed) does
+        not cut it between files, as an agent process on a host is not. (Forked, not started: no interpreter
+        to start, no module to import again.) Past LIMIT it is killed, as a hung agent process was."""
+        payload = json.loads(json.dumps(request))
         self.locks.created.pop(self.root, None)  # an install lands here: closing must not remove the root
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", "agent", "install", self.root],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(fd,) if fd is not None else (),
-            start_new_session=True,
-            env=env,
-        )
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: only the install, its answer down the pipe, and out without Python's exit
+            code = 1
+            try:
+                os.close(read_end)
+                os.setsid()
+                pushlock.CURRENT.set(Locks())
+                if self.root in self.locks.held:
+                    pushlock.adopt(self.root, self.locks.held[self.root])
+                out = json.dumps(agent.answer("install", self.root, payload)).encode()
+                while out:
+                    out = out[os.write(write_end, out) :]
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
         try:
-            out, err = proc.communicate(payload.encode(), timeout=limit)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise Unreachable(f"{self.endpoint.label}: no answer within {limit:g}s") from None
-        check_exit(self.endpoint, proc.returncode, "", err.decode(errors="replace"), 0.0, limit)
-        return json.loads(out)
+            data = _read_within(read_end, limit)
+        finally:
+            os.close(read_end)
+        if data is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise Unreachable(f"{self.endpoint.label}: no answer within {limit:g}s")
+        _, status = os.waitpid(pid, 0)
+        if not data:
+            raise RemoteFailed(f"{self.endpoint.label}: the install ended without answering (status {status})")
+        return json.loads(data)
 
     def close(self) -> None:
         """Release what this session locked (and a root it created for a push that never installed)."""
@@ -145,3 +152,19 @@ def call(endpoint: Endpoint, mode: str, request: dict[str, Any], timeout: float 
         return session.ask(mode, request)
     finally:
         session.close()
+
+
+def _read_within(fd: int, limit: float) -> bytes | None:
+    """All of FD until its writer closes it, or None if that takes longer than LIMIT."""
+    deadline = time.monotonic() + limit
+    chunks: list[bytes] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)

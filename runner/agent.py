@@ -295,8 +295,6 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         sys.stdout.write(json.dumps({"error": f"the request is not JSON: {exc}"}))
         return 0
-    if isinstance(request, dict) and isinstance(request.get("lock_fd"), int):  # a local push's install
-        pushlock.adopt(os.path.expanduser(root), request.pop("lock_fd"))
     try:
         sys.stdout.write(json.dumps(answer(mode, root, request)))
     finally:

@@ -32,7 +32,7 @@ class Locks:
     def __init__(self) -> None:
         self.held: dict[str, int] = {}
         self.created: dict[str, str] = {}
-        self.borrowed: set[str] = set()  # held through a descriptor a parent passed down (it stays the holder)
+        self.borrowed: set[str] = set()  # held through a descriptor inherited from the holder (its record stays)
 
 
 _PROCESS = Locks()  # an agent process's
@@ -68,8 +68,8 @@ def keep_root(root: str) -> None:
 
 
 def adopt(root: str, fd: int) -> None:
-    """ROOT's lock is held already, through descriptor FD that the process holding it passed down (a local
-    push's install, plancompiler/localagent.py): use it, and leave the holder's record alone."""
+    """ROOT's lock is held already, through descriptor FD inherited from the process holding it (a local
+    push's install in a forked copy, plancompiler/localagent.py): use it, and leave the holder's record alone."""
     mine = _mine()
     mine.held[root] = fd
     mine.borrowed.add(root)
