@@ -112,9 +112,7 @@ class LocalSession:
             try:
                 os.close(read_end)
                 os.setsid()
-                pushlock.CURRENT.set(Locks())
-                if self.root in self.locks.held:
-                    pushlock.adopt(self.root, self.locks.held[self.root])
+                pushlock.CURRENT.set(self.locks)  # its copy: the lock's descriptor inherited, never released here
                 out = json.dumps(agent.answer("install", self.root, payload)).encode()
                 while out:
                     out = out[os.write(write_end, out) :]

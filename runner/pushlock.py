@@ -32,7 +32,6 @@ class Locks:
     def __init__(self) -> None:
         self.held: dict[str, int] = {}
         self.created: dict[str, str] = {}
-        self.borrowed: set[str] = set()  # held through a descriptor inherited from the holder (its record stays)
 
 
 _PROCESS = Locks()  # an agent process's
@@ -65,14 +64,6 @@ def held(root: str) -> bool:
 def keep_root(root: str) -> None:
     """ROOT is used now (a push installed there): releasing the lock must not remove it."""
     _mine().created.pop(root, None)
-
-
-def adopt(root: str, fd: int) -> None:
-    """ROOT's lock is held already, through descriptor FD inherited from the process holding it (a local
-    push's install in a forked copy, plancompiler/localagent.py): use it, and leave the holder's record alone."""
-    mine = _mine()
-    mine.held[root] = fd
-    mine.borrowed.add(root)
 
 
 def lock(root: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -116,14 +107,12 @@ def release_lock() -> None:
     """Release every lock this agent holds, and remove the roots it created for pushes that never installed."""
     mine = _mine()
     for root, fd in list(mine.held.items()):
-        if root not in mine.borrowed:
-            try:
-                os.ftruncate(fd, 0)
-            except OSError:
-                pass
-        os.close(fd)  # closing the (last) descriptor releases the flock
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        os.close(fd)  # closing the descriptor releases the flock
         del mine.held[root]
-        mine.borrowed.discard(root)
     for root, top in list(mine.created.items()):
         _remove_unused(root, top)
         del mine.created[root]

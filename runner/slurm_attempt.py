@@ -112,33 +112,30 @@ def _say(text: str) -> None:
 
 
 _STOPPED: list[int] = []  # the signals Slurm sent this attempt (scancel, its time limit, preemption)
+_BODY: list[subprocess.Popen[bytes]] = []  # the body, once started
 
 
-def _stop_with_slurm(body: subprocess.Popen[bytes] | None) -> None:
-    """From now on a SIGTERM/SIGINT from Slurm is passed on to BODY's process group and remembered: the attempt
-    then ends without a result of its own, so the ledger reads Slurm's final state (CANCELLED, TIMEOUT, ...)
-    and a job someone cancelled is never taken for a failure, nor retried. (Without this the body, signalled
-    too, could end first and its exit be written down as FAILED before this process's own signal came.)"""
-
-    def on_signal(sig: int, frame: object) -> None:
-        _STOPPED.append(sig)
-        if body is not None:
-            try:
-                os.killpg(body.pid, sig)
-            except OSError:
-                pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+def _on_slurm_signal(sig: int, frame: object) -> None:
+    """A SIGTERM/SIGINT from Slurm is passed on to the body's process group and remembered: the attempt then
+    ends without a result of its own, so the ledger reads Slurm's final state (CANCELLED, TIMEOUT, ...) and a
+    job someone cancelled is never taken for a failure, nor retried. (Without this the body, signalled too,
+    could end first and its exit be written down as FAILED before this process's own signal came.)"""
+    _STOPPED.append(sig)
+    for body in _BODY:
+        try:
+            os.killpg(body.pid, sig)
+        except OSError:
+            pass
 
 
 def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
     """(exit code, whether our own timer ended it): TERM to its process group at the timeout, KILL after."""
     if "text" in spec:  # a job submitted before bundles has its body written by its push
         write_once(Path(spec["body"]), spec["text"].encode())
-    _stop_with_slurm(None)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_slurm_signal)
     proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL, start_new_session=True)
-    _stop_with_slurm(proc)
+    _BODY.append(proc)
     if _STOPPED:  # came while it started
         os.killpg(proc.pid, _STOPPED[0])
     timeout = spec.get("timeout_s") or None
