@@ -155,6 +155,20 @@ def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
     return proc.wait(), True
 
 
+def slurm_ended(job_id: int | str) -> bool:
+    """Whether Slurm has ended JOB_ID (scancel, its time limit, preemption) while this wrapper still runs it:
+    its state is then no longer RUNNING. Slurm signals every process of the job in no set order, so a body
+    (its TERM trap, say) may end before this process's own signal arrives: asked after every failing body,
+    Slurm keeps that from reading as the body's failure, and from a retry. False where Slurm cannot be asked
+    (the body's exit then stands)."""
+    try:
+        proc = _run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"])
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    states = proc.stdout.split()
+    return proc.returncode == 0 and bool(states) and states[0] not in ("RUNNING", "CONFIGURING")
+
+
 def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     root, label = spec["root"], f"{spec['plan']}/{spec['name']}"
     job_id = this_job()
@@ -177,6 +191,8 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
         f"{socket.gethostname()} (Slurm job {job_id})"
     )
     rc, timed_out = run_body(spec)
+    if rc != 0 and not _STOPPED and not timed_out and slurm_ended(job_id):
+        _STOPPED.append(signal.SIGTERM)  # Slurm's signal ended the body before it reached this process
     if _STOPPED:
         _say(f"=== {timestamp(time.time())} {label}: stopped by Slurm (signal {_STOPPED[0]}); its state is Slurm's")
         return 128 + _STOPPED[0]

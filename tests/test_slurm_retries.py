@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.slurm_attempt import slurm_ended
 from tests.conftest import plan_cli, wait_for
 from tests.slurm import Slurm
 from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
@@ -132,11 +133,42 @@ def test_an_external_gate_holds_the_job_outside_the_allocation_until_it_opens(tm
     assert {t["attempt"] for t in tries} == {1}  # a closed gate is not an attempt
 
 
+def test_the_wrapper_asks_slurm_whether_it_ended_the_job(
+    tmp_path: Path, slurm: Slurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm signals a job's processes in no set order, so a body's TERM trap can end it before the wrapper's
+    own TERM arrives; the wrapper then asks Slurm (runner.slurm_attempt.slurm_ended) instead of writing the
+    body's exit down as a failure. That answer, against the real controller: a running job is not ended; once
+    scancelled it is, while its process (ignoring TERM) still runs."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    alive = tmp_path / "alive"
+    script = f"#!/bin/bash\ntrap '' TERM\nwhile :; do touch {alive}; sleep 0.2; done\n"
+    sub = subprocess.run(
+        ["sbatch", "--parsable", f"--chdir={tmp_path}", "--output=/dev/null"],
+        input=script,
+        env=slurm.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    job = int(sub.stdout.strip())
+    try:
+        wait_for(alive.exists, 60, 0.1)
+        assert not slurm_ended(job)
+        subprocess.run(["scancel", str(job)], env=slurm.env, check=True)
+        wait_for(lambda: slurm_ended(job), 10, 0.1)
+        alive.unlink()
+        wait_for(alive.exists, 5, 0.1)  # still running: Slurm said so before this job's process ended
+        assert not slurm_ended(999999)  # a job Slurm does not know: the body's exit stands
+    finally:
+        subprocess.run(["scancel", "--signal=KILL", str(job)], env=slurm.env, capture_output=True)
+
+
 def test_a_job_cancelled_while_it_runs_is_cancelled_not_failed_and_never_retried(tmp_path: Path, slurm: Slurm) -> None:
     """scancel signals the wrapper and the body alike; a body that ends at once on TERM (exit 3) must not be
     written down as a failure, nor retried: the attempt leaves no result and Slurm's CANCELLED is the outcome.
-    (Which process Slurm signals first is Slurm's: the wrapper without its handler passed this 3 times of 3 and
-    failed test_slurm_status's cancel in about 1 suite of 8; this holds the outcome, not the race.)"""
+    (Which process Slurm signals first is Slurm's: this holds the outcome; the test above holds the question
+    the wrapper asks when its body ends first.)"""
     root, running = tmp_path / "submit", tmp_path / "running"
     body = f"trap 'exit 3' TERM; touch {running}; sleep 60 & wait"
     p = write_plan(tmp_path / "cx.yaml", "cx", f'  - name: c\n    retries: 3\n    run: "{body}"\n')
