@@ -73,7 +73,15 @@ class RunnerProcess:
         self.stderr = open(self.root.parent / f"runner-{time.monotonic_ns()}.err", "wb")
         self.proc = subprocess.Popen(args, env=env, stdout=self.stderr, stderr=self.stderr)
         wait_for(lambda: any(e["event"] == "runner-start" for e in self.events()[self._skip :]), 10)
+        wait_for(self._ticked, 10)  # its first status.json: a probe never finds a runner that has not ticked yet
         return self
+
+    def _ticked(self) -> bool:
+        try:
+            status = json.loads((self.root / "status.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return self.proc is not None and (status.get("runner") or {}).get("pid") == self.proc.pid
 
     _skip = 0
 
@@ -109,6 +117,22 @@ class RunnerProcess:
         self.stderr.close()
         self._skip = len(self.events())
         return self.proc.returncode
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """typer's CliRunner builds plan's click command from every command's signature on each invoke (~25 ms;
+    the suite invokes ~400 times); `plan` itself builds it once a process (cli.command), and the tests invoke
+    that same command."""
+    import typer.main
+    import typer.testing
+
+    def command(app: typer.Typer) -> Any:
+        from plancompiler import cli
+
+        return cli.command() if app is cli.app else typer.main.get_command(app)
+
+    if hasattr(typer.testing, "_get_command"):
+        typer.testing._get_command = command  # type: ignore[attr-defined]
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

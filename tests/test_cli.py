@@ -180,6 +180,8 @@ def _typer_calls(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str,
 
     import typer
 
+    from plancompiler import cli as plan_cli
+
     calls: dict[str, Any] = {}
 
     def recorder(fn: Any, stop: bool) -> Any:
@@ -194,6 +196,7 @@ def _typer_calls(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str,
     for info in app.registered_commands:
         monkeypatch.setattr(info, "callback", recorder(info.callback, True))
     monkeypatch.setattr(app.registered_callback, "callback", recorder(app.registered_callback.callback, False))
+    monkeypatch.setattr(plan_cli, "command", lambda: typer.main.get_command(app))  # built anew, with the recorders
     result = cli.invoke(app, argv)
     assert result.exit_code == 0, (argv, result.output)
     monkeypatch.undo()
