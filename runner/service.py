@@ -45,6 +45,7 @@ class Runner:
         self.root = str(config.root)
         self.root_id = sha1_hex(self.root.encode())[:12]
         self.instance = os.urandom(4).hex()
+        self.pid = os.getpid()  # the process status.json names (`plan watch` checks it is a live runner)
         self.processes = processes or OsProcesses(config.kill_grace_s)
         self.state = RunnerState()
         self.problems = FileProblems(queue)
@@ -86,7 +87,7 @@ class Runner:
             now,
             "-",
             Event.RUNNER_START.value,
-            pid=os.getpid(),
+            pid=self.pid,
             version=__version__,
             instance=self.instance,
             last_alive=self._last_alive(),

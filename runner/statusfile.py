@@ -47,7 +47,7 @@ class StatusFile:
     def write(self, now: float, queued: list[tuple[str, Parsed]], force: bool = False) -> None:
         runner = self.runner
         beat = {
-            "pid": os.getpid(),
+            "pid": runner.pid,
             "instance": runner.instance,
             "heartbeat": now,
             "heartbeat_ts": timestamp(now),
@@ -84,7 +84,7 @@ class StatusFile:
         runner = self.runner
         return {
             "runner": {
-                "pid": os.getpid(),
+                "pid": runner.pid,
                 "version": __version__,
                 "format_version": FORMAT_VERSION,
                 "instance": runner.instance,

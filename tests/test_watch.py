@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from plancompiler.cli import app
 from runner.progress import parse_progress
 from tests.conftest import REPO, RunnerProcess, wait_for, write_job
 from tests.sshd import Sshd
+from tests.ticking import Ticking
 
 cli = CliRunner()
 
@@ -32,14 +34,34 @@ def _no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PLAN_HOSTS", raising=False)
 
 
+@pytest.fixture
+def ticked(ticking: Callable[..., Ticking]) -> Iterator[Callable[[float], Ticking]]:
+    """`ticked(now)`: an in-process runner (tests/ticking.py) ticked once at NOW, that `plan watch` takes for a
+    live one: its status.json names a real process whose command line says runner (all watch checks of a pid)."""
+    standin = subprocess.Popen(["bash", "-c", "exec -a plan-runner-standin sleep 600"])
+    yield lambda now: ticking(now, pid=standin.pid).tick(now)
+    standin.kill()
+    standin.wait()
+
+
+def _fail(run: Ticking, job: str, line: str, now: float) -> None:
+    """JOB starts, says LINE and exits 1, on the ticking runner RUN at NOW."""
+    run.tick(now)
+    run.say(job, line)
+    run.procs.exit(job, 1)
+    run.tick(now + 1)
+    assert run.events("failed")
+
+
 def test_failed_job_is_an_event_and_restart_does_not_realert(
-    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+    tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]
 ) -> None:
     state = tmp_path / "watch.json"
-    runner.start()
+    now = time.time() - 10  # the runner's ticks, a little in the past: its heartbeat is fresh for the watcher
+    run = ticked(now)
     assert watch(str(queue_root), state)[0] == 0  # first probe: remembers the offset
     write_job(queue_root, "5-cpu-bad.job", "echo 'unsupported sampler flag: -b'\nexit 1\n")
-    runner.wait_event("failed")
+    _fail(run, "5-cpu-bad.job", "unsupported sampler flag: -b", now + 1)
     code, out = watch(str(queue_root), state)
     assert code == 10 and out.startswith("EVENT: ") and "failed 5-cpu-bad.job" in out
     assert "unsupported sampler flag: -b" in out
@@ -47,56 +69,56 @@ def test_failed_job_is_an_event_and_restart_does_not_realert(
 
 
 def test_long_net_job_is_a_stall_and_empty_running_is_fine(
-    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+    tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]
 ) -> None:
     state = tmp_path / "watch.json"
-    runner.start()
+    now = time.time() - 10
+    run = ticked(now)
     code, out = watch(str(queue_root), state, "--idle", "3600")
     assert code == 0, out  # nothing running, no net job: not an error (the seed's [ -f ] bug)
-    write_job(
-        queue_root,
-        "92c-net-mai-code.job",
-        "# LANE=net\necho ' 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:21 1:55:36  2.92M'\nsleep 300\n",
-    )
-    runner.wait_event("start")
-    time.sleep(1.2)
-    code, out = watch(str(queue_root), state, "--stall", "1")
+    write_job(queue_root, "92c-net-mai-code.job", "# LANE=net\nsleep 300\n")
+    run.tick(now)  # it starts, 10 s ago
+    run.say("92c-net-mai-code.job", " 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:21 1:55:36  2.92M")
+    run.tick(time.time())  # still running now
+    code, out = watch(str(queue_root), state, "--stall", "5")
     assert code == 11 and "STALL: net job 92c-net-mai-code.job running for" in out
     status = cli.invoke(app, ["status", str(queue_root)])
     assert status.exit_code == 0
     assert "64% of 52.44G (33.95G) at 2.72M/s, ETA 1:55:36" in status.stdout
 
 
-def test_idle_says_why_work_waits(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+def test_idle_says_why_work_waits(tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]) -> None:
     state = tmp_path / "watch.json"
     write_job(queue_root, "1-gpu-a.job", f"# LANE=gpu\n# REQUIRES=test -f {tmp_path}/never\necho a\n")
-    runner.start()
-    wait_for(lambda: runner.status()["queued"])
-    assert watch(str(queue_root), state, "--idle", "1")[0] == 0
-    time.sleep(1.2)
-    code, out = watch(str(queue_root), state, "--idle", "1")
+    now = time.time() - 10  # idle since then
+    run = ticked(now)
+    assert run.status()["queued"]
+    assert watch(str(queue_root), state, "--idle", "60")[0] == 0
+    code, out = watch(str(queue_root), state, "--idle", "5")
     assert code == 12 and "IDLE: nothing running for" in out and "1 queued: 1-gpu-a.job: requires" in out
 
 
-def test_blocked_job(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+def test_blocked_job(tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]) -> None:
     want = f"{tmp_path}/strata-qwen-q2_0.json"
     write_job(queue_root, "84c-gpu.job", f"# LANE=gpu\n# REQUIRES=test -f {want}\necho\n")
     (queue_root / "manifest.json").write_text(
         json.dumps({"jobs": {"84c-gpu.job": {"requires": [want]}}, "producers": {}, "external": []})
     )
-    runner.start()
-    runner.wait_event("blocked")
+    now = time.time()
+    assert ticked(now).events("blocked")
     code, out = watch(str(queue_root), tmp_path / "w.json", "--idle", "3600")
     assert code == 13 and f"BLOCKED: 84c-gpu.job can never run: no job produces {want}" in out
 
 
-def test_lasting_alert_is_sent_once_until_realert(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+def test_lasting_alert_is_sent_once_until_realert(
+    tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]
+) -> None:
     write_job(queue_root, "84c-gpu.job", "# LANE=gpu\n# REQUIRES=test -f /nonexistent/x\necho\n")
     (queue_root / "manifest.json").write_text(
         json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}}, "producers": {}, "external": []})
     )
-    runner.start()
-    runner.wait_event("blocked")
+    now = time.time()
+    assert ticked(now).events("blocked")
     state, got = tmp_path / "w.json", tmp_path / "alerts"
     hook = f"cat >> {got}; echo >> {got}"
     for _ in range(3):
@@ -120,14 +142,17 @@ def test_missing_root_is_error_not_unreachable(tmp_path: Path) -> None:
     assert code == 16 and out.startswith("ERROR: reached") and "does not exist" in out
 
 
-def test_on_alert_gets_json_and_is_not_repeated(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
-    runner.start()
+def test_on_alert_gets_json_and_is_not_repeated(
+    tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]
+) -> None:
+    now = time.time() - 10
+    run = ticked(now)
     state = tmp_path / "w.json"
     got = tmp_path / "alerts"
     hook = f'cat >> {got}; echo " $PLAN_ALERT_KIND" >> {got}'
     assert watch(str(queue_root), state, "--on-alert", hook)[0] == 0
     write_job(queue_root, "5-cpu-bad.job", "exit 3\n")
-    runner.wait_event("failed")
+    _fail(run, "5-cpu-bad.job", "", now + 1)
     codes = [watch(str(queue_root), state, "--on-alert", hook, "--idle", "3600")[0] for _ in range(2)]
     assert codes == [10, 0]
     lines = got.read_text().splitlines()
@@ -268,11 +293,8 @@ def test_dead_recovered_and_dead_again_under_on_alert(tmp_path: Path, queue_root
     assert recovered["lasted_s"] > 0
 
 
-def test_misspelt_words_are_refused_and_nothing_is_probed(
-    tmp_path: Path, queue_root: Path, runner: RunnerProcess
-) -> None:
-    runner.start()
-    state = tmp_path / "w.json"
+def test_misspelt_words_are_refused_and_nothing_is_probed(tmp_path: Path, queue_root: Path) -> None:
+    state = tmp_path / "w.json"  # no runner: a probe would find none (DEAD), not a usage error
     for flags, message in (
         (["--events", "faild"], "--events: unknown event 'faild'; did you mean 'failed'?"),
         (["--wake-on", "dnoe"], "--wake-on: unknown event 'dnoe'; did you mean 'done'?"),
@@ -289,14 +311,14 @@ def test_misspelt_words_are_refused_and_nothing_is_probed(
 
 
 def test_ack_silences_one_incident_until_its_time_passes(
-    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+    tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]
 ) -> None:
     write_job(queue_root, "84c-gpu.job", "# LANE=gpu\n# REQUIRES=test -f /nonexistent/x\necho\n")
     (queue_root / "manifest.json").write_text(
         json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}}, "producers": {}, "external": []})
     )
-    runner.start()
-    runner.wait_event("blocked")
+    now = time.time()
+    assert ticked(now).events("blocked")
     q, state = str(queue_root), tmp_path / "w.json"
     args = ("--idle", "3600", "--events", "none", "--realert", "0")
     assert watch(q, state, *args)[0] == 13
@@ -324,9 +346,11 @@ def test_ack_silences_one_incident_until_its_time_passes(
     assert code == 13 and out.startswith("BLOCKED: 84c-gpu.job can never run")
 
 
-def test_heartbeat_every_sends_one_all_clear(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
-    runner.start()
-    runner.status()
+def test_heartbeat_every_sends_one_all_clear(
+    tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]
+) -> None:
+    now = time.time()
+    ticked(now)
     q, state, got = str(queue_root), tmp_path / "w.json", tmp_path / "alerts"
     code, out = watch(q, state, "--heartbeat-every", "6h", "--idle", "3600")
     assert code == 0 and out == f"OK: {q}: net idle, gpu idle, cpu idle; open incidents: 0\n"

@@ -113,11 +113,13 @@ class FakeProcesses:
 class Ticking:
     """A started runner on ROOT with fake processes; `tick(t)` runs one tick at time T."""
 
-    def __init__(self, root: Path, **config: Any) -> None:
+    def __init__(self, root: Path, pid: int | None = None, **config: Any) -> None:
         self.root = root
         self.procs = FakeProcesses()
         config.setdefault("settle_s", 0.0)
         self.runner = Runner(Config(root=root, **config), processes=self.procs)
+        if pid is not None:  # the process its status.json names (a real one, for `plan watch` to find alive)
+            self.runner.pid = pid
 
     def start(self, now: float) -> Ticking:
         self.runner.start(now)
