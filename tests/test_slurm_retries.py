@@ -3,7 +3,10 @@ runner's backoff, its dependents moved along, GRES free in between, a `retry` ev
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -141,8 +144,8 @@ def test_the_wrapper_asks_slurm_whether_it_ended_the_job(
     body's exit down as a failure. That answer, against the real controller: a running job is not ended; once
     scancelled it is, while its process (ignoring TERM) still runs."""
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
-    alive = tmp_path / "alive"
-    script = f"#!/bin/bash\ntrap '' TERM\nwhile :; do touch {alive}; sleep 0.2; done\n"
+    alive, pid = tmp_path / "alive", tmp_path / "pid"
+    script = f"#!/bin/bash\ntrap '' TERM\necho $$ >{pid}\nwhile :; do touch {alive}; sleep 0.2; done\n"
     sub = subprocess.run(
         ["sbatch", "--parsable", f"--chdir={tmp_path}", "--output=/dev/null"],
         input=script,
@@ -160,8 +163,11 @@ def test_the_wrapper_asks_slurm_whether_it_ended_the_job(
         alive.unlink()
         wait_for(alive.exists, 5, 0.1)  # still running: Slurm said so before this job's process ended
         assert not slurm_ended(999999)  # a job Slurm does not know: the body's exit stands
-    finally:
-        subprocess.run(["scancel", "--signal=KILL", str(job)], env=slurm.env, capture_output=True)
+    finally:  # its script ignores TERM: Slurm would KILL it only after KillWait (30 s), so it is ended here
+        subprocess.run(["scancel", str(job)], env=slurm.env, capture_output=True)
+        if pid.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid.read_text()), signal.SIGKILL)
 
 
 def test_a_job_cancelled_while_it_runs_is_cancelled_not_failed_and_never_retried(tmp_path: Path, slurm: Slurm) -> None:
