@@ -148,11 +148,12 @@ _WAITING = (("accounted", "aging"), ("slurm", "slurm_alone"), ("sshd",), ("runne
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest tests first, so that none starts last on a worker while the others have finished: those that
-        wait for a Slurm controller to forget finished jobs (its purge comes 10 s after it starts at the earliest),
-        then those marked `long` (5-15 s each, mostly computing), then those on a Slurm cluster, then on sshd, then on
-    a runner process; the rest keep their order. Every worker
-        starts its own Slurm cluster (a fraction of a second; its own directory, ports and munged) and its own sshd,
-        so these tests spread over all workers (`--dist loadgroup`) instead of queueing on one."""
+    wait for a Slurm controller to forget finished jobs (its purge comes 10 s after it starts at the earliest),
+    then those marked `long` (5-15 s each, mostly computing). The tests that mostly wait (on a Slurm cluster's
+    scheduler, on sshd round trips) are then spread through the first two thirds of the rest rather than run
+    together: all workers waiting at once left the cores half idle for seconds. Every worker starts its own Slurm
+    cluster (a fraction of a second; its own directory, ports and munged) and its own sshd, so these tests
+    spread over all workers (`--dist loadgroup`) instead of queueing on one."""
 
     def rank(item: pytest.Item) -> int:
         names = getattr(item, "fixturenames", ())
@@ -162,6 +163,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 1 if item.get_closest_marker("long") else waits + 1
 
     items.sort(key=rank)
+    first = [item for item in items if rank(item) <= 1]
+    waiting = [item for item in items if rank(item) in (2, 3)]
+    rest = [item for item in items if rank(item) > 3]
+    step = max(1, (2 * len(rest) // 3) // max(1, len(waiting)))
+    spread: list[pytest.Item] = []
+    for i, item in enumerate(rest):
+        if i % step == 0 and waiting:
+            spread.append(waiting.pop(0))
+        spread.append(item)
+    items[:] = first + spread + waiting
 
 
 @pytest.fixture
