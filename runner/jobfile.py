@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 import sys
@@ -118,6 +117,8 @@ def _header_line(line: str, lineno: int, header: dict[str, str], header_lines: d
         return None
     key, value = match.group(1), match.group(2).strip()
     if key not in HEADER_KEYS:
+        import difflib  # only for a bad job file: every agent call and Slurm wrapper imports this module
+
         hint = difflib.get_close_matches(key.upper(), HEADER_KEYS, n=1)
         suggestion = f" (did you mean {hint[0]}?)" if hint else ""
         return Invalid(f"unknown header key {key}{suggestion}; known keys: {', '.join(HEADER_KEYS)}", lineno)

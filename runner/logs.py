@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from pathlib import Path
@@ -77,5 +76,7 @@ def closest_names(path: str, limit: int = 3) -> list[str]:
         siblings = os.listdir(directory or ".")
     except OSError:
         return []
+    import difflib  # only when an output is missing (imported by every Slurm wrapper)
+
     matches = difflib.get_close_matches(name, siblings, n=limit, cutoff=0.5)
     return [os.path.join(directory, m) for m in matches]

@@ -8,7 +8,6 @@ import select
 import signal
 import sys
 import time
-import traceback
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,6 +44,8 @@ def serve(runner: Runner) -> int:
         except OSError as exc:
             # A disk full or a permission changed under us: say so and try again next tick, rather than
             # die and be restarted in a loop. status.json stops being rewritten, so `plan watch` sees DEAD.
+            import traceback  # a failed tick is rare: not in every runner's start-up
+
             traceback.print_exc()
             print(f"runner: tick failed: {exc}", file=sys.stderr, flush=True)
         _wait(runner, rfd, dirs, seen, stop_signal)

@@ -13,7 +13,6 @@ import fcntl
 import getpass
 import json
 import os
-import socket
 import time
 from contextvars import ContextVar
 from pathlib import Path
@@ -44,7 +43,7 @@ def _mine() -> Locks:
 
 def _who() -> str:
     try:
-        return f"{getpass.getuser()}@{socket.gethostname()}"
+        return f"{getpass.getuser()}@{os.uname().nodename}"
     except (OSError, KeyError):
         return "?"
 

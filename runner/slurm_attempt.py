@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -188,7 +187,7 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
         return _finish(spec, result, attempt, float(spec.get("gate_interval_s", 60)), 0)
     _say(
         f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.get('retries', 1)} on "
-        f"{socket.gethostname()} (Slurm job {job_id})"
+        f"{os.uname().nodename} (Slurm job {job_id})"
     )
     rc, timed_out = run_body(spec)
     if rc != 0 and not _STOPPED and not timed_out and slurm_ended(job_id):

@@ -4,7 +4,6 @@ sbatch wrapper each Slurm job or array is given on stdin, and the sbatch options
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -130,6 +129,8 @@ def element(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]) 
 def write_bundle(root: str, plan: str, elements: list[dict[str, Any]]) -> Path:
     """All ELEMENTS in one file named by its content: one write (and one sync) per push, however many jobs;
     never rewritten under a pending job. The log directory is made here too, once."""
+    import hashlib  # at push time only, not in every job's wrapper (which imports this module)
+
     data = (json.dumps({"elements": elements}, sort_keys=True) + "\n").encode()
     path = Path(root) / "scripts" / plan / f"bundle.{hashlib.sha256(data).hexdigest()[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
