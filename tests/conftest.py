@@ -132,7 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return cli.command() if app is cli.app else typer.main.get_command(app)
 
     if hasattr(typer.testing, "_get_command"):
-        typer.testing._get_command = command  # type: ignore[attr-defined]
+        typer.testing._get_command = command  # type: ignore[assignment]
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -173,6 +173,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             spread.append(waiting.pop(0))
         spread.append(item)
     items[:] = first + spread + waiting
+
+
+@pytest.fixture
+def stand_in() -> Iterator[int]:
+    """The pid of a live process whose command line names the runner (all the agent checks of a status.json
+    pid): a `sleep` under another name, for tests whose runner is in-process or written by hand."""
+    proc = subprocess.Popen(["bash", "-c", "exec -a plan-runner-stand-in sleep 600"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
 
 
 @pytest.fixture

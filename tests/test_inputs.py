@@ -196,6 +196,9 @@ def limited_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
     return dict(zip(runs, plan_limited(list(runs.values()), MEMORY_LIMIT), strict=True))
 
 
+# The tests that read limited_runs run on one worker (`--dist loadgroup`): its child process, ~0.45 s of CPU,
+# is then started once, not once on each worker that a parametrized case lands on.
+@pytest.mark.xdist_group("limited_runs")
 @pytest.mark.parametrize(("value", "message"), OVERSIZED)
 def test_an_oversized_filter_result_is_refused_before_it_is_built(
     limited_runs: dict[str, Ran], value: str, message: str
@@ -207,6 +210,7 @@ def test_an_oversized_filter_result_is_refused_before_it_is_built(
     )
 
 
+@pytest.mark.xdist_group("limited_runs")
 def test_an_oversized_filter_in_a_job_body_is_an_r007(limited_runs: dict[str, Ran]) -> None:
     result = limited_runs["r007"]
     assert result.returncode == 1, result.stderr
@@ -275,6 +279,7 @@ def test_a_fifo_plan_is_a_p001_not_a_hang(tmp_path: Path, name: str) -> None:
     assert result.stdout == f"{name}:1:1: error[P001]: a FIFO (named pipe), not a plan file\n"
 
 
+@pytest.mark.xdist_group("limited_runs")
 def test_a_device_plan_is_a_p001_not_read_until_memory_runs_out(limited_runs: dict[str, Ran]) -> None:
     result = limited_runs["/dev/zero"]
     assert result.returncode == 1, result.stderr

@@ -32,15 +32,6 @@ def _ts(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
-@pytest.fixture
-def stand_in() -> Iterator[int]:
-    """A live process whose command line names the runner: what the agent checks a status.json pid against."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "runner"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
-
-
 def _live_root(tmp_path: Path, pid: int) -> Path:
     """A queue root as a live runner leaves it: status.json with a fresh heartbeat and PID."""
     root = tmp_path / "root"

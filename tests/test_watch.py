@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,13 +35,10 @@ def _no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def ticked(ticking: Callable[..., Ticking]) -> Iterator[Callable[[float], Ticking]]:
+def ticked(ticking: Callable[..., Ticking], stand_in: int) -> Callable[[float], Ticking]:
     """`ticked(now)`: an in-process runner (tests/ticking.py) ticked once at NOW, that `plan watch` takes for a
-    live one: its status.json names a real process whose command line says runner (all watch checks of a pid)."""
-    standin = subprocess.Popen(["bash", "-c", "exec -a plan-runner-standin sleep 600"])
-    yield lambda now: ticking(now, pid=standin.pid).tick(now)
-    standin.kill()
-    standin.wait()
+    live one: its status.json names a stand-in process (conftest)."""
+    return lambda now: ticking(now, pid=stand_in).tick(now)
 
 
 def _fail(run: Ticking, job: str, line: str, now: float) -> None:
