@@ -19,7 +19,7 @@ from typing import Any
 
 from runner import bootstrap, delivery, pushlock, readers
 from runner.controls import PARK_FILE, park_record, request_name
-from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json
+from runner.queue import STATES, Queue, atomic_write, fresh_status, open_regular, read_json
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -34,7 +34,7 @@ def _read_json(path: str) -> Any:
 def tail(path: str, limit: int) -> tuple[str, int]:
     """The last LIMIT bytes of PATH as text, and its size."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             size = os.fstat(handle.fileno()).st_size
             handle.seek(max(0, size - limit))
             return handle.read().decode("utf-8", "replace"), size
@@ -58,9 +58,12 @@ def read_events(root: str, request: dict[str, Any]) -> dict[str, Any]:
             offset, rotated = 0, True
         data = b""
         if size:
-            with open(events_path, "rb") as handle:
-                handle.seek(offset)
-                data = handle.read(int(request.get("max_bytes", 1 << 20)))
+            try:
+                with open_regular(events_path) as handle:
+                    handle.seek(offset)
+                    data = handle.read(int(request.get("max_bytes", 1 << 20)))
+            except OSError:  # no regular file: nothing to read, never a probe that blocks
+                pass
         cut = data.rfind(b"\n") + 1
         new_offset = offset + cut
         lines = data[:cut].split(b"\n")[:-1]
@@ -92,7 +95,7 @@ def _line_at(path: str, offset: int) -> int:
     said once, so a healthy probe never reads the whole file."""
     count = 1
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             while offset > 0:
                 chunk = handle.read(min(offset, 1 << 20))
                 if not chunk:
@@ -108,7 +111,7 @@ def _head(path: str, offset: int) -> str:
     """The fingerprint of the file's first bytes up to OFFSET (at most 256): a file still shorter than 256
     bytes keeps the one a watcher stored as it grows; a rotated one has another."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             return hashlib.sha256(handle.read(min(256, offset))).hexdigest()[:16]
     except OSError:
         return ""
@@ -214,9 +217,12 @@ def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
     if offset > size:
         offset = 0
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read(int(request.get("max_bytes", 1 << 20)))
+    try:
+        with open_regular(path) as handle:
+            handle.seek(offset)
+            data = handle.read(int(request.get("max_bytes", 1 << 20)))
+    except OSError:  # gone since, or no regular file (a FIFO would block here)
+        data = b""
     return {"state": state, "text": data.decode("utf-8", "replace"), "offset": offset + len(data), "exists": True}
 
 

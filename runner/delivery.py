@@ -19,7 +19,7 @@ from typing import Any
 
 from runner import jobfile, pushlock, stamps
 from runner.controls import request_name
-from runner.queue import STATES, Queue, atomic_write, fresh_status, read_json, timestamp
+from runner.queue import STATES, Queue, atomic_write, fresh_status, open_regular, read_json, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
@@ -81,7 +81,7 @@ def runner_alive(status: Any) -> bool:
 def _lifecycle(root: str) -> dict[str, Any] | None:
     """The last runner-start or runner-stop in the tail of events.jsonl."""
     try:
-        with open(os.path.join(root, "events.jsonl"), "rb") as handle:
+        with open_regular(os.path.join(root, "events.jsonl")) as handle:
             size = os.fstat(handle.fileno()).st_size
             handle.seek(max(0, size - 65536))
             lines = handle.read().splitlines()
@@ -111,7 +111,7 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         entries = {}
         for name in queue.jobs(state):
             try:
-                with open(os.path.join(root, state, name), "rb") as handle:
+                with open_regular(os.path.join(root, state, name)) as handle:
                     data = handle.read()
             except OSError:
                 continue

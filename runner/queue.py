@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -9,7 +10,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from runner.state import Problem, check_manifest, check_state
 from runner.vocab import EVENT_NAMES
@@ -100,6 +101,19 @@ def drain(fd: int, size: int) -> bytes:
     while chunk := os.read(fd, size):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def open_regular(path: str) -> BinaryIO:
+    """PATH opened for reading if it is a regular file; OSError otherwise (a FIFO in the queue or as
+    events.jsonl would block a plain open() until someone writes to it, and a status probe with it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_regular(path: str) -> bytes | None:

@@ -530,3 +530,46 @@ def test_manifest_hash_of_the_wrong_type_is_dropped_and_named() -> None:
     manifest, problems = check_manifest({"jobs": {"a.job": {"sha": [1], "requires": ["/x"]}}})
     assert manifest is not None and manifest["jobs"] == {"a.job": {"requires": ["/x"]}}
     assert problems == [("jobs.a.job.sha", "expected a string, got list: ignored")]
+
+
+def test_fifos_in_a_queue_never_hold_a_status_logs_watch_or_push(tmp_path: Path, queue_root: Path) -> None:
+    """A FIFO as a job file, as events.jsonl and as a job's log: what reads the queue for `plan` (the agent)
+    opens files only when they are regular, so no command waits on a FIFO (and says the host unreachable)."""
+    from tests.conftest import plan_cli
+
+    fifos = [queue_root / "queue/a.job", queue_root / "events.jsonl", queue_root / "logs/b.log"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    write_job(queue_root, "b.job", "echo b\n", state="failed")
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: p\njobs:\n  - name: c\n    run: echo c\n")
+    blocked: list[str] = []
+    done = threading.Event()
+
+    def watchdog() -> None:
+        """After 3 s, whoever still reads a FIFO is let go (end-of-file) and named: a hang is a failure."""
+        while not done.wait(3):
+            for fifo in fifos:
+                try:
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError:  # ENXIO: nobody has it open for reading
+                    continue
+                blocked.append(fifo.name)
+
+    thread = threading.Thread(target=watchdog, daemon=True)
+    thread.start()
+    try:
+        results = {
+            "status": plan_cli("status", str(queue_root)),
+            "logs": plan_cli("logs", str(queue_root), "b.job"),
+            "watch": plan_cli("watch", str(queue_root), "--once", "--state", str(tmp_path / "w.json")),
+            "push": plan_cli("push", str(queue_root), str(plan), "--dry-run"),
+        }
+    finally:
+        done.set()
+        thread.join()
+    assert blocked == [], blocked
+    for command, (_, out) in results.items():
+        assert "unreachable" not in out and "Traceback" not in out, (command, out)
+    assert results["push"][0] == 0 and "+  c.job" in results["push"][1], results["push"]
+    assert results["status"][0] == 0, results["status"]
