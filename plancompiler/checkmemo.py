@@ -132,6 +132,7 @@ def store(memo_key: str, diagnostics: Sequence[Diagnostic], jobs: int) -> None:
     entry = _entry(memo_key)
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(entry, json.dumps({"diagnostics": [asdict(d) for d in diagnostics], "jobs": jobs}).encode())
+        memo = {"diagnostics": [asdict(d) for d in diagnostics], "jobs": jobs}
+        atomic_write(entry, json.dumps(memo).encode(), durable=False)  # a cache: a lost entry is checked again
     except OSError:
         pass  # a read-only cache costs time, never correctness

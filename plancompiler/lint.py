@@ -198,7 +198,7 @@ def _shellcheck_version() -> str:
     version = _ask_version(exe)
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(marker, version.encode())
+        atomic_write(marker, version.encode(), durable=False)
     except OSError:
         pass
     return version
@@ -255,7 +255,7 @@ def _shellcheck(
             if use_cache:
                 try:
                     todo[i].parent.mkdir(parents=True, exist_ok=True)
-                    atomic_write(todo[i], json.dumps(comments).encode())
+                    atomic_write(todo[i], json.dumps(comments).encode(), durable=False)  # a cache: no syncs
                 except OSError:
                     pass  # a read-only cache costs time, never correctness
     return found

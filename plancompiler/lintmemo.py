@@ -60,6 +60,6 @@ class JobMemo:
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, json.dumps({"salt": self.salt, "jobs": self.used}).encode())
+            atomic_write(self.path, json.dumps({"salt": self.salt, "jobs": self.used}).encode(), durable=False)
         except OSError:
             pass  # a read-only cache costs time, never correctness

@@ -45,9 +45,10 @@ def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
 PENDING_EVENTS_MAX = 10000
 
 
-def atomic_write(path: Path, data: bytes | Sequence[bytes]) -> None:
+def atomic_write(path: Path, data: bytes | Sequence[bytes], durable: bool = True) -> None:
     """Write DATA (or its parts, one after the other) to PATH so a reader sees the old file or the new one, never
-    a part."""
+    a part. DURABLE: synced to disk, file and directory, before this returns; a cache, which a crash may lose
+    (costing time, not correctness), is written without the two syncs."""
     fd, tmp = _temp(path)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -56,7 +57,8 @@ def atomic_write(path: Path, data: bytes | Sequence[bytes]) -> None:
             else:
                 handle.writelines(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -64,7 +66,8 @@ def atomic_write(path: Path, data: bytes | Sequence[bytes]) -> None:
         except OSError:
             pass
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _temp(path: Path) -> tuple[int, str]:
