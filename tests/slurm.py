@@ -301,9 +301,10 @@ def _cache_login_env(state: Path) -> None:
 
 
 def stop_slurm(cluster: Slurm) -> None:
-    # Jobs first: slurmstepd and job processes outlive slurmd. Wait until none runs, then the daemons.
+    # Its jobs are cancelled, and given a moment to end on TERM; then whatever still runs of them (a job that
+    # ignores TERM would hold on for Slurm's KillWait, 30 s) and the daemons are killed outright.
     subprocess.run(["scancel", "-u", "root"], env=cluster.env, capture_output=True)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 2
     while time.monotonic() < deadline:
         out = subprocess.run(
             ["squeue", "-h", "-t", "running,completing,pending", "-o", "%i"],
@@ -314,10 +315,10 @@ def stop_slurm(cluster: Slurm) -> None:
         if not out.strip():
             break
         time.sleep(0.1)
-    steps = _stepds(cluster)
-    # The cluster's state, spool and database are thrown away: its daemons (by the pids they wrote) and any step
-    # daemon that outlived its job are killed outright; asked to stop, each took 1-2 s to save what is thrown away.
-    for pid in [cluster.pids[name] for name in _DAEMONS if name in cluster.pids] + steps:
+    jobs = _job_processes(cluster)
+    # The cluster's state, spool and database are thrown away: its daemons (by the pids they wrote) and every
+    # process of its jobs are killed outright; asked to stop, each daemon took 1-2 s to save what is thrown away.
+    for pid in [cluster.pids[name] for name in _DAEMONS if name in cluster.pids] + jobs:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -348,17 +349,17 @@ def _reap(pid: int, timeout: float = 10) -> None:
         time.sleep(0.02)
 
 
-def _stepds(cluster: Slurm) -> list[int]:
+def _job_processes(cluster: Slurm) -> list[int]:
+    """This cluster's step daemons and its jobs' processes: all carry its SLURM_CONF in their environment."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            comm = Path(f"/proc/{entry}/comm").read_text().strip()
             env = Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue
-        if comm == "slurmstepd" and f"SLURM_CONF={cluster.conf}".encode() in env:
+        if f"SLURM_CONF={cluster.conf}\0".encode() in env + b"\0" and int(entry) != os.getpid():
             found.append(int(entry))
     return found
 
