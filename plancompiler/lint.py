@@ -192,7 +192,9 @@ def _shellcheck_version() -> str:
         / hashlib.sha256(f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
     )
     try:
-        return marker.read_text().strip()
+        known = marker.read_text().strip()
+        if known:  # empty: a marker a crash cut short (it is written without a sync), asked again
+            return known
     except OSError:
         pass
     version = _ask_version(exe)

@@ -113,10 +113,10 @@ def open_regular(path: str) -> BinaryIO:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
-        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    return os.fdopen(fd, "rb")
 
 
 def read_regular(path: str) -> bytes | None:

@@ -154,9 +154,16 @@ def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
     return proc.wait(), True
 
 
+# squeue's states of a job Slurm has ended while its batch script may still run. Not STOPPED or SUSPENDED (a
+# `scancel -s STOP`, `scontrol suspend`): the job goes on, and a body that fails meanwhile has failed.
+_ENDED = frozenset(
+    {"COMPLETING", "CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "NODE_FAIL", "REQUEUED", "BOOT_FAIL"}
+)
+
+
 def slurm_ended(job_id: int | str) -> bool:
     """Whether Slurm has ended JOB_ID (scancel, its time limit, preemption) while this wrapper still runs it:
-    its state is then no longer RUNNING. Slurm signals every process of the job in no set order, so a body
+    its state is then one of _ENDED. Slurm signals every process of the job in no set order, so a body
     (its TERM trap, say) may end before this process's own signal arrives: asked after every failing body,
     Slurm keeps that from reading as the body's failure, and from a retry. False where Slurm cannot be asked
     (the body's exit then stands)."""
@@ -165,7 +172,7 @@ def slurm_ended(job_id: int | str) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     states = proc.stdout.split()
-    return proc.returncode == 0 and bool(states) and states[0] not in ("RUNNING", "CONFIGURING")
+    return proc.returncode == 0 and bool(states) and states[0] in _ENDED
 
 
 def attempt_once(spec: dict[str, Any], attempt: int) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 
 from runner import jobfile
 from runner.digest import sha256_hex
-from runner.queue import atomic_write, timestamp
+from runner.queue import atomic_write, open_regular, timestamp
 
 STAMPS_DIR = "stamps"
 VERSION = 1
@@ -95,7 +95,7 @@ def read(root: str, filename: str) -> tuple[dict[str, Any] | None, list[Problem]
     if cached is not None and cached[0] == key:
         return cached[1]
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:  # a FIFO here would hold every push's probe
             data = handle.read()
     except FileNotFoundError:
         return None, []
@@ -185,7 +185,7 @@ def file_hash(path: str) -> str | None:
         cached = _hashes.get(path)
         if cached and cached[0] == key:
             return cached[1]
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             digest = content_hash(handle.read())
     except OSError:
         return None

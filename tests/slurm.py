@@ -359,7 +359,7 @@ def _job_processes(cluster: Slurm) -> list[int]:
             env = Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue
-        if f"SLURM_CONF={cluster.conf}\0".encode() in env + b"\0" and int(entry) != os.getpid():
+        if f"\0SLURM_CONF={cluster.conf}\0".encode() in b"\0" + env + b"\0" and int(entry) != os.getpid():
             found.append(int(entry))
     return found
 

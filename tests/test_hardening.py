@@ -535,9 +535,13 @@ def test_manifest_hash_of_the_wrong_type_is_dropped_and_named() -> None:
 def test_fifos_in_a_queue_never_hold_a_status_logs_watch_or_push(tmp_path: Path, queue_root: Path) -> None:
     """A FIFO as a job file, as events.jsonl and as a job's log: what reads the queue for `plan` (the agent)
     opens files only when they are regular, so no command waits on a FIFO (and says the host unreachable)."""
+    from runner.queue import Queue
     from tests.conftest import plan_cli
 
-    fifos = [queue_root / "queue/a.job", queue_root / "events.jsonl", queue_root / "logs/b.log"]
+    log = Queue(queue_root).log_path("b.job")
+    fifos = [queue_root / "queue/a.job", queue_root / "events.jsonl", log, queue_root / "stamps/c.json"]
+    log.parent.mkdir(exist_ok=True)
+    (queue_root / "stamps").mkdir()
     for fifo in fifos:
         os.mkfifo(fifo)
     write_job(queue_root, "b.job", "echo b\n", state="failed")
