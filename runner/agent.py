@@ -269,6 +269,9 @@ def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"the {backend} backend has no {mode!r} request"}
     try:
         return handler(root, request)
+    except OSError as exc:  # the queue's own files: a root under a file, no permission, a full disk
+        where = f" ({exc.filename})" if exc.filename else ""
+        return {"error": f"{exc.strerror or exc}{where}"}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 

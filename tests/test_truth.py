@@ -429,6 +429,9 @@ def test_push_or_status_to_a_file_is_a_clear_error(tmp_path: Path, monkeypatch: 
     assert "Errno" not in pushed.output and "FileExistsError" not in pushed.output
     status = cli.invoke(app, ["status", str(afile)])
     assert status.exit_code == 1 and "is not a directory" in status.output and "does not exist" not in status.output
+    under = cli.invoke(app, ["push", str(afile / "q"), str(_plan(tmp_path))])  # a root under a file
+    assert under.exit_code == 1 and f"Not a directory ({afile / 'q'})" in under.output, under.output
+    assert "Errno" not in under.output and "NotADirectoryError" not in under.output
     assert afile.read_text() == "mine\n"
 
 
