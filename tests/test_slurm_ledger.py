@@ -196,6 +196,9 @@ def test_changing_a_pending_job_re_points_its_pending_dependents(tmp_path: Path,
         assert attempts(root, "ch", "c")[-1]["id"] == first["c"]
         gate.touch()  # a ends only now: b and c stayed pending through the re-push
         wait_for(lambda: ended(root, "ch", "c") == "COMPLETED", 90, 0.2)
+        # c's wrapper writes its result and then exits: until it has, Slurm (and so a push) still says running
+        c = str(attempts(root, "ch", "c")[-1]["id"])
+        wait_for(lambda: all(j["state"] not in ("RUNNING", "COMPLETING") for j in slurm.squeue() if j["id"] == c), 30)
     finally:
         cancel_root(slurm, root)
     assert runs.read_text() == "a\nb2\nc\n"
