@@ -71,6 +71,9 @@ def test_a_foreach_group_is_an_array_whose_elements_keep_their_own_data_dependen
         done = {"queue": 0, "running": 0, "done": 6, "failed": 2}
         wait_for(lambda: status(hosts)["counts"] == done, 120, 0.5)
         assert _cancelled(slurm, attempts(root, "ar", "b1"))
+        # a wrapper writes its result and then exits: until then Slurm (and so the re-push below) says running
+        busy = ("RUNNING", "COMPLETING")
+        wait_for(lambda: not [j for j in slurm.squeue() if j["state"] in busy and j["name"].startswith("ar/")], 30)
     finally:
         cancel_root(slurm, root)
     # each element ran with its own row's data, and its dependent read its own producer's output
