@@ -104,7 +104,7 @@ class LocalSession:
         not cut it between files, as an agent process on a host is not. (Forked, not started: no interpreter
         to start, no module to import again.) Past LIMIT it is killed, as a hung agent process was."""
         payload = json.loads(json.dumps(request))
-        self.locks.created.pop(self.root, None)  # an install lands here: closing must not remove the root
+        self.locks.keep(self.root)  # an install lands here: closing must not remove the root
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: only the install, its answer down the pipe, and out without Python's exit

@@ -19,16 +19,9 @@ from typing import Any
 
 from runner import bootstrap, delivery, pushlock, readers
 from runner.controls import PARK_FILE, park_record, request_name
-from runner.queue import STATES, Queue, atomic_write, fresh_status, open_regular, read_json
+from runner.queue import STATES, Queue, atomic_write, fresh_status, open_regular, read_json, read_json_or_none
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
-
-
-def _read_json(path: str) -> Any:
-    try:
-        return read_json(Path(path))
-    except (OSError, ValueError):
-        return None
 
 
 def tail(path: str, limit: int) -> tuple[str, int]:
@@ -136,7 +129,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "counts": counts(root),
         "runner_alive": delivery.runner_alive(st),
         "now": time.time(),
-        "parked": _read_json(os.path.join(root, PARK_FILE)),
+        "parked": read_json_or_none(os.path.join(root, PARK_FILE)),
         **({"status_error": corrupt} if corrupt else {}),
     }
 

@@ -9,14 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.queue import Queue, atomic_write, fresh_status, read_json
-
-
-def _read(path: str) -> Any:
-    try:
-        return read_json(Path(path))
-    except (OSError, ValueError):
-        return None
+from runner.queue import Queue, atomic_write, fresh_status, read_json_or_none
 
 
 def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +73,7 @@ def _start_unit(root: str, request: dict[str, Any], user_unit: bool, done: dict[
             return False
     deadline = time.time() + float(request.get("wait_s", 30))
     while time.time() < deadline:
-        st = fresh_status(root, _read(os.path.join(root, "status.json"))) or {}
+        st = fresh_status(root, read_json_or_none(os.path.join(root, "status.json"))) or {}
         if float(st.get("runner", {}).get("heartbeat", 0)) >= started:
             done["heartbeat"] = True
             break

@@ -19,7 +19,16 @@ from typing import Any
 
 from runner import jobfile, pushlock, stamps
 from runner.controls import request_name
-from runner.queue import STATES, Queue, atomic_write, fresh_status, open_regular, read_json, timestamp
+from runner.queue import (
+    STATES,
+    Queue,
+    atomic_write,
+    fresh_status,
+    open_regular,
+    read_json,
+    read_json_or_none,
+    timestamp,
+)
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
@@ -101,7 +110,7 @@ def _lifecycle(root: str) -> dict[str, Any] | None:
 
 def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """What a push diffs against: each job file's hash and owning plan, manifest generation, runner health."""
-    status = fresh_status(root, _read(os.path.join(root, "status.json")))
+    status = fresh_status(root, read_json_or_none(os.path.join(root, "status.json")))
     lanes = list(jobfile.DEFAULT_LANES)
     if isinstance(status, dict) and isinstance(status.get("lanes"), dict):
         lanes += [lane for lane in status["lanes"] if lane not in lanes]
@@ -126,7 +135,7 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "status": status,
         "runner_alive": runner_alive(status),
         "lifecycle": _lifecycle(root),
-        "parked": _read(os.path.join(root, "parked.json")),
+        "parked": read_json_or_none(os.path.join(root, "parked.json")),
         "generation": manifest["generation"],
         "owners": owners(manifest),
         "plans": {
@@ -138,13 +147,6 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "stamp_problems": {name: [list(p) for p in wrong] for name, wrong in torn.items()},
         "now": time.time(),
     }
-
-
-def _read(path: str) -> Any:
-    try:
-        return read_json(Path(path))
-    except (OSError, ValueError):
-        return None
 
 
 def _clean_stages(root: str, now: float) -> None:

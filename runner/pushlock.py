@@ -15,10 +15,9 @@ import json
 import os
 import time
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any
 
-from runner.queue import read_json, timestamp
+from runner.queue import read_json_or_none, timestamp
 
 LOCK_NAME = ".push.lock"
 
@@ -31,6 +30,10 @@ class Locks:
     def __init__(self) -> None:
         self.held: dict[str, int] = {}
         self.created: dict[str, str] = {}
+
+    def keep(self, root: str) -> None:
+        """ROOT is used now (a push installs there): releasing the lock must not remove it."""
+        self.created.pop(root, None)
 
 
 _PROCESS = Locks()  # an agent process's
@@ -49,10 +52,7 @@ def _who() -> str:
 
 
 def _holder(path: str) -> dict[str, Any]:
-    try:
-        holder = read_json(Path(path))
-    except (OSError, ValueError):
-        return {}
+    holder = read_json_or_none(path)
     return holder if isinstance(holder, dict) else {}
 
 
@@ -61,8 +61,8 @@ def held(root: str) -> bool:
 
 
 def keep_root(root: str) -> None:
-    """ROOT is used now (a push installed there): releasing the lock must not remove it."""
-    _mine().created.pop(root, None)
+    """ROOT is used now (a push installs there): releasing this agent's lock must not remove it."""
+    _mine().keep(root)
 
 
 def lock(root: str, request: dict[str, Any]) -> dict[str, Any]:

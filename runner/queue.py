@@ -106,9 +106,9 @@ def drain(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def open_regular(path: str) -> BinaryIO:
-    """PATH opened for reading if it is a regular file; OSError otherwise (a FIFO in the queue or as
-    events.jsonl would block a plain open() until someone writes to it, and a status probe with it)."""
+def _regular_fd(path: str) -> int:
+    """A descriptor reading PATH if it is a regular file; OSError otherwise. Opened without blocking: a FIFO in
+    the queue or as events.jsonl would hold a plain open() until someone writes to it, and a probe with it."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -116,18 +116,21 @@ def open_regular(path: str) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "rb")
+    return fd
+
+
+def open_regular(path: str) -> BinaryIO:
+    """PATH opened for reading if it is a regular file; OSError otherwise (see _regular_fd)."""
+    return os.fdopen(_regular_fd(path), "rb")
 
 
 def read_regular(path: str) -> bytes | None:
     """The bytes of PATH if it is (still) a regular file; None otherwise. Never blocks on a FIFO."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = _regular_fd(path)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         return drain(fd, 1 << 20)
     except OSError:
         return None
@@ -143,6 +146,14 @@ def read_json(path: Path) -> Any:
             return None
         raise ValueError("not a regular file")
     return json.loads(data)
+
+
+def read_json_or_none(path: str | os.PathLike[str]) -> Any:
+    """PATH's JSON; None when it is missing, unreadable, not JSON or not a regular file."""
+    try:
+        return read_json(Path(path))
+    except (OSError, ValueError):
+        return None
 
 
 def timestamp(now: float) -> str:

@@ -180,10 +180,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return 0
         return 1 if item.get_closest_marker("long") else waits + 1
 
-    items.sort(key=rank)
-    first = [item for item in items if rank(item) <= 1]
-    waiting = [item for item in items if rank(item) in (2, 3)]
-    rest = [item for item in items if rank(item) > 3]
+    ranked = sorted((rank(item), i, item) for i, item in enumerate(items))  # i: the rest keep their order
+    first = [item for r, _, item in ranked if r <= 1]
+    waiting = [item for r, _, item in ranked if r in (2, 3)]
+    rest = [item for r, _, item in ranked if r > 3]
     step = max(1, (2 * len(rest) // 3) // max(1, len(waiting)))
     spread: list[pytest.Item] = []
     for i, item in enumerate(rest):
