@@ -127,7 +127,7 @@ def load(memo_key: str) -> Remembered | None:
 
 
 def store(memo_key: str, diagnostics: Sequence[Diagnostic], jobs: int) -> None:
-    from runner.queue import atomic_write
+    from runner.files import atomic_write
 
     entry = _entry(memo_key)
     try:

@@ -19,7 +19,7 @@ from plancompiler.render import RenderedJob
 from plancompiler.sandbox import Limits
 from plancompiler.shapes import Shape, shapes
 from plancompiler.tools import find_tool, run_command
-from runner.queue import atomic_write
+from runner.files import atomic_write
 
 _LEFTOVER = re.compile(r"\{\{|\{%|(?<!\$)\{#|%\}|(?<!\$)#\}")
 # shellcheck codes that fail the check even though shellcheck calls them warnings.

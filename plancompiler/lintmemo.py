@@ -56,7 +56,7 @@ class JobMemo:
         """Keep what this check used: the entries of jobs the plan no longer has are dropped."""
         if not self.changed and len(self.used) == len(self.kept):
             return
-        from runner.queue import atomic_write
+        from runner.files import atomic_write
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

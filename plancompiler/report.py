@@ -14,8 +14,8 @@ from typing import Any
 
 from runner.delivery import runner_alive
 from runner.durations import format_duration
+from runner.files import read_json
 from runner.logs import signature
-from runner.queue import read_json
 from runner.readers import status_problem, terminal_safe, valid_events
 from runner.vocab import Event
 

@@ -17,7 +17,7 @@ from plancompiler.incidents import EXIT_CODES, Alert, Condition, Incident, dump_
 from plancompiler.transport import check_timeout
 from plancompiler.watch_args import DEFAULT_EVENTS, WAITING_REASONS
 from runner.durations import format_duration
-from runner.queue import atomic_write
+from runner.files import atomic_write
 from runner.readers import status_problem, terminal_safe, valid_events
 from runner.status import render_status
 from runner.vocab import Event, Reason

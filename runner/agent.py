@@ -19,7 +19,8 @@ from typing import Any
 
 from runner import bootstrap, delivery, pushlock, readers
 from runner.controls import PARK_FILE, park_record, request_name
-from runner.queue import STATES, Queue, atomic_write, fresh_status, open_regular, read_json, read_json_or_none
+from runner.files import atomic_write, open_regular, read_json, read_json_or_none
+from runner.queue import STATES, Queue, fresh_status
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 

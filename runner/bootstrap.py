@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.queue import Queue, atomic_write, fresh_status, read_json_or_none
+from runner.files import atomic_write, read_json_or_none
+from runner.queue import Queue, fresh_status
 
 
 def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner import jobfile
+from runner.files import read_regular
 from runner.problems import FileProblems
-from runner.queue import Queue, read_regular, timestamp
+from runner.queue import Queue, timestamp
 from runner.runstate import RunnerState
 from runner.state import Problem, check_park, check_request
 from runner.vocab import Event

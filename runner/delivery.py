@@ -19,16 +19,8 @@ from typing import Any
 
 from runner import jobfile, pushlock, stamps
 from runner.controls import request_name
-from runner.queue import (
-    STATES,
-    Queue,
-    atomic_write,
-    fresh_status,
-    open_regular,
-    read_json,
-    read_json_or_none,
-    timestamp,
-)
+from runner.files import atomic_write, open_regular, read_json, read_json_or_none
+from runner.queue import STATES, Queue, fresh_status, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from runner.cgroups import cgroup_usable as cgroup_usable  # moved there; named here as before
-from runner.queue import drain
+from runner.files import drain
 
 TAG_VAR = "PLAN_RUNNER_TAG"
 JOB_VAR = "PLAN_RUNNER_JOB"

@@ -17,7 +17,8 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
-from runner.queue import read_json_or_none, timestamp
+from runner.files import read_json_or_none
+from runner.queue import timestamp
 
 LOCK_NAME = ".push.lock"
 

@@ -17,8 +17,9 @@ from runner import jobfile
 from runner.conditions import Condition, compile_condition
 from runner.config import Config
 from runner.digest import sha256_hex
+from runner.files import read_regular
 from runner.manifest import Manifest
-from runner.queue import Queue, read_regular, timestamp
+from runner.queue import Queue, timestamp
 from runner.reasons import Reasons
 from runner.records import Parsed, file_key
 from runner.vocab import Event, Reason

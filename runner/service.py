@@ -16,13 +16,14 @@ from runner.digest import sha1_hex
 from runner.dirwatch import DirWatch
 from runner.dispatch import Dispatcher
 from runner.facts import Facts
+from runner.files import read_json
 from runner.jobs import Jobs
 from runner.loop import serve
 from runner.manifest import Manifest
 from runner.outcomes import Outcomes, leave_running
 from runner.problems import FileProblems
 from runner.proctable import OsProcesses, Processes
-from runner.queue import Queue, fresh_status, read_json, timestamp
+from runner.queue import Queue, fresh_status, timestamp
 from runner.reasons import Reasons
 from runner.runstate import RunnerState
 from runner.scan import Scanner

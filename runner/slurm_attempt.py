@@ -25,8 +25,9 @@ from typing import Any
 from runner import pushlock
 from runner.conditions import compile_condition, evaluate
 from runner.config import Config
+from runner.files import atomic_write, read_json
 from runner.logs import tail_lines
-from runner.queue import atomic_write, read_json, timestamp
+from runner.queue import timestamp
 from runner.slurm_wrapper import wrapper_text, write_once
 
 _DEP = re.compile(r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?")

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runner.queue import atomic_write, read_json
+from runner.files import atomic_write, read_json
 
 LEDGER = "slurm.json"
 VERSION = 2

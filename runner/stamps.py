@@ -22,7 +22,8 @@ from typing import Any
 
 from runner import jobfile
 from runner.digest import sha256_hex
-from runner.queue import atomic_write, open_regular, timestamp
+from runner.files import atomic_write, open_regular
+from runner.queue import timestamp
 
 STAMPS_DIR = "stamps"
 VERSION = 1

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner import FORMAT_VERSION, __version__, logs
 from runner.announce import progress
-from runner.queue import STATES, atomic_write, timestamp
+from runner.files import atomic_write
+from runner.queue import STATES, timestamp
 from runner.records import Parsed
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ FOUNDATIONS = {
     "records",
     "throttle",
     "queue",
+    "files",
     "state",
     "jobfile",
     "conditions",

@@ -1,0 +1,123 @@
+"""Atomic files (part of contract 2): written whole or not at all, read only when they are regular files, so a
+reader never sees half a file and never waits on a FIFO left where a file should be."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+
+def atomic_write(path: Path, data: bytes | Sequence[bytes], durable: bool = True) -> None:
+    """Write DATA (or its parts, one after the other) to PATH so a reader sees the old file or the new one, never
+    a part. DURABLE: synced to disk, file and directory, before this returns; a cache, which a crash may lose
+    (costing time, not correctness), is written without the two syncs."""
+    fd, tmp = _temp(path)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                handle.writelines(data)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def _temp(path: Path) -> tuple[int, str]:
+    """A new dot-file beside PATH, opened for writing (as tempfile.mkstemp makes it, without importing it)."""
+    while True:
+        tmp = str(path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp"))
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+        except FileExistsError:
+            continue
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, value: Any) -> None:
+    # Compact, so the C encoder does it: status.json of 10 000 queued jobs is rewritten every tick.
+    atomic_write(path, (json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n").encode())
+
+
+def drain(fd: int, size: int) -> bytes:
+    """Everything left to read from FD, SIZE bytes a read."""
+    chunks = []
+    while chunk := os.read(fd, size):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _regular_fd(path: str) -> int:
+    """A descriptor reading PATH if it is a regular file; OSError otherwise. Opened without blocking: a FIFO in
+    the queue or as events.jsonl would hold a plain open() until someone writes to it, and a probe with it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: str) -> BinaryIO:
+    """PATH opened for reading if it is a regular file; OSError otherwise (see _regular_fd)."""
+    return os.fdopen(_regular_fd(path), "rb")
+
+
+def read_regular(path: str) -> bytes | None:
+    """The bytes of PATH if it is (still) a regular file; None otherwise. Never blocks on a FIFO."""
+    try:
+        fd = _regular_fd(path)
+    except OSError:
+        return None
+    try:
+        return drain(fd, 1 << 20)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path) -> Any:
+    """PATH's JSON, None when it does not exist; ValueError when it is not JSON or not a regular file."""
+    data = read_regular(str(path))
+    if data is None:
+        if not os.path.lexists(path):
+            return None
+        raise ValueError("not a regular file")
+    return json.loads(data)
+
+
+def read_json_or_none(path: str | os.PathLike[str]) -> Any:
+    """PATH's JSON; None when it is missing, unreadable, not JSON or not a regular file."""
+    try:
+        return read_json(Path(path))
+    except (OSError, ValueError):
+        return None
