@@ -282,8 +282,12 @@ def test_a_local_agent_call_is_bounded_by_the_hosts_timeout(tmp_path: Path) -> N
     assert host.call("control", {"job": "a.job", "action": "cancel", "wait_s": 0}, timeout=5)["taken"] is False
 
 
+# A shell's background job starts with SIGINT ignored, and Python then keeps it so: these children are the user
+# at a terminal pressing Ctrl-C, whatever started the suite.
+_CTRL_C = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
 _INSTALL = (
-    "import sys\n"
+    _CTRL_C + "import sys\n"
     "from plancompiler.hosts import Host\n"
     "host = Host(name=sys.argv[1], root=sys.argv[1])\n"
     "session = host.session()\n"
@@ -327,7 +331,7 @@ def test_ctrl_c_ends_a_local_wait_for_the_runner_at_once(tmp_path: Path) -> None
     root = tmp_path / "q"
     (root / "queue").mkdir(parents=True)
     script = (
-        "import sys\n"
+        _CTRL_C + "import sys\n"
         "from plancompiler.hosts import Host\n"
         "print('ready', flush=True)\n"
         "try:\n"
