@@ -27,11 +27,16 @@ from plancompiler.tools import run_command
 
 SSH_UNREACHABLE = 255
 RUNNER_MISSING = 97  # the loader's exit when this runner's hash is not cached on the host
+PYTHON_TOO_OLD = 96  # the loader's exit on an interpreter older than runner.PYTHON_MIN (stderr: VERSION EXECUTABLE)
 
 # Run on the host as `python3 -c LOADER HASH MODE ROOT` (or HASH --upload ROOT with the zip on stdin).
 # It only finds or stores the runner package; everything else is the package's own `runner.agent`.
+# It is plain enough for any Python 3 to run, so that an older one is named, not a SyntaxError's traceback.
 LOADER = r"""
 import hashlib, os, sys
+if sys.version_info < PYTHON_MIN:
+    sys.stderr.write("%d.%d.%d %s\n" % (tuple(sys.version_info[:3]) + (sys.executable,)))
+    sys.exit(96)
 h, mode, root = sys.argv[1:4]
 root = os.path.expanduser(root)
 cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plan-runner")
@@ -84,7 +89,7 @@ else:
     sys.exit(97)
 from runner.agent import main
 sys.exit(main([mode, root]))
-"""
+""".replace("PYTHON_MIN", repr(runner_package.PYTHON_MIN))
 
 
 class Unreachable(Exception):
@@ -187,6 +192,8 @@ def _timed(argv: list[str], limit: float, stdin: str | bytes | None) -> tuple[in
 
 
 def check_exit(endpoint: Endpoint, rc: int, out: str, err: str, took: float, limit: float) -> None:
+    if rc == PYTHON_TOO_OLD:
+        raise RemoteFailed(python_too_old(endpoint, err))
     if rc == 124 and took >= limit - 0.5:
         raise Unreachable(f"{endpoint.label}: no answer within {limit:g}s")
     if endpoint.ssh is not None and rc == SSH_UNREACHABLE:
@@ -194,6 +201,18 @@ def check_exit(endpoint: Endpoint, rc: int, out: str, err: str, took: float, lim
         raise Unreachable(f"{endpoint.label}: ssh could not connect: {last}")
     if rc != 0:
         raise RemoteFailed(f"{endpoint.label}: the command on the host failed (exit {rc}): {err.strip()[-400:]}")
+
+
+def python_too_old(endpoint: Endpoint, err: str) -> str:
+    """What to say when the host's interpreter is older than the runner's floor (the loader's exit 96)."""
+    found = (err.strip().splitlines() or [""])[-1].split(" ", 1)
+    version, where = found[0] or "?", found[1] if len(found) > 1 else endpoint.python
+    floor = ".".join(str(n) for n in runner_package.PYTHON_MIN)
+    return (
+        f"{endpoint.label}: `{endpoint.python}` there is Python {version} ({where}); the runner needs Python "
+        f"{floor} or newer: name a newer interpreter on that host with `python:` in its hosts-file entry "
+        f"(python: /usr/bin/python3.11, or a module's or conda's python3)"
+    )
 
 
 def decode(endpoint: Endpoint, out: str) -> dict[str, Any]:

@@ -13,16 +13,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Dict
 
 from runner import bootstrap, delivery, pushlock, readers
 from runner.controls import PARK_FILE, park_record, request_name
 from runner.files import atomic_write, open_regular, read_json, read_json_or_none
 from runner.queue import STATES, Queue, fresh_status
 
-Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
+Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
 
 
 def tail(path: str, limit: int) -> tuple[str, int]:

@@ -16,7 +16,7 @@ _TEST_RE = re.compile(_TEST)
 _CHAIN_RE = re.compile(rf"^\s*{_TEST}(?:\s*&&\s*{_TEST})*\s*$")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Condition:
     """A compiled condition: `tests` set when it can be decided by stat() alone; `checks` (when compiled for a
     root) the same tests as (the `stat_flags` bit each asks for, the path resolved against the root)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Tuple
 
 from runner import jobfile, procs
 from runner.conditions import Condition, compile_condition, evaluate, failed_test, stat_flags
@@ -16,7 +16,7 @@ from runner.runstate import RunnerState
 from runner.schedule import JobFacts, Snapshot
 from runner.stamp_judge import Verdicts
 
-Blocked = tuple[str, str, str]  # (path, producer, why) of a REQUIRES path that can never appear
+Blocked = Tuple[str, str, str]  # (path, producer, why) of a REQUIRES path that can never appear
 
 
 class Facts:

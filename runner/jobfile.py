@@ -23,7 +23,7 @@ _KEY_SETS: dict[tuple[str, ...], tuple[str, ...]] = {}
 _KEYISH_LINE = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)\s*[:=]")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class JobFile:
     """A job file that parsed completely: the only kind the runner executes."""
 

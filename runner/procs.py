@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Tuple
 
 from runner.cgroups import cgroup_usable as cgroup_usable  # moved there; named here as before
 from runner.files import drain
@@ -84,7 +85,7 @@ def _read(path: str, whole: bool = True) -> bytes | None:
 
 
 # (ppid, sid, state, comm, kernel thread) of a process, from /proc/PID/stat alone
-Stat = tuple[int, int, str, str, bool]
+Stat = Tuple[int, int, str, str, bool]
 PF_KTHREAD = 0x00200000  # in the flags field: a kernel thread (no cmdline, no files of its own)
 
 

@@ -95,7 +95,7 @@ class OsProcesses:
             if pid == 0:
                 return
             if pid in self._ours:
-                self._exited[pid] = os.waitstatus_to_exitcode(status)
+                self._exited[pid] = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
     def exit_code(self, pid: int) -> int | None:
         return self._exited.get(pid)

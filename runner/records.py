@@ -19,7 +19,7 @@ def file_key(st: os.stat_result) -> int:
     return (st.st_mtime_ns & _U64) | st.st_size << 64 | st.st_ino << 128  # a pre-1970 mtime kept apart too
 
 
-@dataclass(slots=True)
+@dataclass
 class Parsed:
     key: int  # file_key of the file parsed
     job: jobfile.JobFile | jobfile.Invalid
@@ -44,7 +44,7 @@ class Running:
     announced: Throttle = field(default_factory=Throttle)  # long-running, stalled: this run's repeats
 
 
-@dataclass(slots=True)
+@dataclass
 class Reason:
     reason: str
     since: float

@@ -4,7 +4,7 @@ noticed them; and `plan report`'s history made of them (runner.slurm_view shows 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Dict, Tuple
 
 from runner import slurm_ledger as ledger_mod
 from runner.logs import tail_lines
@@ -106,7 +106,7 @@ def _started(attempt: dict[str, Any], info: dict[str, Any]) -> bool:
     )
 
 
-Found = tuple[float, str, Event, dict[str, Any], str]
+Found = Tuple[float, str, Event, Dict[str, Any], str]
 
 
 def _job_events(root: str, plan: str, name: str, jobs: dict[str, Any], live: Live) -> list[Found]:

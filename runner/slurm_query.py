@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Any
+from typing import Any, Dict, Union
 
 from runner import slurm_ledger as ledger_mod
 from runner.slurm_ledger import ACTIVE
@@ -24,8 +24,8 @@ SQUEUE_FIELDS = (
     "Comment",
     "JobID",
 )
-SlurmId = int | str  # a job's id, or ARRAY_N for an element of an array
-Live = dict[SlurmId, dict[str, Any]]  # what squeue knows, by id
+SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
+Live = Dict[SlurmId, Dict[str, Any]]  # what squeue knows, by id
 
 
 def slurm_id(text: str) -> SlurmId:

@@ -73,7 +73,7 @@ def _corresponding(
     """(producer array, group ordered by task) pairs where each element's one other dependency is the same task
     of an array of this push, and each such array's tasks are all named once; else None."""
     by_array: dict[str, dict[int, dict[str, Any]]] = {}
-    for job, extra in zip(group, rest, strict=True):
+    for job, extra in zip(group, rest):
         if len(extra) != 1 or "_" not in extra[0]:
             return None
         array, _, task = extra[0].partition("_")
@@ -94,7 +94,7 @@ def _group_units(group: list[dict[str, Any]], done: Submitted, failed: dict[str,
         return [Unit(group[i : i + size], _afterok(common)) for i in range(0, len(group), size)]
     pairs = _corresponding(group, rest, done)
     if pairs is None:  # no array form says these dependencies: one job each
-        return [Unit([job], _afterok(each)) for job, each in zip(group, deps, strict=True)]
+        return [Unit([job], _afterok(each)) for job, each in zip(group, deps)]
     return [Unit(jobs, ",".join(filter(None, [f"aftercorr:{array}", _afterok(common)]))) for array, jobs in pairs]
 
 
@@ -152,7 +152,7 @@ def submit(
             units = plan_units(root, level, done, failed)
             calls = [(_argv(root, plan, u, request), _script(root, plan, u, bundle, entries, request)) for u in units]
             answers = list(pool.map(lambda call: _sbatch(call[0], call[1], env), calls))
-            for unit, (rc, out, err) in zip(units, answers, strict=True):
+            for unit, (rc, out, err) in zip(units, answers):
                 _record(plan, unit, rc, out, err, done)
             if done.error:
                 return

@@ -250,7 +250,8 @@ def _mtime(path: Path) -> float | None:
 
 def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """A Slurm job's log (ROOT/logs/PLAN/NAME.job.log): JOB is PLAN/NAME.job, or NAME.job where one plan has it."""
-    job = str(request["job"]).removesuffix(".job")
+    job = str(request["job"])
+    job = job[: -len(".job")] if job.endswith(".job") else job
     plan, _, name = job.rpartition("/")
     ledger = ledger_mod.load(root)
     plans = [plan] if plan else [p for p, e in ledger["plans"].items() if name in (e.get("jobs") or {})]

@@ -32,7 +32,7 @@ WORLD_DIRS = ("queue", "running", "failed", "done", STAMPS_DIR)
 STILL_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Verdict:
     """What a queued job's stamp says once its DONE_IF holds: done (skip it), stale (run it) or wait."""
 

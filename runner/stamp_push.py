@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Tuple
 
 from runner.stamps import ran_again
 
 Spec = Mapping[str, Any]  # a manifest entry, with `run_sha`
-Found = tuple["Effect", str, str]  # an effect, the changed job it follows ("" when it marks nothing), the mark's why
+Found = Tuple["Effect", str, str]  # an effect, the changed job it follows ("" when it marks nothing), the mark's why
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Tuple
 
 from runner import jobfile
 from runner.digest import sha256_hex
@@ -27,7 +27,7 @@ from runner.queue import timestamp
 
 STAMPS_DIR = "stamps"
 VERSION = 1
-Problem = tuple[str, str]  # (field, what was wrong): reported as state-corrupt, like state.json's
+Problem = Tuple[str, str]  # (field, what was wrong): reported as state-corrupt, like state.json's
 
 # Content hashes of queued files, by path and (mtime, size, inode): a stale job waiting for its producer is
 # judged every tick, and need not be read again each time.

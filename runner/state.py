@@ -7,9 +7,9 @@ runner turns into one `state-corrupt` event: well-formed JSON of the wrong shape
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Tuple
 
-Problem = tuple[str, str]  # (field, what was wrong and what was used instead)
+Problem = Tuple[str, str]  # (field, what was wrong and what was used instead)
 
 STATE_MAPS = ("attempts", "waiting_since", "backoff_until", "last_failure")
 

@@ -68,7 +68,7 @@ class StatusFile:
         if not force and same and now - self._written_at < REFRESH_S:
             return
         status["runner"].update(heartbeat=now, heartbeat_ts=timestamp(now), tick=runner.ticks)
-        for entry, run in zip(running, runner.jobs.running.values(), strict=True):
+        for entry, run in zip(running, runner.jobs.running.values()):
             entry["elapsed_s"] = round(now - run.started, 1)
         text = _encode(status)
         # In parts, the entries as they are kept: 10 000 of them joined into one string, then into bytes, were
