@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO))
 from bench.common import alternate, machine, ratio, run_step, spread, table  # noqa: E402
 from runner.conditions import compile_condition  # noqa: E402
 from runner.config import Config  # noqa: E402
-from runner.core import Runner  # noqa: E402
+from runner.service.runner import Runner  # noqa: E402
 
 
 def put_job(root: Path, name: str, text: str) -> None:

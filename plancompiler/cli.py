@@ -172,7 +172,7 @@ def render(
 
     DIR is replaced as a whole: afterwards it holds exactly this plan's jobs.
     """
-    from plancompiler.write import write_jobs
+    from plancompiler.commands.write import write_jobs
 
     compiled = _compile(plan, set_, templates, no_cache)
     code = _report([compiled], Format.text, strict)
@@ -232,8 +232,8 @@ def _host(spec: str, hosts: Path | None):
 def _host_errors() -> Iterator[None]:
     """A host that cannot be reached exits 3; a command that failed or was refused there exits 1."""
     from plancompiler.backends.protocol import Refused
+    from plancompiler.commands.operate import OperateError
     from plancompiler.hosts import RemoteFailed, Unreachable
-    from plancompiler.operate import OperateError
 
     try:
         yield
@@ -343,8 +343,8 @@ def run_plan(
 
     Prints events as they happen and a summary table; exit 0 only when every job of the plan is done.
     """
+    from plancompiler.commands.run import run_queue
     from plancompiler.hosts import Host
-    from plancompiler.localrun import run_queue
     from plancompiler.push import PushOptions
     from plancompiler.push import push as push_plan
 
@@ -403,8 +403,7 @@ def status(
 
 
 def _watch_words() -> tuple[str, str, str, str]:
-    from plancompiler.incidents import INCIDENT_KINDS
-    from plancompiler.watch_args import ALERTABLE_EVENTS, DEFAULT_EVENTS, WAITING_REASONS
+    from plancompiler.watch import ALERTABLE_EVENTS, DEFAULT_EVENTS, INCIDENT_KINDS, WAITING_REASONS
 
     return (
         ", ".join(ALERTABLE_EVENTS),
@@ -523,8 +522,16 @@ def watch(
     opens and every --realert while it lasts, and RECOVERED (exit 0) is sent when it clears. Without
     --on-alert the watcher exits on the first alert; --once exits 0 when there is nothing new.
     """
-    from plancompiler.watch import Rules, WatchOptions, incident_lines, state_path, watch_loop
-    from plancompiler.watch_args import duration, event_names, waiting_limits
+    from plancompiler.watch import (
+        Rules,
+        WatchOptions,
+        duration,
+        event_names,
+        incident_lines,
+        state_path,
+        waiting_limits,
+        watch_loop,
+    )
 
     target = _host(host, hosts)
     path = state or state_path(target)
@@ -595,10 +602,8 @@ def ack(
     """
     import time
 
-    from plancompiler.incidents import AckError
-    from plancompiler.incidents import ack as ack_incident
-    from plancompiler.watch import WatchState, state_path
-    from plancompiler.watch_args import duration
+    from plancompiler.watch import AckError, WatchState, duration, state_path
+    from plancompiler.watch import ack as ack_incident
 
     target = _host(host, hosts)
     path = state or state_path(target)
@@ -640,8 +645,7 @@ def report(
     blocked, backoff, runner down. Then each job's attempts and outcome, failure clusters, and the
     longest silences. Reads the seed's events too (lane states then marked as inferred).
     """
-    from plancompiler.report import build_report, file_liveness, liveness, parse_events, parse_ts
-    from plancompiler.report_html import render_html
+    from plancompiler.report import build_report, file_liveness, liveness, parse_events, parse_ts, render_html
 
     answer: dict = {}
     path = Path(source)
@@ -690,7 +694,7 @@ def park(
 
     `plan watch` reports PARKED once, and again while the park lasts; lift it with `plan unpark`.
     """
-    from plancompiler import operate
+    from plancompiler.commands import operate
 
     target = _host(host, hosts)
     with _host_errors():
@@ -700,7 +704,7 @@ def park(
 @app.command()
 def unpark(host: HostArg, hosts: HostsOpt = None) -> None:
     """Let HOST's runner start jobs again."""
-    from plancompiler import operate
+    from plancompiler.commands import operate
 
     target = _host(host, hosts)
     with _host_errors():
@@ -715,7 +719,7 @@ def retry(
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
 ) -> None:
     """Move JOB from failed/ back to queue/ with its attempts reset; the runner does it and logs `retry`."""
-    from plancompiler import operate
+    from plancompiler.commands import operate
 
     target = _host(host, hosts)
     with _host_errors():
@@ -730,7 +734,7 @@ def cancel(
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
 ) -> None:
     """Remove a queued JOB, or end a running one's whole tree and file it in failed/ (`cancelled` event)."""
-    from plancompiler import operate
+    from plancompiler.commands import operate
 
     target = _host(host, hosts)
     with _host_errors():
@@ -747,7 +751,7 @@ def logs(
     interval: Annotated[float, typer.Option("--interval", help="seconds between reads with -f")] = 1.0,
 ) -> None:
     """Print JOB's log (running or ended), bounded to its last --lines; -f follows it until the job ends."""
-    from plancompiler import operate
+    from plancompiler.commands import operate
 
     target = _host(host, hosts)
     with _host_errors():
@@ -770,7 +774,7 @@ def bootstrap(
 
     Idempotent. Where systemd is not running, it says exactly what to run instead.
     """
-    from plancompiler import operate
+    from plancompiler.commands import operate
 
     target = _host(host, hosts)
     plan = operate.bootstrap_plan(target, user_unit, run_as, python)
@@ -794,7 +798,7 @@ def hooks_install(
     ] = "plans/*.yaml plans/*.yml plans/*.py",
 ) -> None:
     """Write a git pre-push hook that runs `plan check` on the repository's plans and refuses the push on errors."""
-    from plancompiler.operate import pre_push_hook
+    from plancompiler.commands.operate import pre_push_hook
 
     git_dir = repo / ".git"
     if not git_dir.is_dir():

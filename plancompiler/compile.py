@@ -104,7 +104,7 @@ def manifest(compiled: Compiled) -> dict[str, Any]:
             "outputs": [o.value for o in job.job.outputs],
             "after": [f"{d}.job" for d in graph.deps.get(job.name, [])],
         }
-        if job.job.job.rerun == "never":  # read by runner/stamps.py: its DONE_IF alone decides
+        if job.job.job.rerun == "never":  # read by runner/stamps/store.py: its DONE_IF alone decides
             jobs[job.filename]["rerun"] = "never"
     producers = {path: [f"{n}.job" for n in names] for path, names in graph.producers.items()}
     found = {

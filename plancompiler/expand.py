@@ -18,7 +18,7 @@ from plancompiler.load import Source
 from plancompiler.models import Job, Output, Plan, Requirement
 from plancompiler.plainvalue import render_plain
 from plancompiler.sandbox import BoundedSandbox, LimitExceeded, Limits
-from plancompiler.shellctx import ContextError, ValueRefused, finish_heredocs, shell_environment
+from plancompiler.shell import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner.jobfile import NAME_RE
 
 # Names every job's template gets from the compiler; a `with:` or foreach key may not replace them.

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-import os
-import stat
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -18,6 +16,7 @@ from pydantic import ValidationError
 from plancompiler.diagnostics import Diagnostic, error
 from plancompiler.models import RECORDING, Plan, fields_of
 from plancompiler.sandbox import DEFAULT_MAX_SIZE
+from plancompiler.userfile import Unreadable, read_limited
 
 Loc = tuple[Any, ...]
 
@@ -55,7 +54,11 @@ class Loaded:
 
 
 MAX_DEPTH = 100  # nesting of mappings and lists: plans need a handful; C libyaml crashes past ~100,000
+
+
 MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 MAX_NODES = 500_000  # values built, aliases counted each time they are used (a billion laughs stops here)
 
 
@@ -231,49 +234,6 @@ def _check_depth(text: str) -> None:
                 depth -= 1
     finally:
         loader.dispose()
-
-
-class Unreadable(Exception):
-    """A file that is not read at all: not a regular file (a FIFO, a device), or larger than the limit."""
-
-
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a device"),
-    (stat.S_ISBLK, "a device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def read_limited(path: Path, limit: int, what: str = "plan") -> bytes:
-    """The bytes of the regular file PATH, at most LIMIT of them; Unreadable or OSError otherwise.
-
-    Opened without blocking (a FIFO would wait for a writer forever) and checked on the open
-    descriptor, so what is read is what was checked; never more than LIMIT + 1 bytes are read.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
-            raise Unreadable(f"{kind}, not a {what} file")
-        too_large = f"the {what} file is larger than {limit:,} bytes (raise the limit with --max-size)"
-        if info.st_size > limit:
-            raise Unreadable(too_large)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise Unreadable(too_large)  # it grew after the check
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def load_yaml(

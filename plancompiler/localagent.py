@@ -1,4 +1,4 @@
-"""The agent of a local queue, answered in this process: the same `runner.agent` handlers a host runs, with
+"""The agent of a local queue, answered in this process: the same `runner.agent.dispatch` handlers a host runs, with
 no interpreter to start (an agent process costs ~0.1 s of CPU, and `plan status` of a local queue was one).
 
 What a process boundary gave, this keeps: each request and answer goes through JSON as over a pipe; a request
@@ -22,7 +22,8 @@ from types import FrameType
 from typing import Any
 
 from plancompiler.transport import Endpoint, RemoteFailed, Unreachable, check_timeout, classify, limit_for
-from runner import agent, pushlock
+from runner import pushlock
+from runner.agent import dispatch as agent
 from runner.pushlock import Locks
 
 _DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -25,7 +25,7 @@ from plancompiler.graph import Graph
 from plancompiler.load import Source
 from plancompiler.models import Requirement
 from plancompiler.sandbox import LimitExceeded, Limits
-from plancompiler.shellctx import ContextError, ValueRefused, finish_heredocs, shell_environment
+from plancompiler.shell import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner import jobfile
 
 _INLINE = "inline:"

@@ -21,7 +21,7 @@ from typing import Any
 
 from plancompiler.render import _INLINE, RenderedJob, Renderer
 from plancompiler.sandbox import Limits
-from plancompiler.shellctx import HEREDOC_CLOSE, Escaped, Shell, escape
+from plancompiler.shell import HEREDOC_CLOSE, Escaped, Shell, escape
 
 _OPEN, _SEP = "\x05", "\x06"  # frame a placeholder in the shape render: (index, placeholder)
 _MARK = re.compile(_OPEN + r"(\d+|k)" + _SEP + "([^" + _SEP + "]*)" + _SEP)  # k: a data value kept as itself

@@ -30,7 +30,7 @@ RUNNER_MISSING = 97  # the loader's exit when this runner's hash is not cached o
 PYTHON_TOO_OLD = 96  # the loader's exit on an interpreter older than runner.PYTHON_MIN (stderr: VERSION EXECUTABLE)
 
 # Run on the host as `python3 -c LOADER HASH MODE ROOT` (or HASH --upload ROOT with the zip on stdin).
-# It only finds or stores the runner package; everything else is the package's own `runner.agent`.
+# It only finds or stores the runner package; everything else is the package's own `runner.agent.dispatch`.
 # It is plain enough for any Python 3 to run, so that an older one is named, not a SyntaxError's traceback.
 LOADER = r"""
 import hashlib, os, sys
@@ -73,7 +73,7 @@ def unpacked(base, pyz):
             os.rename(tmp, d)
         except (OSError, zipfile.BadZipFile):
             shutil.rmtree(tmp, ignore_errors=True)
-    return d if os.path.isfile(os.path.join(d, "runner", "agent.py")) else pyz
+    return d if os.path.isfile(os.path.join(d, "runner", "agent", "dispatch.py")) else pyz
 for base in bases:
     if os.path.isfile(os.path.join(base, "runner-%s.pyz" % h)):
         sys.path.insert(0, unpacked(base, os.path.join(base, "runner-%s.pyz" % h)))
@@ -87,7 +87,7 @@ for base in bases:
         pass
 else:
     sys.exit(97)
-from runner.agent import main
+from runner.agent.dispatch import main
 sys.exit(main([mode, root]))
 """.replace("PYTHON_MIN", repr(runner_package.PYTHON_MIN))
 
@@ -132,9 +132,10 @@ class Endpoint:
 
 
 def runner_sources() -> dict[str, str]:
-    """The runner package, file by file: it is standard library only, so a copy is all a host needs."""
+    """The runner package, file by file (its sub-packages too): it is standard library only, so a copy is all a
+    host needs."""
     base = Path(runner_package.__file__).resolve().parent
-    return {f"runner/{p.name}": p.read_text() for p in sorted(base.glob("*.py"))}
+    return {f"runner/{p.relative_to(base).as_posix()}": p.read_text() for p in sorted(base.rglob("*.py"))}
 
 
 @functools.lru_cache(maxsize=1)

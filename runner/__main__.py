@@ -16,7 +16,7 @@ __all__ = ["build_parser", "config_from", "main"]
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "agent":
-        from runner.agent import main as agent_main
+        from runner.agent.dispatch import main as agent_main
 
         return agent_main([args.mode, args.root])
     if args.command == "run":
@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from runner.service import AlreadyRunning, Runner
+    from runner.service.loop import serve
+    from runner.service.runner import AlreadyRunning, Runner
 
     if args.lanes and any(lane not in args.lanes for lane in args.exclusive):
         print(f"runner: --exclusive names a lane not in --lanes: {','.join(args.exclusive)}", file=sys.stderr)
@@ -51,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
         return 2
     try:
-        return Runner(config_from(args)).serve()
+        return serve(Runner(config_from(args)))
     except AlreadyRunning as exc:
         print(f"runner: {exc}", file=sys.stderr)
         return 3

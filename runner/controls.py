@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 from runner import jobfile
 from runner.files import read_regular
-from runner.problems import FileProblems
 from runner.queue import Queue, timestamp
 from runner.runstate import RunnerState
+from runner.service.problems import FileProblems
 from runner.state import Problem, check_park, check_request
 from runner.vocab import Event
 
 if TYPE_CHECKING:  # runner.jobs imports nothing of this module; the import is for the annotation only
-    from runner.jobs import Jobs
+    from runner.service.jobs import Jobs
 
 # A control request is the file control/<action>-<target>, JSON {"by": ...} inside. The actions are a
 # closed set with no '-' of their own, so the first '-' ends the action even when the job name has more.

@@ -1,4 +1,5 @@
-"""Validated readers of events.jsonl lines and status.json, and the one terminal-safe text filter.
+"""Validated readers of events.jsonl lines and status.json, the one terminal-safe text filter, and the two
+readers every host answer uses: a log's `tail` and the window of events a status asks for (`read_events`).
 
 The runner writes these files, but a person, a crash or a disk can leave anything in them; whoever
 reads them (the host agent, `plan status`, `plan watch`, `plan report`) checks the field types here,
@@ -7,9 +8,13 @@ skips what is malformed and says so, instead of failing later on a KeyError or a
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from typing import Any
 
+from runner.files import open_regular
 from runner.vocab import Event
 
 _STR: tuple[type, ...] = (str,)
@@ -203,3 +208,89 @@ def terminal_safe(text: str, newlines: bool = True) -> str:
     if not newlines:
         text = text.replace("\n", " ")
     return _CONTROLS.sub("?", text)
+
+
+def tail(path: str, limit: int) -> tuple[str, int]:
+    """The last LIMIT bytes of PATH as text, and its size."""
+    try:
+        with open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - limit))
+            return handle.read().decode("utf-8", "replace"), size
+    except OSError:
+        return "", 0
+
+
+def read_events(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """A window of events.jsonl: from `offset` (a watcher's place; a rotated file is read from 0), or its tail."""
+    events_path = os.path.join(root, "events.jsonl")
+    offset = int(request.get("offset", -1))
+    try:
+        size = os.path.getsize(events_path)
+    except OSError:
+        size = 0
+    events: list[Any] = []
+    new_offset, rotated = size, False
+    if offset >= 0:
+        # A file truncated or replaced since the last probe starts with other bytes: read it all.
+        if offset > size or (request.get("head") and offset > 0 and request["head"] != _head(events_path, offset)):
+            offset, rotated = 0, True
+        data = b""
+        if size:
+            try:
+                with open_regular(events_path) as handle:
+                    handle.seek(offset)
+                    data = handle.read(int(request.get("max_bytes", 1 << 20)))
+            except OSError:  # no regular file: nothing to read, never a probe that blocks
+                pass
+        cut = data.rfind(b"\n") + 1
+        new_offset = offset + cut
+        lines = data[:cut].split(b"\n")[:-1]
+        at = offset
+    else:
+        limit = int(request.get("tail_bytes", 16384))
+        text, _ = tail(events_path, limit)
+        lines = [ln.encode() for ln in (text.splitlines()[1:] if len(text) >= limit else text.splitlines())]
+        at = max(0, size - sum(len(ln) + 1 for ln in lines))
+    skipped: list[str] = []
+    for line in lines:
+        # A malformed line is skipped and named by its byte offset, so the watcher's offset still advances.
+        try:
+            event: Any = json.loads(line)
+            problem = event_problem(event)
+        except ValueError:
+            problem = "not JSON"
+        if problem is None:
+            events.append(event)
+        elif line.strip():
+            skipped.append(f"events.jsonl line {_line_at(events_path, at)}: {problem}")
+        at += len(line) + 1
+    head = _head(events_path, new_offset) if new_offset else ""
+    return {"events": events, "offset": new_offset, "rotated": rotated, "head": head, "skipped": skipped}
+
+
+def _line_at(path: str, offset: int) -> int:
+    """The line number of the line that starts at byte OFFSET: counted only for a malformed line, which is
+    said once, so a healthy probe never reads the whole file."""
+    count = 1
+    try:
+        with open_regular(path) as handle:
+            while offset > 0:
+                chunk = handle.read(min(offset, 1 << 20))
+                if not chunk:
+                    break
+                count += chunk.count(b"\n")
+                offset -= len(chunk)
+    except OSError:
+        pass
+    return count
+
+
+def _head(path: str, offset: int) -> str:
+    """The fingerprint of the file's first bytes up to OFFSET (at most 256): a file still shorter than 256
+    bytes keeps the one a watcher stored as it grows; a rotated one has another."""
+    try:
+        with open_regular(path) as handle:
+            return hashlib.sha256(handle.read(min(256, offset))).hexdigest()[:16]
+    except OSError:
+        return ""

@@ -1,7 +1,7 @@
 """Contract 3's closed vocabularies, defined once: event names and the reasons a queued job waits.
 
 Everything that writes or reads events.jsonl or status.json (the runner, the host agent, and the
-plan side's watch, report and localrun) imports these; nobody keeps a literal list of its own.
+plan side's watch, report and `plan run`) imports these; nobody keeps a literal list of its own.
 """
 
 from __future__ import annotations

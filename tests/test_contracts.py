@@ -1,9 +1,8 @@
-"""One implementation of each contract: what the plan side writes is what the host side reads, and the
-plan side's modules form no import cycle."""
+"""One implementation of each contract: what the plan side writes is what the host side reads (the import rules,
+circles among them, are tests/test_architecture.py's)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -68,53 +67,6 @@ def test_what_the_compiler_writes_as_plan_is_what_the_host_reads(tmp_path: Path)
     for job in compiled.jobs:
         written = next(ln for ln in job.text.splitlines() if ln.startswith("# PLAN="))[len("# PLAN=") :]
         assert seen[job.filename]["plan"] == written and written.startswith(f"{compiled.name}@")
-
-
-def _imports(path: Path, package: str) -> set[str]:
-    """The plancompiler modules PATH imports, anywhere in it (function-level imports count too)."""
-    modules = {
-        p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
-        for p in (REPO / package).rglob("*.py")
-    }
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name in modules)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                if full in modules:
-                    found.add(full)
-                elif node.module in modules:
-                    found.add(node.module)
-    return found
-
-
-def test_no_import_cycle_in_plancompiler() -> None:
-    graph = {
-        p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__"): _imports(
-            p, "plancompiler"
-        )
-        for p in (REPO / "plancompiler").rglob("*.py")
-    }
-    assert "plancompiler.backends.queue" in graph and "plancompiler.push" in graph
-    path: list[str] = []
-    done: set[str] = set()
-
-    def visit(module: str) -> None:
-        if module in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module) :] + [module]))
-        if module in done:
-            return
-        path.append(module)
-        for target in sorted(graph.get(module, ())):
-            if target != module:
-                visit(target)
-        path.pop()
-        done.add(module)
-
-    for module in sorted(graph):
-        visit(module)
 
 
 def test_the_box_side_is_one_package_and_the_plan_side_keeps_no_copy_of_its_formats() -> None:

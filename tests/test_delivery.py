@@ -234,8 +234,9 @@ def test_the_runner_package_is_sent_once_per_content_hash(tmp_path: Path, sshd: 
     # unpacked once beside the zip, so the host's Python caches the runner's bytecode instead of compiling it
     # on every call (a zip import never writes any); where it cannot unpack, the zip is imported as it is
     unpacked = root / ".plan-runner" / f"runner-{digest}.d"
-    assert (unpacked / "runner" / "agent.py").read_text() == (Path(runner_pkg.__file__).parent / "agent.py").read_text()
-    assert list((unpacked / "runner" / "__pycache__").glob("agent.*.pyc"))
+    agent = Path("agent", "dispatch.py")
+    assert (unpacked / "runner" / agent).read_text() == (Path(runner_pkg.__file__).parent / agent).read_text()
+    assert list((unpacked / "runner" / "agent" / "__pycache__").glob("dispatch.*.pyc"))
     assert not list((root / ".plan-runner").glob(".runner-*"))  # no unpacking left behind
     shutil.rmtree(unpacked)
     unpacked.write_text("not a directory\n")

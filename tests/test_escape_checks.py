@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plancompiler.shellctx import ValueRefused, escape
+from plancompiler.shell import ValueRefused, escape
 
 
 @pytest.mark.parametrize("value", [[], "", "a[$(id)]", ["a", "b"]])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from plancompiler.incidents import AckError, Condition, Incident, ack, reconcile
 from plancompiler.watch import Rules, WatchState, evaluate
-from plancompiler.watch_args import event_names, waiting_limits
+from plancompiler.watch.args import event_names, waiting_limits
+from plancompiler.watch.incidents import AckError, Condition, Incident, ack, reconcile
 
 DEAD = Condition("DEAD", "a9", "runner pid 7 is not running", "dead")
 

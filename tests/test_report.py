@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from plancompiler.report import build_report
-from plancompiler.report_html import render_html
+from plancompiler.report.html import render_html
 from tests.conftest import RunnerProcess, wait_for, write_job
 
 cli = CliRunner()

@@ -9,7 +9,7 @@ from pathlib import Path
 from runner.procs import GpuUser
 from runner.queue import Queue, timestamp
 from runner.runstate import STATE_VERSION, RunnerState
-from runner.schedule import (
+from runner.service.schedule import (
     ForgetGpuWaits,
     GpuWait,
     JobFacts,

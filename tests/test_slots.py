@@ -90,7 +90,7 @@ def test_a_hosts_file_lane_slots_win_and_a_change_of_them_is_pushed(tmp_path: Pa
 
 
 def test_watch_line_and_report_count_slots(tmp_path: Path) -> None:
-    from plancompiler.watch import _lanes_line
+    from plancompiler.watch.judge import lanes_line as _lanes_line
 
     status = {
         "lane_order": ["cpu"],

@@ -11,9 +11,9 @@ import pytest
 
 from plancompiler.lint import _SHELLCHECK_ARGS
 from plancompiler.tools import find_tool
-from runner.slurm_attempt import pending_updates, repoint
-from runner.slurm_submit import ARRAY_MIN, CHUNK, Submitted, plan_units
-from runner.slurm_wrapper import wrapper_text
+from runner.slurm.attempt import pending_updates, repoint
+from runner.slurm.submit import ARRAY_MIN, CHUNK, Submitted, plan_units
+from runner.slurm.wrapper import wrapper_text
 from tests.conftest import plan_cli, wait_for
 from tests.slurm import Slurm
 from tests.test_slurm_ledger import attempts, cancel_root, ended, held_until, write_plan

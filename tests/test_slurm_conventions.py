@@ -14,8 +14,8 @@ from plancompiler.backends.slurm import sbatch_args
 from plancompiler.hostsfile import SlurmHostEntry
 from plancompiler.lint import _SHELLCHECK_ARGS
 from plancompiler.tools import find_tool
-from runner.slurm_agent import wrapper
-from runner.slurm_wrapper import sbatch_options
+from runner.slurm.agent import wrapper
+from runner.slurm.wrapper import sbatch_options
 from tests.conftest import plan_cli, wait_for
 from tests.slurm import Slurm
 from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan

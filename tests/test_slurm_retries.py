@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.slurm_attempt import slurm_ended
+from runner.slurm.attempt import slurm_ended
 from tests.conftest import plan_cli, wait_for
 from tests.slurm import Slurm
 from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
@@ -140,7 +140,7 @@ def test_the_wrapper_asks_slurm_whether_it_ended_the_job(
     tmp_path: Path, slurm: Slurm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Slurm signals a job's processes in no set order, so a body's TERM trap can end it before the wrapper's
-    own TERM arrives; the wrapper then asks Slurm (runner.slurm_attempt.slurm_ended) instead of writing the
+    own TERM arrives; the wrapper then asks Slurm (runner.slurm.attempt.slurm_ended) instead of writing the
     body's exit down as a failure. That answer, against the real controller: a running job is not ended; once
     scancelled it is, while its process (ignoring TERM) still runs."""
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])

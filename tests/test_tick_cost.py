@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from runner import procs, stamp_judge, stamps
-from runner.proctable import OsProcesses
+from runner import procs, stamps
 from runner.records import Running
+from runner.service.proctable import OsProcesses
+from runner.stamps import judge as stamp_judge
 from tests.conftest import read_events, write_job
 from tests.ticking import Ticking
 

@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner import leaks, procs
+from runner import procs
 from runner.config import Config
 from runner.records import Running
-from runner.service import Runner
+from runner.service import leaks
+from runner.service.runner import Runner
 from tests.conftest import read_events
 
 FAKE_PID_BASE = 4_000_000  # above any pid_max: never a real process

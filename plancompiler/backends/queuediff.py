@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from plancompiler.backends.protocol import Change, PushOptions, PushPlan, who
 from plancompiler.backends.queuehealth import health
 from plancompiler.hosts import Host
-from runner import stamp_push, stamps
+from runner import stamps
+from runner.stamps import push as stamp_push
 
 if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
     from plancompiler.compile import Compiled
@@ -95,7 +96,7 @@ class _Diff:
         self.request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
         self.ours = {job.filename for job in compiled.jobs}
         self.record = plan_record(compiled, dict(host.slots))
-        # Rerun on change (runner/stamps.py): which done jobs run again, and which follow them downstream.
+        # Rerun on change (runner/stamps/store.py): which done jobs run again, and which follow them downstream.
         mine = {
             n: (self.where[n][0], self.where[n][1].get("sha"))
             for n in self.ours

@@ -1,5 +1,5 @@
 """A `backend: slurm` host: each job a batch script with afterok dependencies on its producers; lanes map to
-GRES and licenses (see README, "The Slurm backend"). The diff is made on the submit host by runner.slurm_agent."""
+GRES and licenses (see README, "The Slurm backend"). The diff is made on the submit host by runner.slurm.agent."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
         jobs.append(
             {
                 "name": name,
-                # a foreach group: one job array where its dependencies allow (runner.slurm_submit)
+                # a foreach group: one job array where its dependencies allow (runner.slurm.submit)
                 "group": job.job.index if spec.foreach is not None else None,
                 "text": job.text,
                 "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],

@@ -1,0 +1,179 @@
+"""What a report says: spans per lane, each job's runs, silences, the runner's liveness; as text or JSON."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plancompiler.report.events import format_ts
+from runner.agent.delivery import runner_alive
+from runner.durations import format_duration
+from runner.files import read_json
+from runner.readers import status_problem, terminal_safe
+
+
+@dataclass
+class Span:
+    lane: str
+    start: float
+    end: float
+    state: str  # busy, idle, waiting, down
+    job: str = ""
+    cause: str = ""
+    inferred: bool = False
+    slots_busy: int = 1  # a busy lane of several slots: how many were in use (its lane event's `busy`)
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass
+class JobStats:
+    attempts: int = 0
+    outcome: str = ""
+    busy_s: float = 0.0
+    durations: list[float] = field(default_factory=list)
+    lane: str = ""
+
+
+@dataclass
+class Report:
+    start: float
+    end: float
+    spans: list[Span]
+    jobs: dict[str, JobStats]
+    clusters: list[dict[str, Any]]
+    silences: list[tuple[float, float]]
+    inferred: bool
+    lanes: list[str]
+    skipped: list[str] = field(default_factory=list)  # malformed events left out, each with where it was
+    notes: list[str] = field(default_factory=list)
+
+    def totals(self) -> dict[str, dict[str, Any]]:
+        result: dict[str, dict[str, Any]] = {}
+        for lane in self.lanes:
+            row: dict[str, Any] = {
+                "busy_s": 0.0,
+                "idle_s": 0.0,
+                "waiting_s": 0.0,
+                "down_s": 0.0,
+                "causes": {},
+                "slot_s": 0.0,
+            }
+            for span in self.spans:
+                if span.lane != lane:
+                    continue
+                row[f"{span.state}_s"] = row.get(f"{span.state}_s", 0.0) + span.seconds
+                if span.state == "busy":  # busy: at least one slot in use; slot_s: each slot's busy time summed
+                    row["slot_s"] += span.seconds * span.slots_busy
+                if span.state == "waiting":
+                    row["causes"][span.cause] = row["causes"].get(span.cause, 0.0) + span.seconds
+            result[lane] = row
+        return result
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": format_ts(self.start),
+            "end": format_ts(self.end),
+            "inferred": self.inferred,
+            "lanes": self.totals(),
+            "spans": [asdict(s) | {"seconds": s.seconds} for s in self.spans],
+            "jobs": {name: asdict(stats) for name, stats in sorted(self.jobs.items())},
+            "failure_clusters": self.clusters,
+            "silences": [{"from": format_ts(a), "to": format_ts(b), "seconds": b - a} for a, b in self.silences],
+            "skipped": self.skipped,
+            "notes": self.notes,
+        }
+
+    def text(self) -> str:
+        """The report for a terminal: names and lines from the events are made safe to print."""
+        return terminal_safe(self._text())
+
+    def _text(self) -> str:
+        # Event times are naive local times (as the runner writes them): across a DST change, say which.
+        zone = time.localtime(self.start).tm_isdst != time.localtime(self.end).tm_isdst
+        span = f"{format_ts(self.start, zone)} .. {format_ts(self.end, zone)}"
+        out = [f"report {span} ({format_duration(self.end - self.start)})"]
+        out += self.notes
+        if self.skipped:
+            out.append(
+                f"skipped {len(self.skipped)} malformed event{'s' * (len(self.skipped) != 1)}: "
+                + "; ".join(self.skipped[:5])
+                + ("; ..." if len(self.skipped) > 5 else "")
+            )
+        if self.inferred:
+            out.append("(seed-format events: no `lane` records; lane states are inferred from start/end events)")
+        out.append("")
+        out.append(f"{'lane':<6} {'busy':>8} {'idle':>8} {'waiting':>8} {'down':>8}")
+        totals = self.totals()
+        for lane, row in totals.items():
+            out.append(
+                f"{lane:<6} {format_duration(row['busy_s']):>8} {format_duration(row['idle_s']):>8} "
+                f"{format_duration(row['waiting_s']):>8} {format_duration(row['down_s']):>8}"
+            )
+            if row["slot_s"] > row["busy_s"]:  # a lane of several slots ran jobs side by side
+                out.append(f"         slot-time busy {format_duration(row['slot_s']):>7} (jobs side by side)")
+            for cause, seconds in sorted(row["causes"].items(), key=lambda kv: -kv[1]):
+                tag = " (inferred)" if self.inferred else ""
+                out.append(f"         idle with work waiting {format_duration(seconds):>7}: {cause}{tag}")
+        out.append("")
+        out.append("jobs:")
+        width = max((len(j) for j in self.jobs), default=4)
+        for name, stats in sorted(self.jobs.items()):
+            took = ", ".join(format_duration(d) for d in stats.durations)
+            out.append(
+                f"  {name:<{width}}  {stats.lane:<4} {stats.attempts} attempt{'s' * (stats.attempts != 1)}"
+                f"  {stats.outcome or 'unfinished':<10} {took}"
+            )
+        if self.clusters:
+            out.append("")
+            out.append("failure clusters:")
+            for cluster in self.clusters:
+                names = ", ".join(cluster["jobs"])
+                out.append(f"  {len(cluster['jobs'])} jobs failed with: {cluster['line']}  ({names})")
+        if self.silences:
+            out.append("")
+            out.append("longest silences (no event but the runner's heartbeat):")
+            for a, b in self.silences:
+                out.append(f"  {format_duration(b - a):>8}  {format_ts(a, zone)} .. {format_ts(b, zone)}")
+        return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What is known of the runner now, beyond its events: the window then runs to NOW, and a runner that is
+    not ALIVE has been down since its last sign of life (its last event, or HEARTBEAT if later)."""
+
+    now: float
+    alive: bool
+    heartbeat: float | None = None
+
+
+def liveness(answer: dict[str, Any]) -> Liveness | None:
+    """From a host's status answer (or a local root's status.json read the same way)."""
+    now, status = answer.get("now"), answer.get("status")
+    if not isinstance(now, (int, float)) or not isinstance(status, dict):
+        return None
+    runner: dict[str, Any] = status["runner"] if isinstance(status.get("runner"), dict) else {}
+    beat = runner.get("heartbeat")
+    return Liveness(
+        float(now),
+        bool(answer.get("runner_alive")),
+        float(beat) if isinstance(beat, (int, float)) and not isinstance(beat, bool) else None,
+    )
+
+
+def file_liveness(path: Path) -> Liveness | None:
+    """For a queue root's own events.jsonl: its status.json next to it, read as a host's status answer is."""
+    if path.name != "events.jsonl":
+        return None
+    try:
+        status = read_json(path.parent / "status.json")
+    except (OSError, ValueError):
+        return None
+    if status is None or status_problem(status):
+        return None
+    return liveness({"now": time.time(), "status": status, "runner_alive": runner_alive(status)})

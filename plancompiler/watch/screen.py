@@ -1,0 +1,62 @@
+"""`plan status`'s screen: a host's answer as text a person reads at a glance, made safe for a terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plancompiler.hosts import Host
+from plancompiler.watch.judge import ENDS, answer_now, checked_events, status_corrupt
+from runner.readers import terminal_safe
+from runner.status import render_status
+
+
+def status_text(host: Host, answer: dict[str, Any]) -> str:
+    """`plan status`'s screen, made safe for a terminal: job output can hold escape sequences."""
+    return terminal_safe(_status_text(host, answer))
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _add_progress(status: dict[str, Any], answer: dict[str, Any]) -> None:
+    """Each running job's progress, as its log's tail shows it, into STATUS for render_status."""
+    logs: dict[str, Any] = answer["logs"] if isinstance(answer.get("logs"), dict) else {}
+    for run in status.get("running") or []:
+        log = logs.get(run["job"])
+        tail = log.get("tail") if isinstance(log, dict) else None
+        from runner.progress import parse_progress
+
+        progress = parse_progress(tail) if isinstance(tail, str) else None
+        if progress:
+            run["progress"] = progress
+
+
+def _status_text(host: Host, answer: dict[str, Any]) -> str:
+    events, skipped = checked_events(answer)
+    note = (
+        (
+            f"\n\nskipped {plural(len(skipped), 'malformed event')}: "
+            + "; ".join(skipped[:5])
+            + ("; ..." if len(skipped) > 5 else "")
+        )
+        if skipped
+        else ""
+    )
+    now = answer_now(answer)
+    corrupt = status_corrupt(answer)
+    status = None if corrupt else answer.get("status")
+    counts: dict[str, Any] = answer["counts"] if isinstance(answer.get("counts"), dict) else {}
+    if status is None:
+        why = f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)"
+        return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
+    _add_progress(status, answer)
+    text = render_status(status, now)
+    if not answer.get("runner_alive", True):
+        text = f"DEAD: runner pid {(status.get('runner') or {}).get('pid')} is not running\n" + text
+    ends = [e for e in events if e.get("event") in ENDS]
+    if ends:
+        text += "\n\nrecent ends:\n" + "\n".join(
+            f"  {e['ts']}  {e['event']:<8} {e['job']}" + (f"  rc {e['rc']}" if "rc" in e else "") for e in ends[-8:]
+        )
+    return text + note

@@ -1,0 +1,94 @@
+"""`python3 -m runner agent MODE ROOT`: the host side of `plan` (push, status, watch, park, logs...), JSON in and out.
+
+The workstation runs it over ssh (or locally) from the runner package it ships, so it reads and writes the
+queue only through runner.jobfile, runner.queue and runner.controls. It exits 0 whenever it ran and reports a
+queue it cannot read as {"error": ...}: "could not reach", "the remote command failed" and "the queue says X"
+never mix. MODE `session` answers one JSON request per line until stdin ends (a push holds its lock so)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Callable, Dict
+
+from runner import pushlock
+from runner.agent import bootstrap, delivery
+from runner.agent.handlers import control, logs, park, slurm_status, status
+
+Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
+
+
+QUEUE_HANDLERS: dict[str, Handler] = {
+    "probe": delivery.probe,
+    "lock": pushlock.lock,
+    "install": delivery.install,
+    "status": status,
+    "park": park,
+    "control": control,
+    "logs": logs,
+    "bootstrap": bootstrap.bootstrap,
+}
+
+
+def slurm_handlers() -> dict[str, Handler]:
+    """The Slurm backend's handlers, imported only when a request names it (a queue host never loads them)."""
+    from runner.slurm import agent as slurm_agent
+
+    return {"push": slurm_agent.push, "status": slurm_status, "history": slurm_agent.history, "logs": slurm_agent.logs}
+
+
+def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """One request: the backend named in it picks the handler; any failure is reported as a value."""
+    root = os.path.expanduser(root)
+    if os.path.lexists(root) and not os.path.isdir(root):
+        return {"error": f"no queue at {root} ({root} is not a directory)"}
+    if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
+        return {"error": f"no queue at {root} (the directory does not exist)"}
+    backend = request.get("backend") or "queue"
+    handlers = slurm_handlers() if backend == "slurm" else QUEUE_HANDLERS
+    handler = handlers.get(mode)
+    if handler is None:
+        return {"error": f"the {backend} backend has no {mode!r} request"}
+    try:
+        return handler(root, request)
+    except OSError as exc:  # the queue's own files: a root under a file, no permission, a full disk
+        where = f" ({exc.filename})" if exc.filename else ""
+        return {"error": f"{exc.strerror or exc}{where}"}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def session(root: str) -> int:
+    """One request per stdin line, one answer per stdout line; locks taken here are released when stdin ends."""
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            sys.stdout.write(json.dumps(answer(str(request.pop("mode", "")), root, request)) + "\n")
+            sys.stdout.flush()
+    finally:
+        pushlock.release_lock()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """MODE ROOT; the request is JSON on stdin (one per line for `session`)."""
+    if len(argv) != 2:
+        sys.stderr.write("usage: python3 -m runner agent MODE ROOT  (JSON request on stdin)\n")
+        return 2
+    mode, root = argv
+    if mode == "session":
+        return session(root)
+    raw = sys.stdin.read()
+    try:
+        request = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        sys.stdout.write(json.dumps({"error": f"the request is not JSON: {exc}"}))
+        return 0
+    try:
+        sys.stdout.write(json.dumps(answer(mode, root, request)))
+    finally:
+        pushlock.release_lock()
+    return 0

@@ -1,0 +1,135 @@
+"""The agent's queue handlers: status (the window of events, status.json, job counts), park, control, logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from runner import readers
+from runner.agent import delivery
+from runner.controls import PARK_FILE, park_record, request_name
+from runner.files import atomic_write, open_regular, read_json, read_json_or_none
+from runner.queue import STATES, Queue, fresh_status
+from runner.readers import read_events, tail
+
+
+def counts(root: str) -> dict[str, int]:
+    queue = Queue(Path(root))
+    return {state: len(queue.jobs(state)) for state in STATES}
+
+
+def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    st, corrupt = _read_status(os.path.join(root, "status.json"))
+    st = fresh_status(root, st) if st is not None else None
+    logs = {}
+    for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
+        text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)
+        logs[run.get("job")] = {"tail": text, "size": log_size}
+    return {
+        "status": st,
+        **read_events(root, request),
+        "logs": logs,
+        "counts": counts(root),
+        "runner_alive": delivery.runner_alive(st),
+        "now": time.time(),
+        "parked": read_json_or_none(os.path.join(root, PARK_FILE)),
+        **({"status_error": corrupt} if corrupt else {}),
+    }
+
+
+def _read_status(path: str) -> tuple[Any, str | None]:
+    """status.json's content, or None and why it is unusable: a corrupt file is not a runner that never ran."""
+    try:
+        st = read_json(Path(path))
+    except (OSError, ValueError) as exc:
+        return None, f"{path} exists but is not readable JSON ({exc})"
+    problem = readers.status_problem(st) if st is not None else None
+    return (None, f"{path} exists but is corrupt: {problem}") if problem else (st, None)
+
+
+def park(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    path = Path(root) / PARK_FILE
+    parked = request.get("parked")
+    if parked is None:
+        existed = path.exists()
+        if existed:
+            path.unlink()
+        return {"unparked": existed}
+    record = park_record(
+        str(parked.get("reason", "")),
+        str(parked.get("by", "?")),
+        str(parked.get("since") or time.strftime("%Y-%m-%d %H:%M:%S")),
+    )
+    atomic_write(path, (json.dumps(record) + "\n").encode())
+    if request.get("requeue_running"):
+        _drop_request(root, request_name("requeue", "running"), record["by"])
+    return {"parked": record}
+
+
+def _drop_request(root: str, name: str, by: str) -> str:
+    control = os.path.join(root, "control")
+    os.makedirs(control, exist_ok=True)
+    path = os.path.join(control, name)
+    atomic_write(Path(path), json.dumps({"by": by}).encode())
+    return path
+
+
+def where(root: str, job: str) -> str | None:
+    for state in STATES:
+        if os.path.exists(os.path.join(root, state, job)):
+            return state
+    return None
+
+
+def control(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Drop a request for the runner and wait (bounded) until it has been taken."""
+    job, action = str(request["job"]), str(request["action"])
+    try:
+        name = request_name(action, job)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    before = where(root, job)
+    path = _drop_request(root, name, str(request.get("by", "?")))
+    deadline = time.time() + float(request.get("wait_s", 30))
+    while time.time() < deadline and os.path.exists(path):
+        time.sleep(0.05)
+    return {"taken": not os.path.exists(path), "before": before, "after": where(root, job)}
+
+
+def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    job = str(request["job"])
+    if "/" in job or job.startswith("."):
+        return {"error": f"bad job name {job!r}"}
+    path = str(Queue(Path(root)).log_path(job))
+    state = where(root, job)
+    offset = int(request.get("offset", -1))
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return {"state": state, "text": "", "offset": 0, "exists": False}
+    if offset < 0:
+        text, size = tail(path, int(request.get("max_bytes", 65536)))
+        lines = text.splitlines()[-int(request.get("lines", 40)) :]
+        return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
+    if offset > size:
+        offset = 0
+    try:
+        with open_regular(path) as handle:
+            handle.seek(offset)
+            data = handle.read(int(request.get("max_bytes", 1 << 20)))
+    except OSError:  # gone since, or no regular file (a FIFO would block here)
+        data = b""
+    return {"state": state, "text": data.decode("utf-8", "replace"), "offset": offset + len(data), "exists": True}
+
+
+def slurm_status(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """squeue as a status answer, with the events window read exactly as for a queue host."""
+    from runner.slurm import agent as slurm_agent
+
+    view = slurm_agent.status(root, request)
+    if "controller_down" in view:
+        return view
+    return {**view, **read_events(root, request), "logs": {}, "parked": None}

@@ -1,0 +1,221 @@
+"""Waiting that lasts becomes an event, repeated while it lasts (one Throttle for every repeat); lanes' states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner import jobfile, logs, procs
+from runner.config import Config
+from runner.progress import parse_progress
+from runner.queue import Queue
+from runner.records import Parsed, Running
+from runner.service.reasons import Reasons
+from runner.throttle import Throttle
+from runner.vocab import Event
+
+_LANE_OWN_WAITS = ("requires", "blocked", "order", "lane-busy")  # reasons of a job, not of its lane
+
+
+@dataclass(frozen=True)
+class LaneView:
+    state: str  # busy, idle, waiting, stopped
+    job: str = ""
+    reason: str = ""
+    blocker: str = ""
+    busy: int = 0  # slots in use, in a lane of more than one slot (a change of it is a lane event)
+
+
+def progress(path: Path) -> str | None:
+    return parse_progress("\n".join(logs.tail_lines(path, 20)))
+
+
+class Announcer:
+    """requires-wait, blocked, gpu-wait, start-failed, idle, long-running, stalled, correlated-failure, lane."""
+
+    def __init__(self, config: Config, queue: Queue, reasons: Reasons) -> None:
+        self.config = config
+        self.queue = queue
+        self.reasons = reasons
+        self.throttle = Throttle()
+        self.lane_state: dict[str, LaneView] = {}
+        self.lane_since: dict[str, float] = {}
+        self.idle_since: float | None = None
+        self.failures: list[tuple[float, str, str, str]] = []  # (time, job, signature, line)
+        self.correlated: dict[str, int] = {}
+        self._views: tuple[tuple[Any, ...], dict[str, LaneView]] | None = None  # (computed from, the views)
+
+    def correlate(self, now: float, filename: str, lines: list[str]) -> None:
+        if not lines:
+            return
+        line = lines[-1]
+        sig = logs.signature(line, filename)
+        window = self.config.correlate_window_s
+        self.failures = [f for f in self.failures if now - f[0] <= window]
+        self.failures.append((now, filename, sig, line))
+        jobs = sorted({f[1] for f in self.failures if f[2] == sig})
+        if len(jobs) >= self.config.correlate_min and len(jobs) > self.correlated.get(sig, 0):
+            self.correlated[sig] = len(jobs)
+            self.queue.emit(
+                now,
+                "-",
+                "correlated-failure",
+                jobs=jobs,
+                line=line[:300],
+                signature=sig,
+                message=f"{len(jobs)} jobs failed with: {line[:200]}",
+            )
+
+    def watch_running(self, now: float, running: dict[str, Running]) -> None:
+        cfg = self.config
+        for run in running.values():
+            path = self.queue.log_path(run.filename)
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = run.log_size
+            if size != run.log_size:
+                run.log_size, run.log_grew_at = size, now
+                run.announced.forget("stalled")
+            warn = run.job.warn_after_s or cfg.warn_after.get(run.lane)
+            elapsed = now - run.started
+            if warn and elapsed >= warn and run.announced.due("long-running", now, cfg.long_running_repeat_s):
+                self.queue.emit(
+                    now,
+                    run.filename,
+                    "long-running",
+                    lane=run.lane,
+                    elapsed_s=int(elapsed),
+                    warn_after_s=warn,
+                    last_line=logs.last_line(path),
+                    progress=progress(path),
+                )
+            silent = now - run.log_grew_at
+            if silent >= cfg.stall_s and run.announced.due("stalled", now, cfg.stall_repeat_s):
+                self.queue.emit(
+                    now,
+                    run.filename,
+                    "stalled",
+                    lane=run.lane,
+                    silent_s=int(silent),
+                    log_size=size,
+                    last_line=logs.last_line(path),
+                    progress=progress(path),
+                )
+
+    def waits(self, now: float) -> None:
+        cfg = self.config
+        for filename, reason in self.reasons.items():
+            if reason.reason == "requires":
+                waited = now - reason.since
+                if waited >= cfg.requires_warn_s and self.throttle.due(
+                    ("requires-wait", filename), now, cfg.requires_repeat_s
+                ):
+                    self.queue.emit(now, filename, "requires-wait", requires=reason.detail, waited_s=int(waited))
+            elif reason.reason == "blocked":
+                if self.throttle.due(("blocked", filename + "|" + reason.detail), now, cfg.blocked_repeat_s):
+                    self.queue.emit(
+                        now,
+                        filename,
+                        "blocked",
+                        path=reason.extra.get("path"),
+                        producer=reason.extra.get("producer") or None,
+                        why=reason.detail,
+                        waited_s=int(now - reason.since),
+                    )
+
+    def gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser], left_by: str | None) -> None:
+        first = users[0]
+        if self.throttle.due(("gpu-wait", f"{filename}:{first.pid}"), now, self.config.gpu_wait_repeat_s):
+            self.queue.emit(
+                now,
+                filename,
+                "gpu-wait",
+                pid=first.pid,
+                ppid=str(first.ppid),
+                cmd=first.cmd[:200],
+                why=first.why,
+                waited_s=int(now - self.reasons[filename].since),
+                others=len(users) - 1,
+                **({"left_by": left_by} if left_by else {}),
+            )
+
+    def forget_gpu_waits(self) -> None:
+        """The gpu-wait repeat is per foreign process: once none is left, the next one is said at once."""
+        self.throttle.forget_where(lambda key: isinstance(key, tuple) and key[0] == "gpu-wait")
+
+    def start_failed(self, now: float, filename: str, code: str, error: str) -> None:
+        if self.throttle.due(("start-failed", filename), now, self.config.gpu_wait_repeat_s):
+            self.queue.emit(now, filename, Event.START_FAILED.value, errno=code, error=error)
+
+    def started(self, filename: str) -> None:
+        self.throttle.forget(("start-failed", filename))
+
+    def lanes(self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> None:
+        # Each view reads every queued job's reason: computed again only when a reason, the queue or what runs
+        # changed (the scan returns the same list while the queue is unchanged).
+        key = (queued, len(queued), self.reasons.generation, tuple((r.filename, r.lane) for r in running.values()))
+        if self._views is not None and self._views[0][0] is queued and self._views[0][1:] == key[1:]:
+            views = self._views[1]
+        else:
+            views = {lane: self._lane_view(lane, running, queued) for lane in self.config.lanes}
+            self._views = (key, views)
+        for lane in self.config.lanes:
+            view = views[lane]
+            self.set_lane(now, lane, view)
+            if view.state == "waiting" and now - self.lane_since[lane] >= self.config.idle_s:
+                if self.throttle.due(("idle-lane", lane), now, self.config.idle_repeat_s):
+                    self.queue.emit(
+                        now,
+                        "-",
+                        "idle",
+                        lane=lane,
+                        idle_s=int(now - self.lane_since[lane]),
+                        waiting=view.job,
+                        reason=view.reason,
+                        blocker=view.blocker,
+                    )
+            elif view.state != "waiting":
+                self.throttle.forget(("idle-lane", lane))
+
+    def _lane_view(self, lane: str, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> LaneView:
+        runs = [run.filename for run in running.values() if run.lane == lane]
+        if runs:
+            return LaneView("busy", runs[0], busy=len(runs) if self.config.slots_of(lane) > 1 else 0)
+        waiting = [
+            (f, r)
+            for f, p in queued
+            if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and (r := self.reasons.get(f))
+        ]
+        if not waiting:
+            return LaneView("idle")
+        # The job that would run but for something outside it names the lane's cause.
+        f, reason = next(((f, r) for f, r in waiting if r.reason not in _LANE_OWN_WAITS), waiting[0])
+        return LaneView("waiting", f, reason.reason, reason.blocker)
+
+    def set_lane(self, now: float, lane: str, view: LaneView) -> None:
+        if self.lane_state.get(lane) == view:
+            return
+        self.lane_state[lane] = view
+        self.lane_since[lane] = now
+        details: dict[str, Any] = {"lane": lane, "state": view.state}
+        if view.reason:
+            details["reason"] = view.reason
+        if view.blocker:
+            details["blocker"] = view.blocker
+        if view.busy:
+            details.update(busy=view.busy, slots=self.config.slots_of(lane))
+        self.queue.emit(now, view.job or "-", "lane", **details)
+
+    def idle(self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> None:
+        if running or not queued:
+            self.idle_since = None
+            self.throttle.forget(("idle", "-"))
+            return
+        if self.idle_since is None:
+            self.idle_since = now
+        idle = now - self.idle_since
+        if idle >= self.config.idle_s and self.throttle.due(("idle", "-"), now, self.config.idle_repeat_s):
+            waiting = {f: f"{r.reason}: {r.detail}" for f, r in self.reasons.items()}
+            self.queue.emit(now, "-", "idle", idle_s=int(idle), queued=len(queued), waiting=waiting)

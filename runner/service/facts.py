@@ -1,0 +1,170 @@
+"""Everything the scheduler needs to know, found out (conditions run, manifest read, /proc scanned) once a tick."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Tuple
+
+from runner import jobfile, procs
+from runner.conditions import Condition, compile_condition, evaluate, failed_test, stat_flags
+from runner.config import Config
+from runner.records import Parsed, Running
+from runner.runstate import RunnerState
+from runner.service.manifest import Manifest
+from runner.service.proctable import Processes
+from runner.service.schedule import JobFacts, Snapshot
+from runner.stamps.judge import Verdicts
+
+Blocked = Tuple[str, str, str]  # (path, producer, why) of a REQUIRES path that can never appear
+
+
+class Facts:
+    def __init__(self, config: Config, root_id: str, manifest: Manifest, processes: Processes) -> None:
+        self.config = config
+        self.root_id = root_id  # the tag prefix of this root's jobs
+        self.root = str(config.root)
+        self.manifest = manifest
+        self.processes = processes
+        self.gpu_unknown: list[procs.GpuUser] = []  # status.json: processes whose open files we cannot read
+        # stat_flags of the paths of fast conditions, kept only while a snapshot is taken (a job's DONE_IF
+        # judged when it ends must see what it wrote).
+        self.seen: dict[str, int] | None = None
+        self.verdicts = Verdicts(self.root)  # stamped jobs' verdicts, judged again only when what they read changed
+
+    def holds(self, cond: Condition | None) -> tuple[bool, str]:
+        if cond is None:
+            return True, ""
+        if cond.tests is None:
+            outcome = evaluate(cond, self.root, self.config.condition_timeout_s)
+            return outcome.holds, outcome.detail
+        if cond.checks is None:  # compiled without the root (a running job's DONE_IF, judged as it ends)
+            cond = compile_condition(cond.text, self.root)
+        false = self._first_false(cond.checks)  # type: ignore[arg-type]
+        return (True, "") if false < 0 else (False, failed_test(cond, false))
+
+    def _first_false(self, checks: tuple[tuple[int, str], ...]) -> int:
+        """The index of the first of CHECKS that is false, -1 when all hold: each path stat()ed once per snapshot
+        (one job's DONE_IF is often the next one's REQUIRES)."""
+        seen = self.seen
+        for index, (bit, path) in enumerate(checks):
+            if seen is None:
+                found = stat_flags(path)
+            else:
+                found = seen.get(path)  # type: ignore[assignment]
+                if found is None:
+                    found = seen[path] = stat_flags(path)
+            if not found & bit:
+                return index
+        return -1
+
+    def done_holds(self, filename: str, parsed: Parsed) -> bool:
+        """A queued job's DONE_IF holds already: it is skipped, never run (the one place this is decided)."""
+        return parsed.done_if is not None and self.holds(parsed.done_if)[0]
+
+    def snapshot(
+        self, state: RunnerState, queued: list[tuple[str, Parsed]], running: dict[str, Running], parked: str, now: float
+    ) -> Snapshot:
+        """The scheduler's input."""
+        facts: list[JobFacts] = []
+        seen: dict[str, int] = {}
+        self.seen = seen
+        backoff = state.backoff_until
+        manifest = self.manifest.get()
+        self.verdicts.begin(self.manifest.key(), time.time())
+
+        def holds(cond: Condition) -> bool:  # the fast path inlined: at 10 000 queued jobs this is most of a tick
+            checks = cond.checks
+            if checks is None:  # bash decides (bounded): `holds` runs it
+                return self.holds(cond)[0]
+            for bit, path in checks:
+                flags = seen.get(path)
+                if flags is None:
+                    flags = seen[path] = stat_flags(path)
+                if not flags & bit:
+                    return False
+            return True
+
+        for filename, parsed in queued:
+            job: jobfile.JobFile = parsed.job  # type: ignore[assignment]  # the scan returns only valid jobs
+            done = parsed.done_if is not None and holds(parsed.done_if)  # as done_holds, stat()s shared
+            stale = None
+            if job.plan and job.outputs:  # stamps.stamped(job)
+                done, stale = self._stamped(filename, parsed, manifest, now, done)
+            requires: bool | None = None
+            if not done and stale is None and (not backoff or backoff.get(filename, 0) <= now):
+                requires = parsed.requires is None or holds(parsed.requires)
+            facts.append(JobFacts(filename, job.lane, done, requires, stale))
+        self.seen = None
+        return self._snapshot(facts, running, parked)
+
+    def _snapshot(self, facts: list[JobFacts], running: dict[str, Running], parked: str) -> Snapshot:
+        lanes: dict[str, tuple[str, ...]] = {}
+        for run in running.values():
+            lanes[run.lane] = (*lanes.get(run.lane, ()), run.filename)
+        gpu = self.config.gpu_lane
+        free = len(lanes.get(gpu, ())) < self.config.slots_of(gpu)
+        look = not parked and free and any(f.lane == gpu and f.requires for f in facts)
+        return Snapshot(
+            tuple(facts),
+            lanes,
+            self.config.lanes,
+            self.config.exclusive,
+            gpu,
+            parked,
+            tuple(self.gpu_users(running)) if look else None,
+            dict(self.config.slots),  # a copy: the runner updates its own in place when the manifest changes
+        )
+
+    def _stamped(
+        self, filename: str, parsed: Parsed, manifest: dict[str, Any] | None, now: float, done: bool
+    ) -> tuple[bool, tuple[str, str] | None]:
+        """Rerun on change: DONE_IF counts only while the job's stamp matches what it runs and its producers'
+        runs; a stale job runs again, or first waits for a producer that runs again (then: (why, blocker))."""
+        job: jobfile.JobFile = parsed.job  # type: ignore[assignment]
+        verdict = self.verdicts.judge(filename, parsed.key, job, manifest, now, done)
+        if verdict.problems or verdict.file in self.manifest.problems.said:
+            self.manifest.problems.report(now, verdict.file, verdict.problems)
+        stale = (verdict.why, verdict.blocker) if verdict.stale and verdict.wait else None
+        return done and not verdict.stale, stale
+
+    def gpu_users(self, running: dict[str, Running]) -> list[procs.GpuUser]:
+        def ours(proc: procs.Proc) -> bool:
+            if proc.tag and proc.tag.startswith(self.root_id + ":"):
+                return True
+            return any(run.cgroup and proc.pid in self.processes.cgroup_pids(run.cgroup) for run in running.values())
+
+        users, unreadable = self.processes.gpu_users(self.config.gpu_names, self.config.gpu_devices, ours)
+        self.gpu_unknown = []
+        for pid in unreadable:
+            proc = self.processes.read_proc(pid)
+            if proc is not None:
+                self.gpu_unknown.append(
+                    procs.GpuUser(pid, proc.ppid, proc.cmdline, "unknown: its open files cannot be read by this runner")
+                )
+        if self.config.unreadable_gpu == "block":
+            users = users + self.gpu_unknown
+        return users
+
+    def blocked(self, state: RunnerState, filename: str) -> Blocked | None:
+        """(path, producer, why) when the manifest shows a REQUIRES path can never appear."""
+        manifest = self.manifest.get()
+        entry = (manifest or {}).get("jobs", {}).get(filename)
+        if not manifest or not entry:
+            return None
+        external = set(manifest.get("external", []))
+        failed, present = self.manifest.presence()
+        for path in entry.get("requires", []):
+            if os.path.exists(os.path.join(self.root, path)) or path in external:
+                continue
+            producers = manifest.get("producers", {}).get(path, [])
+            if not producers:
+                return path, "", f"no job produces {path}"
+            if any(p in present for p in producers):
+                continue
+            producer = producers[0]
+            if producer in failed:
+                summary = state.last_failure.get(producer, {}).get("summary", "failed")
+                return path, producer, f"{path} is produced by {producer}, which failed: {summary}"
+            return path, producer, f"{path} is produced by {producer}, which is not on this host"
+        return None

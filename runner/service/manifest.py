@@ -1,0 +1,70 @@
+"""manifest.json as the runner reads it: checked whenever it changes, and the queue's job lists, once a tick."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from runner.queue import Queue
+from runner.service.problems import FileProblems
+
+
+class Manifest:
+    def __init__(self, queue: Queue, problems: FileProblems) -> None:
+        self.queue = queue
+        self.problems = problems
+        self._cache: tuple[tuple[int, int, int], dict[str, Any] | None] | None = None
+        self._read_this_tick = False
+        self._presence: tuple[set[str], set[str]] | None = None
+        self.now = 0.0  # the tick in progress, for the events a changed manifest raises
+
+    def new_tick(self, now: float) -> None:
+        """Forget this tick's reads, then read (and check) the manifest whenever it changed."""
+        self._read_this_tick = False
+        self._presence = None
+        self.now = now
+        self.get()
+
+    def get(self) -> dict[str, Any] | None:
+        if self._read_this_tick:
+            return self._cache[1] if self._cache else None
+        self._read_this_tick = True
+        try:
+            st = os.stat(self.queue.manifest_path)
+        except OSError:
+            self._cache = None
+            return None
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if self._cache is None or self._cache[0] != key:
+            manifest, problems = self.queue.read_manifest()
+            self._cache = (key, manifest)
+            self.problems.report(self.now, "manifest.json", problems)
+        return self._cache[1]
+
+    def key(self) -> tuple[int, int, int] | None:
+        """What identifies the manifest read this tick (it changes when the file does)."""
+        return self._cache[0] if self._cache else None
+
+    def slots(self) -> dict[str, int]:
+        """Lane -> slots the pushed plans (or their hosts file entries) ask for; what is not a count >= 1 is left
+        out (the runner's --slots flag overrides these)."""
+        found = (self.get() or {}).get("slots")
+        if not isinstance(found, dict):
+            return {}
+        return {lane: n for lane, n in found.items() if isinstance(n, int) and not isinstance(n, bool) and n >= 1}
+
+    def sha(self, filename: str) -> str | None:
+        """The sha256 push listed for FILENAME (the settle rule takes such a file at once)."""
+        entry = (self.get() or {}).get("jobs", {}).get(filename)
+        return entry.get("sha") if isinstance(entry, dict) else None
+
+    def presence(self) -> tuple[set[str], set[str]]:
+        """(failed, queued-running-or-done) job files, listed once per tick."""
+        if self._presence is None:
+            self._presence = (
+                set(self.queue.list_all("failed")),
+                set(self.queue.list_all("queue"))
+                | set(self.queue.list_all("running"))
+                | set(self.queue.list_all("done")),
+            )
+        return self._presence

@@ -1,0 +1,261 @@
+"""The runner service: its parts wired together; `tick(now)` moves jobs between the queue's states, `start`/`stop`
+begin and end one life of it on a queue root (runner.service.loop's `serve` ticks it on a timer and on every
+child's exit)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from runner import __version__, wrapper
+from runner.config import Config
+from runner.controls import ControlHandler
+from runner.digest import sha1_hex
+from runner.files import read_json
+from runner.queue import Queue, fresh_status, timestamp
+from runner.runstate import RunnerState
+from runner.service.announce import Announcer, LaneView
+from runner.service.dirwatch import DirWatch
+from runner.service.dispatch import Dispatcher
+from runner.service.facts import Facts
+from runner.service.jobs import Jobs
+from runner.service.manifest import Manifest
+from runner.service.outcomes import Outcomes, leave_running
+from runner.service.problems import FileProblems
+from runner.service.proctable import OsProcesses, Processes
+from runner.service.reasons import Reasons
+from runner.service.scan import Scanner
+from runner.service.statusfile import Snapshot, StatusFile
+from runner.vocab import Event
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class Runner:
+    def __init__(self, config: Config, processes: Processes | None = None) -> None:
+        # Resolved once: jobs run with the root as their working directory, so a relative --root would
+        # name their scripts relative to the wrong place.
+        # slots: a dict of our own, kept in place as the manifest's lane slots change (every part reads it).
+        self.config = config = replace(config, root=Path(config.root).resolve(), slots=dict(config.slots))
+        self.flag_slots = dict(config.slots)  # --slots: wins over what the manifest asks for
+        self.queue = queue = Queue(config.root)
+        self.root = str(config.root)
+        self.root_id = sha1_hex(self.root.encode())[:12]
+        self.instance = os.urandom(4).hex()
+        self.pid = os.getpid()  # the process status.json names (`plan watch` checks it is a live runner)
+        self.processes = processes or OsProcesses(config.kill_grace_s)
+        self.state = RunnerState()
+        self.problems = FileProblems(queue)
+        self.manifest = Manifest(queue, self.problems)
+        self.reasons = Reasons(self.state)
+        self.facts = Facts(config, self.root_id, self.manifest, self.processes)
+        self.announcer = Announcer(config, queue, self.reasons)
+        self.outcomes = Outcomes(config, queue, self.state, self.facts, self.announcer)
+        self.jobs = Jobs(
+            config,
+            queue,
+            self.state,
+            self.processes,
+            self.reasons,
+            self.announcer,
+            self.outcomes,
+            f"{self.root_id}:{self.instance}:",
+        )
+        self.scanner = Scanner(config, queue, self.reasons, self.manifest, self.forget)
+        self.controls = ControlHandler(queue, self.state, self.problems, self.jobs, self.forget)
+        self.dispatcher = Dispatcher(
+            queue, self.state, self.facts, self.reasons, self.jobs, self.announcer, self.forget
+        )
+        self.statusfile = StatusFile(queue)
+        self.started_at = 0.0
+        self.ticks = 0
+        self.watch: DirWatch | None = None  # set by watch_dirs(): scans read only what changed
+        self._lock_fd: int | None = None
+
+    # -- one life ------------------------------------------------------------------------------
+    def start(self, now: float) -> None:
+        self.queue.ensure()
+        self._lock()
+        loaded, problems = RunnerState.load(self.queue)
+        self.state.adopt(loaded)
+        self.started_at = now
+        self.processes.adopt_orphans()
+        self.queue.emit(
+            now,
+            "-",
+            Event.RUNNER_START.value,
+            pid=self.pid,
+            version=__version__,
+            instance=self.instance,
+            last_alive=self._last_alive(),
+        )
+        self.problems.report(now, "state.json", problems)
+        self._end_leftovers(now)
+        # Read once the leftovers are gone: a wrapper records an exit only when the job ended by itself (one
+        # ended by us records nothing), so a record here is a job that finished while we were down.
+        records = {f: r for f in self.queue.jobs("running") if (r := wrapper.read_record(self.queue.exit_record(f)))}
+        for filename in self.queue.list_all("running"):
+            if filename in records:
+                self.outcomes.finish_recorded(now, filename, records[filename])
+            else:
+                leave_running(self.queue, filename, "queue")
+                self.state.refund(filename)
+                self.queue.emit(now, filename, Event.RECOVERED.value)
+        for name in os.listdir(self.queue.dir("running")):
+            if name.startswith(".") and name.endswith(".exit") and name[1:-5] not in records:
+                wrapper.clear_record(self.queue.dir("running") / name)  # a record whose job is gone
+        self._save_state(now)
+
+    def _end_leftovers(self, now: float) -> None:
+        """Processes an earlier life of this root started (by their tag, or in their job's cgroup) end first."""
+        leftovers = self.processes.leftovers(self.root_id + ":")
+        if leftovers:
+            self.processes.end([p.pid for p in leftovers])
+            self.queue.emit(
+                now,
+                "-",
+                Event.ORPHANS_KILLED.value,
+                why="left by an earlier runner life",
+                pids=[p.pid for p in leftovers],
+                cmds=[p.cmdline[:200] for p in leftovers],
+            )
+        if not self.config.cgroup:
+            return
+        for name in sorted(os.listdir(self.config.cgroup)):
+            if name.startswith("job-"):
+                killed = self.processes.end_cgroup(os.path.join(self.config.cgroup, name))
+                if killed:
+                    self.queue.emit(
+                        now,
+                        name[4:],
+                        Event.ORPHANS_KILLED.value,
+                        why="left in its cgroup by an earlier runner life",
+                        pids=killed,
+                        cgroup=True,
+                    )
+
+    def _last_alive(self) -> str | None:
+        """The previous life's last heartbeat, from the status.json it left (for downtime in `plan report`)."""
+        try:
+            beat = fresh_status(self.root, read_json(self.queue.status_path))["runner"]["heartbeat"]
+            return timestamp(float(beat))
+        except (OSError, ValueError, TypeError, KeyError, OverflowError):
+            return None
+
+    def _lock(self) -> None:
+        """One runner per queue root: a second would end the first one's jobs as leftovers of an earlier life."""
+        path = self.queue.root / ".runner.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise AlreadyRunning(f"another runner (pid {holder}) already serves {self.root}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd  # held, never closed, for the life of the process
+
+    def watch_dirs(self) -> bool:
+        """Watch queue/ and control/ (inotify): a scan then reads only the files that changed, and `serve` wakes
+        the moment one lands. False where the kernel gives no watch: every scan reads every file, as before."""
+        if self.watch is None:
+            (self.queue.root / "control").mkdir(exist_ok=True)
+            self.watch = DirWatch.open([str(self.queue.dir("queue")), str(self.queue.dir("control"))])
+        return self.watch is not None
+
+    def _changed(self) -> set[str] | None:
+        """The queue/ names changed since the last tick; None when not known (no watch, or events were lost)."""
+        watch = self.watch
+        if watch is None:
+            return None
+        changed = watch.drain()
+        if watch.lost:
+            watch.rewatch()  # before the full scan, so nothing that happens during it is missed
+            return None
+        return changed.get(str(self.queue.dir("queue")), set())
+
+    def stop(self, now: float, why: str = "SIGTERM") -> None:
+        """End every job's tree and put the jobs back in queue/ without using an attempt."""
+        for run in list(self.jobs.running.values()):
+            self.jobs.evict(now, run, "queue", f"runner stopped ({why})", refund=True)
+        for lane in self.config.lanes:
+            self.announcer.set_lane(now, lane, LaneView("stopped"))
+        self.queue.emit(now, "-", Event.RUNNER_STOP.value, why=why)
+        self._save_state(now)
+        try:
+            self.statusfile.write(self.snapshot(), now, [], force=True)
+        except OSError:
+            pass
+        self.queue.close()
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+
+    # -- the tick ------------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        # Its moves and events are fsynced once, at its end: after the jobs it starts (a job's end and its
+        # lane's next start are in the same tick, and 3 fsyncs between them were a third of that wait).
+        with self.queue.synced_after():
+            self._tick(now)
+
+    def _tick(self, now: float) -> None:
+        self.ticks += 1
+        # First of all: whatever lands after this stays in the watch's queue and wakes `serve` for another tick
+        # (a control/ request dropped while this tick runs must not be drained with nothing to read it).
+        changed = self._changed()
+        self.queue.reopen_if_rotated()
+        self.processes.reap()
+        self.manifest.new_tick(now)  # read (and checked) whenever it changes, not only when a reason needs it
+        slots = {**self.manifest.slots(), **self.flag_slots}
+        if slots != self.config.slots:
+            self.config.slots.clear()
+            self.config.slots.update(slots)
+        self.controls.tick(now)
+        self.jobs.finish_exited(now)
+        self.jobs.enforce_timeouts(now)
+        self.announcer.watch_running(now, self.jobs.running)
+        queued = self.scanner.scan(now, changed)
+        self.dispatcher.schedule(now, queued, self.controls.park)
+        self.announcer.waits(now)
+        self.announcer.lanes(now, self.jobs.running, queued)
+        self.announcer.idle(now, self.jobs.running, queued)
+        self._save_state(now)
+        self.problems.keep(now, "status.json", lambda: self.statusfile.write(self.snapshot(), now, queued))
+        if now - self.queue.last_written >= self.config.heartbeat_event_s:
+            # Nothing else said we were alive for that long: `plan report` measures downtime from this.
+            self.queue.emit(now, "-", Event.HEARTBEAT.value, tick=self.ticks)
+
+    def snapshot(self) -> Snapshot:
+        """What status.json shows of this runner now (the status file reads this value, not the runner)."""
+        return Snapshot(
+            pid=self.pid,
+            instance=self.instance,
+            root=self.root,
+            started_at=self.started_at,
+            ticks=self.ticks,
+            config=self.config,
+            lane_state=dict(self.announcer.lane_state),
+            lane_since=dict(self.announcer.lane_since),
+            running=tuple(self.jobs.running.values()),
+            park=self.controls.park,
+            gpu_unknown=tuple(self.facts.gpu_unknown),
+            disk_full=self.jobs.disk_full,
+            write_errors=dict(self.problems.write_errors),
+            leaks=tuple((pid, job) for pid, job in sorted(self.jobs.kept_leaks.items()) if self.processes.alive(pid)),
+            reasons=self.reasons,
+            scan_generation=self.scanner.generation,
+        )
+
+    def _save_state(self, now: float) -> None:
+        self.problems.keep(now, "state.json", lambda: self.state.save(self.queue))
+
+    def forget(self, filename: str) -> None:
+        """FILENAME left queue/ (done, cancelled, invalid): nothing about it is kept."""
+        self.scanner.forget(filename)
+        self.reasons.drop(filename)
+        self.state.waiting_since.pop(filename, None)

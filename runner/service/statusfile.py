@@ -1,0 +1,238 @@
+"""status.json, rewritten when something in it changed (at least every REFRESH_S), and heartbeat.json every tick.
+
+At 10 000 queued jobs re-encoding every job's reason each tick was most of a tick: each queued job's entry is
+kept encoded, keyed by what it shows, and the list is joined again only when a reason or the queue changed.
+The heartbeat (what `plan watch` judges a runner alive by) lives in its own small file so that it stays fresh
+while status.json does not change; `queue.fresh_status` lays it over status.json for every reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner import FORMAT_VERSION, __version__, logs
+from runner.config import Config
+from runner.files import atomic_write
+from runner.procs import GpuUser
+from runner.queue import STATES, Queue, timestamp
+from runner.records import Parsed, Running
+from runner.service.announce import LaneView, progress
+from runner.service.reasons import Reasons
+
+# status.json is rewritten at least this often even when nothing in it changed: a reader older than
+# heartbeat.json (which judges the runner by status.json's heartbeat alone, dead after 300 s) stays content.
+REFRESH_S = 60.0
+
+
+def _encode(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What status.json shows of the runner at one tick, taken by the runner (`Runner.snapshot`): the status file
+    reads this value, never the runner's parts. `reasons` is the one live part it reads (each queued job's entry
+    is kept encoded and read again only when its generation changed)."""
+
+    pid: int
+    instance: str
+    root: str
+    started_at: float
+    ticks: int
+    config: Config
+    lane_state: Mapping[str, LaneView]
+    lane_since: Mapping[str, float]
+    running: tuple[Running, ...]
+    park: str
+    gpu_unknown: tuple[GpuUser, ...]
+    disk_full: str
+    write_errors: Mapping[str, str]
+    leaks: tuple[tuple[int, str], ...]  # (pid, the job that left it), only the live ones
+    reasons: Reasons
+    scan_generation: int
+
+
+class StatusFile:
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self._entries: dict[str, tuple[tuple[Any, ...], bytes]] = {}  # queued job -> (what it shows, encoded)
+        self._queued_key: tuple[Any, ...] | None = None
+        self._queued_version = 0  # changes whenever the list of entries does
+        self._content: str | None = None  # status.json as last written, less its clock
+        self._written_queued = -1
+        self._written_key: tuple[int, int, int] | None = None
+        self._written_at = 0.0
+        self._counts: dict[str, tuple[int, int]] = {}  # state -> (directory mtime, files)
+        self.writes = 0  # status.json writes (a test counts them)
+
+    def write(self, runner: Snapshot, now: float, queued: list[tuple[str, Parsed]], force: bool = False) -> None:
+        """status.json (when something in it changed, or FORCE) and heartbeat.json, as of RUNNER at NOW."""
+        beat = {
+            "pid": runner.pid,
+            "instance": runner.instance,
+            "heartbeat": now,
+            "heartbeat_ts": timestamp(now),
+            "tick": runner.ticks,
+        }
+        # Not fsync()ed: it is rewritten next tick, and a crash loses nothing a reader needs from it.
+        path = self.queue.heartbeat_path
+        tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
+        tmp.write_bytes((_encode(beat) + "\n").encode())
+        os.replace(tmp, path)
+        queued_version = self._queued_json(runner, queued)
+        running = self._running(runner)
+        status = self._status(runner, running)
+        content = _encode(status)
+        same = content == self._content and queued_version == self._written_queued
+        same = same and _key(self.queue.status_path) == self._written_key  # nobody replaced or removed it
+        if not force and same and now - self._written_at < REFRESH_S:
+            return
+        status["runner"].update(heartbeat=now, heartbeat_ts=timestamp(now), tick=runner.ticks)
+        for entry, run in zip(running, runner.running):
+            entry["elapsed_s"] = round(now - run.started, 1)
+        text = _encode(status)
+        # In parts, the entries as they are kept: 10 000 of them joined into one string, then into bytes, were
+        # three copies of the list at once (a runner's peak memory).
+        entries = [encoded for _, encoded in self._entries.values()]
+        parts = [text[:-1].encode(), b',"queued":[', *_joined(entries), b"]}\n"]
+        atomic_write(self.queue.status_path, parts)
+        self._content, self._written_queued, self._written_at = content, queued_version, now
+        self._written_key = _key(self.queue.status_path)
+        self.writes += 1
+
+    def _status(self, runner: Snapshot, running: list[dict[str, Any]]) -> dict[str, Any]:
+        """Everything but the queued jobs and the clock (heartbeat, tick, elapsed times)."""
+        return {
+            "runner": {
+                "pid": runner.pid,
+                "version": __version__,
+                "format_version": FORMAT_VERSION,
+                "instance": runner.instance,
+                "root": runner.root,
+                "started": runner.started_at,
+                "tick_s": runner.config.tick_s,
+            },
+            "lane_order": list(runner.config.lanes),
+            "lanes": {
+                lane: {
+                    "state": v.state,
+                    "job": v.job,
+                    "reason": v.reason,
+                    "blocker": v.blocker,
+                    "since": runner.lane_since.get(lane),
+                    "slots": runner.config.slots_of(lane),
+                    "busy": sum(1 for run in runner.running if run.lane == lane),
+                }
+                for lane, v in runner.lane_state.items()
+            },
+            "running": running,
+            "parked": runner.park or None,
+            "gpu_unknown": {
+                "count": len(runner.gpu_unknown),
+                "policy": runner.config.unreadable_gpu,
+                "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in runner.gpu_unknown[:20]],
+            },
+            "counts": {s: self._count(s) for s in STATES},
+            "disk_full": runner.disk_full or None,
+            "write_errors": {
+                **runner.write_errors,
+                **({"events.jsonl": self.queue.events_error} if self.queue.events_error else {}),
+            },
+            "leaks": [{"pid": pid, "left_by": job} for pid, job in runner.leaks],
+        }
+
+    def _running(self, runner: Snapshot) -> list[dict[str, Any]]:
+        running = []
+        for run in runner.running:
+            path = self.queue.log_path(run.filename)
+            running.append(
+                {
+                    "job": run.filename,
+                    "lane": run.lane,
+                    "pid": run.pid,
+                    "attempt": run.attempt,
+                    "started": run.started,
+                    "log": str(path),
+                    "log_size": run.log_size,
+                    "log_grew_at": run.log_grew_at,
+                    "timeout_s": run.job.timeout_s,
+                    "warn_after_s": run.job.warn_after_s or runner.config.warn_after.get(run.lane),
+                    "last_line": logs.last_line(path),
+                    "progress": progress(path),
+                }
+            )
+        return running
+
+    def _count(self, state: str) -> int:
+        """Files in STATE, listed again only when its directory changed (or changed within the last second,
+        finer than some filesystems' mtime)."""
+        path = self.queue.dir(state)
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            mtime = -1
+        cached = self._counts.get(state)
+        if cached is not None and cached[0] == mtime and time.time() - mtime / 1e9 > 1.0:
+            return cached[1]
+        count = len(self.queue.jobs(state))
+        self._counts[state] = (mtime, count)
+        return count
+
+    def _queued_json(self, runner: Snapshot, queued: list[tuple[str, Parsed]]) -> int:
+        """Each queued job's entry encoded again where what it shows changed; the version of the list."""
+        key = (runner.scan_generation, runner.reasons.generation, len(queued))
+        if key == self._queued_key:
+            return self._queued_version
+        entries = {}
+        for filename, lane in _waiting(runner.reasons, queued):
+            reason = runner.reasons.get(filename)
+            assert reason is not None
+            shown = (lane, reason.reason, reason.detail, reason.blocker, reason.since)
+            cached = self._entries.get(filename)
+            if cached is None or cached[0] != shown:
+                entry = {
+                    "job": filename,
+                    "lane": lane,
+                    "reason": reason.reason,
+                    "detail": reason.detail,
+                    "blocker": reason.blocker,
+                    "since": reason.since,
+                }
+                cached = (shown, _encode(entry).encode())
+            entries[filename] = cached
+        self._entries = entries
+        self._queued_key = key
+        self._queued_version += 1
+        return self._queued_version
+
+
+def _joined(entries: list[bytes]) -> list[bytes]:
+    """ENTRIES with a comma between each two, as parts to write one after the other."""
+    parts = [b","] * (2 * len(entries) - 1) if entries else []
+    parts[::2] = entries
+    return parts
+
+
+def _key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _waiting(reasons: Reasons, queued: list[tuple[str, Parsed]]) -> list[tuple[str, str | None]]:
+    """(job, lane) of each entry: queued jobs with a reason, then files not yet jobs (settling, or invalid and
+    stuck in queue/)."""
+    waiting = []
+    lanes = {filename: parsed.job.lane for filename, parsed in queued}  # type: ignore[union-attr]
+    for filename in [f for f, _ in queued] + sorted(f for f, _ in reasons.items() if f not in lanes):
+        if reasons.get(filename) is not None:
+            waiting.append((filename, lanes.get(filename)))
+    return waiting

@@ -1,0 +1,5 @@
+"""The host side of a `backend: slurm` host: its ledger, pushes, attempts and views.
+
+Doors: `runner.slurm.agent` (the agent's Slurm handlers), `runner.slurm.attempt` (`python3 -m runner.slurm.attempt`,
+one attempt inside its allocation), `runner.slurm.ledger` and `runner.slurm.wrapper` (the ledger's and bundle's
+formats). Nothing is imported here, so that an attempt loads only what it uses."""

@@ -1,0 +1,298 @@
+"""The host side of a `backend: slurm` host, run on its submit node by `python3 -m runner agent`.
+
+A push diffs the plan against the ledger (runner.slurm.ledger) joined with squeue and, where accounting is on,
+sacct, under the push lock; each job is a wrapper (runner.slurm.wrapper) submitted with afterok dependencies on
+its producers. Each job's script is per plan and per content hash, so a pending job runs exactly the text it
+was submitted with; a changed pending job is a new Slurm job and its pending dependents are re-pointed to it
+before the old one is cancelled. The Slurm commands are runner.slurm.query's, the sbatch calls (job arrays
+among them) runner.slurm.submit's; status and logs live in runner.slurm.view, history in runner.slurm.events.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from runner import pushlock
+from runner.conditions import compile_condition, evaluate
+from runner.queue import timestamp
+from runner.slurm import ledger as ledger_mod
+from runner.slurm import submit as slurm_submit
+from runner.slurm.events import history
+from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
+from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
+from runner.slurm.submit import Submitted
+from runner.slurm.view import logs, status
+from runner.slurm.wrapper import wrapper_text
+
+__all__ = ["history", "logs", "push", "status", "wrapper"]  # status, history and logs: the agent's other modes
+
+
+def adopt(plan: str, request: dict[str, Any], jobs: dict[str, Any], live: Live) -> None:
+    """Jobs an earlier version of this backend submitted (a bare job name, no ledger entry) that squeue still
+    has: taken into the ledger as they are, so an upgrade neither runs them twice nor cancels them."""
+    for job in request["jobs"]:
+        if job["name"] in jobs:
+            continue
+        found = [j for j in live.values() if j["plan"] == plan and j["name"] == job["name"]]
+        if found:
+            newest = max(found, key=lambda j: j["id"])
+            jobs[job["name"]] = {
+                "hash": newest["hash"],
+                "lane": job.get("lane", ""),
+                "deps": job.get("deps", []),
+                "slurm_name": newest["name"],
+                "attempts": [{"id": newest["id"], "hash": newest["hash"], "attempt": 1, "state": None}],
+            }
+
+
+def lane_licences(request: dict[str, Any]) -> dict[str, list[str]]:
+    """Lane -> the licences (NAME:COUNT) each of its jobs asks for: on Slurm a lane's slots are their counts."""
+    lanes: dict[str, list[str]] = {}
+    for job in request["jobs"]:
+        for option in job.get("sbatch", []):
+            if option.startswith("--licenses="):
+                lanes[job.get("lane", "")] = option.split("=", 1)[1].split(",")
+    return lanes
+
+
+def _holds(condition: str | None, root: str) -> bool:
+    return bool(condition) and evaluate(compile_condition(str(condition)), root, 30).holds
+
+
+def _decide(root: str, request: dict[str, Any], job: dict[str, Any], record: Any, live: Live) -> tuple[list[str], bool]:
+    """([mark, name, note], whether to submit it) for one job of the plan, against the ledger and Slurm."""
+    name = job["name"]
+    state, last = state_of(record, live)
+    if last is None:
+        if _holds(job.get("done_if"), root):
+            return ["d", name, "DONE_IF already holds: not submitted"], False
+        return ["+", name, ""], True
+    same = last.get("hash") == job["hash"]
+    if state in ACTIVE or state == "GATED":
+        if same:
+            return ["=", name, f"pending as {last['id']}"], False
+        return ["~", name, f"pending {last['id']} has other content: a new job replaces it"], True
+    if state in RUNNING:
+        return [">" if same else ">~", name, f"running as {last['id']}"], False
+    if state == "COMPLETED":
+        if same or _holds(job.get("done_if"), root):
+            return ["d", name, f"completed as {last['id']}"], False
+        return ["~", name, "completed before; content changed, submitted again"], True
+    ident = f"{state} as {last['id']}"
+    if request.get("retry_failed"):
+        return ["r", name, f"{ident}; resubmitted"], True
+    why = "; Slurm no longer knows it and left no final state" if state == "UNKNOWN" else ""
+    return ["!", name, f"{ident}{why}; not resubmitted without --retry-failed"], False
+
+
+def diff(
+    root: str, request: dict[str, Any], jobs: dict[str, Any], live: Live
+) -> tuple[list[list[str]], list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """(changes as [mark, name, note], jobs to submit, retired (name, record) pairs) for one plan."""
+    changes: list[list[str]] = []
+    submit: list[dict[str, Any]] = []
+    for job in request["jobs"]:
+        change, go = _decide(root, request, job, jobs.get(job["name"]), live)
+        changes.append(change)
+        if go:
+            last = ledger_mod.current(jobs[job["name"]]) if job["name"] in jobs else None
+            replaces = change[0] == "~" and change[2].startswith("pending") and last is not None
+            submit.append(dict(job, replaces=last["id"]) if replaces and last else job)
+    submit = _hold_orphans(submit, jobs, live, changes)
+    _note_dependents(request, jobs, live, changes, {job["name"] for job in submit})
+    return changes, submit, _retire(request, jobs, live, changes)
+
+
+def _retire(
+    request: dict[str, Any], jobs: dict[str, Any], live: Live, changes: list[list[str]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Jobs of the ledger no longer in the plan: said, and (unless --no-prune) retired."""
+    names = {job["name"] for job in request["jobs"]}
+    prune = request.get("prune", True)
+    retired = []
+    for name in sorted(set(jobs) - names):
+        state, last = state_of(jobs[name], live)
+        if state in ACTIVE or state in RUNNING or state == "GATED":
+            where = f"{state} as {last['id']}" if last else state
+            kept = "" if prune else "; kept (--no-prune)"
+            changes.append(["-" if prune else "=", name, f"no longer in the plan ({where}){kept}"])
+        if prune:
+            retired.append((name, jobs[name]))
+    return retired
+
+
+def _failed_and_forgotten(record: dict[str, Any], live: Live) -> bool:
+    state, last = state_of(record, live)
+    return (state in FINISHED_BAD or state == "UNKNOWN") and (last is None or live_of(record, last["id"], live) is None)
+
+
+def _hold_orphans(
+    submit: list[dict[str, Any]], jobs: dict[str, Any], live: Live, changes: list[list[str]]
+) -> list[dict[str, Any]]:
+    """Jobs whose producer failed (or is unknown) and is not resubmitted now, where squeue no longer has that
+    producer to block them on: held, since submitted they would run without its outputs."""
+    going = {job["name"] for job in submit}
+    held: set[str] = set()
+    kept = []
+    for job in submit:  # graph order: a producer is decided before its consumers
+        bad = [
+            d
+            for d in job.get("deps", [])
+            if d in held or (d not in going and d in jobs and _failed_and_forgotten(jobs[d], live))
+        ]
+        if not bad:
+            kept.append(job)
+            continue
+        held.add(job["name"])
+        for change in changes:
+            if change[1] == job["name"]:
+                change[0] = "!"
+                change[2] = f"its producer {', '.join(bad)} failed: not submitted (--retry-failed resubmits both)"
+    return kept
+
+
+def _note_dependents(
+    request: dict[str, Any],
+    jobs: dict[str, Any],
+    live: Live,
+    changes: list[list[str]],
+    resubmitted: set[str],
+) -> None:
+    """Say, on each replaced pending job's line, which pending dependents will be re-pointed to its new job."""
+    consumers: dict[str, list[str]] = {}
+    for job in request["jobs"]:
+        for dep in job.get("deps", []):
+            consumers.setdefault(dep, []).append(job["name"])
+    for change in changes:
+        if change[0] != "~" or "pending" not in change[2]:
+            continue
+        kept = [
+            c for c in consumers.get(change[1], []) if c not in resubmitted and state_of(jobs.get(c), live)[0] in ACTIVE
+        ]
+        again = [c for c in consumers.get(change[1], []) if c in resubmitted]
+        if kept:
+            change[2] += "; its pending dependents re-pointed to it: " + ", ".join(kept)
+        if again:
+            change[2] += "; resubmitted with it: " + ", ".join(again)
+
+
+def _levels(submit: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Jobs to submit, grouped so each group's producers are all submitted by earlier groups."""
+    level: dict[str, int] = {}
+    names = {job["name"] for job in submit}
+    for job in submit:  # in graph order: producers first
+        level[job["name"]] = 1 + max((level[d] for d in job.get("deps", []) if d in names), default=-1)
+    groups: list[list[dict[str, Any]]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
+    for job in submit:
+        groups[level[job["name"]]].append(job)
+    return groups
+
+
+def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Diff the plan against the ledger and Slurm; unless `dry_run`, submit, re-point and cancel, then record."""
+    env = env_for(request)
+    plan = request["plan"]
+    missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
+    dry = bool(request.get("dry_run"))
+    if not dry:
+        got = pushlock.lock(root, {"wait_s": request.get("lock_wait_s", 60), "by": request.get("by")})
+        if got.get("busy"):
+            return {"busy": True, "holder": got.get("holder", {})}
+    try:
+        try:
+            live = squeue(env)
+        except ControllerDown as exc:
+            return {"controller_down": str(exc)}
+        ledger = ledger_mod.load(root)
+        why = sync(root, ledger, live, env)
+        jobs = ledger_mod.plan_jobs(ledger, plan)
+        adopt(plan, request, jobs, live)
+        changes, submit, retired = diff(root, request, jobs, live)
+        result: dict[str, Any] = {
+            "changes": changes,
+            "external_missing": missing,
+            "submitted": {},
+            "repointed": {},
+            "cancelled": [],
+            "accounting": why or "on",
+        }
+        if dry or (missing and request.get("verify_external", True)):
+            return result
+        try:
+            _apply(root, request, ledger, live, submit, retired, result, env)
+        except ControllerDown as exc:  # what was submitted before is recorded all the same
+            result["error"] = f"the Slurm controller stopped answering during the push: {exc}"
+        entry = ledger["plans"][plan]
+        entry.update(by=request.get("by") or "?", pushed_at=timestamp(time.time()), lanes=lane_licences(request))
+        ledger_mod.save(root, ledger)
+        return result
+    finally:
+        if not dry:
+            pushlock.release_lock()
+
+
+def _apply(
+    root: str,
+    request: dict[str, Any],
+    ledger: dict[str, Any],
+    live: Live,
+    submit: list[dict[str, Any]],
+    retired: list[tuple[str, dict[str, Any]]],
+    result: dict[str, Any],
+    env: dict[str, str],
+) -> None:
+    plan = request["plan"]
+    jobs = ledger_mod.plan_jobs(ledger, plan)
+    current = {name: state_of(record, live) for name, record in jobs.items()}
+    ids = {n: last["id"] for n, (state, last) in current.items() if last is not None and _holds_slot(state)}
+    failed = {
+        n: last["id"]
+        for n, (state, last) in current.items()
+        if last is not None and state in FINISHED_BAD and last["id"] in live
+    }
+    done = Submitted(ids)
+    if submit:
+        slurm_submit.submit(root, request, _levels(submit), done, failed, env)
+    if done.error:
+        result["error"] = done.error
+    cancel: list[SlurmId] = []
+    submitted = [job for job in submit if job["name"] in done.new]
+    for job in submitted:  # all recorded before any hand-over: a controller lost meanwhile loses none of them
+        result["submitted"][job["name"]] = done.new[job["name"]][0]
+        slurm_submit.record_new(plan, jobs, job, done.new[job["name"]])
+    for job in submitted:
+        if job.get("replaces"):
+            new = done.new[job["name"]][0]
+            result["repointed"][job["name"]] = slurm_submit.hand_over(job["replaces"], new, live, env)
+            cancel.append(job["replaces"])
+    for name, record in retired:
+        state, last = state_of(record, live)
+        if last is not None and _holds_slot(state):
+            cancel.append(last["id"])
+        del jobs[name]
+        ledger_mod.remove_results(root, plan, name)
+    if cancel:
+        _cancel(jobs, cancel, result, env)
+
+
+def _holds_slot(state: str) -> bool:
+    """Whether a job in STATE is still Slurm's to run (pending, held for its gate or running)."""
+    return state in ACTIVE or state in RUNNING or state == "GATED"
+
+
+def _cancel(jobs: dict[str, Any], cancel: list[SlurmId], result: dict[str, Any], env: dict[str, str]) -> None:
+    slurm(["scancel", *(str(i) for i in cancel)], env)  # one call for all of them
+    result["cancelled"] = cancel
+    for record in jobs.values():
+        for attempt in record.get("attempts", []):
+            if attempt["id"] in cancel and attempt.get("state") not in ledger_mod.FINAL:
+                attempt.update(state="CANCELLED", reason="replaced by a push")
+
+
+def wrapper(root: str, job: dict[str, Any], plan: str, slurm_conf: str | None = None) -> str:
+    """The sbatch script of JOB on its own as a push submits it (for lint tests and docs)."""
+    bundle = Path(root) / "scripts" / plan / "bundle.0.json"
+    return wrapper_text(root, plan, f"job {job['name']}", job.get("env") or {}, (bundle, [0], 1), slurm_conf)

@@ -1,0 +1,300 @@
+"""One attempt of a plan job inside its Slurm allocation: `python3 -m runner.slurm.attempt BUNDLE ATTEMPT ENTRY`.
+
+The sbatch wrapper execs this (an array's element picks its ENTRY by SLURM_ARRAY_TASK_ID); it writes the
+job's body from the bundle (runner.slurm.wrapper) and appends its output to the job's own log. It checks an
+external gate (REQUIRES, by runner.conditions), runs the body under its own timer (TIMEOUT is this timer
+firing, never an exit code), decides success by DONE_IF as the runner does, and ends the allocation: a retry
+or a closed gate is a new Slurm job submitted with `--begin=now+WAIT` (the runner's backoff), with this job's
+pending dependents re-pointed to it first, so GRES and licences are free meanwhile and nothing downstream is
+cancelled. What happened is left as ROOT/results/PLAN/NAME/ID.json for the ledger (runner.slurm.ledger) to
+fold in under the push lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from runner import pushlock
+from runner.conditions import compile_condition, evaluate
+from runner.config import Config
+from runner.files import atomic_write, read_json
+from runner.logs import tail_lines
+from runner.queue import timestamp
+from runner.slurm.wrapper import wrapper_text, write_once
+
+_DEP = re.compile(r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?")
+
+
+def repoint(dependency: str, old: int | str, new: int | str, task: str = "") -> str | None:
+    """squeue's %E for a pending job with OLD replaced by NEW, in `scontrol update Dependency=` form; None if the
+    job does not wait on OLD. OLD may be an array element (ID_N): then element N of an array that waits
+    `aftercorr` on that array (TASK is the pending job's own array index) waits on NEW instead. Fulfilled parts
+    are left out: they no longer hold anything back."""
+    parts: dict[str, list[str]] = {}
+    found = False
+    array, _, index = str(old).partition("_")
+    for kind, ident, status in _DEP.findall(dependency):
+        if status and status != "unfulfilled":
+            continue
+        if ident == str(old) or (kind == "aftercorr" and ident == f"{array}_*" and index and task == index):
+            found, ident = True, str(new)
+            kind = "afterok" if kind == "aftercorr" else kind
+        parts.setdefault(kind, [])
+        if ident not in parts[kind]:
+            parts[kind].append(ident)
+    if not found:
+        return None
+    return ",".join(f"{kind}:{':'.join(ids)}" for kind, ids in parts.items())
+
+
+def _client_env() -> dict[str, str]:
+    """The environment for Slurm's client commands: without this job's own SLURM_* variables, which sbatch
+    would read as defaults (an array's task id among them)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_")) or k == "SLURM_CONF"}
+
+
+def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120, env=_client_env())
+
+
+def pending_updates(listing: str, old: int | str, new: int | str) -> list[tuple[str, str]]:
+    """(JobId=, Dependency=) updates that move every pending job of LISTING (squeue -r `JobID|JobArrayID|%E`
+    lines) off OLD onto NEW. A dependency the tasks of an unsplit array share is updated once, by the array's
+    id; one that names this task only (aftercorr) by the task's id, which splits it off its array."""
+    updates: dict[str, str] = {}
+    for line in listing.splitlines():
+        job_id, array_id, dependency = (line.split("|") + ["", ""])[:3]
+        task = array_id.partition("_")[2]
+        dep = repoint(dependency, old, new, task)
+        if dep is None:
+            continue
+        shared = repoint(dependency, old, new, "")
+        updates[job_id if dep == shared else array_id] = dep
+    return list(updates.items())
+
+
+def hand_over(old: int | str, new: int | str) -> list[str]:
+    """Point every pending job that waits on OLD at NEW instead; the ids re-pointed."""
+    listing = _run(["squeue", "-h", "-r", "-t", "PD", "-O", "JobID:|,JobArrayID:|,Dependency:|"])
+    moved: list[str] = []
+    for job_id, dep in pending_updates(listing.stdout.replace(" ", ""), old, new):
+        if _run(["scontrol", "update", f"JobId={job_id}", f"Dependency={dep}"]).returncode == 0:
+            moved.append(job_id)
+    return moved
+
+
+def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int | str) -> tuple[int | None, list[str], str]:
+    """Submit ATTEMPT as a new Slurm job starting WAIT_S from now; move OLD's dependents to it."""
+    begin = f"--begin=now+{max(1, int(round(wait_s)))}"
+    if "bundle" not in spec:  # a job submitted before bundles: its own wrapper file takes the attempt
+        proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin, spec["script"], str(attempt)])
+    else:
+        where = (Path(spec["bundle"]), [int(spec["entry"])], attempt)
+        label = f"job {spec['name']}"
+        proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin], wrapper_text(**_wrapping(spec, label, where)))
+    if proc.returncode != 0:
+        return None, [], proc.stderr.strip()
+    new = int(proc.stdout.strip().split(";")[0])
+    return new, hand_over(old, new), ""
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+_STOPPED: list[int] = []  # the signals Slurm sent this attempt (scancel, its time limit, preemption)
+_BODY: list[subprocess.Popen[bytes]] = []  # the body, once started
+
+
+def _on_slurm_signal(sig: int, frame: object) -> None:
+    """A SIGTERM/SIGINT from Slurm is passed on to the body's process group and remembered: the attempt then
+    ends without a result of its own, so the ledger reads Slurm's final state (CANCELLED, TIMEOUT, ...) and a
+    job someone cancelled is never taken for a failure, nor retried. (Without this the body, signalled too,
+    could end first and its exit be written down as FAILED before this process's own signal came.)"""
+    _STOPPED.append(sig)
+    for body in _BODY:
+        try:
+            os.killpg(body.pid, sig)
+        except OSError:
+            pass
+
+
+def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
+    """(exit code, whether our own timer ended it): TERM to its process group at the timeout, KILL after."""
+    if "text" in spec:  # a job submitted before bundles has its body written by its push
+        write_once(Path(spec["body"]), spec["text"].encode())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_slurm_signal)
+    proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL, start_new_session=True)
+    _BODY.append(proc)
+    if _STOPPED:  # came while it started
+        os.killpg(proc.pid, _STOPPED[0])
+    timeout = spec.get("timeout_s") or None
+    try:
+        return proc.wait(timeout=timeout), False
+    except subprocess.TimeoutExpired:
+        pass
+    for sig, grace in ((signal.SIGTERM, float(spec.get("kill_after_s", 10))), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+        try:
+            return proc.wait(timeout=grace), True
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait(), True
+
+
+# squeue's states of a job Slurm has ended while its batch script may still run. Not STOPPED or SUSPENDED (a
+# `scancel -s STOP`, `scontrol suspend`): the job goes on, and a body that fails meanwhile has failed.
+_ENDED = frozenset(
+    {"COMPLETING", "CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "NODE_FAIL", "REQUEUED", "BOOT_FAIL"}
+)
+
+
+def slurm_ended(job_id: int | str) -> bool:
+    """Whether Slurm has ended JOB_ID (scancel, its time limit, preemption) while this wrapper still runs it:
+    its state is then one of _ENDED. Slurm signals every process of the job in no set order, so a body
+    (its TERM trap, say) may end before this process's own signal arrives: asked after every failing body,
+    Slurm keeps that from reading as the body's failure, and from a retry. False where Slurm cannot be asked
+    (the body's exit then stands)."""
+    try:
+        proc = _run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"])
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    states = proc.stdout.split()
+    return proc.returncode == 0 and bool(states) and states[0] in _ENDED
+
+
+def attempt_once(spec: dict[str, Any], attempt: int) -> int:
+    root, label = spec["root"], f"{spec['plan']}/{spec['name']}"
+    job_id = this_job()
+    result: dict[str, Any] = {"id": job_id, "attempt": attempt, "start": time.time()}
+    config = Config(
+        root=Path(root),
+        backoff_base_s=float(spec.get("backoff_base_s", Config.backoff_base_s)),
+        backoff_max_s=float(spec.get("backoff_max_s", Config.backoff_max_s)),
+    )
+    gate = spec.get("gate")
+    if gate and not evaluate(compile_condition(gate), root, config.condition_timeout_s).holds:
+        _say(
+            f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in "
+            f"{spec.get('gate_interval_s', 60):g}s"
+        )
+        result.update(kind="gated", state="GATED", next_attempt=attempt)
+        return _finish(spec, result, attempt, float(spec.get("gate_interval_s", 60)), 0)
+    _say(
+        f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.get('retries', 1)} on "
+        f"{os.uname().nodename} (Slurm job {job_id})"
+    )
+    rc, timed_out = run_body(spec)
+    if rc != 0 and not _STOPPED and not timed_out and slurm_ended(job_id):
+        _STOPPED.append(signal.SIGTERM)  # Slurm's signal ended the body before it reached this process
+    if _STOPPED:
+        _say(f"=== {timestamp(time.time())} {label}: stopped by Slurm (signal {_STOPPED[0]}); its state is Slurm's")
+        return 128 + _STOPPED[0]
+    done_if = spec.get("done_if")
+    ok = (
+        rc == 0
+        and not timed_out
+        and (not done_if or evaluate(compile_condition(done_if), root, config.condition_timeout_s).holds)
+    )
+    result["rc"] = rc
+    if ok:
+        result.update(kind="done", state="COMPLETED")
+    elif timed_out:
+        _say(f"TIMEOUT: {spec['name']} ended after {spec.get('timeout_s'):g}s")
+        result.update(kind="timeout", state="TIMEOUT")
+    else:
+        if rc == 0:
+            _say("exited 0 but DONE_IF is false")
+        result.update(kind="failed", state="FAILED")
+    result["tail"] = tail_lines(Path(spec["log"]), config.tail_lines)
+    if not ok and attempt < int(spec.get("retries", 1)):
+        result["next_attempt"] = attempt + 1
+        return _finish(spec, result, attempt, config.backoff_s(attempt), rc or 1)
+    return _finish(spec, result, attempt, None, 0 if ok else (rc or 1))
+
+
+def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: float | None, code: int) -> int:
+    """Submit the next try (if any) and leave the result file, both under the push lock, so a push sees either
+    this job as current or its successor with its dependents already moved."""
+    root = spec["root"]
+    result["end"] = time.time()
+    got = pushlock.lock(root, {"wait_s": 120, "by": f"slurm job {result['id']}"})
+    try:
+        if _STOPPED:  # Slurm stopped the job after its body ended: its state, not this result, says how it ended
+            return 128 + _STOPPED[0]
+        if wait_s is not None:
+            new, moved, error = resubmit(spec, int(result["next_attempt"]), wait_s, result["id"])
+            result.update(next_id=new, wait_s=wait_s, moved=moved)
+            if new is None:
+                _say(f"could not submit the next try: {error}")
+                result["state"] = "FAILED"
+                code = code or 1
+            else:
+                _say(f"next try is Slurm job {new}, not before {timestamp(time.time() + wait_s)}")
+        directory = Path(root) / "results" / spec["plan"] / spec["name"]
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(directory / f"{result['id']}.json", json.dumps(result).encode())
+    finally:
+        if got.get("locked"):
+            pushlock.release_lock()
+    return code
+
+
+def this_job() -> int | str:
+    """This Slurm job as the ledger names it: ARRAY_N for an array's element, else its job id."""
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    if task:
+        return f"{os.environ.get('SLURM_ARRAY_JOB_ID', '0')}_{task}"
+    return int(os.environ.get("SLURM_JOB_ID", "0"))
+
+
+def to_log(path: str) -> None:
+    """Stdout and stderr appended to the job's own log (an array element's Slurm --output is the array's)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _wrapping(spec: dict[str, Any], label: str, where: tuple[Path, list[int], int]) -> dict[str, Any]:
+    return {
+        "root": spec["root"],
+        "plan": spec["plan"],
+        "label": label,
+        "env": spec["env"],
+        "where": where,
+        "slurm_conf": spec["slurm_conf"],
+    }
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        sys.stderr.write("usage: python3 -m runner.slurm.attempt BUNDLE ATTEMPT ENTRY\n")
+        return 2
+    found = read_json(Path(argv[0]))
+    attempt = int(argv[1]) if len(argv) > 1 else 1
+    if "elements" not in found:  # SPEC [ATTEMPT]: a job submitted before bundles, still queued after an upgrade
+        return attempt_once(found, attempt)
+    spec = dict(found["elements"][int(argv[2])], bundle=argv[0], entry=int(argv[2]))
+    to_log(spec["log"])
+    return attempt_once(spec, attempt)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

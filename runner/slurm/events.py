@@ -1,0 +1,161 @@
+"""Each Slurm attempt's events (start, done, failed, retry, timeout, blocked, cancelled, requires-wait) from the
+ledger and squeue, with the time Slurm or the attempt's wrapper recorded, not the time of the probe that
+noticed them; and `plan report`'s history made of them (runner.slurm.view shows the present)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+from runner.logs import tail_lines
+from runner.queue import timestamp
+from runner.slurm import ledger as ledger_mod
+from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
+from runner.slurm.query import ControllerDown, Live, env_for, live_of, sacct, squeue, state_of, sync
+from runner.slurm.wrapper import job_paths
+from runner.vocab import Event
+
+_RESULT_EVENT = {"done": Event.DONE, "failed": Event.FAILED, "timeout": Event.TIMEOUT, "gated": Event.REQUIRES_WAIT}
+_STATE_EVENT = {
+    "COMPLETED": Event.DONE,
+    "FAILED": Event.FAILED,
+    "TIMEOUT": Event.TIMEOUT,
+    "OUT_OF_MEMORY": Event.FAILED,
+    "NODE_FAIL": Event.FAILED,
+    "CANCELLED": Event.CANCELLED,
+    "BOOT_FAIL": Event.FAILED,
+    "DEADLINE": Event.TIMEOUT,
+    "PREEMPTED": Event.CANCELLED,
+}
+
+
+def job_key(plan: str, name: str) -> str:
+    return f"{plan}/{name}.job"
+
+
+def blocked(record: dict[str, Any], attempt: dict[str, Any], plan_jobs: dict[str, Any], live: Live) -> bool:
+    """Cancelled because a producer failed: squeue says DependencyNeverSatisfied; sacct only says Dependency,
+    so then a producer's failure in the ledger decides."""
+    seen = live_of(record, attempt["id"], live) or {}
+    if attempt.get("state") != "CANCELLED" and seen.get("state") != "CANCELLED":
+        return False
+    reason = seen.get("reason") or attempt.get("reason") or ""
+    if reason == "DependencyNeverSatisfied":
+        return True
+    return reason.startswith("Dependency") and any(
+        state_of(plan_jobs.get(dep), live)[0] in FINISHED_BAD for dep in record.get("deps", [])
+    )
+
+
+def never_ran(info: dict[str, Any]) -> bool:
+    """Cancelled while pending: Slurm gives it a start time (the cancel's), but its reason is still why it was
+    waiting (Dependency, Resources, ...); a job cancelled while it ran has reason None."""
+    return info.get("state") == "CANCELLED" and info.get("reason") not in (None, "", "None")
+
+
+def _event_of(
+    record: dict[str, Any], attempt: dict[str, Any], info: dict[str, Any], jobs: dict[str, Any], live: Live
+) -> Event | None:
+    """The event an attempt ended with: its wrapper's kind (a retry where a next attempt followed), else what
+    Slurm's final state says; None while it has not ended."""
+    attempts = record.get("attempts") or []
+    followed = attempts[-1] is not attempt
+    if attempt.get("kind"):
+        if followed and attempt["kind"] in ("failed", "timeout"):
+            return Event.RETRY
+        return _RESULT_EVENT.get(str(attempt["kind"]))
+    if info.get("state") not in ledger_mod.FINAL or info.get("state") in RUNNING:
+        return None
+    kind = _STATE_EVENT.get(str(info["state"]))
+    if kind is Event.CANCELLED and blocked(record, attempt, jobs, live):
+        return Event.BLOCKED
+    return kind
+
+
+def _end_details(
+    root: str, where: tuple[str, str], record: dict[str, Any], attempt: dict[str, Any], kind: Event, info: dict
+) -> dict[str, Any]:
+    plan, name = where
+    details = {**_base(record, attempt), "state": info.get("state"), "rc": attempt.get("rc")}
+    attempts = record.get("attempts") or []
+    if kind is Event.RETRY:
+        nxt = attempts[attempts.index(attempt) + 1]
+        details.update(next_attempt=nxt.get("attempt"), next_slurm_id=nxt["id"], backoff_s=attempt.get("wait_s"))
+    if kind in (Event.FAILED, Event.TIMEOUT, Event.RETRY):
+        details["tail"] = attempt.get("tail") or tail_lines(job_paths(root, plan, name, "")["log"], 5)
+    if info.get("reason") and kind in (Event.CANCELLED, Event.BLOCKED):
+        details["reason"] = info["reason"]
+    return details
+
+
+def _base(record: dict[str, Any], attempt: dict[str, Any]) -> dict[str, Any]:
+    return {"slurm_id": attempt["id"], "attempt": attempt.get("attempt", 1), "lane": record.get("lane", "")}
+
+
+def _seen_info(record: dict[str, Any], attempt: dict[str, Any], live: Live) -> dict[str, Any]:
+    """What is known of one attempt: the ledger's, Slurm's over it, the wrapper's own record over both."""
+    seen = live_of(record, attempt["id"], live) or {}
+    info = {**attempt, **{k: v for k, v in seen.items() if v is not None}}
+    if attempt.get("result"):
+        info.update({k: attempt[k] for k in ("start", "end", "state") if attempt.get(k)})
+    return info
+
+
+def _started(attempt: dict[str, Any], info: dict[str, Any]) -> bool:
+    return bool(
+        info.get("start") and attempt.get("kind") != "gated" and info.get("state") not in ACTIVE and not never_ran(info)
+    )
+
+
+Found = Tuple[float, str, Event, Dict[str, Any], str]
+
+
+def _job_events(root: str, plan: str, name: str, jobs: dict[str, Any], live: Live) -> list[Found]:
+    record = jobs[name]
+    key = job_key(plan, name)
+    out: list[Found] = []
+    for attempt in record.get("attempts") or []:
+        info = _seen_info(record, attempt, live)
+        if _started(attempt, info):
+            out.append((float(info["start"]), key, Event.START, _base(record, attempt), f"{attempt['id']}:start"))
+        kind = _event_of(record, attempt, info, jobs, live)
+        if kind is not None and info.get("end"):
+            details = _end_details(root, (plan, name), record, attempt, kind, info)
+            out.append((float(info["end"]), key, kind, details, f"{attempt['id']}:end"))
+    return out
+
+
+def attempt_events(root: str, ledger: dict[str, Any], live: Live, plan: str | None = None) -> list[Found]:
+    """(ts, job key, event, details, seen key) for every attempt start and end the ledger and squeue know."""
+    out: list[Found] = []
+    for plan_name, entry in ledger["plans"].items():
+        if plan is None or plan_name == plan:
+            jobs = entry.get("jobs") or {}
+            for name in jobs:
+                out += _job_events(root, plan_name, name, jobs, live)
+    out.sort(key=lambda e: e[0])
+    return out
+
+
+def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The ledger's attempts as events (Slurm's clocks), completed by sacct where accounting is on, for a report.
+    Jobs are identified by their ledger ids, so sacct's Comment column (job_comment) is not needed."""
+    env = env_for(request)
+    try:
+        live = squeue(env)
+    except ControllerDown as exc:
+        return {"accounting": False, "why": str(exc), "events": []}
+    ledger = ledger_mod.load(root)
+    why = sync(root, ledger, live, env)
+    if not why:  # nothing was forgotten by squeue: ask sacct anyway, to say whether accounting is on
+        on, why, _ = sacct(env, [], request.get("since"))
+        why = "" if on else why
+    plan = request.get("plan")
+    events = [
+        {"ts": _iso(ts), "job": key, "event": kind.value, **details}
+        for ts, key, kind, details, _ in attempt_events(root, ledger, live, plan)
+    ]
+    return {"accounting": not why, "why": why, "events": events, "plans": sorted(ledger["plans"])}
+
+
+def _iso(ts: float) -> str:
+    return timestamp(ts)

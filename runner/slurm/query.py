@@ -1,0 +1,176 @@
+"""The Slurm client commands a submit host runs (squeue, sacct) and their join with the ledger: which Slurm job
+is which ledger attempt, and in what state, whatever squeue has forgotten."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Any, Dict, Union
+
+from runner.slurm import ledger as ledger_mod
+from runner.slurm.ledger import ACTIVE
+
+SQUEUE_FIELDS = (
+    "JobArrayID",
+    "Name",
+    "State",
+    "Reason",
+    "StartTime",
+    "EndTime",
+    "EligibleTime",
+    "SubmitTime",
+    "Dependency",
+    "Comment",
+    "JobID",
+)
+SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
+Live = Dict[SlurmId, Dict[str, Any]]  # what squeue knows, by id
+
+
+def slurm_id(text: str) -> SlurmId:
+    """squeue's or sacct's id of a job (123) or of one array element (123_4), as the ledger keeps it."""
+    text = text.strip()
+    return int(text) if text.isdigit() else text
+
+
+class ControllerDown(Exception):
+    """squeue/sbatch could not be run or did not answer: the cluster, not the queue, is unreachable."""
+
+
+def env_for(request: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    if request.get("slurm_conf"):
+        env["SLURM_CONF"] = str(request["slurm_conf"])
+    return env
+
+
+def slurm(argv: list[str], env: dict[str, str], timeout: float = 60, stdin: str | None = None) -> tuple[int, str, str]:
+    try:
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
+    except FileNotFoundError:
+        raise ControllerDown(f"{argv[0]} not found on the submit host") from None
+    except subprocess.TimeoutExpired:
+        raise ControllerDown(f"{argv[0]} did not answer within {timeout:g}s") from None
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def slurm_time(text: str) -> float | None:
+    """Slurm's local ISO time (2026-12-02T22:17:18) as epoch seconds; None for N/A, Unknown, None, NONE."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def squeue(env: dict[str, str]) -> Live:
+    """Every plan job squeue still knows (comment plan=PLAN@HASH), by Slurm id (each array element on its own),
+    with Slurm's own clocks."""
+    fmt = ",".join(f"{f}:|" for f in SQUEUE_FIELDS)
+    rc, out, err = slurm(["squeue", "-h", "-a", "-r", "-t", "all", "-O", fmt], env)
+    if rc != 0:
+        raise ControllerDown(err.strip() or f"squeue exited {rc}")
+    jobs: Live = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) < len(SQUEUE_FIELDS) or not parts[9].startswith("plan="):
+            continue
+        plan, _, digest = parts[9][5:].partition("@")
+        job_id = slurm_id(parts[0])
+        jobs[job_id] = {
+            "id": job_id,
+            "job_id": parts[10].strip(),
+            "name": parts[1],
+            "state": parts[2].split()[0],
+            "reason": parts[3],
+            "plan": plan,
+            "hash": digest,
+            "dependency": parts[8],
+            "start": slurm_time(parts[4]) if parts[2] not in ACTIVE else None,
+            "end": slurm_time(parts[5]),
+            "eligible": slurm_time(parts[6]),
+            "submitted": slurm_time(parts[7]),
+        }
+    return jobs
+
+
+SACCT_FORMAT = "JobID,JobName,State,Start,End,Comment,ExitCode,Reason,Eligible"
+
+
+def sacct(env: dict[str, str], ids: list[SlurmId], since: str | None = None) -> tuple[bool, str, list[str]]:
+    """(accounting on, why not, lines): sacct's allocation lines for IDS (or since SINCE)."""
+    argv = ["sacct", "-P", "-n", "-X", f"--format={SACCT_FORMAT}"]
+    argv += ["-j", ",".join(str(i) for i in ids)] if ids else ["-S", since or "now-30days", "-E", "now"]
+    try:
+        rc, out, err = slurm(argv, env, timeout=120)
+    except ControllerDown as exc:
+        return False, str(exc), []
+    if rc != 0:
+        return False, (err.strip() or f"sacct exited {rc}").splitlines()[-1], []
+    return True, "", out.splitlines()
+
+
+def sacct_states(lines: list[str]) -> Live:
+    found: Live = {}
+    for line in lines:
+        parts = line.split("|")
+        if len(parts) < 9 or not parts[0].split("_")[0].isdigit():
+            continue
+        job_id = slurm_id(parts[0])
+        found[job_id] = {
+            "id": job_id,
+            "state": parts[2].split()[0],
+            "reason": parts[7],
+            "start": slurm_time(parts[3]),
+            "end": slurm_time(parts[4]),
+            "eligible": slurm_time(parts[8]),
+        }
+    return found
+
+
+def sync(root: str, ledger: dict[str, Any], live: Live, env: dict[str, str]) -> str:
+    """Fold result files, squeue and (for what squeue forgot) sacct into the ledger. Returns why sacct is off
+    ("" when it answered or was not needed)."""
+    ledger_mod.fold_results(root, ledger)
+    forgotten: list[tuple[dict[str, Any], SlurmId]] = []
+    for entry in ledger["plans"].values():
+        for record in (entry.get("jobs") or {}).values():
+            last = ledger_mod.current(record)
+            if last is None:
+                continue
+            found = live_of(record, last["id"], live)
+            if found is not None:
+                ledger_mod.record_state(record, found)
+            elif last.get("state") not in ledger_mod.FINAL and last.get("state") != "GATED":
+                forgotten.append((record, last["id"]))
+    if not forgotten:
+        return ""
+    on, why, lines = sacct(env, [i for _, i in forgotten])
+    if on:
+        accounted = sacct_states(lines)
+        for record, job_id in forgotten:
+            if job_id in accounted:
+                ledger_mod.record_state(record, accounted[job_id])
+    return why
+
+
+def live_of(record: dict[str, Any], job_id: SlurmId, live: Live) -> dict[str, Any] | None:
+    """squeue's job JOB_ID if it is still this ledger job: a restarted controller may reuse ids for other jobs.
+    An attempt that ran as an array element carries the array's name; the others the job's."""
+    found = live.get(job_id)
+    if found is None:
+        return None
+    named = next((a.get("slurm_name") for a in record.get("attempts") or [] if a.get("id") == job_id), None)
+    expected = named or record.get("slurm_name")
+    return None if expected and found["name"] != expected else found
+
+
+def state_of(record: dict[str, Any] | None, live: Live) -> tuple[str, dict[str, Any] | None]:
+    """The current attempt's state: squeue's while it knows the job, else the ledger's final one, else UNKNOWN."""
+    last = ledger_mod.current(record) if record else None
+    if record is None or last is None:
+        return "NONE", None
+    found = live_of(record, last["id"], live)
+    if found is not None:
+        return found["state"], last
+    return last.get("state") or "UNKNOWN", last

@@ -1,0 +1,280 @@
+"""`plan status` and `plan logs` on a Slurm host, from Slurm's own clocks and the ledger.
+
+Every running job per lane with its start time (squeue StartTime; a lane's slots are its licence counts),
+waits measured from the eligible time, and each attempt's events (runner.slurm.events) recorded once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from runner import pushlock
+from runner.logs import last_line
+from runner.queue import Queue
+from runner.readers import tail
+from runner.slurm import ledger as ledger_mod
+from runner.slurm.events import attempt_events, blocked, job_key
+from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
+from runner.slurm.query import ControllerDown, Live, env_for, live_of, slurm, squeue, state_of, sync
+from runner.slurm.wrapper import job_paths
+from runner.vocab import Reason
+
+REASONS = {
+    "Dependency": Reason.REQUIRES,
+    "DependencyNeverSatisfied": Reason.BLOCKED,
+    "Licenses": Reason.EXCLUSIVE,
+    "Resources": Reason.LANE_BUSY,
+    "Priority": Reason.ORDER,
+    "BeginTime": Reason.BACKOFF,
+    "JobHeldUser": Reason.PARKED,
+    "JobHeldAdmin": Reason.PARKED,
+}
+
+
+def _dependency_names(cur: dict[str, Any], names: dict[str, str]) -> list[str]:
+    """The jobs squeue's %E says CUR waits on, by plan/name where the ledger knows them (aftercorr: the same
+    element of the producer array)."""
+    task = str(cur["id"]).partition("_")[2]
+    waits = []
+    for part in cur["dependency"].replace(",", ":").split(":"):
+        ident = part.split("(")[0]
+        if not ident[:1].isdigit():
+            continue
+        if ident.endswith("_*") and task:
+            ident = f"{ident[:-2]}_{task}"
+        waits.append(names.get(ident, ident))
+    return waits
+
+
+def _waiting(
+    key: str, record: dict[str, Any], last: dict[str, Any], cur: dict[str, Any] | None, names: dict[str, str]
+) -> dict[str, Any]:
+    reason_text = cur["reason"] if cur else "BeginTime"
+    reason = REASONS.get(reason_text, Reason.ORDER)
+    detail = reason_text
+    if reason is Reason.BACKOFF and last.get("after") == "gated":
+        reason, detail = Reason.REQUIRES, "its external REQUIRES was false; checked again at the begin time"
+    elif reason is Reason.BACKOFF:
+        detail = f"attempt {last.get('attempt', 1)} waits out the retry backoff"
+    blocker = ""
+    if cur and cur["dependency"] not in ("(null)", ""):
+        blocker = ", ".join(_dependency_names(cur, names))
+        detail += f": {blocker}"
+    since = (cur or {}).get("eligible") or (cur or {}).get("submitted") or last.get("submitted")
+    return {
+        "job": key,
+        "lane": record.get("lane", ""),
+        "reason": reason.value,
+        "detail": detail,
+        "blocker": blocker,
+        "since": since,
+        "slurm_id": last["id"],
+    }
+
+
+def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """status.json's shape from squeue and the ledger; attempt starts and ends recorded as events, once."""
+    env = env_for(request)
+    now = time.time()
+    try:
+        live = squeue(env)
+    except ControllerDown as exc:
+        return {"controller_down": str(exc)}
+    got = pushlock.lock(root, {"wait_s": 10, "by": "plan status"})
+    try:
+        ledger = ledger_mod.load(root)
+        sync(root, ledger, live, env)
+        if got.get("locked"):
+            _record_events(root, ledger, live)
+            ledger_mod.save(root, ledger)
+    finally:
+        if got.get("locked"):
+            pushlock.release_lock()
+    shown = view(root, ledger, live, now, licences(env))
+    return {"status": shown, "runner_alive": True, "now": now, "counts": shown["counts"]}
+
+
+def _record_events(root: str, ledger: dict[str, Any], live: Live) -> None:
+    seen = ledger.setdefault("seen", {})
+    queue = Queue(Path(root))
+    try:
+        for ts, key, kind, details, mark in attempt_events(root, ledger, live):
+            if not seen.get(mark):
+                queue.emit(ts, key, kind.value, **details)
+                seen[mark] = True
+    finally:
+        queue.close()
+
+
+def licences(env: dict[str, str]) -> dict[str, int]:
+    """The cluster's licences and their totals (`scontrol show licenses`); empty where it does not answer."""
+    try:
+        rc, out, _ = slurm(["scontrol", "show", "licenses", "-o"], env, 30)
+    except ControllerDown:
+        return {}
+    found = {}
+    for line in out.splitlines() if rc == 0 else []:
+        fields = dict(word.partition("=")[::2] for word in line.split())
+        if fields.get("LicenseName") and fields.get("Total", "").isdigit():
+            found[fields["LicenseName"]] = int(fields["Total"])
+    return found
+
+
+def lane_slots(ledger: dict[str, Any], totals: dict[str, int]) -> dict[str, int]:
+    """Lane -> how many of its jobs can run at once: a lane's slots are its licence counts on Slurm (the fewest
+    jobs any of its licences allows). A lane without licences has no count here."""
+    slots: dict[str, int] = {}
+    for entry in ledger["plans"].values():
+        for lane, wanted in (entry.get("lanes") or {}).items():
+            counts = [totals[n] // max(1, int(c)) for n, c in (w.partition(":")[::2] for w in wanted) if n in totals]
+            if counts:
+                slots[lane] = min(counts)
+    return slots
+
+
+def _running(
+    root: str, plan: str, name: str, record: dict[str, Any], last: dict[str, Any], cur: Any, now: float
+) -> dict[str, Any]:
+    log = job_paths(root, plan, name, "")["log"]
+    start = (cur or {}).get("start") or now
+    return {
+        "job": job_key(plan, name),
+        "lane": record.get("lane", ""),
+        "pid": int(cur["job_id"]) if cur and str(cur.get("job_id", "")).isdigit() else None,
+        "slurm_id": last["id"],
+        "attempt": last.get("attempt", 1),
+        "started": start,
+        "elapsed_s": now - start,
+        "log_size": _size(log),
+        "log_grew_at": _mtime(log) or now,
+        "last_line": last_line(log),
+        "warn_after_s": None,
+    }
+
+
+def _blocked_item(item: dict[str, Any], record: dict[str, Any], jobs: dict[str, Any], live: Live) -> dict[str, Any]:
+    bad = [d for d in record.get("deps", []) if state_of(jobs.get(d), live)[0] in FINISHED_BAD]
+    detail = f"its producer {', '.join(bad) or '?'} failed ({item['detail']})"
+    return dict(item, reason=Reason.BLOCKED.value, blocker=", ".join(bad), detail=detail)
+
+
+def view(
+    root: str, ledger: dict[str, Any], live: Live, now: float, totals: dict[str, int] | None = None
+) -> dict[str, Any]:
+    running: list[dict[str, Any]] = []
+    queued: list[dict[str, Any]] = []
+    counts = {"queue": 0, "running": 0, "done": 0, "failed": 0}
+    names = {str(a["id"]): job_key(p, n) for p, n, r in _records(ledger) for a in r.get("attempts") or []}
+    used: set[str] = set()
+    for plan, name, record in _records(ledger):
+        jobs = ledger["plans"][plan].get("jobs") or {}
+        state, last = state_of(record, live)
+        if last is None:
+            continue
+        used.add(record.get("lane", ""))
+        cur = live_of(record, last["id"], live)
+        if state in RUNNING:
+            counts["running"] += 1
+            running.append(_running(root, plan, name, record, last, cur, now))
+        elif state in ACTIVE or state == "GATED":
+            counts["queue"] += 1
+            queued.append(_waiting(job_key(plan, name), record, last, cur, names))
+        elif state == "COMPLETED":
+            counts["done"] += 1
+        else:
+            counts["failed"] += 1
+            if blocked(record, last, jobs, live):
+                item = _waiting(job_key(plan, name), record, last, cur, names)
+                queued.append(_blocked_item(item, record, jobs, live))
+    for item in queued:
+        item["since"] = item["since"] or now
+    return {
+        "runner": {
+            "pid": None,
+            "version": "slurm",
+            "format_version": 1,
+            "heartbeat": now,
+            "tick": 0,
+            "root": root,
+            "backend": "slurm",
+        },
+        "lanes": _lanes(used, running, lane_slots(ledger, totals or {})),
+        "running": running,
+        "queued": queued,
+        "parked": None,
+        "counts": counts,
+    }
+
+
+def _records(ledger: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (plan, name, record)
+        for plan, entry in sorted(ledger["plans"].items())
+        for name, record in sorted((entry.get("jobs") or {}).items())
+    ]
+
+
+def _lanes(used: set[str], running: list[dict[str, Any]], slots: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Each lane with every job running in it (oldest first) and its start, as the runner shows a lane of slots."""
+    lanes: dict[str, dict[str, Any]] = {}
+    for lane in sorted(used | {r["lane"] for r in running}):
+        runs = sorted((r for r in running if r["lane"] == lane), key=lambda r: r["started"])
+        view: dict[str, Any] = {
+            "state": "running" if runs else "idle",
+            "running": [r["job"] for r in runs],
+            "started": [r["started"] for r in runs],
+            "busy": len(runs),
+            "since": runs[0]["started"] if runs else None,
+        }
+        if lane in slots:
+            view["slots"] = slots[lane]
+        lanes[lane] = view
+    return lanes
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """A Slurm job's log (ROOT/logs/PLAN/NAME.job.log): JOB is PLAN/NAME.job, or NAME.job where one plan has it."""
+    job = str(request["job"])
+    job = job[: -len(".job")] if job.endswith(".job") else job
+    plan, _, name = job.rpartition("/")
+    ledger = ledger_mod.load(root)
+    plans = [plan] if plan else [p for p, e in ledger["plans"].items() if name in (e.get("jobs") or {})]
+    if len(plans) != 1 or ".." in job or name.startswith("."):
+        return {
+            "error": f"no job {job}.job pushed here"
+            if not plans
+            else f"{name}.job is in plans {', '.join(sorted(plans))}: name one, as PLAN/{name}.job"
+        }
+    record = (ledger["plans"].get(plans[0], {}).get("jobs") or {}).get(name)
+    last = ledger_mod.current(record) if isinstance(record, dict) else None
+    state = {"RUNNING": "running", "COMPLETED": "done"}.get(str((last or {}).get("state")), "queue" if last else None)
+    path = str(job_paths(root, plans[0], name, "")["log"])
+
+    offset = int(request.get("offset", -1))
+    if not os.path.exists(path):
+        return {"state": state, "text": "", "offset": 0, "exists": False}
+    if offset < 0:
+        text, size = tail(path, int(request.get("max_bytes", 65536)))
+        lines = text.splitlines()[-int(request.get("lines", 40)) :]
+        return {"state": state, "text": "\n".join(lines) + ("\n" if lines else ""), "offset": size, "exists": True}
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read(int(request.get("max_bytes", 1 << 20)))
+    return {"state": state, "text": data.decode("utf-8", "replace"), "offset": offset + len(data), "exists": True}

@@ -1,0 +1,151 @@
+"""What a Slurm push writes and submits: one bundle per push (ROOT/scripts/PLAN/bundle.HASH.json, every job's
+body and attempt spec, content-addressed so a pending job runs exactly the text it was submitted with), the
+sbatch wrapper each Slurm job or array is given on stdin, and the sbatch options it is submitted with."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import runner
+from runner.config import Config
+
+KILL_AFTER_S = 10  # TERM at the timeout, KILL this long after (as the runner's kill grace)
+MARGIN_S = 30  # the wrapper's own start, gate and DONE_IF checks, inside --time
+
+
+def job_paths(root: str, plan: str, name: str, digest: str) -> dict[str, Path]:
+    """A job's body (written by its attempt from the bundle, per content hash) and its log (per name)."""
+    return {
+        "body": Path(root) / "scripts" / plan / f"{name}.{digest}.job",
+        "log": Path(root) / "logs" / plan / f"{name}.job.log",
+    }
+
+
+def time_limit(job: dict[str, Any]) -> str | None:
+    """--time for one attempt: its timeout plus the kill grace and the wrapper's margin, in whole minutes; the
+    lane's default time (from the hosts file) for a job without a timeout."""
+    if job.get("timeout_s"):
+        return str(math.ceil((float(job["timeout_s"]) + KILL_AFTER_S + MARGIN_S) / 60))
+    return job.get("default_time") or None
+
+
+def _pattern_safe(path: Path) -> str:
+    return str(path).replace("%", "%%")  # sbatch expands %j and friends in --output
+
+
+def shared_options(root: str, job: dict[str, Any]) -> list[str]:
+    """The options every job of one lane shape shares (so an array can carry them): environment, limits, lane
+    resources, the lane's own options last."""
+    options = ["--open-mode=append", "--kill-on-invalid-dep=yes", "--export=NONE", f"--chdir={root}"]
+    limit = time_limit(job)
+    if limit:
+        options.append(f"--time={limit}")
+    return options + list(job.get("sbatch", []))
+
+
+def sbatch_options(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]) -> list[str]:
+    """sbatch's command-line options for JOB on its own (no --dependency): names, log, then shared_options.
+    On the command line, not in #SBATCH lines, so no path needs quoting for sbatch's own parser."""
+    log = job_paths(root, plan, job["name"], job["hash"])["log"]
+    naming = [f"--job-name={plan}/{job['name']}", f"--comment=plan={plan}@{job['hash']}"]
+    return [*naming, f"--output={_pattern_safe(log)}", *shared_options(root, job)]
+
+
+def array_options(root: str, plan: str, jobs: list[dict[str, Any]], name: str) -> list[str]:
+    """Options of an array of JOBS (one lane shape) named NAME: each element writes its own job's log, so
+    Slurm's --output takes only what goes wrong before an element's attempt starts."""
+    log = Path(root) / "logs" / plan / f"{name.replace('/', '_')}.array.log"
+    naming = [f"--job-name={plan}/{name}", f"--comment=plan={plan}@array", f"--array=0-{len(jobs) - 1}"]
+    return [*naming, f"--output={_pattern_safe(log)}", *shared_options(root, jobs[0])]
+
+
+def runner_path() -> str:
+    """Where this runner package is imported from (a directory or the cached .pyz), for the wrapper's PYTHONPATH."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(runner.__file__)))
+
+
+def wrapper_text(
+    root: str,
+    plan: str,
+    label: str,
+    env: dict[str, str],
+    where: tuple[Path, list[int], int],
+    slurm_conf: str | None = None,
+) -> str:
+    """The sbatch script of LABEL: WHERE is (bundle, entries, attempt). One entry is a job; several are an array
+    whose element i runs entry i of them (SLURM_ARRAY_TASK_ID)."""
+    q = shlex.quote
+    bundle, entries, attempt = where
+    lines = [
+        "#!/bin/bash",
+        f"# plan {plan}, {label}: written by `plan push`; its sbatch options are on sbatch's command line.",
+        "# Attempts, the timer, DONE_IF and external gates are the runner's (runner.slurm.attempt); the",
+        "# environment is only what is set here (--export=NONE).",
+        'export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"',
+    ]
+    if slurm_conf:
+        lines.append(f"export SLURM_CONF={q(slurm_conf)}")
+    lines += [f"export {key}={q(str(value))}" for key, value in sorted(env.items())]
+    lines += [f"export PYTHONPATH={q(runner_path())}", f"cd {q(root)} || exit 1"]
+    entry = str(entries[0])
+    if len(entries) > 1:
+        lines.append(f"entries=({' '.join(str(i) for i in entries)})")
+        entry = '"${entries[${SLURM_ARRAY_TASK_ID:?}]}"'
+    lines.append(f"exec {q(sys.executable)} -m runner.slurm.attempt {q(str(bundle))} {attempt} {entry}")
+    return "\n".join(lines) + "\n"
+
+
+def element(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """One job's entry in the bundle: everything its attempts need, its body text included."""
+    paths = job_paths(root, plan, job["name"], job["hash"])
+    return {
+        "root": root,
+        "plan": plan,
+        "name": job["name"],
+        "hash": job["hash"],
+        "text": job["text"],
+        "body": str(paths["body"]),
+        "log": str(paths["log"]),
+        "env": dict(job.get("env") or {}),
+        "slurm_conf": request.get("slurm_conf"),
+        "retries": int(job.get("retries") or 1),
+        "timeout_s": job.get("timeout_s"),
+        "kill_after_s": KILL_AFTER_S,
+        "done_if": job.get("done_if"),
+        "gate": job.get("gate"),
+        "gate_interval_s": float(request.get("gate_interval_s", 60)),
+        "backoff_base_s": float(request.get("backoff_base_s", Config.backoff_base_s)),
+        "backoff_max_s": float(request.get("backoff_max_s", Config.backoff_max_s)),
+        "sbatch": sbatch_options(root, plan, job, request),
+    }
+
+
+def write_bundle(root: str, plan: str, elements: list[dict[str, Any]]) -> Path:
+    """All ELEMENTS in one file named by its content: one write (and one sync) per push, however many jobs;
+    never rewritten under a pending job. The log directory is made here too, once."""
+    import hashlib  # at push time only, not in every job's wrapper (which imports this module)
+
+    data = (json.dumps({"elements": elements}, sort_keys=True) + "\n").encode()
+    path = Path(root) / "scripts" / plan / f"bundle.{hashlib.sha256(data).hexdigest()[:16]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (Path(root) / "logs" / plan).mkdir(parents=True, exist_ok=True)
+    write_once(path, data)
+    return path
+
+
+def write_once(path: Path, data: bytes) -> None:
+    """A content-addressed file: left alone when it already holds DATA, else replaced whole (renamed into place)."""
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
