@@ -16,10 +16,11 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Protocol
 
 from plancompiler.diagnostics import Diagnostic
 from plancompiler.tools import find_tool
@@ -42,6 +43,36 @@ class Remembered:
 
     diagnostics: list[Diagnostic]
     job_count: int
+
+
+class Checked(Protocol):
+    """A plan's check as `plan check` prints it: a compile's result, or one remembered."""
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]: ...
+
+    @property
+    def job_count(self) -> int: ...
+
+
+def checked(
+    plan: Path,
+    sets: Sequence[str],
+    templates: Sequence[Path],
+    max_size: str | None,
+    use_memo: bool,
+    compile_plan: Callable[[], Checked],
+) -> Checked:
+    """PLAN's check: remembered where every input is as the last full check found it, else COMPILE_PLAN()
+    (and remembered for the next one)."""
+    memo_key = key(plan, sets, templates, max_size) if use_memo else None
+    remembered = load(memo_key) if memo_key else None
+    if remembered is not None:
+        return remembered
+    compiled = compile_plan()
+    if memo_key:
+        store(memo_key, compiled.diagnostics, compiled.job_count)
+    return compiled
 
 
 def _stat_line(path: str) -> str:

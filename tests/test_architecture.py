@@ -32,6 +32,7 @@ DOORS = {
     "plancompiler.shell": {"plancompiler.shell"},
     "plancompiler.watch": {"plancompiler.watch"},
     "plancompiler.report": {"plancompiler.report"},
+    "plancompiler.cli": {"plancompiler.cli"},
     "plancompiler.commands": {
         "plancompiler.commands.operate",
         "plancompiler.commands.run",
@@ -52,7 +53,6 @@ DOORS = {
 }
 MAX_MODULES = 25  # .py files in one folder
 MAX_LINES = 450
-MAX_LINES_OF = {"plancompiler/cli.py": 900}
 
 
 def _name(path: Path) -> str:
@@ -153,4 +153,4 @@ def test_no_folder_holds_more_than_25_modules_and_no_module_more_than_450_lines(
     for path in modules().values():
         rel = path.relative_to(REPO).as_posix()
         lines = len(path.read_text().splitlines())
-        assert lines <= MAX_LINES_OF.get(rel, MAX_LINES), f"{rel} is {lines} lines"
+        assert lines <= MAX_LINES, f"{rel} is {lines} lines"

@@ -206,7 +206,7 @@ def _typer_calls(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str,
 @pytest.mark.parametrize("argv", LIGHT_LINES, ids=[" ".join(a) for a in LIGHT_LINES])
 def test_light_reader_calls_each_command_as_typer_does(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from plancompiler.cli import _root
-    from plancompiler.lightcli import read
+    from plancompiler.cli.light import read
 
     light = read(app, _root, argv)
     assert light is not None, argv
@@ -237,7 +237,7 @@ def test_light_reader_calls_each_command_as_typer_does(argv: list[str], monkeypa
 )
 def test_light_reader_leaves_help_mistakes_and_odd_forms_to_typer(argv: list[str]) -> None:
     from plancompiler.cli import _root
-    from plancompiler.lightcli import read
+    from plancompiler.cli.light import read
 
     assert read(app, _root, argv) is None
 

@@ -128,10 +128,12 @@ class PushOutcome:
 
 @dataclass(frozen=True)
 class ReportSource:
-    """The events a report is built from (JSON lines, runner vocabulary), and notes on where they came from."""
+    """The events a report is built from (JSON lines, runner vocabulary), notes on where they came from, and the
+    status answer they came with (a queue's: the runner's liveness at the window's end; {} where there is none)."""
 
     text: str
     notes: tuple[str, ...] = ()
+    status: dict[str, Any] = field(default_factory=dict)
 
 
 class PushSession(Protocol):
@@ -153,7 +155,7 @@ class Backend(Protocol):
         """The status answer: status.json's shape, an events window from request's offset, counts."""
         ...
 
-    def report_source(self, since: str | None) -> ReportSource: ...
+    def report_source(self, since: str | None, plan: str | None = None) -> ReportSource: ...
 
     def operate(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """park, control (retry, cancel), logs, bootstrap: one request to the host's agent."""

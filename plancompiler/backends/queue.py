@@ -83,13 +83,13 @@ class QueueBackend:
     def status(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         return self.host.call("status", request, timeout)
 
-    def report_source(self, since: str | None) -> ReportSource:
+    def report_source(self, since: str | None, plan: str | None = None) -> ReportSource:
         import json
 
         answer = self.host.call("status", {"offset": 0, "max_bytes": 1 << 30}, 300)
         if "error" in answer:
             raise Refused(f"{self.host.describe()}: {answer['error']}")
-        return ReportSource("\n".join(json.dumps(e) for e in answer.get("events", [])))
+        return ReportSource("\n".join(json.dumps(e) for e in answer.get("events", [])), status=answer)
 
     def operate(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         return self.host.call(mode, request, timeout)

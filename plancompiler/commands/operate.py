@@ -6,6 +6,7 @@ import getpass
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from plancompiler import transport
@@ -161,6 +162,21 @@ def bootstrap(host: Host, plan: BootstrapPlan, user_unit: bool, python: str, wai
     if result.get("heartbeat"):
         lines.append("  runner is ticking")
     return lines
+
+
+def install_hook(repo: Path, globs: str, python: str) -> Path:
+    """REPO's git pre-push hook written (or rewritten, where plan wrote it) to check GLOBS with PYTHON's plan;
+    OperateError where REPO is no git repository (exit 2) or its hook is someone else's (exit 1)."""
+    git_dir = repo / ".git"
+    if not git_dir.is_dir():
+        raise OperateError(f"{repo} is not a git repository (no .git directory)", 2)
+    hook = git_dir / "hooks" / "pre-push"
+    hook.parent.mkdir(exist_ok=True)
+    if hook.exists() and "plan hooks install" not in hook.read_text(errors="replace"):
+        raise OperateError(f"{hook} exists and was not written by plan: add `plan check` to it by hand", 1)
+    hook.write_text(pre_push_hook(python, globs))
+    hook.chmod(0o755)
+    return hook
 
 
 def pre_push_hook(python: str, globs: str) -> str:

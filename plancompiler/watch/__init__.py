@@ -27,7 +27,7 @@ from plancompiler.watch.incidents import (
 from plancompiler.watch.judge import ControllerDown, Probe, evaluate, fetch_status, probe
 from plancompiler.watch.loop import WatchOptions, incident_lines, run_hook, watch_loop
 from plancompiler.watch.screen import status_text
-from plancompiler.watch.state import Rules, WatchState, host_subject, state_path
+from plancompiler.watch.state import Rules, WatchState, acknowledge, host_subject, state_path
 
 __all__ = [
     "ALERTABLE_EVENTS",
@@ -45,6 +45,7 @@ __all__ = [
     "WatchOptions",
     "WatchState",
     "ack",
+    "acknowledge",
     "duration",
     "evaluate",
     "event_names",

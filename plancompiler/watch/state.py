@@ -10,11 +10,7 @@ from pathlib import Path
 
 from plancompiler.hosts import Host
 from plancompiler.watch.args import DEFAULT_EVENTS
-from plancompiler.watch.incidents import (
-    Incident,
-    dump_incidents,
-    load_incidents,
-)
+from plancompiler.watch.incidents import Incident, ack, dump_incidents, load_incidents
 from runner.files import atomic_write
 
 
@@ -90,3 +86,12 @@ def host_subject(host: Host) -> str:
     if host.local and host.backend == "queue":
         return os.path.realpath(os.path.expanduser(host.root))
     return host.name
+
+
+def acknowledge(path: Path, spec: str, until: float | None, now: float) -> Incident:
+    """`plan ack`: the one open incident SPEC (KIND[:SUBJECT]) names in the state file PATH, silenced until
+    UNTIL (None: until it changes or recovers) and saved; AckError where none or several match."""
+    book = WatchState.load(path)
+    found = ack(book.incidents, spec, until, now)
+    book.save(path)
+    return found

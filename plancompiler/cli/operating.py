@@ -1,0 +1,138 @@
+"""`plan park`, `unpark`, `retry`, `cancel`, `logs`, `bootstrap` (one request to a host) and `plan hooks
+install` (a git hook written)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plancompiler.cli.shared import HostArg, HostsOpt, JobArg, app, fail, hooks_app, host_errors, resolve_host
+
+
+@app.command()
+def park(
+    host: HostArg,
+    hosts: HostsOpt = None,
+    reason: Annotated[str, typer.Option("--reason", help="why: shown in status, events and by watch")] = "",
+    now: Annotated[
+        bool, typer.Option("--now", help="also end running jobs and put them back in queue/ (no attempt used)")
+    ] = False,
+) -> None:
+    """Stop HOST's runner from starting new jobs (running jobs finish unless --now), e.g. for reboot-per-side work.
+
+    `plan watch` reports PARKED once, and again while the park lasts; lift it with `plan unpark`.
+    """
+    from plancompiler.commands import operate
+
+    target = resolve_host(host, hosts)
+    with host_errors():
+        typer.echo(operate.park(target, reason, now))
+
+
+@app.command()
+def unpark(host: HostArg, hosts: HostsOpt = None) -> None:
+    """Let HOST's runner start jobs again."""
+    from plancompiler.commands import operate
+
+    target = resolve_host(host, hosts)
+    with host_errors():
+        typer.echo(operate.unpark(target))
+
+
+@app.command()
+def retry(
+    host: HostArg,
+    job: JobArg,
+    hosts: HostsOpt = None,
+    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
+) -> None:
+    """Move JOB from failed/ back to queue/ with its attempts reset; the runner does it and logs `retry`."""
+    from plancompiler.commands import operate
+
+    target = resolve_host(host, hosts)
+    with host_errors():
+        typer.echo(operate.retry(target, job, wait))
+
+
+@app.command()
+def cancel(
+    host: HostArg,
+    job: JobArg,
+    hosts: HostsOpt = None,
+    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")] = 30.0,
+) -> None:
+    """Remove a queued JOB, or end a running one's whole tree and file it in failed/ (`cancelled` event)."""
+    from plancompiler.commands import operate
+
+    target = resolve_host(host, hosts)
+    with host_errors():
+        typer.echo(operate.cancel(target, job, wait))
+
+
+@app.command()
+def logs(
+    host: HostArg,
+    job: JobArg,
+    hosts: HostsOpt = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing until the job ends or Ctrl-C")] = False,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="lines of the end of the log to show first")] = 40,
+    interval: Annotated[float, typer.Option("--interval", help="seconds between reads with -f")] = 1.0,
+) -> None:
+    """Print JOB's log (running or ended), bounded to its last --lines; -f follows it until the job ends."""
+    from plancompiler.commands import operate
+
+    target = resolve_host(host, hosts)
+    with host_errors():
+        state = operate.logs(target, job, lines, follow, interval, lambda text: typer.echo(text, nl=False))
+    if follow:
+        typer.echo(f"-- {operate.job_file(job)} is {state or 'gone'}", err=True)
+
+
+@app.command()
+def bootstrap(
+    host: HostArg,
+    hosts: HostsOpt = None,
+    user_unit: Annotated[bool, typer.Option("--user", help="a systemd --user unit instead of a system one")] = False,
+    run_as: Annotated[str | None, typer.Option("--run-as", help="User= of a system unit (default: ssh user)")] = None,
+    python: Annotated[str, typer.Option("--python", help="interpreter on the host")] = "/usr/bin/python3",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would be done and change nothing")] = False,
+    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner's first heartbeat")] = 30.0,
+) -> None:
+    """Install the standard-library runner under HOST's queue root and its systemd unit, then wait for a heartbeat.
+
+    Idempotent. Where systemd is not running, it says exactly what to run instead.
+    """
+    from plancompiler.commands import operate
+
+    target = resolve_host(host, hosts)
+    plan = operate.bootstrap_plan(target, user_unit, run_as, python)
+    typer.echo("\n".join(plan.lines))
+    if dry_run:
+        typer.echo(plan.unit)
+        typer.echo("dry run: nothing was changed", err=True)
+        return
+    with host_errors():
+        for line in operate.bootstrap(target, plan, user_unit, python, wait):
+            typer.echo(line)
+
+
+@hooks_app.command("install")
+def hooks_install(
+    repo: Annotated[Path, typer.Option("--repo", help="the git repository (default: the current directory)")] = Path(
+        "."
+    ),
+    plans: Annotated[
+        str, typer.Option("--plans", help="shell globs of the plan files the hook checks; the hosts file is skipped")
+    ] = "plans/*.yaml plans/*.yml plans/*.py",
+) -> None:
+    """Write a git pre-push hook that runs `plan check` on the repository's plans and refuses the push on errors."""
+    from plancompiler.commands.operate import OperateError, install_hook
+
+    try:
+        hook = install_hook(repo, plans, sys.executable)
+    except OperateError as exc:
+        raise fail(str(exc), exc.code) from exc
+    typer.echo(f"wrote {hook}")

@@ -1,0 +1,59 @@
+"""`plan report`: where each lane's time went, from a host or an events file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plancompiler.cli.shared import HostsOpt, app, fail, host_errors, resolve_host
+
+
+@app.command()
+def report(
+    source: Annotated[
+        str, typer.Argument(help="an events.jsonl file, or a HOST (name, path or DEST:PATH)", metavar="HOST|EVENTS")
+    ],
+    hosts: HostsOpt = None,
+    since: Annotated[str | None, typer.Option("--since", help="start, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="end, 'YYYY-MM-DD HH:MM:SS' (local time)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    html_file: Annotated[
+        Path | None, typer.Option("--html", metavar="FILE", help="also write a self-contained HTML timeline")
+    ] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="only this plan's jobs (Slurm hosts)")] = None,
+) -> None:
+    """Where each lane's time went: busy, idle, and idle with work waiting, split by cause.
+
+    Causes: the exclusive lane's job, a foreign GPU process, a REQUIRES that later held or never held,
+    blocked, backoff, runner down. Then each job's attempts and outcome, failure clusters, and the
+    longest silences. Reads the seed's events too (lane states then marked as inferred).
+    """
+    from plancompiler.backends import backend_for
+    from plancompiler.report import build_report, file_liveness, liveness, parse_events, parse_ts, render_html
+
+    status: dict = {}
+    path = Path(source)
+    if path.is_file():
+        text = path.read_text(errors="replace")
+    else:  # a queue's events.jsonl, or a Slurm ledger's attempts with Slurm's clocks (--plan picks one plan)
+        target = resolve_host(source, hosts)
+        with host_errors():
+            found = backend_for(target).report_source(since, plan)
+        text, status = found.text, found.status
+        for note in found.notes:
+            typer.echo(note, err=True)
+    try:
+        start = parse_ts(since) if since else None
+        end = parse_ts(until) if until else None
+        events, skipped = parse_events(text, source, empty_ok=not path.is_file())
+        live = file_liveness(path) if path.is_file() else liveness(status)
+        result = build_report(events, start, end, live=live, skipped=skipped)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    typer.echo(json.dumps(result.to_json(), indent=1) if as_json else result.text())
+    if html_file:
+        html_file.write_text(render_html(result))
+        typer.echo(f"wrote {html_file}", err=True)

@@ -1,0 +1,173 @@
+"""What every `plan` command shares: the typer app, the common options, and the helpers that turn a
+failure into a message and an exit code."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from plancompiler.diagnostics import PlanError, format_all, has_errors, summary
+
+app = typer.Typer(
+    name="plan",
+    help="Compile typed job plans into checked bash job files, push them to a host's queue, "
+    "and watch and report on the runner. Exit codes: 0 ok, 1 findings or refused, 2 usage or I/O, "
+    "3 host unreachable.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: paragraphs re-wrapped, [brackets] shown as written
+)
+
+
+hooks_app = typer.Typer(help="Git hooks that run `plan check` before a push.", no_args_is_help=True)
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    github = "github"
+
+
+class GraphFormat(str, Enum):
+    dot = "dot"
+    mermaid = "mermaid"
+
+
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="KEY=VALUE", help="override a plan var (repeatable), e.g. --set work=/tmp/demo"),
+]
+
+
+TemplatesOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--templates",
+        metavar="DIR",
+        help="look for templates here first (repeatable); then in templates/ "
+        "beside the plan, templates/ in the plan's parent directory, and ./templates",
+    ),
+]
+
+
+PlansArg = Annotated[
+    list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)", metavar="PLAN...")
+]
+
+
+PlanArg = Annotated[Path, typer.Argument(help="a plan file: YAML or Python", metavar="PLAN")]
+
+
+def overrides(values: list[str] | None) -> dict[str, str]:
+    result = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--set takes KEY=VALUE, not {item!r}")
+        result[key.strip()] = value
+    return result
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"plan: {message}", err=True)
+    return typer.Exit(code)
+
+
+def compile_one(
+    path: Path, sets: list[str] | None, templates: list[Path] | None, no_cache: bool = False, lint: bool = True
+):
+    from plancompiler.compile import compile_plan
+
+    try:
+        progress = (lambda m: typer.echo(f"{path}: {m}", err=True)) if sys.stderr.isatty() else None
+        return compile_plan(
+            path,
+            overrides(sets),
+            templates or [],
+            lint=lint,
+            use_cache=not no_cache,
+            progress=progress,
+            limits=GLOBAL["limits"],
+        )
+    except PlanError as exc:
+        raise fail(str(exc)) from exc
+    except (typer.Exit, typer.BadParameter):
+        raise
+    except Exception as exc:  # a bug of ours: one line, exit 2, the traceback under --debug
+        raise internal(str(path), exc) from exc
+
+
+def internal(what: str | None, exc: BaseException) -> typer.Exit:
+    if GLOBAL["debug"]:
+        import traceback
+
+        traceback.print_exception(exc)
+    return fail(
+        f"{what + ': ' if what else ''}internal error, please report ({type(exc).__name__}: {str(exc)[:200]})"
+        + ("" if GLOBAL["debug"] else "; run with --debug for the traceback")
+    )
+
+
+def print_findings(compiled_list, fmt: Format, strict: bool) -> int:
+    diagnostics = [d for c in compiled_list for d in c.diagnostics]
+    text = format_all(diagnostics, fmt.value)
+    if text:
+        typer.echo(text)
+    jobs = sum(c.job_count for c in compiled_list)
+    if fmt is Format.text:
+        typer.echo(summary(diagnostics, jobs), err=True)
+    if any(d.code == "P000" for d in diagnostics):
+        return 2
+    return 1 if has_errors(diagnostics, strict) else 0
+
+
+HostsOpt = Annotated[
+    Path | None, typer.Option("--hosts", metavar="FILE", help="hosts file (default $PLAN_HOSTS, else plans/hosts.yaml)")
+]
+
+
+HostArg = Annotated[
+    str, typer.Argument(help="a name from the hosts file, a path (./q, /srv/jobs), or DEST:PATH", metavar="HOST")
+]
+
+
+def resolve_host(spec: str, hosts: Path | None):
+    """HOST resolved; a hosts-file mistake is a located error, exit 2."""
+    from plancompiler.hosts import resolve
+
+    try:
+        return resolve(spec, hosts)
+    except PlanError as exc:
+        raise fail(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def host_errors() -> Iterator[None]:
+    """A host that cannot be reached exits 3; a command that failed or was refused there exits 1."""
+    from plancompiler.backends.protocol import Refused
+    from plancompiler.commands.operate import OperateError
+    from plancompiler.hosts import RemoteFailed, Unreachable
+
+    try:
+        yield
+    except Unreachable as exc:
+        raise fail(f"unreachable: {exc}", 3) from exc
+    except (RemoteFailed, Refused) as exc:
+        raise fail(str(exc), 1) from exc
+    except OperateError as exc:
+        raise fail(str(exc), exc.code) from exc
+    except PlanError as exc:
+        raise fail(str(exc)) from exc
+
+
+JobArg = Annotated[str, typer.Argument(help="the job's name (with or without .job)", metavar="JOB")]
+
+
+GLOBAL: dict[str, Any] = {"debug": False, "limits": None, "max_size": None}

@@ -1,0 +1,263 @@
+"""`plan status`, `plan watch` and `plan ack`: a host's queue probed, judged, and its incidents silenced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plancompiler.cli.shared import HostArg, HostsOpt, app, fail, host_errors, resolve_host
+
+
+@app.command()
+def status(
+    host: HostArg,
+    hosts: HostsOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the host's status.json, counts and recent events as JSON")
+    ] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds the probe may take in all")] = 60.0,
+) -> None:
+    """What each lane runs, why each queued job waits and since when, recent ends, runner heartbeat.
+
+    One bounded round trip. Exit 0, 1 if the queue cannot be read, 3 if the host is unreachable.
+    """
+    from plancompiler.backends import backend_for
+    from plancompiler.watch import status_text
+
+    target = resolve_host(host, hosts)
+    with host_errors():
+        answer = backend_for(target).status({"offset": -1}, timeout)
+    if "error" in answer:
+        raise fail(f"{target.describe()}: {answer['error']}", 1)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {k: answer.get(k) for k in ("status", "counts", "events", "runner_alive", "now", "parked")}, indent=1
+            )
+        )
+    else:
+        typer.echo(status_text(target, answer))
+    if answer.get("status_error"):
+        raise typer.Exit(1)  # the queue's status.json is there but unreadable: said above
+
+
+def _watch_words() -> tuple[str, str, str, str]:
+    from plancompiler.watch import ALERTABLE_EVENTS, DEFAULT_EVENTS, INCIDENT_KINDS, WAITING_REASONS
+
+    return (
+        ", ".join(ALERTABLE_EVENTS),
+        ", ".join(WAITING_REASONS),
+        ", ".join(INCIDENT_KINDS),
+        ", ".join(DEFAULT_EVENTS),
+    )
+
+
+_EVENT_WORDS, _REASON_WORDS, _KIND_WORDS, _DEFAULT_EVENT_WORDS = _watch_words()
+SECONDS = "SECONDS"
+
+
+@app.command()
+def watch(
+    host: HostArg,
+    hosts: HostsOpt = None,
+    interval: Annotated[float, typer.Option("--interval", metavar=SECONDS, help="seconds between probes")] = 120.0,
+    once: Annotated[bool, typer.Option("--once", help="probe once and exit (for cron)")] = False,
+    probe_timeout: Annotated[
+        float, typer.Option("--probe-timeout", metavar=SECONDS, help="seconds one probe may take in all")
+    ] = 60.0,
+    wake_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--wake-on",
+            metavar="EVENT",
+            help=f"also alert on these events (repeatable or comma-separated), e.g. "
+            f"--wake-on done. Events: {_EVENT_WORDS}",
+        ),
+    ] = None,
+    events: Annotated[
+        str | None,
+        typer.Option(
+            "--events",
+            metavar="EVENT,...",
+            help=f"the events that alert, comma-separated, or 'none' (default: {_DEFAULT_EVENT_WORDS})",
+        ),
+    ] = None,
+    waiting: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--waiting",
+            metavar="[REASON=]DURATION",
+            help="WAITING when a queued job has waited this long on one "
+            "reason (default 30m); REASON=DURATION sets one reason's limit (repeatable). "
+            f"Reasons: {_REASON_WORDS}",
+        ),
+    ] = None,
+    stall: Annotated[
+        float, typer.Option("--stall", metavar=SECONDS, help="seconds a net job may run before STALL")
+    ] = 3600.0,
+    idle: Annotated[
+        float, typer.Option("--idle", metavar=SECONDS, help="seconds of nothing running before IDLE")
+    ] = 600.0,
+    dead: Annotated[
+        float, typer.Option("--dead", metavar=SECONDS, help="heartbeat age in seconds that means DEAD")
+    ] = 300.0,
+    unreachable: Annotated[
+        int, typer.Option("--unreachable", metavar="N", help="failed probes in a row before UNREACHABLE")
+    ] = 5,
+    parked_repeat: Annotated[
+        float, typer.Option("--parked-repeat", metavar=SECONDS, help="seconds before a lasting park is reported again")
+    ] = 7200.0,
+    on_alert: Annotated[
+        str | None,
+        typer.Option(
+            "--on-alert",
+            metavar="CMD",
+            help="run CMD for each alert (alert JSON on stdin, kind in $PLAN_ALERT_KIND) and keep watching",
+        ),
+    ] = None,
+    realert: Annotated[
+        float, typer.Option("--realert", metavar=SECONDS, help="seconds before an open incident is sent again")
+    ] = 3600.0,
+    hook_timeout: Annotated[
+        float, typer.Option("--hook-timeout", metavar=SECONDS, help="seconds --on-alert/--ping may run")
+    ] = 30.0,
+    ping: Annotated[
+        str | None,
+        typer.Option(
+            "--ping",
+            metavar="CMD",
+            help="run CMD after every successful probe (a dead-man's switch for the watcher itself)",
+        ),
+    ] = None,
+    heartbeat_every: Annotated[
+        str | None,
+        typer.Option(
+            "--heartbeat-every",
+            metavar="DURATION",
+            help="also print (or send to --on-alert as OK) one all-clear line "
+            "this often, e.g. 6h: the lanes and the open incidents",
+        ),
+    ] = None,
+    incidents: Annotated[
+        bool, typer.Option("--incidents", help="list the open incidents from the state file and exit (no probe)")
+    ] = False,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            "--state",
+            metavar="FILE",
+            help="state file (event offset, incidents); default under ~/.local/state/plancompiler",
+        ),
+    ] = None,
+) -> None:
+    """Probe HOST every --interval seconds; judge new events and what is true now; print `KIND: detail` lines.
+
+    Kinds and exit codes: EVENT 10 (new events of the alerting kinds), STALL 11 (a net job past --stall
+    or any job past its WARN_AFTER), IDLE 12, BLOCKED 13 (a job that can never run), DEAD 14 (runner
+    heartbeat older than --dead, no runner process, or on Slurm a controller that does not answer),
+    UNREACHABLE 15 (--unreachable failed probes in a row), ERROR 16 (reached the host but could not read
+    the queue), PARKED 17, WAITING 18 (a queued job held longer than --waiting by one reason that is not
+    the queue's own order). Every kind but EVENT is an incident per job, lane or host: it is sent when it
+    opens and every --realert while it lasts, and RECOVERED (exit 0) is sent when it clears. Without
+    --on-alert the watcher exits on the first alert; --once exits 0 when there is nothing new.
+    """
+    from plancompiler.watch import (
+        Rules,
+        WatchOptions,
+        duration,
+        event_names,
+        incident_lines,
+        state_path,
+        waiting_limits,
+        watch_loop,
+    )
+
+    target = resolve_host(host, hosts)
+    path = state or state_path(target)
+    if incidents:
+        for line in incident_lines(path):
+            typer.echo(line)
+        return
+    try:
+        kinds = event_names(events, wake_on)
+        waiting_s, waiting_by_reason = waiting_limits(waiting, 1800.0)
+        every = duration("--heartbeat-every", heartbeat_every) if heartbeat_every else None
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    rules = Rules(
+        events=kinds,
+        net_stall_s=stall,
+        idle_s=idle,
+        dead_s=dead,
+        unreachable_n=unreachable,
+        parked_repeat_s=parked_repeat,
+        waiting_s=waiting_s,
+        waiting_by_reason=waiting_by_reason,
+    )
+    options = WatchOptions(
+        interval=interval,
+        once=once,
+        probe_timeout=probe_timeout,
+        on_alert=on_alert,
+        realert=realert,
+        hook_timeout=hook_timeout,
+        ping=ping,
+        heartbeat_every=every,
+    )
+    with host_errors():  # a bad --probe-timeout is a usage error before any probe
+        code = watch_loop(target, rules, path, options, echo=typer.echo, warn=lambda m: typer.echo(m, err=True))
+    raise typer.Exit(code)
+
+
+@app.command()
+def ack(
+    host: HostArg,
+    incident: Annotated[
+        str,
+        typer.Argument(
+            metavar="KIND[:SUBJECT]",
+            help=f"the open incident: its kind ({_KIND_WORDS}) and, where several are open, its job, lane or host",
+        ),
+    ],
+    for_: Annotated[
+        str | None,
+        typer.Option(
+            "--for",
+            metavar="DURATION",
+            help="silence it at most this long, e.g. 8h (default: until it changes or recovers)",
+        ),
+    ] = None,
+    hosts: HostsOpt = None,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            "--state", metavar="FILE", help="the watcher's state file (default under ~/.local/state/plancompiler)"
+        ),
+    ] = None,
+) -> None:
+    """Silence one open incident `plan watch` knows of, until it changes, recovers, or --for passes.
+
+    Exit 0 when acked, 1 when no open incident (or more than one) matches, 2 for an unknown kind.
+    """
+    import time
+
+    from plancompiler.watch import AckError, acknowledge, duration, state_path
+
+    target = resolve_host(host, hosts)
+    try:
+        seconds = duration("--for", for_) if for_ else None
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    now = time.time()
+    try:
+        found = acknowledge(state or state_path(target), incident, now + seconds if seconds else None, now)
+    except AckError as exc:
+        raise fail(str(exc), exc.code) from exc
+    typer.echo(
+        f"acked {found.kind}:{found.subject} on {target.name} "
+        + (f"for {for_}" if for_ else "until it changes or recovers")
+        + f": {found.detail}"
+    )
