@@ -38,9 +38,10 @@ class Slurm:
         )
         return path
 
-    def squeue(self) -> list[dict[str, str]]:
+    def squeue(self, expand: bool = False) -> list[dict[str, str]]:
+        """Every job slurmctld holds; EXPAND: an array's pending elements one by one (squeue -r)."""
         out = subprocess.run(
-            ["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%r|%k|%E"],
+            ["squeue", "-h", "-a", "-t", "all", *(["-r"] if expand else []), "-o", "%i|%j|%T|%r|%k|%E"],
             capture_output=True,
             text=True,
             env=self.env,
@@ -172,12 +173,23 @@ StorageLoc=slurm_acct_db
 
 
 def start_slurm(
-    d: Path, min_job_age: int = 3600, accounting: bool = False, job_comment: bool = False, message_timeout: int = 10
+    d: Path,
+    min_job_age: int = 3600,
+    accounting: bool = False,
+    job_comment: bool = False,
+    message_timeout: int = 10,
+    limits: dict[str, int] | None = None,
 ) -> Slurm:
     """A cluster in D; MIN_JOB_AGE low makes slurmctld forget finished jobs soon (within about 10 s at 2).
     ACCOUNTING adds slurmdbd over a private mariadb (sacct answers); JOB_COMMENT stores job comments there.
     MESSAGE_TIMEOUT is how long a client (squeue, sbatch) waits for a controller that does not answer.
+    LIMITS: slurm.conf's MaxArraySize and MaxJobCount, and the user's MaxSubmitJobs (which needs ACCOUNTING: it
+    is set with sacctmgr, enforced by AccountingStorageEnforce=limits).
     Starting one takes a fraction of a second (a few seconds with accounting), so tests may start their own."""
+    limits = dict(limits or {})
+    max_submit = limits.pop("MaxSubmitJobs", None)
+    assert max_submit is None or accounting, "MaxSubmitJobs is an accounting limit"
+    assert set(limits) <= {"MaxArraySize", "MaxJobCount"}, limits
     tools = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"]
     if any(shutil.which(t) is None and not os.path.exists(f"/usr/sbin/{t}") for t in tools):
         if IN_CI:
@@ -222,6 +234,9 @@ def start_slurm(
         )
         if job_comment:
             storage += "\nAccountingStoreFlags=job_comment"
+        if max_submit is not None:
+            storage += "\nAccountingStorageEnforce=associations,limits"
+    conf_limits = "".join(f"{key}={value}\n" for key, value in limits.items())
     conf.write_text(f"""ClusterName=plantest
 SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
@@ -256,7 +271,7 @@ MailProg=/bin/true
 GresTypes=gpu
 Licenses=net:1,netgpu:1
 MinJobAge={min_job_age}
-{storage}
+{conf_limits}{storage}
 JobCompType=jobcomp/none
 # More CPUs than the machine has (config_overrides: slurmd reports these, not the hardware's): the test jobs
 # mostly wait, and only their lanes' GRES and licenses, never a CPU count, should make them take turns.
@@ -268,6 +283,14 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
     _cache_login_env(d / "state")
     if accounting:
         _start_slurmdbd(d, sock, _start_mariadb(d, pids), dbd_port, env, pids)
+        if max_submit is not None:  # on every association of this user (the cluster made one, account root)
+            user = pwd.getpwuid(os.getuid()).pw_name
+            subprocess.run(
+                ["sacctmgr", "-i", "modify", "user", "where", f"name={user}", "set", f"MaxSubmitJobs={max_submit}"],
+                check=True,
+                env=env,
+                capture_output=True,
+            )
     subprocess.run(["slurmctld", "-c", "-f", str(conf)], check=True, env=env)
     pids["slurmctld"] = _pid(d / "slurmctld.pid")
     _listening(ctld_port)

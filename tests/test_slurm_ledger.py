@@ -89,18 +89,31 @@ def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_pa
         tmp_path / "lg.yaml",
         "lg",
         f"  - name: hello\n    run: echo run >> {count}\n"
-        f"  - name: bad\n    run: echo broken; exit 3\n    outputs: ['{tmp_path}/bad.out']\n",
+        f"  - name: bad\n    run: echo broken; exit 3\n    outputs: ['{tmp_path}/bad.out']\n"
+        "  - name: gone\n    run: 'true'\n    requires: [{after: bad}]\n",
     )
     hosts = aging.hosts_file(root)
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
-    assert code == 0 and out.count("submitted ") == 2, out
+    assert code == 0 and out.count("submitted ") == 3, out
     try:
         wait_for(lambda: ended(root, "lg", "hello") == "COMPLETED" and ended(root, "lg", "bad") == "FAILED", 60, 0.2)
-        ids = {str(a["id"]) for job in ("hello", "bad") for a in attempts(root, "lg", job)}
-        wait_for(lambda: not ids & known_ids(aging), 60, 0.2)  # squeue has forgotten both; no probe ever ran
+        ids = {str(a["id"]) for job in ("hello", "bad", "gone") for a in attempts(root, "lg", job)}
+        wait_for(lambda: not ids & known_ids(aging), 60, 0.2)  # squeue has forgotten all three; no probe ever ran
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
         assert code == 0 and re.search(r"  d  hello\.job  \(completed as \d+\)", out), out
         assert re.search(r"  !  bad\.job  \(FAILED as \d+; not resubmitted without --retry-failed\)", out), out
+        # the ledger lost now: the results directory still knows hello and bad; gone (cancelled by Slurm as bad
+        # failed, so no result) is known to nothing any more: the push refuses, naming it
+        kept = (root / "slurm.json").read_bytes()
+        (root / "slurm.json").unlink()
+        (root / "slurm.json.1").unlink(missing_ok=True)
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--dry-run")
+        assert code == 1 and re.search(r"  d  hello\.job  \(completed as \d+\)", out), out
+        assert re.search(r"  !  bad\.job  \(FAILED as \d+; not resubmitted", out), out
+        assert "  !  gone.job  (lost with the ledger" in out, out
+        assert "1 jobs of plan lg cannot be accounted for" in out and ": gone. Nothing was submitted" in out, out
+        assert "push again with --retry-failed" in out, out
+        (root / "slurm.json").write_bytes(kept)
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
         assert code == 0 and "pushed: 0 submitted" in out and not re.findall(r"submitted (\S+) as", out), out
         # a new consumer of the failed job is held with it: submitted, it would run without bad's output
@@ -109,7 +122,7 @@ def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_pa
         assert code == 0 and "  !  user.job  (its producer bad failed: not submitted" in out, out
         assert not re.findall(r"submitted (\S+) as", out)
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--retry-failed")
-        assert code == 0 and re.findall(r"submitted (\S+) as", out) == ["bad.job", "user.job"], out
+        assert code == 0 and re.findall(r"submitted (\S+) as", out) == ["bad.job", "gone.job", "user.job"], out
         assert "  r  bad.job" in out
         wait_for(lambda: ended(root, "lg", "bad") == "FAILED" and len(attempts(root, "lg", "bad")) == 2, 60, 0.2)
     finally:
@@ -132,7 +145,7 @@ def test_a_push_waits_for_the_push_lock_and_is_refused_naming_its_holder(tmp_pat
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts), "--lock-wait", "0.2")
     finally:
         os.close(fd)
-    assert code == 1 and "another push holds the lock" in out and "someone@else" in out, out
+    assert code == 1 and "another push to cluster is in progress" in out and "someone@else" in out, out
     assert not (root / "slurm.json").exists() and not any(j["name"].startswith("lk/") for j in slurm.squeue())
 
 
@@ -237,3 +250,48 @@ def test_jobs_of_the_first_format_still_queued_are_adopted_not_run_twice(tmp_pat
     finally:
         cancel_root(slurm, root)
         subprocess.run(["scancel", *(str(i) for i in old.values())], env=slurm.env, capture_output=True)
+
+
+def test_a_lost_truncated_or_unreadable_ledger_is_rebuilt_and_nothing_runs_twice(tmp_path: Path, slurm: Slurm) -> None:
+    """slurm.json deleted (with its previous generation), cut short, or garbage: each re-push rebuilds it from
+    squeue (names, `plan=` comments, working directory; an array's elements from its members file) and the
+    results directory, says so, and submits nothing that squeue or the results already have."""
+    root, gate = tmp_path / "submit", tmp_path / "gate"
+    p = write_plan(
+        tmp_path / "lr.yaml",
+        "lr",
+        f"  - name: a\n    run: {held_until(gate)}; touch {tmp_path}/a\n    outputs: ['{tmp_path}/a']\n"
+        "  - name: b\n    run: 'true'\n    requires: [{after: a}]\n"
+        "  - name: c\n    run: 'true'\n"
+        "  - name: 'd{{ i }}'\n    foreach: {i: [0, 1, 2, 3]}\n    run: 'true'\n    requires: [{after: a}]\n",
+    )
+    hosts = slurm.hosts_file(root)
+    try:
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0 and "pushed: 7 submitted" in out, out
+        a = attempts(root, "lr", "a")[0]["id"]
+        wait_for(lambda: ended(root, "lr", "c") == "COMPLETED", 60, 0.2)
+        wait_for(lambda: any(j["id"] == str(a) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.2)
+        ids = sorted(j["id"] for j in slurm.squeue(expand=True) if j["name"].startswith("lr/"))
+        text = (root / "slurm.json").read_bytes()
+        for damage in ("deleted", "truncated", "garbage"):
+            if damage == "deleted":
+                (root / "slurm.json").unlink()
+                (root / "slurm.json.1").unlink(missing_ok=True)
+            else:
+                (root / "slurm.json").write_bytes(text[: len(text) // 2] if damage == "truncated" else b"\x00\xff{")
+                (root / "slurm.json.1").unlink(missing_ok=True)
+            code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+            assert code == 0 and "pushed: 0 submitted" in out, (damage, out)
+            assert "warning: the ledger could not be trusted" in out and "rebuilt under the push lock" in out, out
+            assert re.search(r"  d  c\.job  \(completed as \d+\)", out) and "  >  a.job" in out, out
+            now = sorted(j["id"] for j in slurm.squeue(expand=True) if j["name"].startswith("lr/"))
+            assert now == ids, (damage, out)  # nothing submitted again, nothing cancelled
+        # the rebuilt ledger is the one saved (a generation of its own); the next save keeps it beside the new one
+        assert ledger(root)["generation"] == 1 and not (root / "slurm.json.1").exists()
+        assert plan("status", "cluster", "--hosts", str(hosts))[0] == 0
+        assert ledger(root)["generation"] == 2 and json.loads((root / "slurm.json.1").read_text())["generation"] == 1
+        gate.touch()
+        wait_for(lambda: all(ended(root, "lr", j) == "COMPLETED" for j in ("b", "d0", "d3")), 90, 0.2)
+    finally:
+        cancel_root(slurm, root)

@@ -10,8 +10,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from plancompiler.backends.protocol import MARKS, Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
+from plancompiler.backends.queue import CHANGED, busy_message
 from plancompiler.compile import Compiled
-from plancompiler.hosts import Host
+from plancompiler.hosts import AgentSession, Host, Unreachable
 from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry, SlurmLane
 from runner import jobfile
 from runner.durations import parse_duration
@@ -95,19 +96,35 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
 
 
 class SlurmPushSession:
-    def __init__(self, host: Host) -> None:
+    """Diff and apply through one agent process on the submit host, which holds ROOT/.push.lock from the diff to
+    the apply and keeps the diff it made: the jobs submitted are the ones the user was shown."""
+
+    def __init__(self, host: Host, session: AgentSession, options: PushOptions) -> None:
         self.host = host
+        self.session = session
+        self.options = options
         self.request: dict[str, Any] = {}
+        self.token = ""
 
     def diff(self, compiled: Compiled, options: PushOptions) -> PushPlan:
         self.request = push_request(compiled, self.host, options)
-        answer = self.host.call("push", self.request, 300)
+        keep = not options.dry_run
+        answer = self.session.ask("push", {**self.host.context(), **self.request, "keep": keep}, 300)
+        if answer.get("busy"):
+            raise Refused(busy_message(self.host, answer.get("holder") or {}))
+        if "controller_down" in answer:
+            raise Unreachable(controller_down(self.host, answer))
+        if "error" in answer and "changes" not in answer:
+            raise Refused(f"{self.host.describe()}: {answer['error']}")
+        self.token = str(answer.get("token") or "")
         changes = [
             Change(mark, f"{name}.job", None, note) for mark, name, note in answer.get("changes", []) if mark in MARKS
         ]
         result = PushPlan(
             self.host.describe(), compiled.name, changes, request={"submit": True}, host_state={"runner": "slurm"}
         )
+        if answer.get("rebuilt"):
+            result.warnings.append(answer["rebuilt"])
         for path in answer.get("external_missing", []):
             result.errors.append(f"external path {path} does not exist on the submit host of {self.host.name}")
         if answer.get("error"):
@@ -115,16 +132,22 @@ class SlurmPushSession:
         return result
 
     def apply(self, diff: PushPlan) -> PushOutcome:
-        answer = self.host.call("push", {**self.request, "dry_run": False}, 600)
+        answer = self.session.ask("push", {**self.host.context(), **self.request, "token": self.token}, 600)
         if answer.get("busy"):
-            holder = answer.get("holder") or {}
-            raise Refused(
-                f"{self.host.describe()}: another push holds the lock (pid {holder.get('pid')}, "
-                f"{holder.get('user')}, since {holder.get('since')}); try again, or raise --lock-wait"
-            )
+            raise Refused(busy_message(self.host, answer.get("holder") or {}))
+        if answer.get("changed"):
+            raise Refused(f"{CHANGED} ({answer['changed']})")
+        if "controller_down" in answer:
+            raise Unreachable(controller_down(self.host, answer))
         if "error" in answer and "changes" not in answer:
             raise Refused(f"{self.host.describe()}: {answer['error']}")
+        if answer.get("error"):  # all or nothing: nothing of this push is left in Slurm
+            diff.errors.append(answer["error"])
         return PushOutcome(diff, not answer.get("error"), *outcome_lines(answer))
+
+
+def controller_down(host: Host, answer: dict[str, Any]) -> str:
+    return f"{host.describe()}: the Slurm controller does not answer: {answer['controller_down']}"
 
 
 def outcome_lines(answer: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -150,7 +173,21 @@ class SlurmBackend:
 
     @contextmanager
     def push_session(self, options: PushOptions) -> Iterator[SlurmPushSession]:
-        yield SlurmPushSession(self.host)  # the agent takes the push lock itself, around its diff and submit
+        session = self.host.session()
+        try:
+            if not options.dry_run:
+                got = session.ask(
+                    "lock",
+                    {**self.host.context(), "wait_s": options.lock_wait_s, "by": who(), "create": True},
+                    options.lock_wait_s + self.host.timeout,
+                )
+                if got.get("busy"):
+                    raise Refused(busy_message(self.host, got.get("holder") or {}))
+                if "error" in got:
+                    raise Refused(f"{self.host.describe()}: {got['error']}")
+            yield SlurmPushSession(self.host, session, options)
+        finally:
+            session.close()
 
     def status(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         return self.host.call("status", request, timeout)

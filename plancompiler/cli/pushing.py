@@ -85,11 +85,20 @@ def push(
         dead_s=dead,
     )
 
-    def show(diff) -> None:
-        typer.echo(json.dumps(diff.to_json(), indent=1) if as_json else diff.text())
+    shown = []
 
-    with host_errors():
-        outcome = push_plan(compiled, target, options, show)
+    def show(diff) -> None:
+        if as_json:
+            shown.append(diff)  # printed once applied: an apply that fails adds its errors
+        else:
+            typer.echo(diff.text())
+
+    try:
+        with host_errors():
+            outcome = push_plan(compiled, target, options, show)
+    finally:
+        for diff in shown:
+            typer.echo(json.dumps(diff.to_json(), indent=1))
     for line in outcome.results:
         typer.echo(line)
     for note in outcome.notes:

@@ -35,7 +35,13 @@ def slurm_handlers() -> dict[str, Handler]:
     """The Slurm backend's handlers, imported only when a request names it (a queue host never loads them)."""
     from runner.slurm import agent as slurm_agent
 
-    return {"push": slurm_agent.push, "status": slurm_status, "history": slurm_agent.history, "logs": slurm_agent.logs}
+    return {
+        "lock": pushlock.lock,  # a push session's: held from its diff to its apply
+        "push": slurm_agent.push,
+        "status": slurm_status,
+        "history": slurm_agent.history,
+        "logs": slurm_agent.logs,
+    }
 
 
 def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:

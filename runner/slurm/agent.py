@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from runner.slurm import ledger as ledger_mod
 from runner.slurm import submit as slurm_submit
 from runner.slurm.events import history
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
+from runner.slurm.limits import read_limits
 from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
+from runner.slurm.rebuild import LOST, lost_job, open_ledger
 from runner.slurm.submit import Submitted
 from runner.slurm.view import logs, status
 from runner.slurm.wrapper import wrapper_text
@@ -81,6 +84,11 @@ def _decide(root: str, request: dict[str, Any], job: dict[str, Any], record: Any
         if same or _holds(job.get("done_if"), root):
             return ["d", name, f"completed as {last['id']}"], False
         return ["~", name, "completed before; content changed, submitted again"], True
+    if state == LOST:
+        lost = "lost with the ledger: a push submitted it, and neither squeue, sacct nor a result file knows it now"
+        if request.get("retry_failed"):
+            return ["r", name, f"{lost}; resubmitted"], True
+        return ["!", name, f"{lost}; not resubmitted without --retry-failed"], False
     ident = f"{state} as {last['id']}"
     if request.get("retry_failed"):
         return ["r", name, f"{ident}; resubmitted"], True
@@ -126,7 +134,9 @@ def _retire(
 
 def _failed_and_forgotten(record: dict[str, Any], live: Live) -> bool:
     state, last = state_of(record, live)
-    return (state in FINISHED_BAD or state == "UNKNOWN") and (last is None or live_of(record, last["id"], live) is None)
+    return (state in FINISHED_BAD or state in ("UNKNOWN", LOST)) and (
+        last is None or live_of(record, last["id"], live) is None
+    )
 
 
 def _hold_orphans(
@@ -191,61 +201,141 @@ def _levels(submit: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return groups
 
 
+@dataclass
+class Decided:
+    """One plan's push as diffed under the push lock: what the user is shown, and what applying it does."""
+
+    ledger: dict[str, Any]
+    live: Live
+    submit: list[dict[str, Any]]
+    retired: list[tuple[str, dict[str, Any]]]
+    result: dict[str, Any]
+
+
+_KEPT: dict[str, Decided] = {}  # token -> a push diffed by this agent, applied by a later request of its session
+
+
 def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """Diff the plan against the ledger and Slurm; unless `dry_run`, submit, re-point and cancel, then record."""
-    env = env_for(request)
-    plan = request["plan"]
-    missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
-    dry = bool(request.get("dry_run"))
-    if not dry:
+    """Diff the plan against the ledger and Slurm; unless `dry_run`, submit, re-point and cancel, then record.
+    With `keep` the diff is held here (a token in the answer) and a later request of this session with that
+    `token` applies exactly it, the push lock held in between: the diff the user saw is the one applied."""
+    if request.get("token"):
+        return _apply_kept(root, request)
+    dry, keep = bool(request.get("dry_run")), bool(request.get("keep"))
+    took = False
+    if (keep or not dry) and not pushlock.held(root):
         got = pushlock.lock(root, {"wait_s": request.get("lock_wait_s", 60), "by": request.get("by")})
         if got.get("busy"):
             return {"busy": True, "holder": got.get("holder", {})}
+        took = not keep  # a kept diff's lock is the session's, released when it ends
     try:
+        env = env_for(request)
         try:
-            live = squeue(env)
+            decided = decide(root, request, env)
         except ControllerDown as exc:
             return {"controller_down": str(exc)}
-        ledger = ledger_mod.load(root)
-        why = sync(root, ledger, live, env)
-        jobs = ledger_mod.plan_jobs(ledger, plan)
-        adopt(plan, request, jobs, live)
-        changes, submit, retired = diff(root, request, jobs, live)
-        result: dict[str, Any] = {
-            "changes": changes,
-            "external_missing": missing,
-            "submitted": {},
-            "repointed": {},
-            "cancelled": [],
-            "accounting": why or "on",
-        }
-        if dry or (missing and request.get("verify_external", True)):
+        result = decided.result
+        if dry and not keep or result.get("error"):
             return result
-        try:
-            _apply(root, request, ledger, live, submit, retired, result, env)
-        except ControllerDown as exc:  # what was submitted before is recorded all the same
-            result["error"] = f"the Slurm controller stopped answering during the push: {exc}"
-        entry = ledger["plans"][plan]
-        entry.update(by=request.get("by") or "?", pushed_at=timestamp(time.time()), lanes=lane_licences(request))
-        ledger_mod.save(root, ledger)
-        return result
+        if result["external_missing"] and request.get("verify_external", True):
+            return result
+        if keep:
+            token = os.urandom(8).hex()
+            _KEPT[token] = decided
+            return {**result, "token": token}
+        return _commit(root, request, decided, env)
     finally:
-        if not dry:
+        if took:
             pushlock.release_lock()
 
 
-def _apply(
-    root: str,
-    request: dict[str, Any],
-    ledger: dict[str, Any],
-    live: Live,
-    submit: list[dict[str, Any]],
-    retired: list[tuple[str, dict[str, Any]]],
-    result: dict[str, Any],
-    env: dict[str, str],
-) -> None:
+def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
+    """The diff of one plan against the ledger (rebuilt first where it cannot be trusted) and Slurm."""
     plan = request["plan"]
+    missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
+    live = squeue(env)
+    ledger, rebuilt = open_ledger(root, live, env)
+    why = sync(root, ledger, live, env)
     jobs = ledger_mod.plan_jobs(ledger, plan)
+    adopt(plan, request, jobs, live)
+    changes, submit, retired = diff(root, request, jobs, live)
+    result: dict[str, Any] = {
+        "changes": changes,
+        "external_missing": missing,
+        "submitted": {},
+        "repointed": {},
+        "cancelled": [],
+        "accounting": why or "on",
+    }
+    if rebuilt:
+        result["rebuilt"] = rebuilt["note"]
+        lost = sorted(n for n in jobs if lost_job(jobs[n]))
+        if lost and not request.get("retry_failed"):
+            result["error"] = (
+                f"{len(lost)} jobs of plan {plan} cannot be accounted for: a push submitted them, and neither "
+                f"squeue, sacct nor a result file knows them now: {', '.join(lost)}. Nothing was submitted; "
+                "once you know none of them runs, push again with --retry-failed to submit them again"
+            )
+    return Decided(ledger, live, submit, retired, result)
+
+
+def _apply_kept(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    decided = _KEPT.pop(str(request["token"]), None)
+    if decided is None or not pushlock.held(root):
+        return {"error": "this push's diff is no longer held by the agent; run the push again"}
+    env = env_for(request)
+    try:
+        live = squeue(env)
+    except ControllerDown as exc:
+        return {"controller_down": str(exc)}
+    started = [
+        job["name"]
+        for job in decided.submit
+        if job.get("replaces") and (live.get(job["replaces"]) or {}).get("state") not in ACTIVE
+    ]
+    if started:  # the pending job it was to replace has started (or ended) since: the diff no longer holds
+        return {"changed": f"{', '.join(started)} no longer pending as when this push looked"}
+    decided.live.update(live)
+    return _commit(root, request, decided, env)
+
+
+def _commit(root: str, request: dict[str, Any], decided: Decided, env: dict[str, str]) -> dict[str, Any]:
+    """Apply a decided push all or nothing: the limits first, then submit; a submission that fails part-way
+    cancels what this push submitted and leaves the ledger as it was."""
+    result, plan = decided.result, request["plan"]
+    try:
+        limits = read_limits(env)
+    except ControllerDown as exc:
+        return {**result, "error": f"the cluster's limits could not be read: {exc}; nothing was submitted"}
+    new = len(decided.submit)
+    problems = limits.problems(new)
+    if problems:
+        result["error"] = (
+            f"this push would submit {new} jobs, more than the cluster takes now: {'; '.join(problems)}. "
+            "Nothing was submitted"
+        )
+        return result
+    done = _apply(root, request, decided, limits.array_chunk, env)
+    if done.error:
+        cancelled = done.slurm_jobs()
+        if cancelled:
+            slurm(["scancel", *cancelled], env)
+        result["error"] = (
+            f"{done.error}; all or nothing: the {len(done.new)} jobs this push had submitted were cancelled "
+            f"({' '.join(cancelled) or 'none'}) and the ledger is as it was"
+        )
+        result["submitted"] = {}
+        result["withdrawn"] = cancelled
+        return result
+    entry = decided.ledger["plans"][plan]
+    entry.update(by=request.get("by") or "?", pushed_at=timestamp(time.time()), lanes=lane_licences(request))
+    ledger_mod.save(root, decided.ledger)
+    return result
+
+
+def _apply(root: str, request: dict[str, Any], decided: Decided, chunk: int, env: dict[str, str]) -> Submitted:
+    plan, live, submit, result = request["plan"], decided.live, decided.submit, decided.result
+    jobs = ledger_mod.plan_jobs(decided.ledger, plan)
     current = {name: state_of(record, live) for name, record in jobs.items()}
     ids = {n: last["id"] for n, (state, last) in current.items() if last is not None and _holds_slot(state)}
     failed = {
@@ -253,11 +343,11 @@ def _apply(
         for n, (state, last) in current.items()
         if last is not None and state in FINISHED_BAD and last["id"] in live
     }
-    done = Submitted(ids)
+    done = Submitted(ids, chunk=chunk)
     if submit:
         slurm_submit.submit(root, request, _levels(submit), done, failed, env)
     if done.error:
-        result["error"] = done.error
+        return done
     cancel: list[SlurmId] = []
     submitted = [job for job in submit if job["name"] in done.new]
     for job in submitted:  # all recorded before any hand-over: a controller lost meanwhile loses none of them
@@ -268,7 +358,7 @@ def _apply(
             new = done.new[job["name"]][0]
             result["repointed"][job["name"]] = slurm_submit.hand_over(job["replaces"], new, live, env)
             cancel.append(job["replaces"])
-    for name, record in retired:
+    for name, record in decided.retired:
         state, last = state_of(record, live)
         if last is not None and _holds_slot(state):
             cancel.append(last["id"])
@@ -276,6 +366,7 @@ def _apply(
         ledger_mod.remove_results(root, plan, name)
     if cancel:
         _cancel(jobs, cancel, result, env)
+    return done
 
 
 def _holds_slot(state: str) -> bool:

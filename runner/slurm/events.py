@@ -11,6 +11,7 @@ from runner.queue import timestamp
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.query import ControllerDown, Live, env_for, live_of, sacct, squeue, state_of, sync
+from runner.slurm.rebuild import open_ledger
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Event
 
@@ -144,7 +145,7 @@ def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
         live = squeue(env)
     except ControllerDown as exc:
         return {"accounting": False, "why": str(exc), "events": []}
-    ledger = ledger_mod.load(root)
+    ledger, _ = open_ledger(root, live, env)
     why = sync(root, ledger, live, env)
     if not why:  # nothing was forgotten by squeue: ask sacct anyway, to say whether accounting is on
         on, why, _ = sacct(env, [], request.get("since"))

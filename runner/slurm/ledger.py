@@ -1,12 +1,13 @@
 """ROOT/slurm.json, the Slurm backend's durable ledger: per plan and job every Slurm id, its script hash and final
 state, so a re-push knows what ran long after squeue has forgotten it.
 
-Shape (version 2): {"version": 2, "plans": {PLAN: {"by", "pushed_at", "jobs": {NAME: {"hash", "lane", "deps",
-"attempts": [{"id", "hash", "attempt", "submitted", "state", "start", "end", "rc", "kind", "tail"}]}}}},
-"seen": {ID: state recorded as an event}}. The last attempt is the job's current Slurm job. It is written
-atomically, by whoever holds ROOT/.push.lock (runner.agent.delivery's push lock). Each attempt's own wrapper
-(runner.slurm.attempt) never writes it: it leaves ROOT/results/PLAN/NAME/ID.json when it ends, and those are
-folded in here under the lock.
+Shape (version 2): {"version": 2, "generation": N, "plans": {PLAN: {"by", "pushed_at", "jobs": {NAME: {"hash",
+"lane", "deps", "attempts": [{"id", "hash", "attempt", "submitted", "state", "start", "end", "rc", "kind",
+"tail"}]}}}}, "seen": {ID: state recorded as an event}}. The last attempt is the job's current Slurm job. It is
+written atomically, by whoever holds ROOT/.push.lock (runner.delivery's push lock), the previous generation
+kept beside it (slurm.json.1). It is a cache of Slurm's truth, never its only copy: one lost or damaged is
+rebuilt (runner.slurm.rebuild). Each attempt's own wrapper (runner.slurm.attempt) never writes it: it leaves
+ROOT/results/PLAN/NAME/ID.json when it ends, and those are folded in here under the lock.
 """
 
 from __future__ import annotations
@@ -27,20 +28,66 @@ ACTIVE = ("PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEU
 RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
 
 
-def load(root: str) -> dict[str, Any]:
-    """The ledger; an unreadable or first-format file is read as empty plans (nothing is trusted from it)."""
+BACKUP = "slurm.json.1"  # the generation before the last save
+
+
+def empty() -> dict[str, Any]:
+    return {"version": VERSION, "generation": 0, "plans": {}, "seen": {}}
+
+
+def _parse(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the ledger at PATH, "") or (None, why it cannot be used)."""
     try:
-        raw = read_json(Path(root) / LEDGER)
-    except (OSError, ValueError):
-        raw = None
+        raw = read_json(path)
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or exc})"
+    except ValueError as exc:
+        return None, f"not JSON, or cut short ({exc})"
+    if raw is None:
+        return None, "missing"
     if not isinstance(raw, dict) or raw.get("version") != VERSION or not isinstance(raw.get("plans"), dict):
-        return {"version": VERSION, "plans": {}, "seen": {}}
+        return None, f"not a version-{VERSION} ledger"
     raw.setdefault("seen", {})
-    return raw
+    raw.setdefault("generation", 0)
+    return raw, ""
+
+
+def read(root: str) -> tuple[dict[str, Any], str]:
+    """(the ledger, why it is not to be trusted as it is: "" when it is). A missing, unreadable or cut-short
+    slurm.json is never read as empty: the previous generation is taken if it can be, and the caller rebuilds
+    from Slurm's truth (runner.slurm.rebuild) either way. A root no push ever wrote to has nothing to distrust."""
+    ledger, why = _parse(Path(root) / LEDGER)
+    if ledger is not None:
+        return ledger, ""
+    if why == "missing" and not (Path(root) / "scripts").is_dir():
+        return empty(), ""
+    older, _ = _parse(Path(root) / BACKUP)
+    if older is not None:
+        return older, f"{LEDGER} is {why}; its previous generation ({BACKUP}) was read"
+    return empty(), f"{LEDGER} is {why}"
+
+
+def load(root: str) -> dict[str, Any]:
+    """The ledger as it is on disk (for readers that write nothing back: logs)."""
+    return read(root)[0]
 
 
 def save(root: str, ledger: dict[str, Any]) -> None:
-    atomic_write(Path(root) / LEDGER, (json.dumps(ledger, indent=1, sort_keys=True) + "\n").encode())
+    """Written whole and atomically, the generation it replaces kept as slurm.json.1 (a hard link, so there is
+    never a moment without a ledger)."""
+    path, backup = Path(root) / LEDGER, Path(root) / BACKUP
+    ledger["generation"] = int(ledger.get("generation") or 0) + 1
+    if _parse(path)[0] is not None:  # a damaged file is not kept over a good backup
+        link = backup.with_name(f".{BACKUP}.{os.getpid()}.tmp")
+        try:
+            os.link(path, link)
+            os.replace(link, backup)
+        except OSError:
+            try:
+                os.unlink(link)
+            except OSError:
+                pass
+    atomic_write(path, (json.dumps(ledger, indent=1, sort_keys=True) + "\n").encode())
 
 
 def plan_jobs(ledger: dict[str, Any], plan: str) -> dict[str, Any]:

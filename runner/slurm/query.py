@@ -23,6 +23,7 @@ SQUEUE_FIELDS = (
     "Dependency",
     "Comment",
     "JobID",
+    "WorkDir",  # last: a path may hold anything, even the separator
 )
 SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
 Live = Dict[SlurmId, Dict[str, Any]]  # what squeue knows, by id
@@ -50,8 +51,10 @@ def slurm(argv: list[str], env: dict[str, str], timeout: float = 60, stdin: str 
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
     except FileNotFoundError:
         raise ControllerDown(f"{argv[0]} not found on the submit host") from None
-    except subprocess.TimeoutExpired:
-        raise ControllerDown(f"{argv[0]} did not answer within {timeout:g}s") from None
+    except subprocess.TimeoutExpired as exc:
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        words = f": {said.strip().splitlines()[-1]}" if said.strip() else ""
+        raise ControllerDown(f"{argv[0]} did not answer within {timeout:g}s{words}") from None
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -72,7 +75,7 @@ def squeue(env: dict[str, str]) -> Live:
         raise ControllerDown(err.strip() or f"squeue exited {rc}")
     jobs: Live = {}
     for line in out.splitlines():
-        parts = line.split("|")
+        parts = line.split("|", len(SQUEUE_FIELDS) - 1)
         if len(parts) < len(SQUEUE_FIELDS) or not parts[9].startswith("plan="):
             continue
         plan, _, digest = parts[9][5:].partition("@")
@@ -90,6 +93,7 @@ def squeue(env: dict[str, str]) -> Live:
             "end": slurm_time(parts[5]),
             "eligible": slurm_time(parts[6]),
             "submitted": slurm_time(parts[7]),
+            "workdir": parts[11][:-1] if parts[11].endswith("|") else parts[11],
         }
     return jobs
 
@@ -97,9 +101,11 @@ def squeue(env: dict[str, str]) -> Live:
 SACCT_FORMAT = "JobID,JobName,State,Start,End,Comment,ExitCode,Reason,Eligible"
 
 
-def sacct(env: dict[str, str], ids: list[SlurmId], since: str | None = None) -> tuple[bool, str, list[str]]:
+def sacct(
+    env: dict[str, str], ids: list[SlurmId], since: str | None = None, fields: str = SACCT_FORMAT
+) -> tuple[bool, str, list[str]]:
     """(accounting on, why not, lines): sacct's allocation lines for IDS (or since SINCE)."""
-    argv = ["sacct", "-P", "-n", "-X", f"--format={SACCT_FORMAT}"]
+    argv = ["sacct", "-P", "-n", "-X", f"--format={fields}"]
     argv += ["-j", ",".join(str(i) for i in ids)] if ids else ["-S", since or "now-30days", "-E", "now"]
     try:
         rc, out, err = slurm(argv, env, timeout=120)

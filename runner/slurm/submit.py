@@ -25,7 +25,7 @@ from runner.slurm.query import ControllerDown, Live, SlurmId, slurm
 from runner.slurm.wrapper import array_options, element, sbatch_options, shared_options, wrapper_text, write_bundle
 
 SUBMIT_THREADS = 8  # sbatch calls in flight at once: each is mostly a round trip to slurmctld
-CHUNK = 1000  # elements per array at most: Slurm's default MaxArraySize (1001) allows indices 0-1000
+CHUNK = 1000  # elements per array at most where no limit was read: Slurm's default MaxArraySize (1001) allows 0-1000
 # Smaller groups stay separate jobs: they would save a few sbatch calls and lose the per-job names (PLAN/NAME)
 # that squeue and sacct show.
 ARRAY_MIN = 4
@@ -51,6 +51,11 @@ class Submitted:
     sizes: dict[str, int] = field(default_factory=dict)
     new: dict[str, tuple[SlurmId, str]] = field(default_factory=dict)  # name -> (id, the Slurm job name)
     error: str = ""
+    chunk: int = CHUNK  # elements per array at most (the cluster's MaxArraySize, runner.slurm.limits)
+
+    def slurm_jobs(self) -> list[str]:
+        """Every Slurm job this push submitted, an array once (for scancel when the push fails part-way)."""
+        return sorted({str(new).partition("_")[0] for new, _ in self.new.values()}, key=int)
 
 
 def _deps(job: dict[str, Any], done: Submitted, failed: dict[str, SlurmId]) -> list[str]:
@@ -90,7 +95,7 @@ def _group_units(group: list[dict[str, Any]], done: Submitted, failed: dict[str,
     common = sorted(set.intersection(*(set(d) for d in deps)))
     rest = [[d for d in each if d not in common] for each in deps]
     if not any(rest):
-        size = -(-len(group) // -(-len(group) // CHUNK))  # even chunks: never a last array of one
+        size = -(-len(group) // -(-len(group) // done.chunk))  # even chunks: never a last array of one
         return [Unit(group[i : i + size], _afterok(common)) for i in range(0, len(group), size)]
     pairs = _corresponding(group, rest, done)
     if pairs is None:  # no array form says these dependencies: one job each
@@ -159,12 +164,12 @@ def submit(
 
 
 def _sbatch(argv: list[str], script: str, env: dict[str, str]) -> tuple[int, str, str]:
-    """One sbatch call; a controller that stops answering is this call's error, so that what the other calls
-    of the level submitted is still recorded."""
+    """One sbatch call; one that does not end is this call's error, in Slurm's own words where sbatch said any
+    (a controller at MaxJobCount makes sbatch retry for ever: "temporarily unable to accept job")."""
     try:
         return slurm(argv, env, 60, script)
     except ControllerDown as exc:
-        return -1, "", f"the Slurm controller stopped answering during the push: {exc}"
+        return -1, "", str(exc)
 
 
 def _record(plan: str, unit: Unit, rc: int, out: str, err: str, done: Submitted) -> None:

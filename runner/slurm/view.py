@@ -19,6 +19,7 @@ from runner.slurm import ledger as ledger_mod
 from runner.slurm.events import attempt_events, blocked, job_key
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.query import ControllerDown, Live, env_for, live_of, slurm, squeue, state_of, sync
+from runner.slurm.rebuild import open_ledger
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Reason
 
@@ -85,7 +86,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"controller_down": str(exc)}
     got = pushlock.lock(root, {"wait_s": 10, "by": "plan status"})
     try:
-        ledger = ledger_mod.load(root)
+        ledger, _ = open_ledger(root, live, env)  # rebuilt, under the lock, where it cannot be trusted
         sync(root, ledger, live, env)
         if got.get("locked"):
             _record_events(root, ledger, live)

@@ -61,8 +61,23 @@ def array_options(root: str, plan: str, jobs: list[dict[str, Any]], name: str) -
     """Options of an array of JOBS (one lane shape) named NAME: each element writes its own job's log, so
     Slurm's --output takes only what goes wrong before an element's attempt starts."""
     log = Path(root) / "logs" / plan / f"{name.replace('/', '_')}.array.log"
-    naming = [f"--job-name={plan}/{name}", f"--comment=plan={plan}@array", f"--array=0-{len(jobs) - 1}"]
+    members = array_members(root, plan, jobs)
+    naming = [f"--job-name={plan}/{name}", f"--comment=plan={plan}@{members}", f"--array=0-{len(jobs) - 1}"]
     return [*naming, f"--output={_pattern_safe(log)}", *shared_options(root, jobs[0])]
+
+
+def array_members(root: str, plan: str, jobs: list[dict[str, Any]]) -> str:
+    """Which plan job each element of an array is, kept as ROOT/scripts/PLAN/array.SHA.json (element i is the
+    i-th [name, hash]) and named in the array's --comment as `array.SHA`: Slurm's 1024-byte comment cannot hold
+    a large array's names, and a lost ledger is rebuilt from it (runner.slurm.rebuild)."""
+    import hashlib
+
+    data = (json.dumps([[job["name"], job["hash"]] for job in jobs]) + "\n").encode()
+    tag = f"array.{hashlib.sha256(data).hexdigest()[:16]}"
+    path = Path(root) / "scripts" / plan / f"{tag}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_once(path, data)
+    return tag
 
 
 def runner_path() -> str:
