@@ -57,7 +57,10 @@ class SlurmLane(_Strict):
         default=None,
         description="--time for a job of the lane without `timeout:` (Slurm's forms, e.g. 2:00:00 or 1-00:00:00)",
     )
-    env: dict[str, str] = Field(default_factory=dict, description="the environment its jobs get (--export=NONE)")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="the only environment its jobs get, with Slurm's SLURM_* and a plain PATH, HOME, USER",
+    )
     extra: list[str] = Field(default_factory=list, description="more sbatch options, as a list")
 
 

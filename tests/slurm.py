@@ -178,18 +178,17 @@ def start_slurm(
     accounting: bool = False,
     job_comment: bool = False,
     message_timeout: int = 10,
-    limits: dict[str, int] | None = None,
+    settings: dict[str, int] | None = None,
 ) -> Slurm:
     """A cluster in D; MIN_JOB_AGE low makes slurmctld forget finished jobs soon (within about 10 s at 2).
     ACCOUNTING adds slurmdbd over a private mariadb (sacct answers); JOB_COMMENT stores job comments there.
     MESSAGE_TIMEOUT is how long a client (squeue, sbatch) waits for a controller that does not answer.
-    LIMITS: slurm.conf's MaxArraySize and MaxJobCount, and the user's MaxSubmitJobs (which needs ACCOUNTING: it
-    is set with sacctmgr, enforced by AccountingStorageEnforce=limits).
+    SETTINGS: more slurm.conf lines (MaxArraySize, MaxJobCount, JobRequeue...), and the user's MaxSubmitJobs
+    (which needs ACCOUNTING: it is set with sacctmgr, enforced by AccountingStorageEnforce=limits).
     Starting one takes a fraction of a second (a few seconds with accounting), so tests may start their own."""
-    limits = dict(limits or {})
-    max_submit = limits.pop("MaxSubmitJobs", None)
+    settings = dict(settings or {})
+    max_submit = settings.pop("MaxSubmitJobs", None)
     assert max_submit is None or accounting, "MaxSubmitJobs is an accounting limit"
-    assert set(limits) <= {"MaxArraySize", "MaxJobCount"}, limits
     tools = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"]
     if any(shutil.which(t) is None and not os.path.exists(f"/usr/sbin/{t}") for t in tools):
         if IN_CI:
@@ -236,7 +235,7 @@ def start_slurm(
             storage += "\nAccountingStoreFlags=job_comment"
         if max_submit is not None:
             storage += "\nAccountingStorageEnforce=associations,limits"
-    conf_limits = "".join(f"{key}={value}\n" for key, value in limits.items())
+    conf_limits = "".join(f"{key}={value}\n" for key, value in settings.items())
     conf.write_text(f"""ClusterName=plantest
 SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
@@ -320,7 +319,8 @@ def _cache_login_env(state: Path) -> None:
         check=True,
     ).stdout
     (state / "env_cache").mkdir(exist_ok=True)
-    (state / "env_cache" / user).write_text(login)
+    # as a ~/.bash_profile export would show there: a job must never get it (tests/test_slurm_conventions.py)
+    (state / "env_cache" / user).write_text(login + "PLAN_LOGIN_PROFILE=loaded\n")
 
 
 def stop_slurm(cluster: Slurm) -> None:

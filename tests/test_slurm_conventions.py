@@ -52,7 +52,7 @@ def test_the_wrapper_is_bash_n_and_shellcheck_clean_for_awkward_paths_and_values
     ).stdout
     assert shown == "it's $HOME `x`|"
     options = sbatch_options(root, "pl", JOB, {})
-    assert "--export=NONE" in options and f"--chdir={root}" in options and "--time=2" in options
+    assert "--export=ALL" in options and f"--chdir={root}" in options and "--time=2" in options
     assert "--job-name=pl/odd-name_1" in options and options[-1] == "--gres=gpu:1"
 
 
@@ -88,7 +88,8 @@ def test_jobs_get_only_their_lanes_environment_and_resources(
     p = write_plan(
         tmp_path / "ev.yaml",
         "ev",
-        f"  - name: show\n    run: echo \"G=$GREETING L=${{PLAN_LEAK:-none}}\" > {out}\n    outputs: ['{out}']\n",
+        f'  - name: show\n    run: env > {out}.env; echo "G=$GREETING L=${{PLAN_LEAK:-none}}" > {out}\n'
+        f"    outputs: ['{out}']\n",
     )
     hosts = slurm.hosts_file(
         root,
@@ -105,6 +106,27 @@ def test_jobs_get_only_their_lanes_environment_and_resources(
     finally:
         cancel_root(slurm, root)
     assert out.read_text() == "G=hi $there L=none\n"
+    # exactly the lane's env, the wrapper's, Slurm's SLURM_* and a plain few: no login profile (which
+    # --export=NONE loaded), nothing of the submitting process
+    names = {line.split("=", 1)[0] for line in Path(f"{out}.env").read_text().splitlines() if "=" in line}
+    assert "PLAN_LOGIN_PROFILE" not in names
+    assert {n for n in names if not n.startswith(("SLURM_", "SLURMD_"))} == {
+        "GREETING",
+        "PYTHONPATH",
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "ENVIRONMENT",
+        "PWD",
+        "SHLVL",
+        "_",
+        "HOSTNAME",
+        "TMPDIR",
+        "OLDPWD",
+    }, names
     fields = dict(w.split("=", 1) for w in shown.split() if "=" in w)
     assert fields["MinMemoryNode"] == "100M" and fields["NumCPUs"] == "2" and fields["Partition"] == "debug"
     assert time_limit(slurm, job_id) == "00:03:00"

@@ -25,7 +25,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     cluster = start_slurm(
         tmp_path_factory.mktemp("limited"),
         accounting=True,
-        limits={"MaxArraySize": 100, "MaxJobCount": 350, "MaxSubmitJobs": 330},
+        settings={"MaxArraySize": 100, "MaxJobCount": 350, "MaxSubmitJobs": 330},
     )
     yield cluster
     stop_slurm(cluster)

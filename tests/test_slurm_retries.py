@@ -9,13 +9,14 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runner.slurm.attempt import slurm_ended
 from tests.conftest import plan_cli, wait_for
-from tests.slurm import Slurm
+from tests.slurm import Slurm, start_slurm, stop_slurm
 from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
@@ -197,3 +198,99 @@ def test_a_job_cancelled_while_it_runs_is_cancelled_not_failed_and_never_retried
         assert not (root / "results" / "cx" / "c" / f"{first}.json").exists()  # no result: Slurm's state stands
     finally:
         cancel_root(slurm, root)
+
+
+@pytest.fixture(scope="module")
+def shaky(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
+    """A cluster of this module's own, whose controller and node the tests stop and fail: clients give up on a
+    silent controller after 1 s, and a job on a failed node ends NODE_FAIL (JobRequeue=0) instead of being
+    requeued by Slurm itself."""
+    cluster = start_slurm(tmp_path_factory.mktemp("shaky"), message_timeout=1, settings={"JobRequeue": 0})
+    yield cluster
+    stop_slurm(cluster)
+
+
+def _flaky(tmp_path: Path, name: str, first: str) -> str:
+    """A job whose first attempt runs FIRST and whose second writes NAME.out; and `next`, after it."""
+    count, out = tmp_path / f"{name}.count", tmp_path / f"{name}.out"
+    body = (
+        f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; "
+        f"if [ $n -lt 2 ]; then {first}; fi; touch {out}"
+    )
+    return (
+        f"  - name: {name}\n    retries: 2\n    run: \"{body}\"\n    outputs: ['{out}']\n"
+        f"  - name: next\n    run: touch {tmp_path}/next.out\n    requires: [{{after: {name}}}]\n"
+        f"    outputs: ['{tmp_path}/next.out']\n"
+    )
+
+
+def _retried(root: Path, hosts: Path, plan_name: str, job: str) -> list[dict]:
+    """Probe with `plan status` (the contact that submits what is due) until `next` is done; the job's events."""
+
+    def done() -> list[dict] | None:
+        code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+        assert code == 0, out
+        return json.loads(out)["events"] if ended(root, plan_name, "next") == "COMPLETED" else None
+
+    events = wait_for(done, 120, 0.5)
+    return [e for e in events if e["job"] == f"{plan_name}/{job}.job"]
+
+
+def test_a_next_try_the_controller_kept_from_the_wrapper_is_submitted_at_the_next_contact(
+    tmp_path: Path, shaky: Slurm
+) -> None:
+    root, started, go = tmp_path / "submit", tmp_path / "started", tmp_path / "go"
+    first = f"touch {started}; until [ -e {go} ]; do sleep 0.05; done; exit 5"
+    p = write_plan(tmp_path / "cd.yaml", "cd", _flaky(tmp_path, "flaky", first))
+    hosts = shaky.hosts_file(root, extra="    backoff_base: 1\n")
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    log = root / "logs" / "cd" / "flaky.job.log"
+    try:
+        wait_for(started.exists, 60, 0.1)
+        os.kill(shaky.pids["slurmctld"], signal.SIGSTOP)
+        try:  # the body fails while the controller does not answer: its wrapper cannot submit the next try
+            go.touch()
+            wait_for(lambda: log.exists() and "could not submit the next try" in log.read_text(), 120, 0.2)
+        finally:
+            os.kill(shaky.pids["slurmctld"], signal.SIGCONT)
+        events = _retried(root, hosts, "cd", "flaky")
+    finally:
+        cancel_root(shaky, root)
+    assert "it is submitted at the next push, status or watch" in log.read_text()
+    tries = attempts(root, "cd", "flaky")
+    assert [t["attempt"] for t in tries] == [1, 2] and tries[-1]["state"] == "COMPLETED", tries
+    retry = next(e for e in events if e["event"] == "retry")
+    assert retry["next_attempt"] == 2 and retry["cause"] == "FAILED", retry
+    assert (tmp_path / "next.out").exists()
+
+
+def test_an_attempt_slurm_ends_on_a_node_failure_is_retried_with_its_dependents(tmp_path: Path, shaky: Slurm) -> None:
+    root, started = tmp_path / "submit", tmp_path / "started"
+    p = write_plan(tmp_path / "nf.yaml", "nf", _flaky(tmp_path, "long", f"touch {started}; sleep 120"))
+    hosts = shaky.hosts_file(root, extra="    backoff_base: 1\n")
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    try:
+        wait_for(started.exists, 60, 0.1)
+        first = str(attempts(root, "nf", "long")[0]["id"])
+        node = ["scontrol", "update", "NodeName=localhost"]
+        subprocess.run([*node, "State=DOWN", "Reason=plantest"], env=shaky.env, check=True)
+        wait_for(lambda: {j["id"]: j["state"] for j in shaky.squeue()}.get(first) == "NODE_FAIL", 30, 0.2)
+        subprocess.run([*node, "State=RESUME"], env=shaky.env, capture_output=True)  # idle again already, mostly
+        wait_for(
+            lambda: (
+                subprocess.run(
+                    ["sinfo", "-h", "-o", "%T"], env=shaky.env, capture_output=True, text=True
+                ).stdout.strip()
+                == "idle"
+            ),
+            30,
+            0.2,
+        )
+        events = _retried(root, hosts, "nf", "long")
+    finally:
+        cancel_root(shaky, root)
+    tries = attempts(root, "nf", "long")
+    assert [t["state"] for t in tries] == ["NODE_FAIL", "COMPLETED"], tries
+    retry = next(e for e in events if e["event"] == "retry")
+    assert retry["cause"] == "NODE_FAIL" and retry["next_attempt"] == 2, retry
+    assert (tmp_path / "next.out").exists()  # Slurm cancelled it with the node's failure; submitted again

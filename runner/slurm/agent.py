@@ -26,6 +26,7 @@ from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.limits import read_limits
 from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import LOST, lost_job, open_ledger
+from runner.slurm.retry import retry_due
 from runner.slurm.submit import Submitted
 from runner.slurm.view import logs, status
 from runner.slurm.wrapper import wrapper_text
@@ -256,6 +257,7 @@ def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
     live = squeue(env)
     ledger, rebuilt = open_ledger(root, live, env)
     why = sync(root, ledger, live, env)
+    retried = retry_due(root, ledger, live, env) if pushlock.held(root) else []
     jobs = ledger_mod.plan_jobs(ledger, plan)
     adopt(plan, request, jobs, live)
     changes, submit, retired = diff(root, request, jobs, live)
@@ -267,6 +269,8 @@ def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
         "cancelled": [],
         "accounting": why or "on",
     }
+    if retried:
+        result["retried"] = retried
     if rebuilt:
         result["rebuilt"] = rebuilt["note"]
         lost = sorted(n for n in jobs if lost_job(jobs[n]))
@@ -352,7 +356,7 @@ def _apply(root: str, request: dict[str, Any], decided: Decided, chunk: int, env
     submitted = [job for job in submit if job["name"] in done.new]
     for job in submitted:  # all recorded before any hand-over: a controller lost meanwhile loses none of them
         result["submitted"][job["name"]] = done.new[job["name"]][0]
-        slurm_submit.record_new(plan, jobs, job, done.new[job["name"]])
+        slurm_submit.record_new(plan, jobs, job, done.new[job["name"]], (done.bundle, done.entries[job["name"]]))
     for job in submitted:
         if job.get("replaces"):
             new = done.new[job["name"]][0]

@@ -28,7 +28,7 @@ from runner.config import Config
 from runner.files import atomic_write, read_json
 from runner.logs import tail_lines
 from runner.queue import timestamp
-from runner.slurm.wrapper import wrapper_text, write_once
+from runner.slurm.wrapper import submit_env, wrapper_text, write_once
 
 _DEP = re.compile(r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?")
 
@@ -55,14 +55,11 @@ def repoint(dependency: str, old: int | str, new: int | str, task: str = "") -> 
     return ",".join(f"{kind}:{':'.join(ids)}" for kind, ids in parts.items())
 
 
-def _client_env() -> dict[str, str]:
-    """The environment for Slurm's client commands: without this job's own SLURM_* variables, which sbatch
-    would read as defaults (an array's task id among them)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_")) or k == "SLURM_CONF"}
-
-
 def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120, env=_client_env())
+    """A Slurm client command in submit_env: not this job's own SLURM_* variables, which sbatch would read as
+    defaults (an array's task id among them), nor the lane's env (a retry's wrapper sets it again)."""
+    env = submit_env(os.environ.get("SLURM_CONF"))
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120, env=env)
 
 
 def pending_updates(listing: str, old: int | str, new: int | str) -> list[tuple[str, str]]:
@@ -94,6 +91,13 @@ def hand_over(old: int | str, new: int | str) -> list[str]:
 def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int | str) -> tuple[int | None, list[str], str]:
     """Submit ATTEMPT as a new Slurm job starting WAIT_S from now; move OLD's dependents to it."""
     begin = f"--begin=now+{max(1, int(round(wait_s)))}"
+    try:
+        return _resubmit(spec, attempt, begin, old)
+    except (OSError, subprocess.TimeoutExpired) as exc:  # sbatch that does not end: the controller is away
+        return None, [], f"sbatch did not answer: {exc}"
+
+
+def _resubmit(spec: dict[str, Any], attempt: int, begin: str, old: int | str) -> tuple[int | None, list[str], str]:
     if "bundle" not in spec:  # a job submitted before bundles: its own wrapper file takes the attempt
         proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin, spec["script"], str(attempt)])
     else:
@@ -103,7 +107,10 @@ def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int | str) 
     if proc.returncode != 0:
         return None, [], proc.stderr.strip()
     new = int(proc.stdout.strip().split(";")[0])
-    return new, hand_over(old, new), ""
+    try:
+        return new, hand_over(old, new), ""
+    except (OSError, subprocess.TimeoutExpired):  # submitted; its dependents are requeued by the agent
+        return new, [], ""
 
 
 def _say(text: str) -> None:
@@ -165,9 +172,9 @@ _ENDED = frozenset(
 def slurm_ended(job_id: int | str) -> bool:
     """Whether Slurm has ended JOB_ID (scancel, its time limit, preemption) while this wrapper still runs it:
     its state is then one of _ENDED. Slurm signals every process of the job in no set order, so a body
-    (its TERM trap, say) may end before this process's own signal arrives: asked after every failing body,
-    Slurm keeps that from reading as the body's failure, and from a retry. False where Slurm cannot be asked
-    (the body's exit then stands)."""
+    (its TERM trap, say) may end before this process's own signal arrives: asked after every body, Slurm
+    keeps that from reading as the body's failure (or success), and from a retry. False where Slurm cannot be
+    asked (the body's exit then stands)."""
     try:
         proc = _run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"])
     except (OSError, subprocess.TimeoutExpired):
@@ -198,8 +205,10 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
         f"{os.uname().nodename} (Slurm job {job_id})"
     )
     rc, timed_out = run_body(spec)
-    if rc != 0 and not _STOPPED and not timed_out and slurm_ended(job_id):
-        _STOPPED.append(signal.SIGTERM)  # Slurm's signal ended the body before it reached this process
+    # Asked whatever the exit: Slurm's signal may end the body before it reaches this process, and a body can
+    # exit 0 on it (a `wait` for children Slurm killed returns 0): a cancelled job is never taken for done.
+    if not _STOPPED and not timed_out and slurm_ended(job_id):
+        _STOPPED.append(signal.SIGTERM)
     if _STOPPED:
         _say(f"=== {timestamp(time.time())} {label}: stopped by Slurm (signal {_STOPPED[0]}); its state is Slurm's")
         return 128 + _STOPPED[0]
@@ -238,9 +247,9 @@ def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: 
         if wait_s is not None:
             new, moved, error = resubmit(spec, int(result["next_attempt"]), wait_s, result["id"])
             result.update(next_id=new, wait_s=wait_s, moved=moved)
-            if new is None:
-                _say(f"could not submit the next try: {error}")
-                result["state"] = "FAILED"
+            if new is None:  # kept due: the agent submits it at the next push, status or watch contact
+                _say(f"could not submit the next try: {error}; it is submitted at the next push, status or watch")
+                result["retry_due"] = result["end"] + wait_s
                 code = code or 1
             else:
                 _say(f"next try is Slurm job {new}, not before {timestamp(time.time() + wait_s)}")

@@ -12,6 +12,7 @@ from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.query import ControllerDown, Live, env_for, live_of, sacct, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
+from runner.slurm.retry import SLURM_ENDED
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Event
 
@@ -60,12 +61,16 @@ def _event_of(
     Slurm's final state says; None while it has not ended."""
     attempts = record.get("attempts") or []
     followed = attempts[-1] is not attempt
+    if attempt.get("retry_due") is not None and not followed:
+        return None  # its next try is due, not yet submitted: a retry once it is (runner.slurm.retry)
     if attempt.get("kind"):
         if followed and attempt["kind"] in ("failed", "timeout"):
             return Event.RETRY
         return _RESULT_EVENT.get(str(attempt["kind"]))
     if info.get("state") not in ledger_mod.FINAL or info.get("state") in RUNNING:
         return None
+    if followed and info.get("state") in SLURM_ENDED:  # the agent submitted its next try (runner.slurm.retry)
+        return Event.RETRY
     kind = _STATE_EVENT.get(str(info["state"]))
     if kind is Event.CANCELLED and blocked(record, attempt, jobs, live):
         return Event.BLOCKED
@@ -81,6 +86,8 @@ def _end_details(
     if kind is Event.RETRY:
         nxt = attempts[attempts.index(attempt) + 1]
         details.update(next_attempt=nxt.get("attempt"), next_slurm_id=nxt["id"], backoff_s=attempt.get("wait_s"))
+        if attempt.get("cause"):  # OUT_OF_MEMORY, TIMEOUT, NODE_FAIL...: Slurm ended it, or its wrapper's kind
+            details["cause"] = attempt["cause"]
     if kind in (Event.FAILED, Event.TIMEOUT, Event.RETRY):
         details["tail"] = attempt.get("tail") or tail_lines(job_paths(root, plan, name, "")["log"], 5)
     if info.get("reason") and kind in (Event.CANCELLED, Event.BLOCKED):

@@ -131,21 +131,23 @@ def fold_results(root: str, ledger: dict[str, Any]) -> list[tuple[str, str, dict
                 last.update(
                     {k: result.get(k) for k in ("start", "end", "rc", "kind", "tail", "attempt", "wait_s", "moved")}
                 )
+                if result.get("retry_due") is not None:  # its wrapper could not submit the next try
+                    last.update(retry_due=result["retry_due"], next_attempt=result.get("next_attempt"))
                 if result.get("state") in FINAL:
                     last["state"] = result["state"]
                 folded.append((plan, name, result))
                 if not result.get("next_id"):
                     break
-                record["attempts"].append(
-                    {
-                        "id": int(result["next_id"]),  # a retry is a job of its own, never an array's
-                        "hash": last.get("hash"),
-                        "attempt": int(result.get("next_attempt") or 1),
-                        "submitted": result.get("end"),
-                        "state": None,
-                        "after": result.get("kind"),
-                    }
-                )
+                nxt: dict[str, Any] = {
+                    "id": int(result["next_id"]),  # a retry is a job of its own, never an array's
+                    "hash": last.get("hash"),
+                    "attempt": int(result.get("next_attempt") or 1),
+                    "submitted": result.get("end"),
+                    "state": None,
+                    "after": result.get("kind"),
+                }
+                nxt.update({k: last[k] for k in ("bundle", "entry") if k in last})  # the same spec, a later attempt
+                record["attempts"].append(nxt)
     return folded
 
 

@@ -22,7 +22,15 @@ from typing import Any
 from runner.slurm.attempt import pending_updates
 from runner.slurm.ledger import ACTIVE
 from runner.slurm.query import ControllerDown, Live, SlurmId, slurm
-from runner.slurm.wrapper import array_options, element, sbatch_options, shared_options, wrapper_text, write_bundle
+from runner.slurm.wrapper import (
+    array_options,
+    element,
+    sbatch_options,
+    shared_options,
+    submit_env,
+    wrapper_text,
+    write_bundle,
+)
 
 SUBMIT_THREADS = 8  # sbatch calls in flight at once: each is mostly a round trip to slurmctld
 CHUNK = 1000  # elements per array at most where no limit was read: Slurm's default MaxArraySize (1001) allows 0-1000
@@ -52,6 +60,8 @@ class Submitted:
     new: dict[str, tuple[SlurmId, str]] = field(default_factory=dict)  # name -> (id, the Slurm job name)
     error: str = ""
     chunk: int = CHUNK  # elements per array at most (the cluster's MaxArraySize, runner.slurm.limits)
+    bundle: str = ""  # this push's bundle, and each job's entry in it: where a retry finds its spec
+    entries: dict[str, int] = field(default_factory=dict)
 
     def slurm_jobs(self) -> list[str]:
         """Every Slurm job this push submitted, an array once (for scancel when the push fails part-way)."""
@@ -152,11 +162,13 @@ def submit(
     bundle = write_bundle(root, plan, [element(root, plan, job, request) for job in jobs])
     os.sync()  # once: a job must never start on a bundle not yet on disk
     entries = {job["name"]: i for i, job in enumerate(jobs)}
+    done.bundle, done.entries = str(bundle), entries
+    bare = submit_env(request.get("slurm_conf"))  # what the jobs get (--export=ALL)
     with ThreadPoolExecutor(max_workers=SUBMIT_THREADS) as pool:
         for level in levels:
             units = plan_units(root, level, done, failed)
             calls = [(_argv(root, plan, u, request), _script(root, plan, u, bundle, entries, request)) for u in units]
-            answers = list(pool.map(lambda call: _sbatch(call[0], call[1], env), calls))
+            answers = list(pool.map(lambda call: _sbatch(call[0], call[1], bare), calls))
             for unit, (rc, out, err) in zip(units, answers):
                 _record(plan, unit, rc, out, err, done)
             if done.error:
@@ -203,12 +215,17 @@ def hand_over(old: SlurmId, new: SlurmId, live: Live, env: dict[str, str]) -> li
     return moved
 
 
-def record_new(plan: str, jobs: dict[str, Any], job: dict[str, Any], new: tuple[SlurmId, str]) -> None:
-    """A submitted job's ledger entry gets its new attempt (an array element's keeps the array's name)."""
+def record_new(
+    plan: str, jobs: dict[str, Any], job: dict[str, Any], new: tuple[SlurmId, str], where: tuple[str, int] | None = None
+) -> None:
+    """A submitted job's ledger entry gets its new attempt (an array element's keeps the array's name), with
+    WHERE its spec is (bundle, entry), for a retry the agent submits (runner.slurm.retry)."""
     record = jobs.setdefault(job["name"], {"attempts": []})
     record.update(hash=job["hash"], lane=job.get("lane", ""), deps=job.get("deps", []))
     record["slurm_name"] = f"{plan}/{job['name']}"
     attempt = {"id": new[0], "hash": job["hash"], "attempt": 1, "submitted": time.time(), "state": None}
+    if where is not None:
+        attempt.update(bundle=where[0], entry=where[1])
     if new[1] != record["slurm_name"]:
         attempt["slurm_name"] = new[1]
     record.setdefault("attempts", []).append(attempt)

@@ -20,6 +20,7 @@ from runner.slurm.events import attempt_events, blocked, job_key
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.query import ControllerDown, Live, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
+from runner.slurm.retry import SLURM_ENDED, retry_due
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Reason
 
@@ -59,7 +60,9 @@ def _waiting(
     if reason is Reason.BACKOFF and last.get("after") == "gated":
         reason, detail = Reason.REQUIRES, "its external REQUIRES was false; checked again at the begin time"
     elif reason is Reason.BACKOFF:
-        detail = f"attempt {last.get('attempt', 1)} waits out the retry backoff"
+        after = str(last.get("after") or "").upper()
+        cause = f" after {after}" if after in SLURM_ENDED else ""
+        detail = f"attempt {last.get('attempt', 1)} waits out the retry backoff{cause}"
     blocker = ""
     if cur and cur["dependency"] not in ("(null)", ""):
         blocker = ", ".join(_dependency_names(cur, names))
@@ -89,6 +92,8 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         ledger, _ = open_ledger(root, live, env)  # rebuilt, under the lock, where it cannot be trusted
         sync(root, ledger, live, env)
         if got.get("locked"):
+            if retry_due(root, ledger, live, env):  # what Slurm ended or the controller kept from its wrapper
+                live = squeue(env)
             _record_events(root, ledger, live)
             ledger_mod.save(root, ledger)
     finally:
@@ -156,6 +161,21 @@ def _running(
     }
 
 
+def _due(key: str, record: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+    """A next try its wrapper could not submit (the controller did not answer): kept, never dropped."""
+    return {
+        "job": key,
+        "lane": record.get("lane", ""),
+        "reason": Reason.BACKOFF.value,
+        "detail": f"attempt {last.get('next_attempt') or '?'} could not be submitted when attempt "
+        f"{last.get('attempt', 1)} failed (the Slurm controller did not answer): it is submitted at the next "
+        "push, status or watch",
+        "blocker": "",
+        "since": last.get("end"),
+        "slurm_id": last["id"],
+    }
+
+
 def _blocked_item(item: dict[str, Any], record: dict[str, Any], jobs: dict[str, Any], live: Live) -> dict[str, Any]:
     bad = [d for d in record.get("deps", []) if state_of(jobs.get(d), live)[0] in FINISHED_BAD]
     detail = f"its producer {', '.join(bad) or '?'} failed ({item['detail']})"
@@ -177,7 +197,10 @@ def view(
             continue
         used.add(record.get("lane", ""))
         cur = live_of(record, last["id"], live)
-        if state in RUNNING:
+        if last.get("retry_due") is not None and not last.get("next_id"):
+            counts["queue"] += 1
+            queued.append(_due(job_key(plan, name), record, last))
+        elif state in RUNNING:
             counts["running"] += 1
             running.append(_running(root, plan, name, record, last, cur, now))
         elif state in ACTIVE or state == "GATED":

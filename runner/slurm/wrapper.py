@@ -19,6 +19,28 @@ KILL_AFTER_S = 10  # TERM at the timeout, KILL this long after (as the runner's 
 MARGIN_S = 30  # the wrapper's own start, gate and DONE_IF checks, inside --time
 
 
+def submit_env(slurm_conf: str | None = None) -> dict[str, str]:
+    """The environment sbatch runs in, which a job gets whole (--export=ALL) with Slurm's SLURM_* added: who the
+    user is, a plain PATH and the cluster's config; the lane's env is set by the wrapper. Neither the submitting
+    process's variables nor the login environment that --export=NONE loads (a profile's exports, and 0.1-1 s
+    of `su -` per job start where slurmd does not cache it)."""
+    import pwd  # at submit time only
+
+    user = pwd.getpwuid(os.getuid())
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": user.pw_dir,
+        "USER": user.pw_name,
+        "LOGNAME": user.pw_name,
+        "SHELL": "/bin/bash",
+        "LANG": "C.UTF-8",
+    }
+    conf = slurm_conf or os.environ.get("SLURM_CONF")
+    if conf:
+        env["SLURM_CONF"] = conf
+    return env
+
+
 def job_paths(root: str, plan: str, name: str, digest: str) -> dict[str, Path]:
     """A job's body (written by its attempt from the bundle, per content hash) and its log (per name)."""
     return {
@@ -42,7 +64,7 @@ def _pattern_safe(path: Path) -> str:
 def shared_options(root: str, job: dict[str, Any]) -> list[str]:
     """The options every job of one lane shape shares (so an array can carry them): environment, limits, lane
     resources, the lane's own options last."""
-    options = ["--open-mode=append", "--kill-on-invalid-dep=yes", "--export=NONE", f"--chdir={root}"]
+    options = ["--open-mode=append", "--kill-on-invalid-dep=yes", "--export=ALL", f"--chdir={root}"]
     limit = time_limit(job)
     if limit:
         options.append(f"--time={limit}")
@@ -101,7 +123,7 @@ def wrapper_text(
         "#!/bin/bash",
         f"# plan {plan}, {label}: written by `plan push`; its sbatch options are on sbatch's command line.",
         "# Attempts, the timer, DONE_IF and external gates are the runner's (runner.slurm.attempt); the",
-        "# environment is only what is set here (--export=NONE).",
+        "# environment is only what is set here and sbatch's own few (runner.slurm.wrapper.submit_env).",
         'export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"',
     ]
     if slurm_conf:
