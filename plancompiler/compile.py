@@ -102,8 +102,14 @@ def manifest(compiled: Compiled) -> dict[str, Any]:
             "lane": job.job.job.lane,
             "requires": graph.requires.get(job.name, []),
             "outputs": [o.value for o in job.job.outputs],
-            "after": [f"{d}.job" for d in graph.deps.get(job.name, [])],
+            # what it reads: a rerun of one of these makes it stale (runner/stamps/store.py); `order` only gates it
+            "after": [f"{d}.job" for d in graph.deps.get(job.name, []) if d not in graph.order_only.get(job.name, [])],
         }
+        if graph.order_only.get(job.name):
+            jobs[job.filename]["order"] = [f"{d}.job" for d in graph.order_only[job.name]]
+        checks = [r.value for r in job.job.done_if or () if r.kind not in ("sh", "after")]
+        if checks and checks != jobs[job.filename]["outputs"]:
+            jobs[job.filename]["done_if"] = checks  # what judges it done, for the cross-plan output check
         if job.job.job.rerun == "never":  # read by runner/stamps/store.py: its DONE_IF alone decides
             jobs[job.filename]["rerun"] = "never"
     producers = {path: [f"{n}.job" for n in names] for path, names in graph.producers.items()}

@@ -17,6 +17,8 @@ class Graph:
     producers: dict[str, list[str]] = field(default_factory=dict)  # path -> job names
     deps: dict[str, list[str]] = field(default_factory=dict)  # job -> jobs it waits for
     requires: dict[str, list[str]] = field(default_factory=dict)  # job -> paths it waits for
+    # job -> jobs it waits for only by `{after: JOB}` (an ordering gate: their reruns never make it stale)
+    order_only: dict[str, list[str]] = field(default_factory=dict)
     external: list[str] = field(default_factory=list)
     _dirs: list[tuple[str, str]] | None = None
 
@@ -63,11 +65,13 @@ def build_graph(expanded: Expanded, source: Source) -> tuple[Graph, list[Diagnos
     for job in expanded.jobs:
         deps: list[str] = []
         paths: list[str] = []
+        gates: list[str] = []
         for i, req in enumerate(job.requires):
             line, col = source.where(("jobs", job.index, "requires", i))
-            found = _requirement(job, req, graph, produced, deps, paths)
+            found = _requirement(job, req, graph, produced, gates if req.kind == "after" else deps, paths)
             diagnostics.extend(error(source.path, line, col, code, message) for code, message in found)
-        graph.deps[job.name] = deps
+        graph.order_only[job.name] = [g for g in gates if g not in deps]
+        graph.deps[job.name] = deps + graph.order_only[job.name]
         graph.requires[job.name] = paths
         diagnostics.extend(_check_done_if(job, source))
     diagnostics.extend(_cycles(graph, source))

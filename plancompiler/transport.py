@@ -133,9 +133,14 @@ class Endpoint:
 
 def runner_sources() -> dict[str, str]:
     """The runner package, file by file (its sub-packages too): it is standard library only, so a copy is all a
-    host needs."""
+    host needs. The commit it was built from goes with it (runner/COMMIT), so the box says which code it runs."""
+    from runner import COMMIT_FILE, commit
+
     base = Path(runner_package.__file__).resolve().parent
-    return {f"runner/{p.relative_to(base).as_posix()}": p.read_text() for p in sorted(base.rglob("*.py"))}
+    files = {f"runner/{p.relative_to(base).as_posix()}": p.read_text() for p in sorted(base.rglob("*.py"))}
+    if commit():
+        files[f"runner/{COMMIT_FILE}"] = commit() + "\n"
+    return files
 
 
 @functools.lru_cache(maxsize=1)

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "status":
         return _status(args)
-    from runner.unit import unit_text
+    from runner.agent.unit import unit_text
 
     package_parent = str(Path(__file__).resolve().parent.parent)
     try:
@@ -71,7 +71,7 @@ def _status(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(status, indent=1) if args.json else render_status(status, time.time()))
+    print(json.dumps(status, indent=1) if args.json else render_status(status, time.time(), args.all))
     return 0
 
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runner import __version__
+from runner import banner
 from runner.config import Config
 from runner.durations import format_duration, parse_duration
 
@@ -38,6 +38,14 @@ def _slots(text: str) -> dict[str, int]:
     return slots
 
 
+class _Version(argparse.Action):
+    """--version, worked out only when asked (reading the commit from git costs a process start)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        print(banner("runner"))
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python3 -m runner",
@@ -45,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "records events.jsonl and status.json, and says why every waiting job waits.",
         epilog="Durations read 90, 90s, 10m, 6h or 2d.",
     )
-    parser.add_argument("--version", action="version", version=f"runner {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version, commit and formats, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(sub)
     _add_others(sub)
@@ -148,6 +156,7 @@ def _add_others(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     status.add_argument("--root", required=True, type=Path, help="queue root")
     status.add_argument("--json", action="store_true", help="print status.json as JSON")
+    status.add_argument("--all", action="store_true", help="every waiting job on a line (default: grouped by reason)")
 
     unit = sub.add_parser(
         "unit",

@@ -6,23 +6,14 @@ from typing import Any
 
 from runner.durations import format_duration
 from runner.readers import terminal_safe
+from runner.waiting import cut_middle, every_waiter, group_waiting
 
-# Worst first: what can never run, then what waits on something outside the plan.
-_REASON_ORDER = (
-    "blocked",
-    "disk-full",
-    "gpu-foreign",
-    "exclusive",
-    "parked",
-    "backoff",
-    "requires",
-    "settling",
-    "lane-busy",
-    "order",
-)
+DETAIL_WIDTH = 90  # a REQUIRES or command longer than this is cut in the middle: the file name at its end survives
 
 
-def render_status(status: dict[str, Any], now: float) -> str:
+def render_status(status: dict[str, Any], now: float, every: bool = False) -> str:
+    """The screen: who serves the queue, each lane, then the waiting jobs grouped by reason and blocker with the
+    oldest few of each (EVERY: one line per waiting job)."""
     lines = _header(status, now)
     counts = status.get("counts", {})
     lines.append("jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()))
@@ -32,11 +23,37 @@ def render_status(status: dict[str, Any], now: float) -> str:
     if queued:
         lines.append("")
         lines.append(f"waiting ({len(queued)}):")
-        order = {r: i for i, r in enumerate(_REASON_ORDER)}
-        for item in sorted(queued, key=lambda q: (order.get(q["reason"], 99), q.get("since") or 0)):
-            since = format_duration(now - float(item.get("since") or now))
-            lines.append(f"  {item['reason']:<11} {since:>7}  {item['job']}  {item.get('detail', '')[:90]}")
+        lines.extend(_every(queued, now) if every else _grouped(queued, now))
     return terminal_safe("\n".join(lines))  # last lines and details are job output: no escapes reach a terminal
+
+
+def _every(queued: list[dict[str, Any]], now: float) -> list[str]:
+    return [
+        f"  {reason:<11} {format_duration(now - w.since):>7}  {w.job}  {cut_middle(w.detail, DETAIL_WIDTH)}"
+        for reason, w in every_waiter(queued, now)
+    ]
+
+
+def _grouped(queued: list[dict[str, Any]], now: float) -> list[str]:
+    """`requires    259 jobs  oldest 84c-gpu-strata-qwen-q2_0.job 1h07m: test -f …/strata-qwen-q2_0.json`, then
+    the next oldest under it; a group of one job is that job's line."""
+    lines = []
+    hidden = 0
+    for group in group_waiting(queued, now):
+        behind = f"  on {cut_middle(group.blocker, 50)}" if group.blocker and group.count > 1 else ""
+        jobs = f"{group.count} job{'s' * (group.count != 1)}"
+        for i, w in enumerate(group.oldest):
+            same = w.detail == group.blocker or (i > 0 and w.detail == group.oldest[0].detail)
+            said = "" if same and group.count > 1 else f": {cut_middle(w.detail, DETAIL_WIDTH)}"
+            waited = f"{w.job} {format_duration(now - w.since)}{said}"
+            if i == 0:
+                lines.append(f"  {group.reason:<11} {jobs:>9}{behind}  {'oldest ' if group.count > 1 else ''}{waited}")
+            else:
+                lines.append(f"  {'':<11} {'':>9}{' ' * len(behind)}         {waited}")
+        hidden += group.count - len(group.oldest)
+    if hidden:
+        lines.append(f"  ({hidden} more waiting: --all lists every job)")
+    return lines
 
 
 def _header(status: dict[str, Any], now: float) -> list[str]:
@@ -50,6 +67,8 @@ def _header(status: dict[str, Any], now: float) -> list[str]:
             f"runner pid {runner.get('pid')} v{runner.get('version')}  heartbeat {format_duration(beat)} ago"
             f"  tick {runner.get('tick')}  root {runner.get('root')}"
         ]
+        if runner.get("started_by"):
+            lines.append(f"started: {runner['started_by']}")
     if status.get("parked"):
         lines.append(f"PARKED: {status['parked']}")
     if status.get("disk_full"):
@@ -76,7 +95,10 @@ def _lanes(status: dict[str, Any], now: float) -> list[str]:
     lines = []
     for lane in [*order, *(name for name in sorted(lanes) if name not in order)]:
         view, runs = lanes.get(lane, {}), running.get(lane, [])
-        why = f" ({view.get('reason')}: {view.get('blocker')})" if view.get("reason") and not runs else ""
+        why = ""
+        if view.get("reason") and not runs:  # never `(parked: )`: a blocker is shown only when there is one
+            blocker = cut_middle(str(view.get("blocker") or ""), DETAIL_WIDTH)
+            why = f" ({view['reason']}: {blocker})" if blocker else f" ({view['reason']})"
         slots = view.get("slots") or 1
         if slots > 1:  # a lane of several slots: how many are in use, then each job in one
             lines.append(f"  {lane:<5} {len(runs)}/{slots} slots busy{why}")

@@ -39,7 +39,7 @@ DOORS = {
         "plancompiler.commands.write",
     },
     "plancompiler.backends": {"plancompiler.backends", "plancompiler.backends.protocol", "plancompiler.backends.slurm"},
-    "runner.agent": {"runner.agent.dispatch", "runner.agent.delivery"},
+    "runner.agent": {"runner.agent.dispatch", "runner.agent.delivery", "runner.agent.unit"},
     "runner.slurm": {"runner.slurm.agent", "runner.slurm.attempt", "runner.slurm.ledger", "runner.slurm.wrapper"},
     "runner.stamps": {"runner.stamps", "runner.stamps.judge", "runner.stamps.push"},
     # the service's own runner and loop, and for the control requests (a part kept at the top, beside the

@@ -61,7 +61,7 @@ def test_park_now_requeues_running_without_an_attempt(queue_root: Path, runner: 
 
 
 def _bootstrap_and_start(host_args: list[str], root: Path) -> None:
-    code, out = plan("bootstrap", *host_args, "--python", sys.executable)
+    code, out = plan("bootstrap", *host_args, "--python", sys.executable, "--no-cgroup")
     assert code == 0, out
     assert (root / ".plan-runner/runner/service/runner.py").exists()
     command = next(line.strip() for line in out.splitlines() if "-m runner run --root" in line)

@@ -389,7 +389,7 @@ def test_html_has_everything_the_text_report_has_and_names_the_job_on_each_bar()
     narrow = by_job[("busy", "88b-gpu-build-vulkan-new.job")]  # 91 s of four hours: no room for a label
     assert narrow["label"] == "" and "88b-gpu-build-vulkan-new.job" in narrow["title"]
     waiting = by_job[("waiting", "88b-gpu-build-vulkan-new.job")]
-    assert waiting["label"] == "88b-gpu-build-vulkan-new.job"
+    assert waiting["label"] == "92c-net-mai-code.job" == waiting["data-holder"]  # what held the lane
     assert "exclusive: held by 92c-net-mai-code.job; 88b-gpu-build-vulkan-new.job waits" in waiting["title"]
 
 

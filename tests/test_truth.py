@@ -225,6 +225,8 @@ def test_report_across_the_dst_fall_back_keeps_file_order(tmp_path: Path, new_yo
     data = json.loads(result.stdout)
     assert data["jobs"]["a.job"] == {
         "attempts": 1,
+        "retries": 0,
+        "reruns": 0,
         "outcome": "done",
         "busy_s": 1200.0,
         "durations": [1200.0],
@@ -444,7 +446,9 @@ def test_push_hints_quote_the_root_and_a_dry_run_queues_nothing(
     assert dry.exit_code == 0 and "1 job would be queued on" in dry.output and not (tmp_path / "sp ace").exists()
     result = cli.invoke(app, ["push", str(root), str(_plan(tmp_path))])
     assert result.exit_code == 0 and "1 job queued on" in result.output
-    hint = result.output.split("start one with `", 1)[1].split("`", 1)[0]
+    hints = result.output.split("start one with ", 1)[1].split("`")[1::2]
+    assert hints[0] == f"plan bootstrap '{root}' --start"
+    hint = next(h for h in hints if "-m runner run" in h)
     assert hint == f"python3 -m runner run --root '{root}'"
     assert shlex.split(hint)[-1] == str(root)
 

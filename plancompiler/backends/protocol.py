@@ -49,6 +49,8 @@ class Change:
     job: str
     state: str | None
     note: str = ""
+    cost: int | None = None  # bytes of outputs running it again redoes, where the box can tell
+    cost_floor: bool = False  # the box stopped counting a huge tree: at least COST
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class PushOptions:
     lock_wait_s: float = 60.0
     dead_s: float = 300.0  # a heartbeat older than this is a dead runner (as `plan watch --dead`)
     expect_runner: bool = True  # False for `plan run`, which starts one itself
+    stop_retired: bool = False  # end this plan's running jobs that it no longer has (as `plan cancel` does)
+    allow_shared_output: tuple[str, ...] = ()  # paths another plan's job on the root may write too
+    source: str = ""  # the plan file's path, recorded with the push (who pushed this plan from where)
 
 
 @dataclass
@@ -73,6 +78,8 @@ class PushPlan:
     request: dict[str, Any] = field(default_factory=dict)
     host_state: dict[str, Any] = field(default_factory=dict)
     reruns: list[str] | None = None  # done jobs this push makes run again (None: the backend keeps no stamps)
+    maybe: list[str] = field(default_factory=list)  # done jobs queued again whose DONE_IF decides (no stamp)
+    previous: dict[str, Any] | None = None  # the last push of this plan, when it came from another source
 
     def counts(self) -> Counter[str]:
         return Counter(c.mark for c in self.changes)
@@ -85,6 +92,7 @@ class PushPlan:
             or self.request.get("record") is not None
             or self.request.get("submit")
             or self.request.get("stale")
+            or self.request.get("stop")
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -97,25 +105,50 @@ class PushPlan:
             "errors": self.errors,
             "host_state": self.host_state,
             "reruns": self.reruns,
+            "maybe_reruns": self.maybe,
+            "previous_push": self.previous,
         }
 
     def text(self) -> str:
         lines = [f"push {self.plan} -> {self.host}"]
+        again = set(self.reruns or ()) | set(self.maybe)
         for mark in ORDER:
-            for change in (c for c in self.changes if c.mark == mark):
+            for change in (c for c in self.changes if c.mark == mark and c.job not in again):
                 if mark in ("=", "d") and not change.note:
                     continue
-                note = f"  ({change.note})" if change.note else ""
-                lines.append(f"  {mark:<2} {change.job}{note}")
+                lines.append(_line(change))
+        rerun = [c for c in self.changes if c.job in again]
+        if rerun:  # last, the costly part: what this push makes run again, the most to redo first
+            known = [c.cost for c in rerun if c.cost is not None]
+            cost = f", {_size(sum(known))} of outputs to redo" if known else ""
+            lines.append(f"  runs again ({len(rerun)} job{'s' * (len(rerun) != 1)}{cost}):")
+            lines += [_line(c) for c in sorted(rerun, key=lambda c: (-(c.cost or 0), ORDER.index(c.mark), c.job))]
         counts = self.counts()
         lines.append("  " + ", ".join(f"{counts[m]} {MARKS[m]}" for m in ORDER if counts[m]))
         if self.reruns:
             lines.append(f"  will run again: {', '.join(self.reruns)}")
-        elif self.reruns is not None and any(c.state == "done" for c in self.changes):
+        if self.maybe:
+            lines.append(f"  queued again, its DONE_IF decides (no stamp): {', '.join(self.maybe)}")
+        quiet = self.reruns is not None and not self.reruns and not self.maybe
+        if quiet and any(c.state == "done" for c in self.changes):
             lines.append("  nothing will run again")
         lines += [f"warning: {w}" for w in self.warnings]
         lines += [f"error: {e}" for e in self.errors]
         return "\n".join(lines)
+
+
+def _line(change: Change) -> str:
+    note = f"  ({change.note})" if change.note else ""
+    cost = ""
+    if change.cost is not None:
+        cost = f"  [{'at least ' if change.cost_floor else ''}{_size(change.cost)}]"
+    return f"  {change.mark:<2} {change.job}{note}{cost}"
+
+
+def _size(size: int) -> str:
+    from runner.stamps import format_size
+
+    return format_size(size)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from plancompiler.backends.protocol import PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
-from plancompiler.backends.queuediff import diff, plan_record
+from plancompiler.backends.queuediff import diff, measure_paths, plan_record
 from plancompiler.backends.queuehealth import health
 from plancompiler.hosts import AgentSession, Host
 
@@ -37,7 +37,15 @@ class QueuePushSession:
 
     def diff(self, compiled: Compiled, options: PushOptions) -> PushPlan:
         external = list(compiled.graph.external) if options.verify_external and compiled.graph else []
-        probe = self.session.ask("probe", {**self.host.context(), "external": external, "allow_missing": True})
+        probe = self.session.ask(
+            "probe",
+            {
+                **self.host.context(),
+                "external": external,
+                "allow_missing": True,
+                "measure": measure_paths(compiled),  # what reruns would redo, in bytes
+            },
+        )
         if "error" in probe:
             raise Refused(f"{self.host.describe()}: {probe['error']}")
         return diff(compiled, self.host, probe, options)
@@ -53,6 +61,10 @@ class QueuePushSession:
         notes = [
             f"note: {state}/{name} had already moved (the runner took it) when the push came to change it"
             for state, name in result.get("gone", [])
+        ]
+        notes += [
+            f"stopping {name}: a cancel request the runner carries out as `plan cancel` (it goes to failed/)"
+            for name in result.get("stopping", [])
         ]
         notes.append(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed")
         return PushOutcome(plan, True, notes)

@@ -7,12 +7,15 @@ record; the backend (backends/queue.py) sends the resulting request to the host'
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from plancompiler.backends.protocol import Change, PushOptions, PushPlan, who
 from plancompiler.backends.queuehealth import health
+from plancompiler.backends.shared_outputs import shared_outputs
 from plancompiler.hosts import Host
-from runner import stamps
+from runner import identity, refusal, stamps
+from runner.durations import format_duration
 from runner.stamps import push as stamp_push
 
 if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
@@ -44,10 +47,16 @@ def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) ->
             ]
         )
     )[:12]
+    try:
+        plan_sha = hashlib.sha256(compiled.path.read_bytes()).hexdigest()[:12]
+    except OSError:
+        plan_sha = ""
     record = {
         "plan": compiled.name,
         "hash": digest,
         "by": who(),
+        # who pushed it from where: a push of this plan from another clone or user says it replaces this one's jobs
+        "source": {"by": who(), "path": str(compiled.path.resolve()), "sha": plan_sha},
         "jobs": jobs,
         "producers": graph["producers"],
         "external": graph["external"],
@@ -57,6 +66,15 @@ def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) ->
     return record
 
 
+def outputs_of(compiled: Compiled) -> dict[str, list[str]]:
+    return {job.filename: [o.value for o in job.job.outputs] for job in compiled.jobs}
+
+
+def measure_paths(compiled: Compiled) -> list[str]:
+    """What the probe measures for the cost of reruns: each output, or the directory a marker stands for."""
+    return sorted(set(stamps.stands_for(outputs_of(compiled)).values()))
+
+
 def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> PushPlan:
     """What installing COMPILED would do to the queue PROBE describes, and what refuses it."""
     work = _Diff(compiled, host, probe, options)
@@ -64,6 +82,12 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
         work.job(job.filename, job.text)
     work.prune()
     result = work.result(host)
+    _costs(result, outputs_of(compiled), probe.get("sizes"))
+    refused = refusal(probe.get("holds") or {}, identity(), host.name)
+    if refused:
+        result.errors.append(refused)
+    others: dict[str, Any] = probe["plans"] if isinstance(probe.get("plans"), dict) else {}
+    result.errors += shared_outputs(compiled.name, work.record["jobs"], others, options.allow_shared_output, host.name)
     for name, wrong in sorted((probe.get("stamp_problems") or {}).items()):
         result.warnings.append(f"{name} on {host.name}: {'; '.join(str(w[-1]) for w in wrong)}")
     if options.verify_external and probe.get("external_missing"):
@@ -164,7 +188,13 @@ class _Diff:
 
     def _failed(self, name: str, text: str, taken: str) -> None:
         if not (self.options.retry_failed or taken):
-            self.changes.append(Change("!", name, "failed", "failed; not re-queued without --retry-failed"))
+            same = self.where[name][1].get("sha") == _sha(text)
+            todo = (
+                "unchanged: --retry-failed runs it again"
+                if same
+                else "changed since: --retry-failed runs the new version"
+            )
+            self.changes.append(Change("!", name, "failed", f"{self._failure(name)}; {todo}"))
             return
         self.changes.append(Change("r", name, "failed", taken or "attempts reset"))
         self.request["remove"].append(["failed", name])
@@ -172,16 +202,45 @@ class _Diff:
             self.request["resets"].append(name)
         self.request["files"][name] = text
 
+    def _failure(self, name: str) -> str:
+        """`failed 3/3: unsupported sampler flag: -b`: its attempts and its last failure, from the probe."""
+        known = (self.probe.get("failures") or {}).get(name)
+        known = known if isinstance(known, dict) else {}
+        used, allowed = known.get("attempts"), known.get("retries")
+        counted = f" {used}/{allowed}" if isinstance(used, int) and isinstance(allowed, int) and used else ""
+        why = known.get("summary") if isinstance(known.get("summary"), str) else ""
+        return f"failed{counted}" + (f": {why[:160]}" if why else "")
+
     def prune(self) -> None:
-        """This plan's queued jobs that it no longer has: removed, or kept with --no-prune."""
-        for name in sorted(self.files.get("queue", {})):
+        """This plan's jobs that it no longer has, by state: queued ones removed (kept with --no-prune); running
+        ones keep running unless --stop-retired ends them; done and failed ones stay where they are."""
+        for name in sorted(self.where):
+            state = self.where[name][0]
             if name in self.ours or self.owner(name) != self.plan_name:
                 continue  # hand-written jobs and other plans' jobs are never pruned
-            if self.options.prune:
-                self.changes.append(Change("-", name, "queue", "no longer in the plan"))
-                self.request["remove"].append(["queue", name])
-            else:
-                self.changes.append(Change("=", name, "queue", "no longer in the plan; kept (--no-prune)"))
+            if state == "queue":
+                if self.options.prune:
+                    self.changes.append(Change("-", name, "queue", "no longer in the plan"))
+                    self.request["remove"].append(["queue", name])
+                else:
+                    self.changes.append(Change("=", name, "queue", "no longer in the plan; kept (--no-prune)"))
+            elif state == "running":
+                self._retired_running(name)
+            elif name in self.recorded:  # said once: by the push that retires it
+                where = "stays in failed/" if state == "failed" else "its outputs stay"
+                self.changes.append(Change("-", name, state, f"{state}; no longer in the plan: {where}"))
+
+    def _retired_running(self, name: str) -> None:
+        runs = (self.probe.get("status") or {}).get("running") or []
+        run = next((r for r in runs if isinstance(r, dict) and r.get("job") == name), {})
+        started = run.get("started")
+        now = float(self.probe.get("now") or 0)
+        took = f" {format_duration(now - started)}" if isinstance(started, (int, float)) and now else ""
+        if self.options.stop_retired:
+            self.changes.append(Change("-", name, "running", f"running{took}: ended by --stop-retired, as plan cancel"))
+            self.request.setdefault("stop", []).append(name)
+        else:
+            self.changes.append(Change("-", name, "running", f"running{took}: keeps running; --stop-retired ends it"))
 
     def result(self, host: Host) -> PushPlan:
         request, where = self.request, self.where
@@ -191,14 +250,52 @@ class _Diff:
         changed_record = before.get("hash") != self.record["hash"] or owned_before != self.ours or request["take_over"]
         request["record"] = self.record if changed_record else None
         request["generation"] = self.probe.get("generation", 0)
-        return PushPlan(
+        request["client"] = identity()
+        reruns = [name for name, _ in request["stale"]]
+        maybe = sorted(n for n, e in self.effects.items() if e.kind == "unstamped" and n in request["files"])
+        result = PushPlan(
             host.describe(),
             self.plan_name,
             self.changes,
             errors=self.errors,
             request=request,
-            reruns=[name for name, _ in request["stale"]],
+            reruns=reruns,
+            maybe=maybe,
         )
+        self._previous(result, before)
+        return result
+
+    def _previous(self, result: PushPlan, before: dict[str, Any]) -> None:
+        """Whether this plan was last pushed from another source (a clone, another user), and how many of the
+        jobs it left this push replaces or removes."""
+        theirs, ours = before.get("source"), self.record["source"]
+        if not isinstance(theirs, dict) or (theirs.get("by"), theirs.get("path")) == (ours["by"], ours["path"]):
+            return
+        existing = [n for n in self.request["files"] if n in self.where]
+        replaced = len(set(existing) | {n for _, n in self.request["remove"]} | set(self.request.get("stop", [])))
+        at, now = theirs.get("at"), float(self.probe.get("now") or 0)
+        ago = f" {format_duration(max(0.0, now - at))} ago" if isinstance(at, (int, float)) and now else ""
+        result.previous = {**theirs, "pushed_at": before.get("pushed_at"), "replaces": replaced}
+        if replaced:
+            result.warnings.append(
+                f"plan {self.plan_name} was last pushed by {theirs.get('by', '?')} from {theirs.get('path', '?')}"
+                f"{ago}; this push replaces {replaced} of its job{'s' * (replaced != 1)}"
+            )
+
+
+def _costs(result: PushPlan, outputs: dict[str, list[str]], sizes: Any) -> None:
+    """Each rerun's cost, from the sizes the probe measured (a job none of whose outputs exist costs nothing known)."""
+    if not isinstance(sizes, dict):
+        return
+    again = set(result.reruns or ()) | set(result.maybe)
+    stand = stamps.stands_for(outputs)
+    for i, change in enumerate(result.changes):
+        if change.job not in again:
+            continue
+        measured = [sizes[p] for p in {stand[o] for o in outputs.get(change.job, [])} if isinstance(sizes.get(p), list)]
+        if measured:
+            floor = any(not m[1] for m in measured)
+            result.changes[i] = replace(change, cost=sum(int(m[0]) for m in measured), cost_floor=floor)
 
 
 def _foreign(name: str, state: str, held_by: str | None, plan_name: str, probe: dict[str, Any]) -> str:

@@ -64,8 +64,9 @@ def _runner_state(
     if not status:
         return "never-started", (
             f"no runner has ever ticked there (no status.json under {host.root}): "
-            f"start one with `python3 -m runner run --root {shlex.quote(host.root)}` or "
-            f"`plan bootstrap {shlex.quote(host.name)}`"
+            f"start one with `plan bootstrap {shlex.quote(host.name)} --start` (detached, no systemd needed), "
+            f"`plan bootstrap {shlex.quote(host.name)}` (a systemd unit) or "
+            f"`python3 -m runner run --root {shlex.quote(host.root)}`"
         )
     if lifecycle.get("event") == "runner-stop":
         return "stopped", f"its runner stopped at {lifecycle.get('ts', '?')} (runner-stop) and has not started since"

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import typer
 
-from plancompiler import __version__
 from plancompiler.cli import compiling, operating, pushing, reporting, watching
 from plancompiler.cli.shared import GLOBAL, TemplatesOpt, app, hooks_app, internal
 
@@ -26,7 +25,9 @@ app.add_typer(hooks_app, name="hooks")
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"plan {__version__}")
+        from runner import banner
+
+        typer.echo(banner("plan"))
         raise typer.Exit(0)
 
 

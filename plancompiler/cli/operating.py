@@ -100,22 +100,37 @@ def bootstrap(
     python: Annotated[str, typer.Option("--python", help="interpreter on the host")] = "/usr/bin/python3",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would be done and change nothing")] = False,
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the runner's first heartbeat")] = 30.0,
+    start: Annotated[
+        bool,
+        typer.Option(
+            "--start",
+            help="where systemd is not running: start the runner detached (its own session and log, the unit's "
+            "flags), unless one already serves the root",
+        ),
+    ] = False,
+    tick: Annotated[str, typer.Option("--tick", help="the runner's tick (the unit's and --start's)")] = "10",
+    no_cgroup: Annotated[
+        bool, typer.Option("--no-cgroup", help="--start without --cgroup auto (where the cgroup is shared)")
+    ] = False,
 ) -> None:
     """Install the standard-library runner under HOST's queue root and its systemd unit, then wait for a heartbeat.
 
-    Idempotent. Where systemd is not running, it says exactly what to run instead.
+    Idempotent. Where systemd is not running, it prints the exact command to run instead, or with --start starts
+    the runner detached (setsid, ROOT/.plan-runner/runner.log, the unit's flags) and says so when one already runs;
+    `plan status` shows how the runner was started.
     """
     from plancompiler.commands import operate
+    from runner.agent.unit import run_flags
 
     target = resolve_host(host, hosts)
-    plan = operate.bootstrap_plan(target, user_unit, run_as, python)
+    plan = operate.bootstrap_plan(target, user_unit, run_as, python, tick)
     typer.echo("\n".join(plan.lines))
     if dry_run:
         typer.echo(plan.unit)
         typer.echo("dry run: nothing was changed", err=True)
         return
     with host_errors():
-        for line in operate.bootstrap(target, plan, user_unit, python, wait):
+        for line in operate.bootstrap(target, plan, user_unit, python, wait, start, run_flags(tick, not no_cgroup)):
             typer.echo(line)
 
 

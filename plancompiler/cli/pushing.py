@@ -56,11 +56,17 @@ def push(
     dead: Annotated[
         float, typer.Option("--dead", help="heartbeat age in seconds that counts as a dead runner (a warning)")
     ] = 300.0,
+    stop_retired: Annotated[bool, typer.Option("--stop-retired", help="end retired running jobs")] = False,
+    allow_shared_output: Annotated[
+        list[str] | None, typer.Option("--allow-shared-output", metavar="PATH", help="another plan may write PATH too")
+    ] = None,
 ) -> None:
     """Check PLAN, diff it against HOST's queue, print the diff, then install it atomically.
 
-    Marks: + new, ~ changed, = unchanged, - retired (removed unless --no-prune), ! held (failed),
-    r retried (--retry-failed), > running (left alone), >~ running but changed (reported), d done.
+    Marks: + new, ~ changed, ^ stale, = unchanged, - retired (queued: removed unless --no-prune; running: left
+    running unless --stop-retired), ! held (failed), r retried (--retry-failed), > running (left alone),
+    >~ running but changed (reported), d done. What runs again is listed last with the size of what it redoes.
+    A path that a job of another plan on the host also writes is refused unless --allow-shared-output PATH.
     A job of the same name that another plan owns is not replaced without --take-over. Pushes to one
     host take turns (--lock-wait); one whose queue changed after it looked is refused. A warning says
     when the runner there is stopped, dead, never started, or parked (--json: host_state).
@@ -83,6 +89,8 @@ def push(
         take_over=take_over,
         lock_wait_s=lock_wait,
         dead_s=dead,
+        stop_retired=stop_retired,
+        allow_shared_output=tuple(allow_shared_output or ()),
     )
 
     shown = []

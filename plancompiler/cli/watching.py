@@ -19,8 +19,10 @@ def status(
         bool, typer.Option("--json", help="print the host's status.json, counts and recent events as JSON")
     ] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds the probe may take in all")] = 60.0,
+    every: Annotated[bool, typer.Option("--all", help="every waiting job on a line (default: grouped)")] = False,
 ) -> None:
-    """What each lane runs, why each queued job waits and since when, recent ends, runner heartbeat.
+    """What each lane runs, why queued jobs wait (grouped by reason and blocker, the oldest first), recent ends,
+    the runner's heartbeat and how it was started.
 
     One bounded round trip. Exit 0, 1 if the queue cannot be read, 3 if the host is unreachable.
     """
@@ -39,7 +41,7 @@ def status(
             )
         )
     else:
-        typer.echo(status_text(target, answer))
+        typer.echo(status_text(target, answer, every))
     if answer.get("status_error"):
         raise typer.Exit(1)  # the queue's status.json is there but unreadable: said above
 

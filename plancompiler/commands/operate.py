@@ -94,14 +94,15 @@ def logs(host: Host, job: str, lines: int, follow: bool, interval: float, echo: 
 UNIT_NAME = "plan-runner.service"
 
 
-def unit_for(root: str, python: str, user_unit: bool, user: str | None) -> str:
-    from runner.unit import unit_text
+def unit_for(root: str, python: str, user_unit: bool, user: str | None, tick: str = "10") -> str:
+    from runner.agent.unit import unit_text
 
     return unit_text(
         root,
         python,
         f"{root.rstrip('/')}/.plan-runner",
         None if user_unit else user,
+        tick,
         wanted_by="default.target" if user_unit else "multi-user.target",
     )
 
@@ -113,13 +114,13 @@ class BootstrapPlan:
     lines: list[str]
 
 
-def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str) -> BootstrapPlan:
+def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str, tick: str = "10") -> BootstrapPlan:
     files = transport.runner_sources()
     user = run_as or (
         None if user_unit else (host.ssh.split("@")[0] if host.ssh and "@" in host.ssh else getpass.getuser())
     )
     try:
-        unit = unit_for(host.root, python, user_unit, user)
+        unit = unit_for(host.root, python, user_unit, user, tick)
     except ValueError as exc:
         raise OperateError(f"{host.describe()}: {exc}") from None
     return BootstrapPlan(
@@ -133,8 +134,19 @@ def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str)
     )
 
 
-def bootstrap(host: Host, plan: BootstrapPlan, user_unit: bool, python: str, wait: float) -> list[str]:
-    """Install the runner and its unit; the lines to print. OperateError when the unit started but never ticked."""
+def bootstrap(
+    host: Host,
+    plan: BootstrapPlan,
+    user_unit: bool,
+    python: str,
+    wait: float,
+    start: bool = False,
+    flags: list[str] | None = None,
+) -> list[str]:
+    """Install the runner and its unit; the lines to print. OperateError when the unit started but never ticked.
+    START: where no systemd runs, start the runner detached with FLAGS (the unit's), unless one already runs."""
+    from runner.agent.unit import run_flags
+
     result = _ask(
         host,
         "bootstrap",
@@ -147,10 +159,15 @@ def bootstrap(host: Host, plan: BootstrapPlan, user_unit: bool, python: str, wai
             "python": python,
             "wait_s": wait,
             "create": True,
+            "start": start,
+            "flags": flags if flags is not None else run_flags(),
+            "by": who(),
         },
         wait + 60,
     )
     lines = [f"  wrote {len(result.get('written', []))} files, {len(result.get('unchanged', []))} unchanged"]
+    if isinstance(result.get("start"), dict):
+        return lines + _started(host, result["start"], wait)
     if result.get("unit_error"):
         lines.append(f"  could not write {result.get('unit_path')}: {result['unit_error']}")
     lines += [f"  {command}" for command in result.get("commands", [])]
@@ -177,6 +194,24 @@ def install_hook(repo: Path, globs: str, python: str) -> Path:
     hook.write_text(pre_push_hook(python, globs))
     hook.chmod(0o755)
     return hook
+
+
+def _started(host: Host, started: dict[str, Any], wait: float) -> list[str]:
+    """What `--start` did: started (with its pid and log), or found one running; OperateError if it died."""
+    if started.get("already") is not None:
+        return [f"  a runner already serves {host.root} (pid {started['already']}, started {started.get('how')})"]
+    pid, log = started.get("started"), started.get("log")
+    if started.get("exited") is not None:
+        tail = str(started.get("log_tail") or "").strip().splitlines()[-5:]
+        raise OperateError(
+            f"the runner started on {host.name} exited {started['exited']} at once; {log}:\n" + "\n".join(tail)
+        )
+    command = " ".join(str(w) for w in started.get("command") or [])
+    lines = [f"  started the runner detached: pid {pid}, log {log}", f"  {command}"]
+    if not started.get("heartbeat"):
+        raise OperateError("\n".join(lines) + f"\nplan: no heartbeat came within {wait:g}s: see {log}")
+    lines.append("  runner is ticking")
+    return lines
 
 
 def pre_push_hook(python: str, globs: str) -> str:

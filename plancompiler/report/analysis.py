@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from plancompiler.report.events import format_ts, local_time, parse_ts, timed
@@ -12,6 +13,7 @@ from runner.durations import format_duration
 from runner.logs import signature
 from runner.readers import valid_events
 from runner.vocab import Event
+from runner.waiting import cut_middle
 
 # The synthetic last event that carries the window to its end: the runner alive now (or down since its
 # last sign of life) is the truth after the last event, not nothing.
@@ -97,7 +99,7 @@ def _clipped(spans: list[Span], start: float, end: float) -> list[Span]:
     for span in spans:
         a, b = max(span.start, start), min(span.end, end)
         if b > a:
-            clipped.append(Span(span.lane, a, b, span.state, span.job, span.cause, span.inferred, span.slots_busy))
+            clipped.append(replace(span, start=a, end=b))
     return clipped
 
 
@@ -160,6 +162,14 @@ def _cause(event: dict[str, Any]) -> str:
     return f"{reason}: {blocker}" if blocker else reason
 
 
+def _holder(event: dict[str, Any]) -> str:
+    """What held a waiting lane, as its bar's label says it: the job, the foreign process, the missing file."""
+    reason, blocker = event.get("reason", ""), str(event.get("blocker", "") or "")
+    if reason == "requires" and blocker:
+        return "missing " + cut_middle(blocker.split()[-1], 60)
+    return cut_middle(blocker, 60) if blocker else str(reason)
+
+
 def _lane_spans(items: list[tuple[float, dict[str, Any]]]) -> list[Span]:
     spans: list[Span] = []
     open_: dict[str, Span] = {}
@@ -187,7 +197,8 @@ def _lane_spans(items: list[tuple[float, dict[str, Any]]]) -> list[Span]:
             cause = _cause(event) if state == "waiting" else ("runner stopped" if state == "down" else "")
             busy = event.get("busy")
             slots_busy = busy if isinstance(busy, int) and busy > 1 and state == "busy" else 1
-            open_[lane] = Span(lane, ts, ts, state, job, cause, slots_busy=slots_busy)
+            holder = _holder(event) if state == "waiting" else ""
+            open_[lane] = Span(lane, ts, ts, state, job, cause, slots_busy=slots_busy, holder=holder)
         last_ts = ts
     for span in open_.values():
         span.end = last_ts if last_ts is not None else span.start
@@ -253,12 +264,19 @@ def _inferred_spans(items: list[tuple[float, dict[str, Any]]]) -> list[Span]:
 def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
     jobs: dict[str, JobStats] = defaultdict(JobStats)
     started: dict[str, float] = {}
+    retried: dict[str, bool] = {}  # the job's last `retry` was the runner's own (not a `plan retry` request)
     for ts, event in items:
         kind, job = event.get("event"), event.get("job", "-")
         if job == "-" or kind not in (Event.START, *_OUTCOME):
             continue
+        if kind == Event.RETRY:
+            retried[job] = "next_attempt" in event
         stats = jobs[job]
         if kind == Event.START:
+            if stats.outcome == "retrying" and retried.get(job):
+                stats.retries += 1
+            elif stats.attempts and stats.outcome:
+                stats.reruns += 1  # it had ended: run again by a push or `plan retry`, not by its RETRIES
             stats.attempts += 1
             stats.lane = event.get("lane", stats.lane)
             stats.outcome = ""  # running: a later event decides

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import time
+from dataclasses import replace
 
 from plancompiler.report.model import Report, Span
 from runner.durations import format_duration
@@ -36,22 +37,47 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _bar(span: Span, report: Report, total: float) -> str:
+def _bar(span: Span, report: Report, total: float, waiters: list[str] | None = None) -> str:
     left = 100 * (span.start - report.start) / total
     width = 100 * span.seconds / total
+    holder = ""
     if span.state == "busy":
         what, label = span.job, span.job
     elif span.state == "waiting":
-        what = f"{span.cause}" + (f"; {span.job} waits" if span.job else "")
-        label = span.job or span.cause
+        waiting = waiters or ([span.job] if span.job else [])
+        verb = "waits" if len(waiting) == 1 else "wait"
+        what = f"{span.cause}" + (f"; {', '.join(waiting)} {verb}" if waiting else "")
+        label = holder = span.holder or span.cause  # what held the lane; the jobs that waited are in the tooltip
     else:
         what, label = span.cause, span.cause
     title = f"{span.state}: {what} ({format_duration(span.seconds)}, {_t(span.start)} .. {_t(span.end)})"
     inner = f'<span class="label">{_e(label)}</span>' if label and width >= _LABEL_MIN_PERCENT else ""
     return (
         f'<div class="bar {_e(span.state)}" data-state="{_e(span.state)}" data-job="{_e(span.job)}" '
-        f'data-seconds="{span.seconds:.0f}" style="left:{left:.4f}%;width:{width:.4f}%" '
+        + (f'data-holder="{_e(holder)}" ' if holder else "")
+        + f'data-seconds="{span.seconds:.0f}" style="left:{left:.4f}%;width:{width:.4f}%" '
         f'title="{_e(title)}">{inner}</div>'
+    )
+
+
+def _merged(spans: list[Span]) -> list[tuple[Span, list[str]]]:
+    """Back-to-back waiting spans held by one holder as one bar, with every job that waited behind it."""
+    out: list[tuple[Span, list[str]]] = []
+    for span in sorted(spans, key=lambda s: s.start):
+        last, waiters = out[-1] if out else (None, [])
+        if last is not None and _same_wait(last, span):
+            out[-1] = (replace(last, end=span.end), waiters + [j for j in [span.job] if j and j not in waiters])
+        else:
+            out.append((span, [span.job] if span.job else []))
+    return out
+
+
+def _same_wait(last: Span, span: Span) -> bool:
+    return (
+        last.state == span.state == "waiting"
+        and bool(span.holder)
+        and last.holder == span.holder
+        and abs(last.end - span.start) < 1e-6
     )
 
 
@@ -85,7 +111,7 @@ def _totals(report: Report) -> list[str]:
 def _jobs(report: Report) -> str:
     rows = [
         '<h2>Jobs</h2><table id="jobs"><tr><th>job</th><th>lane</th><th>attempts</th><th>outcome</th>'
-        "<th>busy</th><th>each attempt</th></tr>"
+        "<th>busy</th><th>each attempt</th><th>retries</th><th>reruns</th></tr>"
     ]
     for name, stats in sorted(report.jobs.items()):
         took = ", ".join(format_duration(d) for d in stats.durations)
@@ -94,7 +120,7 @@ def _jobs(report: Report) -> str:
             f'<td>{_e(name)}</td><td class="text">{_e(stats.lane)}</td><td>{stats.attempts}</td>'
             f'<td class="text">{_e(stats.outcome or "unfinished")}</td>'
             f'<td data-seconds="{stats.busy_s:.0f}">{format_duration(stats.busy_s)}</td>'
-            f'<td class="text">{_e(took)}</td></tr>'
+            f'<td class="text">{_e(took)}</td><td>{stats.retries}</td><td>{stats.reruns}</td></tr>'
         )
     rows.append("</table>")
     return "".join(rows)
@@ -129,7 +155,10 @@ def render_html(report: Report) -> str:
     total = max(report.end - report.start, 1.0)
     rows = []
     for lane in report.lanes:
-        bars = [_bar(span, report, total) for span in report.spans if span.lane == lane and span.state != "idle"]
+        bars = [
+            _bar(span, report, total, waiters)
+            for span, waiters in _merged([s for s in report.spans if s.lane == lane and s.state != "idle"])
+        ]
         rows.append(
             f'<div class="lane" data-lane="{_e(lane)}"><div class="name">{_e(lane)}</div>' + "".join(bars) + "</div>"
         )

@@ -14,6 +14,12 @@ from runner.files import read_json
 from runner.readers import status_problem, terminal_safe
 
 
+def _again(stats: JobStats) -> str:
+    """` (1 retry, 2 reruns)`: a job's attempts that were retries after a failure, apart from its reruns."""
+    parts = [f"{n} {word}{'s' * (n != 1)}" for n, word in ((stats.retries, "retry"), (stats.reruns, "rerun")) if n]
+    return f" ({', '.join(parts)})".replace("retrys", "retries") if parts else ""
+
+
 @dataclass
 class Span:
     lane: str
@@ -24,6 +30,7 @@ class Span:
     cause: str = ""
     inferred: bool = False
     slots_busy: int = 1  # a busy lane of several slots: how many were in use (its lane event's `busy`)
+    holder: str = ""  # waiting: what held the lane (the holder job, the foreign pid, the missing file)
 
     @property
     def seconds(self) -> float:
@@ -33,6 +40,8 @@ class Span:
 @dataclass
 class JobStats:
     attempts: int = 0
+    retries: int = 0  # attempts the runner made again after a failure (RETRIES)
+    reruns: int = 0  # runs after the job had ended (a push that changed it, `plan retry`)
     outcome: str = ""
     busy_s: float = 0.0
     durations: list[float] = field(default_factory=list)
@@ -126,7 +135,7 @@ class Report:
             took = ", ".join(format_duration(d) for d in stats.durations)
             out.append(
                 f"  {name:<{width}}  {stats.lane:<4} {stats.attempts} attempt{'s' * (stats.attempts != 1)}"
-                f"  {stats.outcome or 'unfinished':<10} {took}"
+                f"{_again(stats)}  {stats.outcome or 'unfinished':<10} {took}"
             )
         if self.clusters:
             out.append("")

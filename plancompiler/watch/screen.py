@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from plancompiler.hosts import Host
@@ -10,9 +11,10 @@ from runner.readers import terminal_safe
 from runner.status import render_status
 
 
-def status_text(host: Host, answer: dict[str, Any]) -> str:
-    """`plan status`'s screen, made safe for a terminal: job output can hold escape sequences."""
-    return terminal_safe(_status_text(host, answer))
+def status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str:
+    """`plan status`'s screen, made safe for a terminal: job output can hold escape sequences. EVERY (`--all`):
+    each waiting job on a line of its own, instead of grouped by reason and blocker."""
+    return terminal_safe(_status_text(host, answer, every))
 
 
 def plural(n: int, word: str) -> str:
@@ -20,19 +22,26 @@ def plural(n: int, word: str) -> str:
 
 
 def _add_progress(status: dict[str, Any], answer: dict[str, Any]) -> None:
-    """Each running job's progress, as its log's tail shows it, into STATUS for render_status."""
+    """Each running job's progress and last line, both from the log tail this answer read (status.json's are as
+    old as its last write: `83% (5/6)` over `| PROGRESS: 3/6`), into STATUS for render_status."""
     logs: dict[str, Any] = answer["logs"] if isinstance(answer.get("logs"), dict) else {}
     for run in status.get("running") or []:
         log = logs.get(run["job"])
         tail = log.get("tail") if isinstance(log, dict) else None
+        if not isinstance(tail, str):
+            continue
         from runner.progress import parse_progress
 
-        progress = parse_progress(tail) if isinstance(tail, str) else None
+        progress = parse_progress(tail)
+        run.pop("progress", None)
         if progress:
             run["progress"] = progress
+        lines = [line for line in re.split(r"[\r\n]+", tail) if line.strip()]
+        if lines:
+            run["last_line"] = lines[-1][:300]
 
 
-def _status_text(host: Host, answer: dict[str, Any]) -> str:
+def _status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str:
     events, skipped = checked_events(answer)
     note = (
         (
@@ -51,7 +60,7 @@ def _status_text(host: Host, answer: dict[str, Any]) -> str:
         why = f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)"
         return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
     _add_progress(status, answer)
-    text = render_status(status, now)
+    text = render_status(status, now, every)
     if not answer.get("runner_alive", True):
         text = f"DEAD: runner pid {(status.get('runner') or {}).get('pid')} is not running\n" + text
     ends = [e for e in events if e.get("event") in ENDS]

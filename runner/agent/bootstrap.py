@@ -4,11 +4,14 @@ and started where systemd runs (else the command to start it by hand)."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from runner.agent import detach
+from runner.agent.unit import run_flags
 from runner.files import atomic_write, read_json_or_none
 from runner.queue import Queue, fresh_status
 
@@ -24,7 +27,12 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
     unit_dir = os.path.expanduser("~/.config/systemd/user") if user_unit else "/etc/systemd/system"
     unit_path = os.path.join(unit_dir, request["unit_name"])
     done["unit_path"] = unit_path
-    run = f"PYTHONPATH={lib} {request.get('python', 'python3')} -u -m runner run --root {root}"
+    flags = [str(f) for f in request.get("flags") or run_flags()]
+    run = " ".join(
+        shlex.quote(w)
+        for w in [f"PYTHONPATH={lib}", request.get("python", "python3"), "-u", "-m", "runner", "run", "--root", root]
+    )
+    run += "".join(f" {shlex.quote(f)}" for f in flags)
     has_systemd = shutil.which("systemctl") is not None and os.path.isdir("/run/systemd/system")
     try:
         os.makedirs(unit_dir, exist_ok=True)
@@ -33,7 +41,17 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
     except OSError as exc:
         done["unit_error"] = str(exc)
     if not has_systemd:
-        done["commands"] = ["# systemd is not running here; start the runner yourself, e.g. under tmux:", run]
+        if request.get("start"):
+            done["start"] = detach.start(root, {**request, "flags": flags})
+            return done
+        holder = detach.serving(root)
+        if holder is not None:
+            done["commands"] = [f"# a runner (pid {holder}) already serves {root}"]
+        else:
+            done["commands"] = [
+                "# systemd is not running here: `plan bootstrap HOST --start` starts the runner detached, or run:",
+                run,
+            ]
         return done
     done["systemd"] = True
     if _start_unit(root, request, user_unit, done) and user_unit:

@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import jobfile, pushlock, stamps
+from runner import MANIFEST_VERSION, identity, jobfile, pushlock, refusal, stamps
 from runner.controls import request_name
 from runner.files import atomic_write, open_regular, read_json, read_json_or_none
 from runner.queue import STATES, Queue, fresh_status, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
-MANIFEST_VERSION = 2
 
 
 def read_manifest(root: str) -> dict[str, Any]:
@@ -44,10 +43,13 @@ def read_manifest(root: str) -> dict[str, Any]:
                 "external": raw.get("external") or [],
             }
     generation = raw.get("generation")
+    held = raw.get("version")
     return {
         "generation": generation if isinstance(generation, int) else 0,
         "plans": plans,
         "plan": raw.get("plan") if isinstance(raw.get("plan"), str) else None,
+        # the format this root's manifest is in, and who wrote it: an older client may not rewrite it
+        "holds": {"manifest": held if isinstance(held, int) else 1, "written_by": raw.get("written_by")},
     }
 
 
@@ -60,10 +62,27 @@ def owners(manifest: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def _header_plan(name: str, data: bytes, lanes: list[str]) -> str | None:
-    """The PLAN= header as the runner reads it (runner.jobfile.parse); None for a hand-written or invalid job."""
+def _header(name: str, data: bytes, lanes: list[str]) -> jobfile.JobFile | None:
+    """The header as the runner reads it (runner.jobfile.parse); None for an invalid job."""
     parsed = jobfile.parse(name, data, lanes)
-    return parsed.plan if isinstance(parsed, jobfile.JobFile) else None
+    return parsed if isinstance(parsed, jobfile.JobFile) else None
+
+
+def _failures(root: str, failed: dict[str, Any]) -> dict[str, Any]:
+    """Each failed job's attempts used and allowed and its last failure, from state.json (for held jobs)."""
+    raw = read_json_or_none(os.path.join(root, "state.json"))
+    state: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    attempts = state["attempts"] if isinstance(state.get("attempts"), dict) else {}
+    last = state["last_failure"] if isinstance(state.get("last_failure"), dict) else {}
+    found = {}
+    for name, info in failed.items():
+        why: dict[str, Any] = last[name] if isinstance(last.get(name), dict) else {}
+        found[name] = {
+            "attempts": attempts.get(name) if isinstance(attempts.get(name), int) else None,
+            "retries": info.pop("retries", None),
+            "summary": why.get("summary") if isinstance(why.get("summary"), str) else "",
+        }
+    return found
 
 
 def runner_alive(status: Any) -> bool:
@@ -116,13 +135,22 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
                     data = handle.read()
             except OSError:
                 continue
-            entries[name] = {"sha": hashlib.sha256(data).hexdigest(), "plan": _header_plan(name, data, lanes)}
+            parsed = _header(name, data, lanes)
+            entry: dict[str, Any] = {"sha": hashlib.sha256(data).hexdigest(), "plan": parsed.plan if parsed else None}
+            if state == "failed":
+                entry["retries"] = parsed.retries if parsed else None
+            entries[name] = entry
         files[state] = entries
     manifest = read_manifest(root)
     missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
     found, torn = stamps.read_all(root)
+    failures = _failures(root, files.get("failed", {}))
     return {
         "files": files,
+        "failures": failures,
+        "holds": manifest["holds"],
+        "box": identity(),
+        "sizes": stamps.measure(request.get("measure") or []),
         "external_missing": missing,
         "status": status,
         "runner_alive": runner_alive(status),
@@ -131,7 +159,15 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "generation": manifest["generation"],
         "owners": owners(manifest),
         "plans": {
-            name: {k: v for k, v in record.items() if k in ("hash", "pushed_at", "by")}
+            name: {
+                **{k: v for k, v in record.items() if k in ("hash", "pushed_at", "by", "source")},
+                # what each job writes, for the check of outputs two plans share
+                "jobs": {
+                    job: {k: spec.get(k) for k in ("outputs", "done_if") if k in spec}
+                    for job, spec in (record.get("jobs") or {}).items()
+                    if isinstance(spec, dict)
+                },
+            }
             for name, record in manifest["plans"].items()
             if isinstance(record, dict)
         },
@@ -166,6 +202,9 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     queue.ensure()
     (Path(root) / "control").mkdir(exist_ok=True)
     manifest = read_manifest(root)
+    refused = refusal(manifest["holds"], request.get("client"), root)
+    if refused:
+        return {"error": refused}
     expected = request.get("generation")
     if expected is not None and expected != manifest["generation"]:
         return {"changed": True, "generation": manifest["generation"]}
@@ -179,6 +218,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
         # Before the files land: a stale job (and what follows it) must not be taken as done meanwhile.
         stamps.mark_stale(root, request.get("stale", []))
         _land(root, stage, files, set(request.get("replace", [])), result)
+        _stop(root, request, result)
         if (
             request.get("record") is not None
             or result["installed"]
@@ -187,7 +227,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
             or request.get("stale")
         ):
             # Every install that changed something moves the generation, so a push that looked before it is refused.
-            manifest = _record(manifest, request.get("record"), request.get("take_over", []))
+            manifest = _record(manifest, request.get("record"), request.get("take_over", []), request.get("client"))
             atomic_write(Path(root) / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         result["generation"] = manifest["generation"]
     finally:
@@ -215,6 +255,14 @@ def _reset_and_remove(root: str, request: dict[str, Any], result: dict[str, Any]
             result["gone"].append([state, name])
 
 
+def _stop(root: str, request: dict[str, Any], result: dict[str, Any]) -> None:
+    """--stop-retired: a cancel request for each retired running job, carried out by the runner as `plan cancel`."""
+    body = (json.dumps({"by": f"{request.get('by') or '?'} (push --stop-retired)"}) + "\n").encode()
+    for name in request.get("stop", []):
+        atomic_write(Path(root) / "control" / request_name("cancel", name), body)
+        result.setdefault("stopping", []).append(name)
+
+
 def _land(root: str, stage: str, files: dict[str, str], replacing: set[str], result: dict[str, Any]) -> None:
     """The staged files renamed into queue/: each appears whole or not at all."""
     for name in sorted(files):
@@ -227,7 +275,9 @@ def _land(root: str, stage: str, files: dict[str, str], replacing: set[str], res
         result["installed"].append(name)
 
 
-def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: list[str]) -> dict[str, Any]:
+def _record(
+    manifest: dict[str, Any], record: dict[str, Any] | None, take_over: list[str], writer: Any = None
+) -> dict[str, Any]:
     """The next manifest: RECORD (if any) as its plan's entry, TAKE_OVER jobs removed from other plans, unions
     rebuilt, generation + 1."""
     plans = {name: dict(entry) for name, entry in manifest["plans"].items() if isinstance(entry, dict)}
@@ -236,14 +286,16 @@ def _record(manifest: dict[str, Any], record: dict[str, Any] | None, take_over: 
         if moved and (record is None or name != record["plan"]):
             entry["jobs"] = {job: spec for job, spec in (entry.get("jobs") or {}).items() if job not in moved}
     if record is not None:
-        plans[record["plan"]] = {
-            **{k: v for k, v in record.items() if k != "plan"},
-            "pushed_at": timestamp(time.time()),
-        }
+        now = time.time()
+        entry = {k: v for k, v in record.items() if k != "plan"}
+        if isinstance(entry.get("source"), dict):
+            entry["source"] = {**entry["source"], "at": now}  # the box's clock, as the probe's `now`
+        plans[record["plan"]] = {**entry, "pushed_at": timestamp(now)}
     jobs, producers, external, slots = _unions(plans)
     last = record["plan"] if record is not None else manifest.get("plan")
     return {
         "version": MANIFEST_VERSION,
+        "written_by": writer if isinstance(writer, dict) else identity(),
         "generation": manifest["generation"] + 1,
         "plan": last,
         "plans": plans,

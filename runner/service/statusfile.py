@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import FORMAT_VERSION, __version__, logs
+from runner import FORMAT_VERSION, __version__, commit, formats, how_started, logs
 from runner.config import Config
 from runner.files import atomic_write
 from runner.procs import GpuUser
@@ -116,6 +116,9 @@ class StatusFile:
                 "instance": runner.instance,
                 "root": runner.root,
                 "started": runner.started_at,
+                "started_by": how_started(os.environ),  # systemd unit, plan bootstrap --start, or by hand
+                "commit": commit(),
+                "formats": formats(),
                 "tick_s": runner.config.tick_s,
             },
             "lane_order": list(runner.config.lanes),

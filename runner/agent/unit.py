@@ -17,6 +17,11 @@ def _word(arg: str, command: bool = True) -> str:
     return '"' + (escaped.replace("$", "$$") if command else escaped) + '"'
 
 
+def run_flags(tick: str = "10", cgroup: bool = True) -> list[str]:
+    """The flags the unit runs the runner with; `plan bootstrap --start` starts it with the same ones."""
+    return ["--tick", str(tick), *(["--cgroup", "auto"] if cgroup else [])]
+
+
 def unit_text(
     root: str,
     python: str,
@@ -35,7 +40,7 @@ After=network-online.target
 
 [Service]
 {user_line}Environment={_word("PYTHONPATH=" + pythonpath, command=False)}
-ExecStart={_word(python)} -u -m runner run --root {_word(root)} --tick {_word(tick)} --cgroup auto
+ExecStart={_word(python)} -u -m runner run --root {_word(root)} {" ".join(_word(f) for f in run_flags(tick))}
 Restart=always
 RestartSec=15
 KillMode=control-group

@@ -1,0 +1,120 @@
+"""`plan status` at backlog size (issue 30): waiting jobs grouped by reason and blocker, `--all` for every job,
+long conditions cut in the middle, one log tail for progress; and `plan bootstrap --start` without systemd."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.waiting import cut_middle, group_waiting
+from tests.conftest import RunnerProcess, pid_alive, plan_cli, wait_for, write_job
+from tests.sshd import Sshd
+
+pytestmark = pytest.mark.usefixtures("plan_env")
+DEEP = "/home/user/work/a9-agent-bench/agent-playground/bench/a9-results/matrix/strata"
+
+
+def test_the_view_model_groups_by_reason_and_blocker_with_the_oldest_first() -> None:
+    now = 10_000.0
+    queued = [
+        {"job": f"84c-{i:03d}.job", "reason": "requires", "since": now - i, "detail": f"test -f {DEEP}/s-{i}.json"}
+        for i in range(259)
+    ]
+    queued += [
+        {"job": f"9{i}-gpu.job", "reason": "exclusive", "since": now - 5, "detail": "n holds net", "blocker": "n.job"}
+        for i in range(4)
+    ]
+    queued += [
+        {"job": f"b{i}.job", "reason": "blocked", "since": now, "detail": "x", "blocker": f"p{i}"} for i in range(5)
+    ]
+    groups = group_waiting(queued, now)
+    assert [(g.reason, g.blocker, g.count) for g in groups] == [
+        ("blocked", "", 5),  # more blockers than MAX_BLOCKERS: one group, each job's detail says its own
+        ("exclusive", "n.job", 4),
+        ("requires", "", 259),
+    ]
+    assert [w.job for w in groups[2].oldest] == ["84c-258.job", "84c-257.job", "84c-256.job"]
+    cut = cut_middle(f"test -f {DEEP}/strata-qwen-q2_0.json", 48)
+    assert len(cut) == 48 and cut.startswith("test -f /home/") and cut.endswith("/strata-qwen-q2_0.json") and "…" in cut
+
+
+def test_status_of_a_backlog_is_grouped_and_all_lists_every_job(tmp_path: Path, queue_root: Path) -> None:
+    gate = tmp_path / "gate"
+    write_job(
+        queue_root,
+        "1-net-dl.job",
+        f"# LANE=net\necho 'PROGRESS: 1/6'\nwhile [ ! -e {gate} ]; do sleep 0.1; done\n"
+        "echo 'PROGRESS: 3/6'\nsleep 300\n",
+    )
+    for i in range(6):
+        write_job(queue_root, f"5{i}-gpu-bench.job", "# LANE=gpu\ntrue\n")
+    for i in range(40):
+        write_job(
+            queue_root,
+            f"84c-cpu-strata-{i:02d}.job",
+            f"# LANE=cpu\n# REQUIRES=test -f {DEEP}/strata-{i:02d}.json\ntrue\n",
+        )
+    runner = RunnerProcess(queue_root).start("--tick", "30")
+    try:
+        runner.wait_event("start", job="1-net-dl.job")
+        wait_for(lambda: len(runner.status()["queued"]) == 46 and "PROGRESS: 1/6" in str(runner.status()["running"]))
+        gate.touch()
+        log = queue_root / "logs/1-net-dl.job.log"
+        wait_for(lambda: "PROGRESS: 3/6" in log.read_text())
+        assert "PROGRESS: 1/6" in str(runner.status()["running"])  # status.json is as old as its last tick
+        code, out = plan_cli("status", str(queue_root))
+        assert code == 0, out
+        lines = out.splitlines()
+        assert "        50% (3/6)" in lines and "        | PROGRESS: 3/6" in lines and "1/6" not in out  # one source
+        assert "waiting (46):" in lines and len(lines) < 25
+        requires = next(ln for ln in lines if ln.startswith("  requires"))
+        assert "40 jobs  oldest 84c-cpu-strata-" in requires and requires.endswith(".json")
+        assert "…" in requires and "/strata-" in requires[requires.index("…") :]  # cut in the middle, name kept
+        exclusive = next(ln for ln in lines if ln.startswith("  exclusive"))
+        assert "6 jobs  on 1-net-dl.job  oldest 50-gpu-bench.job" in exclusive
+        assert "  (40 more waiting: --all lists every job)" in lines
+        code, out = plan_cli("status", str(queue_root), "--all")
+        assert code == 0 and sum("84c-cpu-strata-" in ln for ln in out.splitlines()) == 40
+        assert sum("-gpu-bench.job" in ln for ln in out.splitlines()) == 6
+    finally:
+        runner.stop()
+
+
+def test_a_lane_without_a_blocker_shows_none(tmp_path: Path, queue_root: Path) -> None:
+    runner = RunnerProcess(queue_root).start()
+    try:
+        assert plan_cli("park", str(queue_root), "--reason", "reboot")[0] == 0
+        write_job(queue_root, "1-gpu.job", "# LANE=gpu\ntrue\n")
+        wait_for(lambda: runner.status()["lanes"]["gpu"].get("reason") == "parked")
+        out = plan_cli("status", str(queue_root))[1]
+        assert "  gpu   waiting (parked)" in out and ": )" not in out
+    finally:
+        runner.stop()
+
+
+def test_bootstrap_start_runs_the_runner_detached_once_and_status_says_how(tmp_path: Path, sshd: Sshd) -> None:
+    root = tmp_path / "box"
+    hosts = sshd.hosts_file(root)
+    args = ["bootstrap", "testbox", "--hosts", str(hosts), "--user", "--python", sys.executable, "--start"]
+    code, out = plan_cli(*args, "--no-cgroup", "--tick", "0.5")
+    assert code == 0, out
+    assert "  started the runner detached: pid " in out and "runner is ticking" in out
+    pid = int(out.split("detached: pid ", 1)[1].split(",", 1)[0])
+    try:
+        assert f"--root {root} --tick 0.5" in out and str(root / ".plan-runner/runner.log") in out
+        assert os.getsid(pid) == pid  # its own session: the ssh session that started it has ended
+        code, out = plan_cli("status", "testbox", "--hosts", str(hosts))
+        assert code == 0 and f"runner pid {pid}" in out
+        assert "started: plan bootstrap --start by " in out
+        code, out = plan_cli(*args, "--no-cgroup")
+        assert code == 0, out
+        assert f"a runner already serves {root} (pid {pid}, started plan bootstrap --start by " in out
+        assert "started the runner" not in out
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not pid_alive(pid), 20)
+    assert "runner-stop" in (root / "events.jsonl").read_text()
