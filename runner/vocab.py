@@ -56,6 +56,7 @@ class Reason(str, Enum):
     SETTLING = "settling"
     DISK_FULL = "disk-full"
     STALE = "stale"
+    DRAINED = "drained"  # on Slurm: no node it may run on takes jobs now (drained, down, partition down)
 
     def __str__(self) -> str:
         return self.value

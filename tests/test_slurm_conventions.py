@@ -102,10 +102,16 @@ def test_jobs_get_only_their_lanes_environment_and_resources(
         shown = subprocess.run(
             ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env
         ).stdout
+        # Slurm's own tool shows what the job is: its options as #SBATCH lines and its body
+        script = subprocess.run(
+            ["scontrol", "write", "batch_script", str(job_id), "-"], capture_output=True, text=True, env=slurm.env
+        ).stdout
         wait_for(lambda: ended(root, "ev", "show"), 60, 0.2)
     finally:
         cancel_root(slurm, root)
     assert out.read_text() == "G=hi $there L=none\n"
+    assert "#SBATCH --job-name=ev/show\n" in script and "#SBATCH --mem=100M\n" in script, script
+    assert f"#   env > {out}.env; echo" in script and "the body of show" in script, script
     # exactly the lane's env, the wrapper's, Slurm's SLURM_* and a plain few: no login profile (which
     # --export=NONE loaded), nothing of the submitting process
     names = {line.split("=", 1)[0] for line in Path(f"{out}.env").read_text().splitlines() if "=" in line}

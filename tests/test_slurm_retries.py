@@ -294,3 +294,24 @@ def test_an_attempt_slurm_ends_on_a_node_failure_is_retried_with_its_dependents(
     retry = next(e for e in events if e["event"] == "retry")
     assert retry["cause"] == "NODE_FAIL" and retry["next_attempt"] == 2, retry
     assert (tmp_path / "next.out").exists()  # Slurm cancelled it with the node's failure; submitted again
+
+
+def test_a_job_waiting_on_a_drained_node_reads_drained(tmp_path: Path, shaky: Slurm) -> None:
+    root = tmp_path / "submit"
+    p = write_plan(tmp_path / "dr.yaml", "dr", "  - name: waits\n    run: 'true'\n")
+    hosts = shaky.hosts_file(root)
+    node = ["scontrol", "update", "NodeName=localhost"]
+    subprocess.run([*node, "State=DRAIN", "Reason=plantest"], env=shaky.env, check=True)
+    try:
+        assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+
+        def waiting() -> dict | None:
+            code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+            queued = json.loads(out)["status"]["queued"]
+            return next((q for q in queued if q["reason"] != "order"), None) if queued else None
+
+        item = wait_for(waiting, 30, 0.3)
+        assert item["reason"] == "drained" and item["detail"].startswith("ReqNodeNotAvail"), item
+    finally:
+        subprocess.run([*node, "State=RESUME"], env=shaky.env, capture_output=True)
+        cancel_root(shaky, root)

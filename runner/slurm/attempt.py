@@ -289,6 +289,7 @@ def _wrapping(spec: dict[str, Any], label: str, where: tuple[Path, list[int], in
         "env": spec["env"],
         "where": where,
         "slurm_conf": spec["slurm_conf"],
+        "shown": (list(spec["sbatch"]), [(spec["name"], spec.get("text") or "")]),
     }
 
 

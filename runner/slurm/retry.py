@@ -77,7 +77,13 @@ def _submit(
         return None, f"{plan}/{name}: no bundle holds its script any more"
     bundle, entry, element = found
     script = wrapper_text(
-        root, plan, f"job {name}", element.get("env") or {}, (Path(bundle), [entry], attempt), element.get("slurm_conf")
+        root,
+        plan,
+        f"job {name}",
+        element.get("env") or {},
+        (Path(bundle), [entry], attempt),
+        element.get("slurm_conf"),
+        (list(element["sbatch"]), [(name, element.get("text") or "")]),
     )
     rc, out, err = slurm(
         ["sbatch", "--parsable", *element["sbatch"], *extra], submit_env(env.get("SLURM_CONF")), 60, script

@@ -145,7 +145,8 @@ def _array_name(unit: Unit) -> str:
 def _script(root: str, plan: str, unit: Unit, bundle: Path, entries: dict[str, int], request: dict[str, Any]) -> str:
     label = f"array {_array_name(unit)}" if unit.array else f"job {unit.jobs[0]['name']}"
     where = (bundle, [entries[job["name"]] for job in unit.jobs], 1)
-    return wrapper_text(root, plan, label, unit.jobs[0].get("env") or {}, where, request.get("slurm_conf"))
+    shown = (_argv(root, plan, unit, request)[2:], [(job["name"], job["text"]) for job in unit.jobs])
+    return wrapper_text(root, plan, label, unit.jobs[0].get("env") or {}, where, request.get("slurm_conf"), shown)
 
 
 def submit(

@@ -33,6 +33,11 @@ REASONS = {
     "BeginTime": Reason.BACKOFF,
     "JobHeldUser": Reason.PARKED,
     "JobHeldAdmin": Reason.PARKED,
+    "ReqNodeNotAvail": Reason.DRAINED,
+    "NodeDown": Reason.DRAINED,
+    "PartitionDown": Reason.DRAINED,
+    "PartitionInactive": Reason.DRAINED,
+    "PartitionNodeLimit": Reason.DRAINED,
 }
 
 
@@ -55,7 +60,7 @@ def _waiting(
     key: str, record: dict[str, Any], last: dict[str, Any], cur: dict[str, Any] | None, names: dict[str, str]
 ) -> dict[str, Any]:
     reason_text = cur["reason"] if cur else "BeginTime"
-    reason = REASONS.get(reason_text, Reason.ORDER)
+    reason = REASONS.get(reason_text.split(",")[0], Reason.ORDER)
     detail = reason_text
     if reason is Reason.BACKOFF and last.get("after") == "gated":
         reason, detail = Reason.REQUIRES, "its external REQUIRES was false; checked again at the begin time"
@@ -176,9 +181,12 @@ def _due(key: str, record: dict[str, Any], last: dict[str, Any]) -> dict[str, An
     }
 
 
-def _blocked_item(item: dict[str, Any], record: dict[str, Any], jobs: dict[str, Any], live: Live) -> dict[str, Any]:
+def _blocked_item(
+    item: dict[str, Any], record: dict[str, Any], jobs: dict[str, Any], live: Live, cur: dict[str, Any] | None
+) -> dict[str, Any]:
     bad = [d for d in record.get("deps", []) if state_of(jobs.get(d), live)[0] in FINISHED_BAD]
-    detail = f"its producer {', '.join(bad) or '?'} failed ({item['detail']})"
+    said = f" (Slurm: {cur['reason']})" if cur and cur.get("reason") not in (None, "", "None") else ""
+    detail = f"its producer {', '.join(bad) or '?'} failed{said}"
     return dict(item, reason=Reason.BLOCKED.value, blocker=", ".join(bad), detail=detail)
 
 
@@ -212,7 +220,7 @@ def view(
             counts["failed"] += 1
             if blocked(record, last, jobs, live):
                 item = _waiting(job_key(plan, name), record, last, cur, names)
-                queued.append(_blocked_item(item, record, jobs, live))
+                queued.append(_blocked_item(item, record, jobs, live, cur))
     for item in queued:
         item["since"] = item["since"] or now
     return {

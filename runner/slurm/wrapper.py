@@ -114,18 +114,29 @@ def wrapper_text(
     env: dict[str, str],
     where: tuple[Path, list[int], int],
     slurm_conf: str | None = None,
+    shown: tuple[list[str], list[tuple[str, str]]] = ([], []),
 ) -> str:
     """The sbatch script of LABEL: WHERE is (bundle, entries, attempt). One entry is a job; several are an array
-    whose element i runs entry i of them (SLURM_ARRAY_TASK_ID)."""
+    whose element i runs entry i of them (SLURM_ARRAY_TASK_ID). SHOWN: its sbatch options and (name, body) of
+    its jobs, written into it for a reader of `scontrol write batch_script` (the bundle stays what runs)."""
     q = shlex.quote
     bundle, entries, attempt = where
-    lines = [
-        "#!/bin/bash",
-        f"# plan {plan}, {label}: written by `plan push`; its sbatch options are on sbatch's command line.",
+    options, bodies = shown
+    lines = ["#!/bin/bash"]
+    # The options as #SBATCH lines where sbatch's own parser reads them as given (no blank, no quote): the same
+    # ones are on sbatch's command line, which wins; the others are said in a comment.
+    lines += [f"#SBATCH {o}" for o in options if not any(c in o for c in " \t'\"\\")]
+    lines += [f"# (on sbatch's command line) {o}" for o in options if any(c in o for c in " \t'\"\\")]
+    lines += [
+        f"# plan {plan}, {label}: written by `plan push`.",
         "# Attempts, the timer, DONE_IF and external gates are the runner's (runner.slurm.attempt); the",
         "# environment is only what is set here and sbatch's own few (runner.slurm.wrapper.submit_env).",
-        'export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"',
     ]
+    for i, (name, text) in enumerate(bodies):
+        where_ = f"element {i}: " if len(bodies) > 1 else ""
+        lines.append(f"# {where_}the body of {name}, which the last line runs from {bundle.name}:")
+        lines += [f"#   {line}" for line in text.splitlines()]
+    lines.append('export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"')
     if slurm_conf:
         lines.append(f"export SLURM_CONF={q(slurm_conf)}")
     lines += [f"export {key}={q(str(value))}" for key, value in sorted(env.items())]
