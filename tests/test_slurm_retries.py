@@ -315,3 +315,17 @@ def test_a_job_waiting_on_a_drained_node_reads_drained(tmp_path: Path, shaky: Sl
     finally:
         subprocess.run([*node, "State=RESUME"], env=shaky.env, capture_output=True)
         cancel_root(shaky, root)
+
+
+def test_a_gate_checks_events_are_valid_events_once_slurm_has_forgotten_the_check(tmp_path: Path) -> None:
+    """A closed gate's check is a Slurm job that ends with no state of its own once squeue forgets it: its
+    requires-wait event carried `"state": null`, which every reader skipped as malformed."""
+    from runner.readers import event_problem
+    from runner.slurm.events import attempt_events
+
+    gated = {"id": 7, "attempt": 1, "kind": "gated", "result": True, "start": 1.0, "end": 2.0, "state": None}
+    ledger = {"plans": {"gt": {"jobs": {"g": {"lane": "cpu", "deps": [], "attempts": [gated, {"id": 9}]}}}}}
+    found = attempt_events(str(tmp_path), ledger, {})
+    events = [{"ts": "2026-12-03 10:00:00", "job": key, "event": kind.value, **d} for _, key, kind, d, _ in found]
+    assert [e["event"] for e in events] == ["requires-wait"]
+    assert [event_problem(e) for e in events] == [None], events

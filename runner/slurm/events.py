@@ -81,7 +81,9 @@ def _end_details(
     root: str, where: tuple[str, str], record: dict[str, Any], attempt: dict[str, Any], kind: Event, info: dict
 ) -> dict[str, Any]:
     plan, name = where
-    details = {**_base(record, attempt), "state": info.get("state"), "rc": attempt.get("rc")}
+    details = {**_base(record, attempt), "rc": attempt.get("rc")}
+    if info.get("state"):  # a gate's check has none of its own: a null state is a malformed event
+        details["state"] = info["state"]
     attempts = record.get("attempts") or []
     if kind is Event.RETRY:
         nxt = attempts[attempts.index(attempt) + 1]
