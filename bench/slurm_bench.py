@@ -2,7 +2,9 @@
 job arrays, and the same 2000 as separate jobs), and the same 200-job plan on Slurm and on the bundled runner:
 push-to-done, and the latency from a producer's end to its consumer's start. Runs alternated, figures as
 min / median / max: `python3 bench/slurm_bench.py [PUSH_RUNS [PLAN_RUNS]]` (5 and 3 by default: one 200-job
-run on Slurm takes minutes)."""
+run on Slurm takes minutes). `python3 bench/slurm_bench.py latency [RUNS]` (7 by default): a producer's end to
+its dependent's start, a plan's `after:` pushed by `plan push` against the same two bodies submitted by hand
+with plain `sbatch --dependency=afterok`, paired runs alternated."""
 
 from __future__ import annotations
 
@@ -116,6 +118,80 @@ def bench_push(cluster: Slurm, base: Path, runs: int) -> str:
     )
 
 
+MARK = 'echo "$(date +%s.%N) {what}" >> {spans}'
+
+
+def _ends(spans: Path) -> float:
+    """Seconds from the producer body's last line to the dependent body's first, once both are written."""
+    deadline = time.monotonic() + 120
+    while True:
+        marks = dict(line.split()[::-1] for line in spans.read_text().splitlines()) if spans.exists() else {}
+        if "start-c" in marks and "end-p" in marks:
+            return float(marks["start-c"]) - float(marks["end-p"])
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the pair did not run: {marks}")
+        time.sleep(0.05)
+
+
+def latency_tool(cluster: Slurm, work: Path) -> float:
+    spans = work / "spans"
+    work.mkdir(parents=True)
+    plan = work / "pair.yaml"
+    p_body = f"{MARK.format(what='end-p', spans=spans)}; touch {work}/p.out"
+    plan.write_text(
+        "plan: pair\njobs:\n"
+        f"  - name: p\n    run: '{p_body}'\n    outputs: ['{work}/p.out']\n"
+        f"  - name: c\n    run: '{MARK.format(what='start-c', spans=spans)}'\n    requires: [{{after: p}}]\n"
+    )
+    subprocess.run(plan_cli("check", str(plan)), env=PY_ENV, check=False, capture_output=True)  # lint cache warm
+    hosts = cluster.hosts_file(work / "submit")
+    subprocess.run(
+        plan_cli("push", "cluster", str(plan), "--hosts", str(hosts)), env=PY_ENV, check=True, capture_output=True
+    )
+    return _ends(spans)
+
+
+def latency_plain(cluster: Slurm, work: Path) -> float:
+    spans = work / "spans"
+    work.mkdir(parents=True)
+    base = ["sbatch", "--parsable", f"--chdir={work}", "--output=/dev/null", "--kill-on-invalid-dep=yes"]
+    p = subprocess.run(
+        [*base, "--wrap", MARK.format(what="end-p", spans=spans)],
+        env=cluster.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    subprocess.run(
+        [*base, f"--dependency=afterok:{p}", "--wrap", MARK.format(what="start-c", spans=spans)],
+        env=cluster.env,
+        check=True,
+        capture_output=True,
+    )
+    return _ends(spans)
+
+
+def bench_latency(runs: int = 7) -> None:
+    base = Path(tempfile.mkdtemp(prefix="plan-slurm-latency-"))
+    cluster = start_slurm(base / "cluster")
+    samples: dict[str, list[float]] = {"plan push, `after:`": [], "plain sbatch --dependency=afterok": []}
+    try:
+        for run in range(runs):  # alternated, so the machine's noise hits both alike
+            samples["plan push, `after:`"].append(latency_tool(cluster, base / f"tool-{run}"))
+            samples["plain sbatch --dependency=afterok"].append(latency_plain(cluster, base / f"plain-{run}"))
+    finally:
+        stop_slurm(cluster)
+        shutil.rmtree(base, ignore_errors=True)
+    print(
+        table(
+            f"a producer's end (its body's last line) to its dependent's start (its body's first), {runs} paired runs",
+            ["submitted by", "job end -> dependent start"],
+            [[kind, spread(values)] for kind, values in samples.items()],
+        )
+    )
+    print(machine())
+
+
 def main(push_runs: int = 5, runs: int = 3) -> None:
     base = Path(tempfile.mkdtemp(prefix="plan-slurm-bench-"))
     cluster = start_slurm(base / "cluster", min_job_age=10)  # cancelled bench jobs leave the controller soon
@@ -152,4 +228,7 @@ def main(push_runs: int = 5, runs: int = 3) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    if sys.argv[1:2] == ["latency"]:
+        bench_latency(*(int(a) for a in sys.argv[2:3]))
+    else:
+        main(*(int(a) for a in sys.argv[1:3]))

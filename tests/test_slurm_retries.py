@@ -329,3 +329,26 @@ def test_a_gate_checks_events_are_valid_events_once_slurm_has_forgotten_the_chec
     events = [{"ts": "2026-12-03 10:00:00", "job": key, "event": kind.value, **d} for _, key, kind, d, _ in found]
     assert [e["event"] for e in events] == ["requires-wait"]
     assert [event_problem(e) for e in events] == [None], events
+
+
+def test_a_job_slurm_requeued_reads_slurms_reason_not_a_negative_backoff(tmp_path: Path, slurm: Slurm) -> None:
+    """On the shared cluster: Slurm's default JobRequeue=1 lets `scontrol requeue` put a running job back."""
+    root, started = tmp_path / "submit", tmp_path / "started"
+    p = write_plan(tmp_path / "rq.yaml", "rq", f"  - name: again\n    run: touch {started}; sleep 120\n")
+    hosts = slurm.hosts_file(root)
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    try:
+        wait_for(started.exists, 60, 0.1)
+        job = str(attempts(root, "rq", "again")[0]["id"])
+        subprocess.run(["scontrol", "requeue", job], env=slurm.env, check=True)
+
+        def requeued() -> dict | None:
+            code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+            answer = json.loads(out)
+            return next((q for q in answer["status"]["queued"] if "requeued" in q["detail"]), None)
+
+        item = wait_for(requeued, 30, 0.3)
+        assert item["detail"].startswith("requeued by Slurm (1 times), BeginTime; eligible again at "), item
+        assert item["since"] <= time.time(), item  # waiting since it was queued again, not for minus 117 s
+    finally:
+        cancel_root(slurm, root)

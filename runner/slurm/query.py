@@ -23,6 +23,7 @@ SQUEUE_FIELDS = (
     "Dependency",
     "Comment",
     "JobID",
+    "RestartCnt",
     "WorkDir",  # last: a path may hold anything, even the separator
 )
 SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
@@ -93,7 +94,8 @@ def squeue(env: dict[str, str]) -> Live:
             "end": slurm_time(parts[5]),
             "eligible": slurm_time(parts[6]),
             "submitted": slurm_time(parts[7]),
-            "workdir": parts[11][:-1] if parts[11].endswith("|") else parts[11],
+            "restarts": int(parts[11]) if parts[11].strip().isdigit() else 0,
+            "workdir": parts[12][:-1] if parts[12].endswith("|") else parts[12],
         }
     return jobs
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from runner import pushlock
 from runner.logs import last_line
-from runner.queue import Queue
+from runner.queue import Queue, timestamp
 from runner.readers import tail
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.events import attempt_events, blocked, job_key
@@ -64,6 +64,9 @@ def _waiting(
     detail = reason_text
     if reason is Reason.BACKOFF and last.get("after") == "gated":
         reason, detail = Reason.REQUIRES, "its external REQUIRES was false; checked again at the begin time"
+    elif cur and cur.get("restarts"):  # Slurm requeued it (node failure, scontrol requeue): Slurm's reason
+        begins = f"; eligible again at {timestamp(cur['eligible'])}" if cur.get("eligible") else ""
+        detail = f"requeued by Slurm ({cur['restarts']} times), {reason_text}{begins}"
     elif reason is Reason.BACKOFF:
         after = str(last.get("after") or "").upper()
         cause = f" after {after}" if after in SLURM_ENDED else ""
@@ -73,6 +76,8 @@ def _waiting(
         blocker = ", ".join(_dependency_names(cur, names))
         detail += f": {blocker}"
     since = (cur or {}).get("eligible") or (cur or {}).get("submitted") or last.get("submitted")
+    if since and cur and cur.get("submitted") and since > time.time():  # a begin time ahead: waiting since submitted
+        since = cur["submitted"]
     return {
         "job": key,
         "lane": record.get("lane", ""),
