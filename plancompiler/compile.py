@@ -122,4 +122,6 @@ def manifest(compiled: Compiled) -> dict[str, Any]:
     }
     if compiled.plan.slots:
         found["slots"] = compiled.plan.slots  # the runner counts these (its --slots flag overrides them)
+    if compiled.plan.gpus:
+        found["gpus"] = compiled.plan.gpus  # lane -> the GPUs it gives its jobs (the runner's --gpus overrides)
     return found

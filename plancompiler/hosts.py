@@ -32,6 +32,7 @@ class Host:
     backend: str = "queue"
     slurm: SlurmHostEntry | None = None  # the Slurm settings of a `backend: slurm` host
     slots: tuple[tuple[str, int], ...] = ()  # lane -> slots from a queue host's `lanes:` (pushed to its manifest)
+    gpus: tuple[int, ...] = ()  # a queue host's `gpus:`: the GPUs its gpu lane gives its jobs (pushed to its manifest)
 
     @classmethod
     def from_entry(cls, name: str, entry: HostEntry) -> Host:
@@ -50,6 +51,7 @@ class Host:
             slots=tuple((lane, spec.slots) for lane, spec in entry.lanes.items())
             if isinstance(entry, QueueHostEntry)
             else (),
+            gpus=tuple(entry.gpus or ()) if isinstance(entry, QueueHostEntry) else (),
         )
 
     @property

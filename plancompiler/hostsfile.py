@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from plancompiler.diagnostics import PlanError
 from plancompiler.load import Source, load_yaml
@@ -41,6 +41,17 @@ class QueueHostEntry(HostEntry):
     """A queue host (the default backend): a runner there runs each lane's slots at once."""
 
     lanes: dict[str, QueueLane] = Field(default_factory=dict, description="lane -> {slots: N} (pushed to the runner)")
+    gpus: list[int] | None = Field(
+        None,
+        description="the GPUs of this box the gpu lane gives its jobs, one each (e.g. [0, 1]; pushed to the runner)",
+    )
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (not value or len(set(value)) != len(value) or not all(0 <= d < 1024 for d in value)):
+            raise ValueError(f"gpus: GPU indexes such as [0, 1], each once, got {value!r}")
+        return value
 
 
 class SlurmLane(_Strict):

@@ -107,6 +107,9 @@ class Job(Strict):
     done_if: Requirement | list[Requirement] | None = Field(None, description="defaults to the outputs")
     retries: int = Field(1, ge=1, description="attempts allowed")
     timeout: str | None = Field(None, description="wall-clock limit: 90, 90s, 10m, 6h")
+    gpus: int | None = Field(
+        None, ge=1, le=64, description="GPUs the job takes where its host's gpu lane gives each job its own (--gpus)"
+    )
     warn_after: str | None = Field(None, description="running longer raises long-running")
     shellcheck_disable: list[str] = Field(default_factory=list, description="shellcheck codes to ignore, e.g. SC2034")
     rerun: Literal["on-change", "never"] = Field(
@@ -157,6 +160,26 @@ class Lane(Strict):
     """A lane given as a mapping: `lanes: {cpu: {slots: 4}, net: {slots: 2}}` (the list form has 1 slot each)."""
 
     slots: int = Field(1, ge=1, le=1024, description="jobs of this lane that run at once")
+    devices: list[int] | None = Field(
+        None,
+        description="the GPUs this lane gives its jobs, one slot each (e.g. [0, 1]): each job gets its own in "
+        "CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and PLAN_GPU (the runner's gpu lane)",
+    )
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        if not value or len(set(value)) != len(value) or not all(0 <= d < 1024 for d in value):
+            raise ValueError(f"devices: GPU indexes such as [0, 1], each once, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_count(self) -> Lane:
+        if self.devices is not None and "slots" in self.model_fields_set and self.slots != len(self.devices):
+            raise ValueError("give `devices` or `slots`, not both: a lane of GPUs has one slot per GPU")
+        return self
 
 
 class Plan(Strict):
@@ -170,7 +193,16 @@ class Plan(Strict):
     @property
     def slots(self) -> dict[str, int]:
         """Lane -> jobs it runs at once, as the plan's mapping form gives them ({} for the list form)."""
-        return {lane: spec.slots for lane, spec in self.lanes.items()} if isinstance(self.lanes, dict) else {}
+        if not isinstance(self.lanes, dict):
+            return {}
+        return {lane: len(spec.devices) if spec.devices else spec.slots for lane, spec in self.lanes.items()}
+
+    @property
+    def gpus(self) -> dict[str, list[int]]:
+        """Lane -> the GPUs it gives its jobs (`devices:`), where the plan names them."""
+        if not isinstance(self.lanes, dict):
+            return {}
+        return {lane: list(spec.devices) for lane, spec in self.lanes.items() if spec.devices}
 
     @field_validator("lanes", mode="before")
     @classmethod
@@ -189,6 +221,15 @@ class Plan(Strict):
             slots = spec.get("slots", 1)
             if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 1024:
                 raise ValueError(f"{lane}.slots: a whole number >= 1 (at most 1024), got {slots!r}")
+            devices = spec.get("devices")
+            if devices is not None:
+                whole = isinstance(devices, list) and all(type(d) is int and 0 <= d < 1024 for d in devices)
+                if not whole or not devices or len(set(devices)) != len(devices):
+                    raise ValueError(f"{lane}.devices: GPU indexes such as [0, 1], each once, got {devices!r}")
+                if "slots" in spec and spec["slots"] != len(devices):
+                    raise ValueError(
+                        f"{lane}: give `devices` or `slots`, not both: a lane of GPUs has one slot per GPU"
+                    )
         return {lane: spec or {} for lane, spec in value.items()}
 
     @field_validator("lanes")

@@ -390,6 +390,7 @@ def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comm
         "retries": spec.retries if spec.retries != 1 else None,
         "timeout": spec.timeout,
         "warn_after": spec.warn_after,
+        "gpus": spec.gpus,
         "outputs": [o.value for o in job.outputs],
         "comment": comment,
     }

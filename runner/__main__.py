@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "status":
         return _status(args)
+    if args.command == "gpus":
+        return _gpus(args)
     from runner.agent.unit import unit_text
 
     package_parent = str(Path(__file__).resolve().parent.parent)
@@ -72,6 +74,48 @@ def _status(args: argparse.Namespace) -> int:
         print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(status, indent=1) if args.json else render_status(status, time.time(), args.all))
+    return 0
+
+
+def _gpus(args: argparse.Namespace) -> int:
+    """What the runner sees of the GPUs: two samples --window apart, judged as the gpu lane judges them."""
+    from runner import procs
+    from runner.digest import sha1_hex
+    from runner.service.gpu import GpuRules, GpuWatch, Roots, find_devices, gpu_status
+    from runner.status import gpu_lines
+
+    roots = Roots(args.gpu_proc, args.gpu_sys, args.gpu_dev)
+    watch = GpuWatch(
+        GpuRules(args.gpu_names, args.gpu_ignore, args.window, args.gpu_memory, tuple(args.gpu_device), roots)
+    )
+    prefix = sha1_hex(str(args.root.resolve()).encode())[:12] + ":" if args.root else None
+
+    def owner(proc: procs.Proc) -> str | None:
+        if prefix and proc.tag and proc.tag.startswith(prefix):
+            return proc.tag.rsplit(":", 1)[-1]
+        return None
+
+    watch.observe(time.time(), procs.all_stats(), owner)
+    time.sleep(args.window)
+    now = time.time()
+    seen = watch.observe(now, procs.all_stats(), owner)
+    status = gpu_status(seen, [])
+    if args.json:
+        status["nodes"] = {str(d.index): list(d.nodes) for d in find_devices(roots)}
+        print(json.dumps(status, indent=1))
+        return 0
+    devices = find_devices(roots)
+    if not devices:
+        print(f"no GPU under {roots.sys}/class/drm or bound to nvidia (NVML: {seen.nvml})")
+    for d in devices:
+        print(f"gpu {d.index}: {d.pci} {d.driver or '?'}  nodes {' '.join(d.nodes) or '-'}")
+    print("\n".join(gpu_lines(status, now)[1:]) or "no process holds a GPU node")
+    for h in seen.holders:
+        where = ",".join(map(str, h.devices)) or "any"
+        print(f"  pid {h.pid} {h.who}{' ' + h.job if h.job else ''} gpu {where}: {h.why}  | {h.cmd[:80]}")
+    if seen.unreadable:
+        print(f"  {len(seen.unreadable)} processes' open files cannot be read by this user (run as root to see them)")
+    print(f"  NVML: {seen.nvml}" + ("" if seen.nvml != "absent" else " (nvidia-ml-py not installed or no NVIDIA GPU)"))
     return 0
 
 

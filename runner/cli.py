@@ -46,6 +46,37 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
+def _gpu_list(text: str) -> tuple[int, ...]:
+    """`0,1`: the GPUs the gpu lane gives its jobs, by index."""
+    found: list[int] = []
+    for item in _csv(text):
+        if not (item.isascii() and item.isdigit()) or int(item) in found:
+            raise argparse.ArgumentTypeError(f"{item!r}: want GPU indexes such as 0,1 (each once)")
+        found.append(int(item))
+    return tuple(found)
+
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _size(text: str) -> int:
+    """`1G`, `512M`, `2GiB`, `1048576`: a number of bytes."""
+    lowered = text.strip().lower()
+    for suffix in ("ib", "b"):
+        if lowered.endswith(suffix) and lowered[: -len(suffix)][-1:] in "kmgt" and len(lowered) > len(suffix):
+            lowered = lowered[: -len(suffix)]
+            break
+    unit = lowered[-1:] if lowered[-1:] in "kmgt" else ""
+    number = lowered[: len(lowered) - len(unit)]
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use 512M, 1G or a number of bytes)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use 512M, 1G or a number of bytes)")
+    return int(value * _SIZE_UNITS[unit])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python3 -m runner",
@@ -98,16 +129,64 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=d.exclusive,
         help=f"lanes of which at most one runs at a time (default {','.join(d.exclusive)}; '' for none)",
     )
-    _add_gpu(run)
+    _add_gpu(run, add)
     _add_thresholds(run, add)
     _add_ownership(run)
 
 
-def _add_gpu(run: argparse.ArgumentParser) -> None:
+def _add_gpu(run: argparse.ArgumentParser, add: Callable[[str, float, str], None]) -> None:
     d = _DEFAULTS
     run.add_argument(
         "--gpu-lane", default=d.gpu_lane, help=f"lane that waits for foreign GPU users (default {d.gpu_lane})"
     )
+    run.add_argument(
+        "--gpus",
+        type=_gpu_list,
+        default=None,
+        metavar="N,...",
+        help="the GPUs the gpu lane gives its jobs, one slot each (e.g. 0,1): a job gets its own in "
+        "CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and PLAN_GPU, and a foreign user of one "
+        "GPU holds only that one (default: the pushed plans' lanes.gpu.devices, else none: the lane's slots are "
+        "counted, not GPUs)",
+    )
+    add("--gpu-window", d.gpu_window_s, "a foreign GPU holder blocks while its engine time rose within this long")
+    add(
+        "--gpu-stall",
+        d.gpu_stall_s,
+        "a running gpu job whose GPU engine time has not moved this long raises gpu-stalled (0: never)",
+    )
+    _add_gpu_reading(run)
+
+
+def _add_gpu_reading(run: argparse.ArgumentParser) -> None:
+    """The flags that say how GPU use is read and judged (`run` and `gpus`)."""
+    d = _DEFAULTS
+    run.add_argument(
+        "--gpu-memory",
+        type=_size,
+        default=d.gpu_memory_bytes,
+        metavar="SIZE",
+        help="a foreign GPU holder with this much GPU memory blocks, busy or not (default 1G)",
+    )
+    run.add_argument(
+        "--gpu-ignore",
+        type=_csv,
+        default=d.gpu_ignore,
+        metavar="NAME,...",
+        help="processes never taken for GPU users: display servers, compositors and GPU monitors (default "
+        f"{','.join(d.gpu_ignore)}; '' for none). Shown in status as idle GPU holders",
+    )
+    for name, default, what in (
+        ("proc", d.gpu_proc, "procfs"),
+        ("sys", d.gpu_sys, "sysfs"),
+        ("dev", d.gpu_dev, "the device directory"),
+    ):
+        run.add_argument(
+            f"--gpu-{name}",
+            default=default,
+            metavar="DIR",
+            help=f"{what} GPU use is read from (default {default}; a container reading its host's, or a test)",
+        )
     run.add_argument(
         "--gpu-names",
         type=_csv,
@@ -126,8 +205,9 @@ def _add_gpu(run: argparse.ArgumentParser) -> None:
         "--gpu-device",
         action="append",
         default=[],
-        metavar="PATH",
-        help="an extra path that counts as a GPU device node when a process has it open (repeatable)",
+        metavar="[N=]PATH",
+        help="an extra path that counts as a GPU device node when a process has it open, of GPU N where given "
+        "(repeatable)",
     )
 
 
@@ -167,6 +247,18 @@ def _add_others(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     unit.add_argument("--user", default=os.environ.get("USER", "root"), help="User= of the unit (default $USER)")
     unit.add_argument("--python", default="/usr/bin/python3", help="interpreter (default /usr/bin/python3)")
     unit.add_argument("--tick", default="10", help="--tick passed to the runner (default 10)")
+
+    gpus = sub.add_parser(
+        "gpus",
+        help="print the GPUs this runner sees, who holds each and whether they use it",
+        description="Sample every GPU holder twice, --window apart, and print each GPU (its busy %% and memory) "
+        "and each holder: ours (a job's), foreign (and whether it uses the GPU, which holds the gpu lane) or "
+        "ignored. The same reading the runner does before starting a gpu job.",
+    )
+    gpus.add_argument("--window", type=_duration, default=2.0, metavar="DURATION", help="between the samples (2s)")
+    gpus.add_argument("--json", action="store_true", help="print what was seen as JSON")
+    gpus.add_argument("--root", type=Path, default=None, help="queue root whose jobs' processes count as ours")
+    _add_gpu_reading(gpus)
 
     agent = sub.add_parser(
         "agent",
@@ -238,6 +330,14 @@ def config_from(args: argparse.Namespace) -> Config:
         gpu_lane=args.gpu_lane,
         gpu_names=args.gpu_names,
         gpu_devices=tuple(args.gpu_device),
+        gpu_ignore=args.gpu_ignore,
+        gpu_window_s=args.gpu_window,
+        gpu_memory_bytes=args.gpu_memory,
+        gpu_stall_s=args.gpu_stall,
+        gpu_proc=args.gpu_proc,
+        gpu_sys=args.gpu_sys,
+        gpu_dev=args.gpu_dev,
+        gpus=list(args.gpus or ()),
         unreadable_gpu=args.unreadable_gpu,
         condition_timeout_s=args.condition_timeout,
         kill_grace_s=args.kill_grace,

@@ -5,6 +5,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Display servers, compositors and GPU monitors: they hold GPU nodes all day long and are never a reason to
+# wait (`--gpu-ignore` replaces the list). Names are matched as /proc/PID/comm (15 characters at most) and as
+# the base name of argv[0].
+GPU_IGNORE = (
+    "Xorg",
+    "Xwayland",
+    "gnome-shell",
+    "kwin_wayland",
+    "kwin_x11",
+    "mutter",
+    "sway",
+    "weston",
+    "Hyprland",
+    "labwc",
+    "wayfire",
+    "cosmic-comp",
+    "niri",
+    "gamescope",
+    "plasmashell",
+    "nvtop",
+    "amdgpu_top",
+    "radeontop",
+    "intel_gpu_top",
+    "nvidia-smi",
+    "nvidia-persistenced",
+    "nvidia-persiste",  # its comm, cut to 15 characters
+    "nv-hostengine",
+    "dcgm-exporter",
+    "rocm-smi",
+    "amd-smi",
+    "nvitop",
+    "gpustat",
+    "btop",
+)
+
 
 @dataclass(frozen=True)
 class Config:
@@ -14,7 +49,17 @@ class Config:
     exclusive: tuple[str, ...] = ("net", "gpu")  # at most one of these lanes runs at a time
     gpu_lane: str = "gpu"
     gpu_names: tuple[str, ...] = ("llama-server", "llama-bench", "llama-cli", "flm")
-    gpu_devices: tuple[str, ...] = ()  # extra device paths that count as GPU nodes
+    gpu_devices: tuple[str, ...] = ()  # extra paths that count as GPU nodes: PATH, or N=PATH for GPU N's
+    gpu_ignore: tuple[str, ...] = GPU_IGNORE  # display servers and GPU monitors: never a reason to wait
+    gpu_window_s: float = 30.0  # a foreign holder's use of the GPU is judged over this long
+    gpu_memory_bytes: int = 1 << 30  # a foreign holder with this much GPU memory uses it, busy or not
+    gpu_stall_s: float = 900.0  # a gpu job whose GPU engine time has not moved this long is gpu-stalled (0: never)
+    gpu_proc: str = "/proc"  # procfs, sysfs and the device directory GPU use is read from (a container
+    gpu_sys: str = "/sys"  # reading its host's through bind mounts, or a test's GPU box)
+    gpu_dev: str = "/dev"
+    # The GPUs the gpu lane gives its jobs, one slot each (--gpus; else the pushed plans' lanes.gpu.devices): a
+    # list of our own, kept in place as the manifest changes. Empty: the lane's slots are counted, not GPUs.
+    gpus: list[int] = field(default_factory=list)
     # A process whose open files this runner may not read (another user's, when not root) could be
     # using the GPU: "report" lists it in status.json; "block" makes it hold the gpu lane like a foreign user.
     unreadable_gpu: str = "report"
@@ -42,6 +87,8 @@ class Config:
     slots: dict[str, int] = field(default_factory=dict)  # lane -> jobs it runs at once; a lane not named has 1
 
     def slots_of(self, lane: str) -> int:
+        if lane == self.gpu_lane and self.gpus:
+            return len(self.gpus)
         return self.slots.get(lane, 1)
 
     def backoff_s(self, attempt: int) -> float:

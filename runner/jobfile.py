@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from runner.durations import parse_duration
 
 SEED_KEYS = ("LANE", "REQUIRES", "DONE_IF", "RETRIES")
-HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN")
+HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN", "GPUS")
+MAX_GPUS = 64
 DEFAULT_LANES = ("net", "gpu", "cpu")
 DEFAULT_LANE = "cpu"
 # \Z, not $: `$` also matches before a final newline, and a name ending in "\n" must never pass.
@@ -38,6 +39,7 @@ class JobFile:
     outputs: tuple[str, ...] = ()
     plan: str | None = None
     keys: tuple[str, ...] = field(default=())
+    gpus: int = 1  # GPUs it takes in the gpu lane, where the runner gives each job its own (--gpus)
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,12 @@ def _typed(
                 durations[key] = parse_duration(header[key])
             except ValueError as exc:
                 return Invalid(f"{key}: {exc}", where[key])
+    gpus = 1
+    if "GPUS" in header:
+        text = header["GPUS"]
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_GPUS:
+            return Invalid(f"GPUS must be a whole number from 1 to {MAX_GPUS}, not {text!r}", where["GPUS"])
+        gpus = int(text)
     outputs: tuple[str, ...] = ()
     if "OUTPUTS" in header:
         try:
@@ -171,6 +179,7 @@ def _typed(
         outputs=outputs,
         plan=header.get("PLAN"),
         keys=_KEY_SETS.setdefault(tuple(header), tuple(header)) if len(_KEY_SETS) < 1000 else tuple(header),
+        gpus=gpus,
     )
 
 
@@ -186,6 +195,7 @@ def format(
     outputs: Sequence[str] = (),
     plan: str | None = None,
     comment: str | None = None,
+    gpus: int | None = None,
 ) -> str:
     """A job file's text: the header in contract order, an optional comment line, the body."""
     values = {
@@ -197,6 +207,7 @@ def format(
         "WARN_AFTER": warn_after,
         "OUTPUTS": " ".join(shlex.quote(p) for p in outputs) if outputs else None,
         "PLAN": plan,
+        "GPUS": None if gpus is None else str(gpus),
     }
     lines = []
     for key in HEADER_KEYS:

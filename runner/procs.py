@@ -225,4 +225,5 @@ class GpuUser:
     pid: int
     ppid: int
     cmd: str
-    why: str  # "name", "device /dev/dri/renderD128", "nvml", "unreadable"
+    why: str  # "name", "engine time rising on GPU 0", "device /dev/dri/renderD128 (its use cannot be read)", ...
+    devices: tuple[int, ...] = ()  # the GPUs it holds; (): not known which (it counts for every one)

@@ -180,7 +180,7 @@ def status_problem(status: Any) -> str | None:
     order = status.get("lane_order")
     if order is not None and not (isinstance(order, list) and all(isinstance(x, str) for x in order)):
         return "'lane_order' is not a list of names"
-    for name in ("counts", "write_errors", "gpu_unknown"):
+    for name in ("counts", "write_errors", "gpu_unknown", "gpus"):
         problem = _check(status.get(name), (dict,), f"'{name}'")
         if problem:
             return problem

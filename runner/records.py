@@ -41,6 +41,10 @@ class Running:
     log_grew_at: float = 0.0
     cgroup: str | None = None
     timed_out: bool = False
+    gpus: tuple[int, ...] = ()  # the GPUs it was given (--gpus)
+    gpu_active_s: float = 0.0  # seconds its GPU engine time was seen moving ...
+    gpu_watched_s: float = 0.0  # ... of the seconds it was watched on the GPU
+    gpu_still_s: float = 0.0  # how long its GPU engine time has not moved (0: moving, or not watched)
     announced: Throttle = field(default_factory=Throttle)  # long-running, stalled: this run's repeats
 
 

@@ -19,6 +19,7 @@ def render_status(status: dict[str, Any], now: float, every: bool = False) -> st
     lines.append("jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()))
     lines.append("")
     lines.extend(_lanes(status, now))
+    lines.extend(gpu_lines(status.get("gpus") or {}, now))
     queued = status.get("queued", [])
     if queued:
         lines.append("")
@@ -109,10 +110,65 @@ def _lanes(status: dict[str, Any], now: float) -> list[str]:
     return lines
 
 
+def gpu_lines(gpus: dict[str, Any], now: float) -> list[str]:
+    """Each GPU: busy, memory, whose; the holders that do not hold the lane (idle GPU holders); what failed.
+    What a box wrote is read as it may be: an entry of the wrong shape is left out, never a traceback."""
+    devices = [d for d in _list(gpus.get("devices")) if isinstance(d, dict)]
+    holders = [h for h in _list(gpus.get("holders")) if isinstance(h, dict)]
+    errors = [str(e) for e in _list(gpus.get("errors"))]
+    if not devices and not holders and not errors:
+        return []
+    seen = gpus.get("seen")
+    age = format_duration(max(0.0, now - float(seen))) if isinstance(seen, (int, float)) else "?"
+    lines = ["", f"gpus (seen {age} ago):"]
+    by_pid = {h.get("pid"): h for h in holders}
+
+    def named(pids: object) -> str:
+        return ", ".join(f"{p} {_program(by_pid.get(p, {}).get('cmd'))}" for p in _list(pids)[:4])
+
+    for d in devices:
+        busy = f"{d['busy_pct']}%" if isinstance(d.get("busy_pct"), int) else "?"
+        line = (
+            f"  gpu {d.get('gpu')}  {d.get('pci', '')} {d.get('driver', '')}  busy {busy}  mem {_size(d.get('memory'))}"
+        )
+        for who in ("ours", "foreign", "ignored"):
+            if _list(d.get(who)):
+                line += f"  {who}: " + (", ".join(map(str, _list(d[who]))) if who == "ours" else named(d[who]))
+        lines.append(line)
+    for h in holders:
+        if h.get("who") == "foreign" and h.get("uses") is True:
+            lines.append(f"  using the GPU: pid {h.get('pid')} {str(h.get('cmd'))[:60]} ({h.get('why')})")
+    idle = [h for h in holders if h.get("who") == "ignored" or (h.get("who") == "foreign" and h.get("uses") is False)]
+    if idle:
+        said = "; ".join(f"pid {h.get('pid')} {str(h.get('cmd'))[:40]} ({h.get('why')})" for h in idle[:8])
+        lines.append(f"  idle GPU holders: {said}")
+    lines.extend(f"  cannot read: {e}" for e in errors)
+    return lines
+
+
+def _program(cmd: object) -> str:
+    """A command line's program, by its base name."""
+    return str(cmd or "?").split(" ")[0].rsplit("/", 1)[-1][:30]
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _size(n: object) -> str:
+    if not isinstance(n, int):
+        return "?"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 def _running(lane: str, run: dict[str, Any], now: float) -> list[str]:
     grew = format_duration(now - float(run.get("log_grew_at") or now))
+    on = f"  gpu {','.join(map(str, run['gpus']))}" if run.get("gpus") else ""
     lines = [
-        f"  {lane:<5} {run['job']}  {format_duration(run['elapsed_s'])}  attempt {run['attempt']}  log +{grew} ago"
+        f"  {lane:<5} {run['job']}{on}  {format_duration(run['elapsed_s'])}  attempt {run['attempt']}  log +{grew} ago"
     ]
     if run.get("progress"):
         lines.append(f"        {run['progress']}")

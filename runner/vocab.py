@@ -37,6 +37,7 @@ class Event(str, Enum):
     STATE_CORRUPT = "state-corrupt"
     START_FAILED = "start-failed"
     HEARTBEAT = "heartbeat"
+    GPU_STALLED = "gpu-stalled"
 
     def __str__(self) -> str:
         return self.value

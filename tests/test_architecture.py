@@ -26,7 +26,7 @@ FOUNDATIONS = {
         *("config", "records", "throttle", "queue", "files", "state", "jobfile", "conditions", "vocab"),
         *("procs", "wrapper", "logs", "progress", "durations", "readers", "runstate", "digest"),
     )
-} | {"runner.service.dirwatch", "runner.service.leaks"}
+} | {"runner.service.dirwatch", "runner.service.leaks", "runner.service.gpuread"}
 # Each corridor (sub-package) and the modules of it that others may import: its door.
 DOORS = {
     "plancompiler.shell": {"plancompiler.shell"},
@@ -49,6 +49,7 @@ DOORS = {
         "runner.service.loop",
         "runner.service.jobs",
         "runner.service.problems",
+        "runner.service.gpu",  # `python3 -m runner gpus` reads the GPUs as the service does
     },
 }
 MAX_MODULES = 25  # .py files in one folder

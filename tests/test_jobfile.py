@@ -46,6 +46,8 @@ def test_job_without_header_runs_in_cpu_lane() -> None:
         ("a.job", b"# RETRIES=three\necho hi\n", "RETRIES must be a whole number"),
         ("a.job", b"# RETRIES=0\necho hi\n", "RETRIES must be at least 1"),
         ("a.job", b"# TIMEOUT=soon\necho hi\n", "TIMEOUT: not a duration"),
+        ("a.job", b"# LANE=gpu\n# GPUS=0\necho hi\n", "GPUS must be a whole number from 1 to 64, not '0'"),
+        ("a.job", b"# LANE=gpu\n# GPUS=\xc2\xb2\necho hi\n", "GPUS must be a whole number from 1 to 64"),
         ("a.job", b"# LANE=gpu\n# just a comment\n", "no command after the header"),
         ("..x.job", b"echo hi\n", "bad job name"),
         ("-x.job", b"echo hi\n", "bad job name"),
@@ -75,12 +77,13 @@ def test_format_round_trips_every_key() -> None:
         outputs=["/y z", "/w"],
         plan="a9@abc123",
         comment="generated from plans/a9.yaml by plan - do not edit",
+        gpus=2,
     )
     assert text.splitlines()[:4] == ["# LANE=gpu", "# REQUIRES=test -f /x", "# DONE_IF=test -s '/y z'", "# RETRIES=2"]
     job = jobfile.parse("j.job", text.encode())
     assert isinstance(job, jobfile.JobFile)
     assert job.timeout_s == 600 and job.warn_after_s == 3600
-    assert job.outputs == ("/y z", "/w") and job.plan == "a9@abc123"
+    assert job.outputs == ("/y z", "/w") and job.plan == "a9@abc123" and job.gpus == 2
     assert job.body == "echo 'a b'\n"
 
 

@@ -340,7 +340,7 @@ def test_status_command_and_unit(queue_root: Path, runner: RunnerProcess) -> Non
 
 def test_help_explains_every_flag() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    for args in ([], ["run"], ["status"], ["unit"]):
+    for args in ([], ["run"], ["status"], ["unit"], ["gpus"]):
         out = subprocess.run(
             [sys.executable, "-m", "runner", *args, "--help"], capture_output=True, text=True, env=env, check=True
         ).stdout
@@ -356,6 +356,12 @@ def test_help_explains_every_flag() -> None:
         "--kill-grace",
         "--backoff-base",
         "--gpu-device",
+        "--gpus",
+        "--gpu-window",
+        "--gpu-memory",
+        "--gpu-stall",
+        "--gpu-ignore",
+        "--gpu-proc",
         "--settle",
         "--keep-leaks",
         "--heartbeat-event-every",

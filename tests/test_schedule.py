@@ -89,7 +89,10 @@ def test_parked_and_gpu_foreign_hold_a_free_lane() -> None:
         Wait("a.job", "parked", "parked since x: y"),
     ]
     user = GpuUser(7, 1, "llama-server", "name")
-    assert decide(RunnerState(), _snap(_job("g.job", "gpu"), gpu=(user,)), NOW) == [Ready("g.job"), GpuWait("g.job")]
+    assert decide(RunnerState(), _snap(_job("g.job", "gpu"), gpu=(user,)), NOW) == [
+        Ready("g.job"),
+        GpuWait("g.job", (user,)),
+    ]
     assert decide(RunnerState(), _snap(_job("g.job", "gpu"), gpu=()), NOW) == [
         Ready("g.job"),
         Launch("gpu", ("g.job",)),
@@ -159,3 +162,33 @@ def test_state_json_of_the_seed_and_a_bad_version(queue_root: Path, ticking: Cal
     state, problems = RunnerState.load(Queue(queue_root))
     assert state.attempts == {"a.job": 1}
     assert problems == [("version", "expected a whole number, got str: read as version 1")]
+
+
+def _gpus(*jobs: JobFacts, taken: dict[int, str] | None = None, gpu: tuple[GpuUser, ...] | None = ()) -> Snapshot:
+    running: dict[str, tuple[str, ...]] = {"gpu": tuple(sorted(set((taken or {}).values())))} if taken else {}
+    return Snapshot(tuple(jobs), running, LANES, (), "gpu", "", gpu, {}, (0, 1), taken or {})
+
+
+def test_each_gpu_job_gets_its_own_gpu_and_a_foreign_user_holds_only_its_gpu() -> None:
+    both = decide(RunnerState(), _gpus(_job("a.job", "gpu"), _job("b.job", "gpu"), _job("c.job", "gpu")), NOW)
+    assert Launch("gpu", ("a.job", "b.job"), 2, {"a.job": (0,), "b.job": (1,)}) in both
+    assert Wait("c.job", "lane-busy", "needs 1 GPU; GPU 0: x", "x") not in both  # nothing ran before this tick
+    on_one = GpuUser(7, 1, "llama-server", "engine time rising on GPU 1", (1,))
+    actions = decide(RunnerState(), _gpus(_job("a.job", "gpu"), _job("b.job", "gpu"), gpu=(on_one,)), NOW)
+    assert Launch("gpu", ("a.job",), 1, {"a.job": (0,)}) in actions
+    assert GpuWait("b.job", (on_one,), 1) in actions
+    everywhere = GpuUser(8, 1, "gpuuser", "device /dev/kfd (its use cannot be read)")  # which GPU: not known
+    held = decide(RunnerState(), _gpus(_job("a.job", "gpu"), gpu=(everywhere,)), NOW)
+    assert held == [Ready("a.job"), GpuWait("a.job", (everywhere,), 0)]
+
+
+def test_a_job_asking_for_two_gpus_keeps_the_one_that_frees_up() -> None:
+    two = JobFacts("a.job", "gpu", requires=True, gpus=2)
+    actions = decide(RunnerState(), _gpus(two, _job("b.job", "gpu"), taken={0: "x.job"}), NOW)
+    assert not [a for a in actions if isinstance(a, Launch)]
+    assert Wait("a.job", "lane-busy", "needs 2 GPUs; GPU 0: x.job runs", "x.job") in actions
+    assert Wait("b.job", "lane-busy", "needs 1 GPU; GPU 0: x.job runs, GPU 1 kept for a.job", "x.job") in actions
+    free = decide(RunnerState(), _gpus(two, _job("b.job", "gpu")), NOW)
+    assert Launch("gpu", ("a.job",), 1, {"a.job": (0, 1)}) in free
+    too_many = decide(RunnerState(), _gpus(JobFacts("c.job", "gpu", requires=True, gpus=3)), NOW)
+    assert too_many[:2] == [Ready("c.job"), Wait("c.job", "blocked", "asks for 3 GPUs; this runner has 2 (0,1)")]

@@ -17,6 +17,7 @@ from runner import procs
 from runner.config import Config
 from runner.records import Running
 from runner.service import leaks
+from runner.service.gpu import GpuWatch, Holder, Observation
 from runner.service.runner import Runner
 from tests.conftest import read_events
 
@@ -32,8 +33,11 @@ class FakeProcesses:
         self.live: set[int] = set()
         self.exited: dict[int, int] = {}
         self.ended: list[int] = []  # pids the runner ended, in order
-        self.gpu: list[procs.GpuUser] = []  # foreign GPU users the runner is shown
+        self.gpu: list[procs.GpuUser] = []  # foreign GPU users the runner is shown, as they are
+        # Real processes whose GPU use the runner reads (under the roots its config names: a GpuBox's)
+        self.gpu_pids: list[int] = []
         self.log_fds: dict[str, Path] = {}
+        self.envs: dict[str, dict[str, str]] = {}  # job file -> the environment it was started with
 
     # what a test does
     def exit(self, job: str, rc: int = 0) -> None:
@@ -51,6 +55,7 @@ class FakeProcesses:
     def spawn(self, argv: Sequence[str], env: dict[str, str], cwd: str, log_fd: int, job: str) -> int:
         self.next_pid += 1
         self.jobs[job] = self.next_pid
+        self.envs[job] = dict(env)
         self.live.add(self.next_pid)
         return self.next_pid
 
@@ -99,10 +104,11 @@ class FakeProcesses:
     def alive(self, pid: int) -> bool:
         return pid in self.live
 
-    def gpu_users(
-        self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
-    ) -> tuple[list[procs.GpuUser], list[int]]:
-        return list(self.gpu), []
+    def gpu_holders(self, watch: GpuWatch, now: float, owner: Callable[[procs.Proc], str | None]) -> Observation:
+        table = {pid: found for pid in self.gpu_pids if (found := procs.read_stat(pid)) is not None}
+        seen = watch.observe(now, table, owner)
+        seen.holders += [Holder(u.pid, u.ppid, u.cmd, "foreign", "", u.devices, True, u.why) for u in self.gpu]
+        return seen
 
     def read_proc(self, pid: int) -> procs.Proc | None:
         return None

@@ -26,13 +26,17 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) -> dict[str, Any]:
+def plan_record(
+    compiled: Compiled, host_slots: dict[str, int] | None = None, host_gpus: tuple[int, ...] = ()
+) -> dict[str, Any]:
     """This plan's entry in manifest.json: its graph, each job's content hash, the plan's hash, who pushed; the
-    lanes' slots (the hosts file's HOST_SLOTS win over the plan's: it knows the machine)."""
+    lanes' slots and the gpu lane's GPUs (the hosts file's HOST_SLOTS and HOST_GPUS win over the plan's: it knows
+    the machine)."""
     from plancompiler.compile import manifest
 
     graph = manifest(compiled)
     slots = {**graph.get("slots", {}), **(host_slots or {})}
+    gpus = {**graph.get("gpus", {}), **({"gpu": list(host_gpus)} if host_gpus else {})}
     texts = {job.filename: job.text for job in compiled.jobs}
     jobs = {name: {**spec, "sha": _sha(texts[name])} for name, spec in graph["jobs"].items()}
     never = sorted(n for n, spec in jobs.items() if spec.get("rerun") == "never")
@@ -44,6 +48,7 @@ def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) ->
                 *(texts[n] for n in sorted(texts)),
                 *(["rerun: never", *never] if never else []),
                 *(["slots", *counted] if counted else []),
+                *(["gpus", *(f"{lane}={d}" for lane, d in sorted(gpus.items()))] if gpus else []),
             ]
         )
     )[:12]
@@ -63,6 +68,8 @@ def plan_record(compiled: Compiled, host_slots: dict[str, int] | None = None) ->
     }
     if slots:
         record["slots"] = slots
+    if gpus:
+        record["gpus"] = gpus
     return record
 
 
@@ -119,7 +126,7 @@ class _Diff:
         self.errors: list[str] = []
         self.request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
         self.ours = {job.filename for job in compiled.jobs}
-        self.record = plan_record(compiled, dict(host.slots))
+        self.record = plan_record(compiled, dict(host.slots), host.gpus)
         # Rerun on change (runner/stamps/store.py): which done jobs run again, and which follow them downstream.
         mine = {
             n: (self.where[n][0], self.where[n][1].get("sha"))

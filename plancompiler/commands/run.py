@@ -34,6 +34,7 @@ _SHOWN = {
         Event.ORPHANS_KILLED,
         Event.CORRELATED_FAILURE,
         Event.STALLED,
+        Event.GPU_STALLED,
         Event.LONG_RUNNING,
         Event.IDLE,
     )

@@ -288,11 +288,22 @@ def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
             took = _took(event, started.pop(job), ts)
             stats.durations.append(took)
             stats.busy_s += took
+            active, watched = _seconds(event.get("gpu_active_s")), _seconds(event.get("gpu_watched_s"))
+            if active is not None and watched is not None and active <= watched:
+                stats.gpu_active_s += active
+                stats.gpu_watched_s += watched
         outcome = _OUTCOME[kind]
         if kind == Event.FAILED and (event.get("why") == "timeout" or stats.outcome == "timeout"):
             outcome = "timeout"  # the runner logs `timeout` when it ends the job, then `failed`
         stats.outcome = outcome
     return dict(jobs)
+
+
+def _seconds(value: object) -> float | None:
+    """A count of seconds from an event, or None where it is not one."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9:
+        return float(value)
+    return None
 
 
 def _took(event: dict[str, Any], started: float, ts: float) -> float:

@@ -46,6 +46,16 @@ class JobStats:
     busy_s: float = 0.0
     durations: list[float] = field(default_factory=list)
     lane: str = ""
+    gpu_active_s: float = 0.0  # of its runs' time watched on the GPU, how long the GPU was seen working for it
+    gpu_watched_s: float = 0.0
+
+
+def _job_json(stats: JobStats) -> dict[str, Any]:
+    """A job's figures; its GPU time only where the runner watched it on the GPU."""
+    found = asdict(stats)
+    if not stats.gpu_watched_s:
+        del found["gpu_active_s"], found["gpu_watched_s"]
+    return found
 
 
 @dataclass
@@ -80,6 +90,10 @@ class Report:
                     row["slot_s"] += span.seconds * span.slots_busy
                 if span.state == "waiting":
                     row["causes"][span.cause] = row["causes"].get(span.cause, 0.0) + span.seconds
+            mine = [stats for stats in self.jobs.values() if stats.lane == lane and stats.gpu_watched_s > 0]
+            if mine:  # the runner watched its jobs on the GPU: how much of that the GPU really worked
+                row["gpu_active_s"] = sum(stats.gpu_active_s for stats in mine)
+                row["gpu_watched_s"] = sum(stats.gpu_watched_s for stats in mine)
             result[lane] = row
         return result
 
@@ -90,7 +104,7 @@ class Report:
             "inferred": self.inferred,
             "lanes": self.totals(),
             "spans": [asdict(s) | {"seconds": s.seconds} for s in self.spans],
-            "jobs": {name: asdict(stats) for name, stats in sorted(self.jobs.items())},
+            "jobs": {name: _job_json(stats) for name, stats in sorted(self.jobs.items())},
             "failure_clusters": self.clusters,
             "silences": [{"from": format_ts(a), "to": format_ts(b), "seconds": b - a} for a, b in self.silences],
             "skipped": self.skipped,
@@ -125,6 +139,12 @@ class Report:
             )
             if row["slot_s"] > row["busy_s"]:  # a lane of several slots ran jobs side by side
                 out.append(f"         slot-time busy {format_duration(row['slot_s']):>7} (jobs side by side)")
+            if row.get("gpu_watched_s"):
+                share = round(100 * row["gpu_active_s"] / row["gpu_watched_s"])
+                out.append(
+                    f"         GPU really busy {format_duration(row['gpu_active_s']):>7} of "
+                    f"{format_duration(row['gpu_watched_s'])} its jobs ran on it ({share}%)"
+                )
             for cause, seconds in sorted(row["causes"].items(), key=lambda kv: -kv[1]):
                 tag = " (inferred)" if self.inferred else ""
                 out.append(f"         idle with work waiting {format_duration(seconds):>7}: {cause}{tag}")

@@ -17,6 +17,7 @@ DEFAULT_EVENTS: tuple[str, ...] = tuple(
         Event.INVALID,
         Event.TIMEOUT,
         Event.STALLED,
+        Event.GPU_STALLED,
         Event.LONG_RUNNING,
         Event.ORPHANS_KILLED,
         Event.CORRELATED_FAILURE,

@@ -292,6 +292,7 @@ def _record(
             entry["source"] = {**entry["source"], "at": now}  # the box's clock, as the probe's `now`
         plans[record["plan"]] = {**entry, "pushed_at": timestamp(now)}
     jobs, producers, external, slots = _unions(plans)
+    gpus = _gpus(plans)
     last = record["plan"] if record is not None else manifest.get("plan")
     return {
         "version": MANIFEST_VERSION,
@@ -303,7 +304,20 @@ def _record(
         "producers": producers,
         "external": external,
         **({"slots": slots} if slots else {}),
+        **({"gpus": gpus} if gpus else {}),
     }
+
+
+def _gpus(plans: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
+    """Lane -> the GPUs it gives its jobs: every one any plan (or its host's entry) names."""
+    gpus: dict[str, list[int]] = {}
+    for entry in plans.values():
+        found = entry.get("gpus")
+        for lane, devices in (found if isinstance(found, dict) else {}).items():
+            if isinstance(devices, list):
+                wanted = gpus.setdefault(lane, [])
+                wanted += [d for d in devices if isinstance(d, int) and not isinstance(d, bool) and d not in wanted]
+    return {lane: sorted(devices) for lane, devices in gpus.items() if devices}
 
 
 def _unions(

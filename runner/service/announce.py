@@ -11,6 +11,7 @@ from runner.config import Config
 from runner.progress import parse_progress
 from runner.queue import Queue
 from runner.records import Parsed, Running
+from runner.service.gpu import GpuWatch
 from runner.service.reasons import Reasons
 from runner.throttle import Throttle
 from runner.vocab import Event
@@ -45,6 +46,7 @@ class Announcer:
         self.failures: list[tuple[float, str, str, str]] = []  # (time, job, signature, line)
         self.correlated: dict[str, int] = {}
         self._views: tuple[tuple[Any, ...], dict[str, LaneView]] | None = None  # (computed from, the views)
+        self.gpus: GpuWatch | None = None  # the runner's look at the GPUs (its jobs' engine time), once wired
 
     def correlate(self, now: float, filename: str, lines: list[str]) -> None:
         if not lines:
@@ -125,7 +127,9 @@ class Announcer:
                         waited_s=int(now - reason.since),
                     )
 
-    def gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser], left_by: str | None) -> None:
+    def gpu_wait(
+        self, now: float, filename: str, users: list[procs.GpuUser], left_by: str | None, gpu: int | None = None
+    ) -> None:
         first = users[0]
         if self.throttle.due(("gpu-wait", f"{filename}:{first.pid}"), now, self.config.gpu_wait_repeat_s):
             self.queue.emit(
@@ -139,7 +143,36 @@ class Announcer:
                 waited_s=int(now - self.reasons[filename].since),
                 others=len(users) - 1,
                 **({"left_by": left_by} if left_by else {}),
+                **({"gpu": gpu} if gpu is not None else {}),
             )
+
+    def gpu_stalls(self, now: float, running: dict[str, Running]) -> None:
+        """A running gpu job whose GPU engine time has not moved for --gpu-stall while its process lives:
+        `gpu-stalled`, repeated every --stall-repeat while it lasts (a wedged server can ignore SIGTERM and hold
+        the GPU for ever, its log as quiet as a long computation's)."""
+        limit = self.config.gpu_stall_s
+        for run in running.values():
+            mine = self.gpus.jobs.get(run.filename) if self.gpus else None
+            if mine is None or run.lane != self.config.gpu_lane:
+                continue
+            still = now - mine.moved_at
+            run.gpu_active_s, run.gpu_watched_s, run.gpu_still_s = mine.active_s, mine.watched_s, still
+            if limit <= 0 or still < limit:
+                run.announced.forget("gpu-stalled")
+                continue
+            if run.announced.due("gpu-stalled", now, self.config.stall_repeat_s):
+                self.queue.emit(
+                    now,
+                    run.filename,
+                    Event.GPU_STALLED.value,
+                    lane=run.lane,
+                    gpus=list(mine.devices),
+                    still_s=int(still),
+                    gpu_stall_s=limit,
+                    pid=run.pid,
+                    memory=mine.memory,
+                    last_line=logs.last_line(self.queue.log_path(run.filename)),
+                )
 
     def forget_gpu_waits(self) -> None:
         """The gpu-wait repeat is per foreign process: once none is left, the next one is said at once."""

@@ -74,16 +74,16 @@ class Dispatcher:
                 self.facts.blocked(self.state, action.filename),
             )
         elif isinstance(action, GpuWait):
-            self._gpu_wait(now, action.filename, list(snapshot.gpu_users or ()))
+            self._gpu_wait(now, action.filename, list(action.users or snapshot.gpu_users or ()), action.gpu)
         elif isinstance(action, Launch):
             self._launch(now, action, jobs)
         else:
             self.announcer.forget_gpu_waits()
 
-    def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser]) -> None:
+    def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser], gpu: int | None) -> None:
         left_by = self.jobs.left_by(users[0])
-        self.reasons.gpu_foreign(now, filename, users[0], left_by)
-        self.announcer.gpu_wait(now, filename, users, left_by)
+        self.reasons.gpu_foreign(now, filename, users[0], left_by, gpu)
+        self.announcer.gpu_wait(now, filename, users, left_by, gpu)
 
     def _launch(self, now: float, action: Launch, jobs: dict[str, jobfile.JobFile | jobfile.Invalid]) -> None:
         """Candidates start until the lane's free slots are full; the rest wait in `order` behind the last one
@@ -94,5 +94,5 @@ class Dispatcher:
             assert isinstance(job, jobfile.JobFile)
             if len(started) >= action.slots:
                 self.reasons.set(now, filename, "order", f"{started[-1]} is ahead of it", started[-1])
-            elif self.jobs.start(now, filename, job):
+            elif self.jobs.start(now, filename, job, action.gpus.get(filename, ())):
                 started.append(filename)

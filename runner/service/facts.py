@@ -11,6 +11,7 @@ from runner.conditions import Condition, compile_condition, evaluate, failed_tes
 from runner.config import Config
 from runner.records import Parsed, Running
 from runner.runstate import RunnerState
+from runner.service.gpu import GpuRules, GpuWatch, Observation, Roots
 from runner.service.manifest import Manifest
 from runner.service.proctable import Processes
 from runner.service.schedule import JobFacts, Snapshot
@@ -27,6 +28,17 @@ class Facts:
         self.manifest = manifest
         self.processes = processes
         self.gpu_unknown: list[procs.GpuUser] = []  # status.json: processes whose open files we cannot read
+        self.gpus = GpuWatch(
+            GpuRules(
+                config.gpu_names,
+                config.gpu_ignore,
+                config.gpu_window_s,
+                config.gpu_memory_bytes,
+                config.gpu_devices,
+                Roots(config.gpu_proc, config.gpu_sys, config.gpu_dev),
+            )
+        )
+        self.gpu_seen: Observation | None = None  # the last look at the GPUs (status.json shows it)
         # stat_flags of the paths of fast conditions, kept only while a snapshot is taken (a job's DONE_IF
         # judged when it ends must see what it wrote).
         self.seen: dict[str, int] | None = None
@@ -94,16 +106,19 @@ class Facts:
             requires: bool | None = None
             if not done and stale is None and (not backoff or backoff.get(filename, 0) <= now):
                 requires = parsed.requires is None or holds(parsed.requires)
-            facts.append(JobFacts(filename, job.lane, done, requires, stale))
+            facts.append(JobFacts(filename, job.lane, done, requires, stale, job.gpus))
         self.seen = None
-        return self._snapshot(facts, running, parked)
+        return self._snapshot(facts, running, parked, now)
 
-    def _snapshot(self, facts: list[JobFacts], running: dict[str, Running], parked: str) -> Snapshot:
+    def _snapshot(self, facts: list[JobFacts], running: dict[str, Running], parked: str, now: float) -> Snapshot:
         lanes: dict[str, tuple[str, ...]] = {}
+        taken: dict[int, str] = {}
         for run in running.values():
             lanes[run.lane] = (*lanes.get(run.lane, ()), run.filename)
+            taken.update((device, run.filename) for device in run.gpus)
         gpu = self.config.gpu_lane
-        free = len(lanes.get(gpu, ())) < self.config.slots_of(gpu)
+        gpus = tuple(self.config.gpus)
+        free = len(taken) < len(gpus) if gpus else len(lanes.get(gpu, ())) < self.config.slots_of(gpu)
         look = not parked and free and any(f.lane == gpu and f.requires for f in facts)
         return Snapshot(
             tuple(facts),
@@ -112,8 +127,10 @@ class Facts:
             self.config.exclusive,
             gpu,
             parked,
-            tuple(self.gpu_users(running)) if look else None,
+            tuple(self.gpu_users(now, running)) if look else None,
             dict(self.config.slots),  # a copy: the runner updates its own in place when the manifest changes
+            gpus,
+            taken,
         )
 
     def _stamped(
@@ -128,15 +145,32 @@ class Facts:
         stale = (verdict.why, verdict.blocker) if verdict.stale and verdict.wait else None
         return done and not verdict.stale, stale
 
-    def gpu_users(self, running: dict[str, Running]) -> list[procs.GpuUser]:
-        def ours(proc: procs.Proc) -> bool:
-            if proc.tag and proc.tag.startswith(self.root_id + ":"):
-                return True
-            return any(run.cgroup and proc.pid in self.processes.cgroup_pids(run.cgroup) for run in running.values())
+    def observe_gpus(self, now: float, running: dict[str, Running], max_age: float = 0.0) -> Observation:
+        """Who holds each GPU and whether they use it, looked at when the gpu lane has work: before a start always
+        (a GPU user may have begun a moment ago), for its running jobs' engine time at most every MAX_AGE."""
+        last = self.gpu_seen
+        if last is not None and 0 <= now - last.at < max_age:
+            return last
+        prefix = self.root_id + ":"
 
-        users, unreadable = self.processes.gpu_users(self.config.gpu_names, self.config.gpu_devices, ours)
+        def owner(proc: procs.Proc) -> str | None:
+            """The job a process of ours belongs to ("" where that is not known); None: not ours."""
+            if proc.tag and proc.tag.startswith(prefix):
+                return proc.tag.rsplit(":", 1)[-1] if proc.tag.count(":") >= 2 else ""
+            for run in running.values():
+                if run.cgroup and proc.pid in self.processes.cgroup_pids(run.cgroup):
+                    return run.filename
+            return None
+
+        self.gpu_seen = self.processes.gpu_holders(self.gpus, now, owner)
+        return self.gpu_seen
+
+    def gpu_users(self, now: float, running: dict[str, Running]) -> list[procs.GpuUser]:
+        """The foreign users that hold the gpu lane (each naming the GPUs it holds)."""
+        seen = self.observe_gpus(now, running)
+        users = [holder.user() for holder in seen.blocking()]
         self.gpu_unknown = []
-        for pid in unreadable:
+        for pid in seen.unreadable:
             proc = self.processes.read_proc(pid)
             if proc is not None:
                 self.gpu_unknown.append(

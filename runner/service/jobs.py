@@ -19,6 +19,22 @@ from runner.vocab import Event
 from runner.vocab import Reason as Why
 
 
+def gpu_env(gpus: tuple[int, ...]) -> dict[str, str]:
+    """What tells a job's GPU runtime which GPUs are its own. CUDA numbers GPUs in PCI order only when told
+    (CUDA_DEVICE_ORDER), the order this runner numbers them in. ROCm filters by ROCR_VISIBLE_DEVICES first and
+    then HIP numbers what is left from 0, so HIP_VISIBLE_DEVICES counts within the job's own GPUs: the same
+    physical numbers in both would leave a job on GPU 1 with none (HIP also reads CUDA_VISIBLE_DEVICES, but
+    only where HIP_VISIBLE_DEVICES is not set)."""
+    physical = ",".join(map(str, gpus))
+    return {
+        "PLAN_GPU": physical,
+        "CUDA_VISIBLE_DEVICES": physical,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "ROCR_VISIBLE_DEVICES": physical,
+        "HIP_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus))),
+    }
+
+
 class Jobs:
     """Owns `running` (job file -> its run; a lane runs up to its slots), the leaks kept with --keep-leaks and
     the disk-full state."""
@@ -48,7 +64,7 @@ class Jobs:
         self.start_failed_at = 0.0  # when a start last failed: its file moved back must not wake a tick at once
 
     # -- starting ------------------------------------------------------------------------------
-    def start(self, now: float, filename: str, job: jobfile.JobFile) -> bool:
+    def start(self, now: float, filename: str, job: jobfile.JobFile, gpus: tuple[int, ...] = ()) -> bool:
         attempt = int(self.state.attempts.get(filename, 0)) + 1
         try:
             moved = self.queue.move(filename, "queue", "running")
@@ -59,21 +75,42 @@ class Jobs:
         tag = f"{self.tag_prefix}{filename}"
         cgroup = self.processes.job_cgroup(self.config.cgroup, filename)
         try:
-            pid, offset = self._spawn(now, filename, attempt, tag, cgroup)
+            pid, offset = self._spawn(now, filename, attempt, tag, cgroup, gpus)
         except OSError as exc:
             return self._start_failed(now, filename, exc, moved=True)
         self.state.attempts[filename] = attempt
         self.running[filename] = Running(
-            filename, job, pid, job.lane, attempt, now, offset, tag, log_size=offset, log_grew_at=now, cgroup=cgroup
+            filename,
+            job,
+            pid,
+            job.lane,
+            attempt,
+            now,
+            offset,
+            tag,
+            log_size=offset,
+            log_grew_at=now,
+            cgroup=cgroup,
+            gpus=gpus,
         )
         self.reasons.drop(filename)
         self.state.backoff_until.pop(filename, None)
         self.announcer.started(filename)
         self.disk_full = ""
-        self.queue.emit(now, filename, Event.START.value, lane=job.lane, pid=pid, attempt=attempt)
+        self.queue.emit(
+            now,
+            filename,
+            Event.START.value,
+            lane=job.lane,
+            pid=pid,
+            attempt=attempt,
+            **({"gpus": list(gpus)} if gpus else {}),
+        )
         return True
 
-    def _spawn(self, now: float, filename: str, attempt: int, tag: str, cgroup: str | None) -> tuple[int, int]:
+    def _spawn(
+        self, now: float, filename: str, attempt: int, tag: str, cgroup: str | None, gpus: tuple[int, ...]
+    ) -> tuple[int, int]:
         """(pid, where this attempt's output starts in the log)."""
         record = self.queue.exit_record(filename)
         wrapper.clear_record(record)  # one left by an earlier attempt would read as this one's end
@@ -84,6 +121,8 @@ class Jobs:
             env = dict(os.environ)
             env[procs.TAG_VAR] = tag
             env[procs.JOB_VAR] = filename
+            if gpus:
+                env.update(gpu_env(gpus))
             # The wrapper joins the job's cgroup before it runs anything (so nothing escapes it), runs the
             # job and records its exit status next to it, which survives a runner killed meanwhile.
             argv = wrapper.argv(

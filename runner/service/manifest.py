@@ -53,6 +53,17 @@ class Manifest:
             return {}
         return {lane: n for lane, n in found.items() if isinstance(n, int) and not isinstance(n, bool) and n >= 1}
 
+    def gpus(self, lane: str) -> list[int]:
+        """The GPUs the pushed plans (or their hosts file entries) give LANE (lanes.gpu.devices, gpus:); [] where
+        none says, or what is said is not a list of distinct indexes (the runner's --gpus overrides)."""
+        lanes = (self.get() or {}).get("gpus")
+        found = lanes.get(lane) if isinstance(lanes, dict) else None
+        if not isinstance(found, list) or len(set(found)) != len(found):
+            return []
+        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1024 for n in found):
+            return []
+        return list(found)
+
     def sha(self, filename: str) -> str | None:
         """The sha256 push listed for FILENAME (the settle rule takes such a file at once)."""
         entry = (self.get() or {}).get("jobs", {}).get(filename)

@@ -39,6 +39,11 @@ class Outcomes:
         when: dict[str, Any] = {"duration_s": round((ended or now) - run.started, 1)}
         if ended is not None:
             when.update(ended=timestamp(ended), while_down=True)
+        self.facts.gpus.forget_job(run.filename)
+        if run.gpus:
+            when["gpus"] = list(run.gpus)
+        if run.gpu_watched_s:  # how much of its run the GPU was seen working for it (`plan report`'s gpu lane)
+            when.update(gpu_active_s=round(run.gpu_active_s, 1), gpu_watched_s=round(run.gpu_watched_s, 1))
         if rc == 0 and verified is not False and not run.timed_out:
             # Stamped while the file is still in running/: what it ran with, and its producers' runs.
             manifest = self.facts.manifest

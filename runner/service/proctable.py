@@ -12,7 +12,8 @@ from typing import Protocol
 
 from runner import cgroups, procs
 from runner.records import Running
-from runner.service import gpu, leaks
+from runner.service import leaks
+from runner.service.gpu import GpuWatch, Observation
 
 
 class Processes(Protocol):
@@ -31,9 +32,7 @@ class Processes(Protocol):
     def leaks(self, leaders: set[int]) -> list[leaks.Leak]: ...
     def leak_owner(self, pid: int) -> str: ...
     def alive(self, pid: int) -> bool: ...
-    def gpu_users(
-        self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
-    ) -> tuple[list[procs.GpuUser], list[int]]: ...
+    def gpu_holders(self, watch: GpuWatch, now: float, owner: Callable[[procs.Proc], str | None]) -> Observation: ...
     def read_proc(self, pid: int) -> procs.Proc | None: ...
     def cgroup_pids(self, cgroup: str) -> list[int]: ...
 
@@ -162,10 +161,9 @@ class OsProcesses:
     def alive(self, pid: int) -> bool:
         return procs.alive(pid)
 
-    def gpu_users(
-        self, names: Sequence[str], devices: Sequence[str], is_ours: Callable[[procs.Proc], bool]
-    ) -> tuple[list[procs.GpuUser], list[int]]:
-        return gpu.gpu_users(names, devices, is_ours, self.stats())
+    def gpu_holders(self, watch: GpuWatch, now: float, owner: Callable[[procs.Proc], str | None]) -> Observation:
+        """Every GPU holder of the whole process table, sampled by WATCH."""
+        return watch.observe(now, self.stats(), owner)
 
     def read_proc(self, pid: int) -> procs.Proc | None:
         return procs.read_proc(pid)

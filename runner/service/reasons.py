@@ -77,15 +77,19 @@ class Reasons:
         self.set(now, filename, "requires", requires, requires)
         self._since(filename, since)
 
-    def gpu_foreign(self, now: float, filename: str, first: procs.GpuUser, left_by: str | None) -> None:
+    def gpu_foreign(
+        self, now: float, filename: str, first: procs.GpuUser, left_by: str | None, gpu: int | None = None
+    ) -> None:
         origin = f", left by job {left_by}" if left_by else ""
+        on = f"GPU {gpu}: " if gpu is not None else ""
         self.set(
             now,
             filename,
             "gpu-foreign",
-            f"pid {first.pid} ({first.why}{origin}): {first.cmd[:120]}",
+            f"{on}pid {first.pid} ({first.why}{origin}): {first.cmd[:120]}",
             f"pid {first.pid}",
             pid=first.pid,
             cmd=first.cmd[:200],
             left_by=left_by,
+            **({"gpu": gpu} if gpu is not None else {}),
         )

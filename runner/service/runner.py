@@ -40,8 +40,11 @@ class Runner:
         # Resolved once: jobs run with the root as their working directory, so a relative --root would
         # name their scripts relative to the wrong place.
         # slots: a dict of our own, kept in place as the manifest's lane slots change (every part reads it).
-        self.config = config = replace(config, root=Path(config.root).resolve(), slots=dict(config.slots))
+        self.config = config = replace(
+            config, root=Path(config.root).resolve(), slots=dict(config.slots), gpus=list(config.gpus)
+        )
         self.flag_slots = dict(config.slots)  # --slots: wins over what the manifest asks for
+        self.flag_gpus = list(config.gpus)  # --gpus: wins over what the manifest asks for
         self.queue = queue = Queue(config.root)
         self.root = str(config.root)
         self.root_id = sha1_hex(self.root.encode())[:12]
@@ -54,6 +57,7 @@ class Runner:
         self.reasons = Reasons(self.state)
         self.facts = Facts(config, self.root_id, self.manifest, self.processes)
         self.announcer = Announcer(config, queue, self.reasons)
+        self.announcer.gpus = self.facts.gpus
         self.outcomes = Outcomes(config, queue, self.state, self.facts, self.announcer)
         self.jobs = Jobs(
             config,
@@ -215,12 +219,18 @@ class Runner:
         if slots != self.config.slots:
             self.config.slots.clear()
             self.config.slots.update(slots)
+        gpus = self.flag_gpus or self.manifest.gpus(self.config.gpu_lane)
+        if gpus != self.config.gpus:
+            self.config.gpus[:] = gpus
         self.controls.tick(now)
         self.jobs.finish_exited(now)
         self.jobs.enforce_timeouts(now)
         self.announcer.watch_running(now, self.jobs.running)
         queued = self.scanner.scan(now, changed)
         self.dispatcher.schedule(now, queued, self.controls.park)
+        if self.jobs.in_lane(self.config.gpu_lane):  # its jobs' GPU engine time: gpu-stalled, status per GPU
+            self.facts.observe_gpus(now, self.jobs.running, max_age=1.0)
+            self.announcer.gpu_stalls(now, self.jobs.running)
         self.announcer.waits(now)
         self.announcer.lanes(now, self.jobs.running, queued)
         self.announcer.idle(now, self.jobs.running, queued)
@@ -244,6 +254,7 @@ class Runner:
             running=tuple(self.jobs.running.values()),
             park=self.controls.park,
             gpu_unknown=tuple(self.facts.gpu_unknown),
+            gpu_seen=self.facts.gpu_seen,
             disk_full=self.jobs.disk_full,
             write_errors=dict(self.problems.write_errors),
             leaks=tuple((pid, job) for pid, job in sorted(self.jobs.kept_leaks.items()) if self.processes.alive(pid)),

@@ -24,6 +24,7 @@ class JobFacts(NamedTuple):
     done: bool = False  # its DONE_IF holds already (see Facts.done_holds)
     requires: bool | None = None  # its REQUIRES holds; None where it was not evaluated (in backoff)
     stale: tuple[str, str] | None = None  # (why, blocker): its output is stale and a producer must run again first
+    gpus: int = 1  # GPUs it takes, where the gpu lane gives each job its own
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,19 @@ class Snapshot:
     parked: str = ""  # why the queue is parked; '' when it is not
     gpu_users: tuple[GpuUser, ...] | None = None  # None: not looked for (no gpu job could start)
     slots: Mapping[str, int] = field(default_factory=dict)  # lane -> jobs it runs at once (1 where not named)
+    gpus: tuple[int, ...] = ()  # the GPUs the gpu lane gives its jobs; (): its slots are counted, not GPUs
+    gpu_taken: Mapping[int, str] = field(default_factory=dict)  # GPU -> the job of ours running on it
 
     def free(self, lane: str) -> int:
         return self.slots.get(lane, 1) - len(self.running.get(lane, ()))
+
+    def gpu_blocked(self) -> dict[int, GpuUser]:
+        """GPU -> the first foreign user that holds it (one whose GPUs are not known holds every one)."""
+        blocked: dict[int, GpuUser] = {}
+        for user in self.gpu_users or ():
+            for device in user.devices or self.gpus:
+                blocked.setdefault(device, user)
+        return blocked
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,8 @@ class Ready:
 @dataclass(frozen=True)
 class GpuWait:
     filename: str
+    users: tuple[GpuUser, ...] = ()  # the foreign users it waits for, first the one it is said to wait for
+    gpu: int | None = None  # the GPU they hold, where the lane gives each job its own
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,7 @@ class Launch:
     lane: str
     candidates: tuple[str, ...]
     slots: int = 1
+    gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # candidate -> the GPUs it was given
 
 
 @dataclass(frozen=True)
@@ -96,16 +110,25 @@ class _Lanes:
 
     held: dict[str, str]  # lane -> a job that holds it (for `exclusive`)
     launches: dict[str, list[str]] = field(default_factory=dict)
+    gpu_free: list[int] = field(default_factory=list)  # GPUs neither running a job of ours nor held by a foreign user
+    gpu_given: dict[str, tuple[int, ...]] = field(default_factory=dict)  # job -> the GPUs it starts on
+    gpu_kept: dict[int, str] = field(default_factory=dict)  # GPU -> the waiting job it is kept for
 
 
 def decide(state: RunnerState, snapshot: Snapshot, now: float) -> list[Action]:
     lanes = _Lanes({lane: jobs[0] for lane, jobs in snapshot.running.items() if jobs})
+    blocked = snapshot.gpu_blocked()
+    lanes.gpu_free = [d for d in snapshot.gpus if d not in snapshot.gpu_taken and d not in blocked]
     actions: list[Action] = []
     for lane in snapshot.lanes:
         for facts in (f for f in snapshot.queued if f.lane == lane):
             actions.extend(_one(state, snapshot, lanes, facts, now))
         if lane in lanes.launches:
-            actions.append(Launch(lane, tuple(lanes.launches[lane]), snapshot.free(lane)))
+            if lane == snapshot.gpu_lane and snapshot.gpus:
+                names = tuple(lanes.launches[lane])
+                actions.append(Launch(lane, names, len(names), {n: lanes.gpu_given[n] for n in names}))
+            else:
+                actions.append(Launch(lane, tuple(lanes.launches[lane]), snapshot.free(lane)))
     if snapshot.gpu_users is not None and not snapshot.gpu_users:
         actions.append(ForgetGpuWaits())
     return actions
@@ -123,6 +146,8 @@ def _one(state: RunnerState, snapshot: Snapshot, lanes: _Lanes, facts: JobFacts,
         return [Wait(name, "backoff", f"retry at {timestamp(until)}")]
     if not facts.requires:
         return [RequiresFalse(name)]
+    if lane == snapshot.gpu_lane and snapshot.gpus:
+        return _on_gpus(snapshot, lanes, facts)
     if lane in lanes.launches:
         lanes.launches[lane].append(name)  # starts in a free slot, or waits in `order` behind those that did
         return [Ready(name)]
@@ -130,15 +155,57 @@ def _one(state: RunnerState, snapshot: Snapshot, lanes: _Lanes, facts: JobFacts,
     if hold is not None:
         return [Ready(name), Wait(name, *hold)]
     if lane == snapshot.gpu_lane and snapshot.gpu_users:
-        return [Ready(name), GpuWait(name)]
+        return [Ready(name), GpuWait(name, snapshot.gpu_users)]
     lanes.launches[lane] = [name]
     lanes.held.setdefault(lane, name)
     return [Ready(name)]
 
 
-def _held(snapshot: Snapshot, lanes: _Lanes, lane: str) -> tuple[str, str, str] | None:
+def _on_gpus(snapshot: Snapshot, lanes: _Lanes, facts: JobFacts) -> list[Action]:
+    """A gpu job where the lane gives each job its own GPUs: it starts on the first free ones, or waits for
+    foreign users (`gpu-foreign`, naming the GPU) or for our own jobs (`lane-busy`: the GPUs that free up meanwhile
+    are kept for it, so that a job asking for two is not passed for ever by jobs asking for one)."""
+    name, need, lane = facts.filename, facts.gpus, facts.lane
+    if need > len(snapshot.gpus):
+        have = ",".join(map(str, snapshot.gpus))
+        return [
+            Ready(name),
+            Wait(name, "blocked", f"asks for {need} GPUs; this runner has {len(snapshot.gpus)} ({have})"),
+        ]
+    hold = _held(snapshot, lanes, lane, slots=False)
+    if hold is not None:
+        return [Ready(name), Wait(name, *hold)]
+    free = lanes.gpu_free
+    if len(free) >= need:
+        lanes.gpu_given[name] = tuple(free[:need])
+        del free[:need]
+        lanes.launches.setdefault(lane, []).append(name)
+        lanes.held.setdefault(lane, name)
+        return [Ready(name)]
+    blocked = snapshot.gpu_blocked()
+    foreign = [d for d in snapshot.gpus if d in blocked and d not in snapshot.gpu_taken]
+    if foreign and len(free) + len(foreign) >= need:
+        users = (blocked[foreign[0]], *(u for u in snapshot.gpu_users or () if u is not blocked[foreign[0]]))
+        return [Ready(name), GpuWait(name, users, foreign[0])]
+    for device in free[:need]:
+        lanes.gpu_kept[device] = name
+    del free[:need]
+    taken = dict(snapshot.gpu_taken)  # ours: running, or starting this tick
+    taken.update((d, job) for job, given in lanes.gpu_given.items() for d in given)
+    busy = [(d, f"GPU {d}: {j} runs") for d, j in taken.items()]
+    busy += [(d, f"GPU {d} kept for {j}") for d, j in lanes.gpu_kept.items() if j != name]
+    if not busy and snapshot.gpu_users:  # every GPU held by foreign users
+        return [Ready(name), GpuWait(name, tuple(snapshot.gpu_users), foreign[0] if foreign else None)]
+    busy.sort()
+    first = (taken.get(busy[0][0]) or lanes.gpu_kept[busy[0][0]]) if busy else ""
+    s_ = "s" if need > 1 else ""
+    detail = f"needs {need} GPU{s_}; " + ", ".join(text for _, text in busy)
+    return [Ready(name), Wait(name, "lane-busy", detail, first)]
+
+
+def _held(snapshot: Snapshot, lanes: _Lanes, lane: str, slots: bool = True) -> tuple[str, str, str] | None:
     """(reason, detail, blocker) when something outside the job holds its lane."""
-    if snapshot.free(lane) <= 0:
+    if slots and snapshot.free(lane) <= 0:
         held = snapshot.running[lane]
         if len(held) == 1:
             return "lane-busy", f"{held[0]} is running in {lane}", held[0]

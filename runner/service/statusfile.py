@@ -23,6 +23,7 @@ from runner.procs import GpuUser
 from runner.queue import STATES, Queue, timestamp
 from runner.records import Parsed, Running
 from runner.service.announce import LaneView, progress
+from runner.service.gpu import Observation, gpu_status
 from runner.service.reasons import Reasons
 
 # status.json is rewritten at least this often even when nothing in it changed: a reader older than
@@ -51,6 +52,7 @@ class Snapshot:
     running: tuple[Running, ...]
     park: str
     gpu_unknown: tuple[GpuUser, ...]
+    gpu_seen: Observation | None  # the last look at the GPUs
     disk_full: str
     write_errors: Mapping[str, str]
     leaks: tuple[tuple[int, str], ...]  # (pid, the job that left it), only the live ones
@@ -141,6 +143,11 @@ class StatusFile:
                 "policy": runner.config.unreadable_gpu,
                 "processes": [{"pid": u.pid, "cmd": u.cmd[:120]} for u in runner.gpu_unknown[:20]],
             },
+            "gpus": gpu_status(
+                runner.gpu_seen,
+                runner.config.gpus,
+                {run.filename: run.gpus for run in runner.running if run.gpus},
+            ),
             "counts": {s: self._count(s) for s in STATES},
             "disk_full": runner.disk_full or None,
             "write_errors": {
@@ -168,6 +175,7 @@ class StatusFile:
                     "warn_after_s": run.job.warn_after_s or runner.config.warn_after.get(run.lane),
                     "last_line": logs.last_line(path),
                     "progress": progress(path),
+                    **({"gpus": list(run.gpus)} if run.gpus else {}),
                 }
             )
         return running
