@@ -132,6 +132,36 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_gpu(run, add)
     _add_thresholds(run, add)
     _add_ownership(run)
+    _add_alerting(run, add)
+
+
+def _add_alerting(run: argparse.ArgumentParser, add: Callable[[str, float, str], None]) -> None:
+    d = _DEFAULTS
+    run.add_argument(
+        "--notify",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="send each incident's open, repeat and recovery here (repeatable): an http(s):// URL gets a JSON "
+        "POST (a generic webhook); ntfy://HOST/TOPIC, ntfys://HOST/TOPIC or https://ntfy.sh/TOPIC gets ntfy's "
+        "plain-text form",
+    )
+    run.add_argument(
+        "--ping",
+        default=None,
+        metavar="URL",
+        help="a dead-man's switch (healthchecks.io style): POST a one-line state here every --ping-every",
+    )
+    add("--ping-every", d.ping_every_s, "how often --ping is sent")
+    add("--realert", d.realert_s, "an open incident is sent again this often (0: only once)")
+    add("--parked-repeat", d.parked_repeat_s, "a parked queue's incident is sent again this often")
+    add("--notify-timeout", d.notify_timeout_s, "one delivery's deadline (a failed one is tried again later)")
+    run.add_argument(
+        "--host-name",
+        default=d.host_name,
+        metavar="NAME",
+        help="how notifications name this box, as `plan` names it (default: its host name)",
+    )
 
 
 def _add_gpu(run: argparse.ArgumentParser, add: Callable[[str, float, str], None]) -> None:
@@ -360,6 +390,13 @@ def config_from(args: argparse.Namespace) -> Config:
         heartbeat_event_s=args.heartbeat_event_every,
         slots=args.slots,
         cgroup=_cgroup(args.cgroup),
+        host_name=args.host_name,
+        realert_s=args.realert,
+        parked_repeat_s=args.parked_repeat,
+        notify=tuple(args.notify),
+        ping=args.ping,
+        ping_every_s=args.ping_every,
+        notify_timeout_s=args.notify_timeout,
     )
 
 

@@ -85,6 +85,14 @@ class Config:
     heartbeat_event_s: float = 600.0  # a `heartbeat` event after this long without any other event
     cgroup: str | None = None  # a delegated cgroup v2 directory: one child per job, ended by cgroup.kill
     slots: dict[str, int] = field(default_factory=dict)  # lane -> jobs it runs at once; a lane not named has 1
+    # Alerting (runner.alerts.engine): the incident book, --notify and the --ping dead-man's switch.
+    host_name: str = ""  # how notices name this box (default: its host name)
+    realert_s: float = 3600.0  # an open incident is sent again this often (0: never)
+    parked_repeat_s: float = 7200.0  # a parked queue's incident is sent again this often
+    notify: tuple[str, ...] = ()  # URLs every notice is sent to
+    ping: str | None = None  # a dead-man's-switch URL, pinged every ping_every_s
+    ping_every_s: float = 300.0
+    notify_timeout_s: float = 10.0  # one delivery's deadline
 
     def slots_of(self, lane: str) -> int:
         if lane == self.gpu_lane and self.gpus:

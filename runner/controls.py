@@ -22,8 +22,10 @@ if TYPE_CHECKING:  # runner.jobs imports nothing of this module; the import is f
 
 # A control request is the file control/<action>-<target>, JSON {"by": ...} inside. The actions are a
 # closed set with no '-' of their own, so the first '-' ends the action even when the job name has more.
-CONTROL_ACTIONS = ("reset", "retry", "cancel", "requeue")
+CONTROL_ACTIONS = ("reset", "retry", "cancel", "requeue", "ack")
 REQUEUE_RUNNING = "running"  # the target of `requeue`: every running job (park --now)
+# `ack-<token>` (`plan ack`): JSON {"by": ..., "target": "KIND[:PATTERN]", "until": EPOCH or null}; the token
+# only makes the file name unique, the target is read from inside.
 PARK_FILE = "parked.json"
 
 
@@ -61,6 +63,8 @@ class ControlHandler:
         self.jobs = jobs
         self.forget = forget  # drops everything the runner knows about a queued job file
         self.park = ""  # why the queue is parked, read once a tick; '' when it is not
+        # The incident book's ack (runner.alerts.engine.Alerts.ack): (now, target, until, by).
+        self.on_ack: Callable[[float, str, float | None, str], object] | None = None
 
     def tick(self, now: float) -> None:
         """Requests dropped in control/ by `plan` (retry, cancel, park --now, push --retry-failed), applied here
@@ -88,6 +92,9 @@ class ControlHandler:
         if not os.path.lexists(path):
             return  # gone already
         text = read_regular(str(path))  # never blocks on a FIFO
+        if action == "ack":
+            self._ack(now, path, text)
+            return
         request, problems = _request(name, action, job, text)
         if request is None:  # removed first, then reported: a bad request is said once, never retried
             _remove(path)
@@ -109,6 +116,34 @@ class ControlHandler:
         else:
             for run in list(self.jobs.running.values()):
                 self.jobs.evict(now, run, "queue", f"parked --now by {by}", refund=True)
+
+    def _ack(self, now: float, path: Path, text: bytes | None) -> None:
+        """An ack: carried out by the incident book; one that names nothing open now is dropped (`plan ack`
+        checked the book before it asked)."""
+        _remove(path)
+        problems: list[Problem] = []
+        try:
+            raw = json.loads(text or b"null")
+        except ValueError as exc:
+            raw, problems = None, [("(whole file)", f"not JSON ({exc}): ack not carried out")]
+        target = raw.get("target") if isinstance(raw, dict) else None
+        until = raw.get("until") if isinstance(raw, dict) else None
+        by = raw.get("by", "?") if isinstance(raw, dict) else "?"
+        if not problems and (
+            not isinstance(target, str)
+            or not isinstance(by, str)
+            or not (until is None or (isinstance(until, (int, float)) and not isinstance(until, bool)))
+        ):
+            problems = [("(whole file)", 'want {"by": STR, "target": STR, "until": EPOCH or null}: not carried out')]
+        if problems:
+            self.problems.report(now, f"control/{path.name}", problems)
+            self.problems.said.pop(f"control/{path.name}", None)
+            return
+        if self.on_ack is not None:
+            try:
+                self.on_ack(now, str(target), None if until is None else float(until), str(by))
+            except ValueError:
+                pass  # names no open incident (any more): nothing to silence
 
     def _retry(self, now: float, job: str, by: str) -> None:
         if not (self.queue.dir("failed") / job).exists():

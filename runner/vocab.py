@@ -38,6 +38,7 @@ class Event(str, Enum):
     START_FAILED = "start-failed"
     HEARTBEAT = "heartbeat"
     GPU_STALLED = "gpu-stalled"
+    INCIDENT = "incident"  # the incident book opened, repeated or recovered an incident (runner.alerts.book)
 
     def __str__(self) -> str:
         return self.value

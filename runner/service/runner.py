@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from runner import __version__, wrapper
+from runner.alerts.engine import Alerts
 from runner.config import Config
 from runner.controls import ControlHandler
 from runner.digest import sha1_hex
@@ -71,6 +72,8 @@ class Runner:
         )
         self.scanner = Scanner(config, queue, self.reasons, self.manifest, self.forget)
         self.controls = ControlHandler(queue, self.state, self.problems, self.jobs, self.forget)
+        self.alerts = Alerts(self)
+        self.controls.on_ack = self.alerts.ack
         self.dispatcher = Dispatcher(
             queue, self.state, self.facts, self.reasons, self.jobs, self.announcer, self.forget
         )
@@ -191,6 +194,7 @@ class Runner:
             self.announcer.set_lane(now, lane, LaneView("stopped"))
         self.queue.emit(now, "-", Event.RUNNER_STOP.value, why=why)
         self._save_state(now)
+        self.alerts.stop()  # what is due goes out first, within a deadline
         try:
             self.statusfile.write(self.snapshot(), now, [], force=True)
         except OSError:
@@ -234,6 +238,7 @@ class Runner:
         self.announcer.waits(now)
         self.announcer.lanes(now, self.jobs.running, queued)
         self.announcer.idle(now, self.jobs.running, queued)
+        self.problems.keep(now, "incidents.json", lambda: self.alerts.tick(now, queued))
         self._save_state(now)
         self.problems.keep(now, "status.json", lambda: self.statusfile.write(self.snapshot(), now, queued))
         if now - self.queue.last_written >= self.config.heartbeat_event_s:
@@ -257,6 +262,8 @@ class Runner:
             gpu_seen=self.facts.gpu_seen,
             disk_full=self.jobs.disk_full,
             write_errors=dict(self.problems.write_errors),
+            incidents=len(self.alerts.book.open),
+            delivery=self.alerts.delivery(),
             leaks=tuple((pid, job) for pid, job in sorted(self.jobs.kept_leaks.items()) if self.processes.alive(pid)),
             reasons=self.reasons,
             scan_generation=self.scanner.generation,

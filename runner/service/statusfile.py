@@ -58,6 +58,8 @@ class Snapshot:
     leaks: tuple[tuple[int, str], ...]  # (pid, the job that left it), only the live ones
     reasons: Reasons
     scan_generation: int
+    incidents: int = 0  # open in the incident book (runner.alerts)
+    delivery: Mapping[str, Any] | None = None  # how --notify and --ping went (runner.alerts.engine.Alerts.delivery)
 
 
 class StatusFile:
@@ -154,6 +156,8 @@ class StatusFile:
                 **runner.write_errors,
                 **({"events.jsonl": self.queue.events_error} if self.queue.events_error else {}),
             },
+            "incidents": runner.incidents,
+            "delivery": runner.delivery,
             "leaks": [{"pid": pid, "left_by": job} for pid, job in runner.leaks],
         }
 

@@ -1,0 +1,230 @@
+"""The incident book: causes (runner.alerts.causes) open an incident once, repeat it every --realert while it lasts,
+and RECOVER it when it ends; an ack silences it. Kept by the runner in ROOT/incidents.json, read by `plan watch`,
+`plan status` and `plan top`.
+
+incidents.json (written atomically, `version` 1):
+
+    {"version": 1, "host": "a9", "updated": 1764800000.0, "zone": "+0900",
+     "open": [INCIDENT, ...],            # in the order they opened
+     "closed": [INCIDENT, ...],          # the last CLOSED_KEPT that recovered, newest last, with "recovered"
+     "sent": 12}                         # notices given out so far (opens, repeats, recoveries)
+
+    INCIDENT = {"id": "gpu-held:pid 1234", "kind": "gpu-held", "subject": "pid 1234",
+                "text": "gpu lane held by pid 1234 (llama-server) ...", "jobs": ["84c-....job", ...],
+                "count": 60, "look": "plan status a9", "opened": EPOCH, "seen": EPOCH, "sent": EPOCH or null,
+                "sends": 1, "acked": null or {"by": "me@laptop", "at": EPOCH, "until": EPOCH or null}}
+
+Times are epoch seconds on the box's clock. `jobs` lists at most JOBS_KEPT names; `count` is how many.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.alerts.causes import CAUSE_KINDS, Cause
+
+__all__ = ["BOOK_FILE", "CAUSE_KINDS", "Book", "Incident", "Notice", "known_kind", "matching"]
+from runner.durations import format_duration
+from runner.files import atomic_write, read_json_or_none
+
+BOOK_FILE = "incidents.json"
+BOOK_VERSION = 1
+JOBS_KEPT = 50
+CLOSED_KEPT = 20
+REWRITE_S = 60.0  # a changed text alone (a duration, a job's progress) is written at most this often
+
+
+@dataclass
+class Incident:
+    id: str
+    kind: str
+    subject: str
+    text: str
+    jobs: list[str]
+    count: int
+    look: str
+    opened: float
+    seen: float
+    sent: float | None = None
+    sends: int = 0
+    acked: dict[str, Any] | None = None
+    recovered: float | None = None
+
+    @classmethod
+    def load(cls, raw: Any) -> Incident | None:
+        if not isinstance(raw, dict):
+            return None
+        try:
+            known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
+            incident = cls(**known)
+        except TypeError:
+            return None
+        if not isinstance(incident.id, str) or not isinstance(incident.opened, (int, float)):
+            return None
+        return incident
+
+    def summary(self, now: float, host: str) -> str:
+        """The one line a notification carries: what, since when, the command to look."""
+        look = self.look.replace("HOST", host)
+        return f"{host}: {self.text} (open {format_duration(now - self.opened)}; look: {look})"
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One thing to tell a person: an incident opened, is still open (a repeat), or recovered."""
+
+    what: str  # open, repeat, recovered
+    incident: Incident
+    host: str
+    at: float
+
+    @property
+    def title(self) -> str:
+        word = {"open": "", "repeat": "still: ", "recovered": "RECOVERED: "}[self.what]
+        return f"{word}{self.incident.kind} on {self.host}"
+
+    @property
+    def message(self) -> str:
+        i = self.incident
+        if self.what == "recovered":
+            lasted = format_duration((i.recovered or self.at) - i.opened)
+            return f"{self.host}: recovered after {lasted}: {i.text}"
+        return i.summary(self.at, self.host)
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON a webhook receives."""
+        return {
+            "what": self.what,
+            "title": self.title,
+            "message": self.message,
+            "host": self.host,
+            "at": self.at,
+            "kind": self.incident.kind,
+            "watch_kind": CAUSE_KINDS.get(self.incident.kind, "EVENT"),
+            "incident": asdict(self.incident),
+        }
+
+
+@dataclass
+class Book:
+    host: str = ""
+    open: dict[str, Incident] = field(default_factory=dict)
+    closed: list[Incident] = field(default_factory=list)
+    sent: int = 0
+    written: str = ""  # the content last written, less its clock
+    written_shape: str = ""  # its ids, counts, sends and acks
+    written_at: float = 0.0
+
+    # -- the engine ----------------------------------------------------------------------------
+    def reconcile(self, causes: list[Cause], now: float, realert: float, every: dict[str, float]) -> list[Notice]:
+        """Open, repeat and close incidents against the causes true now; the notices to give, in order.
+        REALERT is the repeat interval, EVERY a kind's own (0: never repeated)."""
+        notices: list[Notice] = []
+        current = {c.id: c for c in causes}
+        for key in [k for k in self.open if k not in current]:
+            incident = self.open.pop(key)
+            incident.recovered = now
+            self.closed = (self.closed + [incident])[-CLOSED_KEPT:]
+            if not incident.acked:
+                notices.append(Notice("recovered", incident, self.host, now))
+        for key, cause in current.items():
+            found = self.open.get(key)
+            incident = (
+                found
+                if found is not None
+                else Incident(key, cause.kind, cause.subject, cause.text, [], 0, cause.look, opened=now, seen=now)
+            )
+            self.open[key] = incident
+            incident.text, incident.look, incident.seen = cause.text, cause.look, now
+            incident.jobs, incident.count = list(cause.jobs[:JOBS_KEPT]), len(cause.jobs)
+            acked = incident.acked
+            if acked and acked.get("until") is not None and now >= float(acked["until"]):
+                incident.acked = acked = None
+            if acked:
+                continue
+            repeat = every.get(cause.kind, realert)
+            if incident.sent is None or (repeat > 0 and now - incident.sent >= repeat):
+                what = "open" if incident.sent is None else "repeat"
+                incident.sent, incident.sends = now, incident.sends + 1
+                notices.append(Notice(what, incident, self.host, now))
+        self.sent += len(notices)
+        return notices
+
+    def ack(self, target: str, until: float | None, by: str, now: float) -> list[Incident]:
+        """Silence every open incident TARGET names, until it recovers or UNTIL. TARGET is `KIND` (a cause kind or
+        a `plan watch` kind), `KIND:PATTERN` (matched against the subject and each job, `*` allowed) or `*`."""
+        found = matching(list(self.open.values()), target)
+        for incident in found:
+            incident.acked = {"by": by, "at": now, "until": until}
+        return found
+
+    # -- the file ------------------------------------------------------------------------------
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "version": BOOK_VERSION,
+            "host": self.host,
+            "updated": now,
+            "zone": time.strftime("%z", time.localtime(now)),
+            "open": [asdict(i) for i in sorted(self.open.values(), key=lambda i: (i.opened, i.id))],
+            "closed": [asdict(i) for i in self.closed],
+            "sent": self.sent,
+        }
+
+    def save(self, root: Path, now: float, force: bool = False) -> bool:
+        """Written when what it holds changed: at once for an open, a close, a send or an ack, at most every
+        REWRITE_S for a changed text alone. True when written."""
+        data = self.to_json(now)
+        shape = json.dumps([[i["id"], i["count"], i["sends"], i["acked"]] for i in data["open"]] + [data["sent"]])
+        text = json.dumps({k: v for k, v in data.items() if k != "updated"}, sort_keys=True)
+        if not force and text == self.written:
+            return False
+        if not force and shape == self.written_shape and now - self.written_at < REWRITE_S:
+            return False
+        # Not synced: a crash loses at most the last minute's texts; the runner writes the book again at start.
+        atomic_write(root / BOOK_FILE, (json.dumps(data, indent=1) + "\n").encode(), durable=False)
+        self.written, self.written_shape, self.written_at = text, shape, now
+        return True
+
+    @classmethod
+    def load(cls, root: Path, host: str) -> Book:
+        """The book an earlier life of the runner left: its incidents stay open (and are not sent again)."""
+        raw = read_json_or_none(os.path.join(str(root), BOOK_FILE))
+        book = cls(host=host)
+        if not isinstance(raw, dict):
+            return book
+        for item in raw.get("open") or []:
+            incident = Incident.load(item)
+            if incident is not None:
+                book.open[incident.id] = incident
+        book.closed = [i for i in (Incident.load(x) for x in raw.get("closed") or []) if i is not None][-CLOSED_KEPT:]
+        sent = raw.get("sent")
+        book.sent = sent if isinstance(sent, int) else 0
+        return book
+
+
+def matching(incidents: list[Incident], target: str) -> list[Incident]:
+    """The incidents TARGET names (see Book.ack); kinds compare without case, `plan watch` kinds map to causes."""
+    kind, _, pattern = target.strip().partition(":")
+    kind = kind.strip()
+    found = []
+    for incident in incidents:
+        if kind not in ("*", "") and kind.lower() != incident.kind and kind.upper() != CAUSE_KINDS.get(incident.kind):
+            continue
+        if pattern and not any(
+            fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".job")
+            for name in [incident.subject, *incident.jobs]
+        ):
+            continue
+        found.append(incident)
+    return found
+
+
+def known_kind(target: str) -> bool:
+    kind = target.strip().partition(":")[0].strip()
+    return kind in ("*", "") or kind.lower() in CAUSE_KINDS or kind.upper() in set(CAUSE_KINDS.values())
