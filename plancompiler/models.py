@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from runner import jobfile
 from runner.durations import parse_duration
 
 REQUIREMENT_KINDS = ("path", "nonempty", "dir", "exists", "after", "sh")
@@ -111,6 +112,11 @@ class Job(Strict):
         None, ge=1, le=64, description="GPUs the job takes where its host's gpu lane gives each job its own (--gpus)"
     )
     warn_after: str | None = Field(None, description="running longer raises long-running")
+    expect_wait: str | dict[str, str] | None = Field(
+        None,
+        description="how long a wait is normal, so nothing alerts before it: a duration (any wait) or one per "
+        "reason, e.g. {requires: 2d, gpu-foreign: 1h}",
+    )
     shellcheck_disable: list[str] = Field(default_factory=list, description="shellcheck codes to ignore, e.g. SC2034")
     rerun: Literal["on-change", "never"] = Field(
         "on-change",
@@ -125,6 +131,21 @@ class Job(Strict):
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return _check_duration(None if value is None else str(value))
+
+    @field_validator("expect_wait", mode="before")
+    @classmethod
+    def _expect_wait(cls, value: Any) -> Any:
+        """Checked as the runner reads it (runner.jobfile.parse_expect_wait); kept as the header will carry it."""
+        if value is None:
+            return None
+        if isinstance(value, dict):
+            text = ",".join(f"{reason}={_check_duration(str(v))}" for reason, v in value.items())
+        else:
+            text = str(_check_duration(str(value)))
+        if not text.isprintable():
+            raise ValueError(f"not one line: {text!r}")
+        jobfile.parse_expect_wait(text)
+        return text
 
     @field_validator("shellcheck_disable")
     @classmethod

@@ -391,6 +391,7 @@ def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comm
         "timeout": spec.timeout,
         "warn_after": spec.warn_after,
         "gpus": spec.gpus,
+        "expect_wait": spec.expect_wait if isinstance(spec.expect_wait, str) else None,
         "outputs": [o.value for o in job.outputs],
         "comment": comment,
     }

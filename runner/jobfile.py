@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from runner.durations import parse_duration
 
 SEED_KEYS = ("LANE", "REQUIRES", "DONE_IF", "RETRIES")
-HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN", "GPUS")
+HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN", "GPUS", "EXPECT_WAIT")
 MAX_GPUS = 64
 DEFAULT_LANES = ("net", "gpu", "cpu")
 DEFAULT_LANE = "cpu"
@@ -40,6 +40,8 @@ class JobFile:
     plan: str | None = None
     keys: tuple[str, ...] = field(default=())
     gpus: int = 1  # GPUs it takes in the gpu lane, where the runner gives each job its own (--gpus)
+    # EXPECT_WAIT: how long a wait is normal, per reason ("*": any); nothing alerts before it has passed.
+    expect_wait: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,12 @@ def _typed(
             outputs = tuple(shlex.split(header["OUTPUTS"]))
         except ValueError as exc:
             return Invalid(f"OUTPUTS is not a list of shell words: {exc}", where["OUTPUTS"])
+    expect_wait: tuple[tuple[str, float], ...] = ()
+    if "EXPECT_WAIT" in header:
+        try:
+            expect_wait = parse_expect_wait(header["EXPECT_WAIT"])
+        except ValueError as exc:
+            return Invalid(f"EXPECT_WAIT: {exc}", where["EXPECT_WAIT"])
     return JobFile(
         name=name,
         lane=lane,
@@ -180,7 +188,24 @@ def _typed(
         plan=header.get("PLAN"),
         keys=_KEY_SETS.setdefault(tuple(header), tuple(header)) if len(_KEY_SETS) < 1000 else tuple(header),
         gpus=gpus,
+        expect_wait=expect_wait,
     )
+
+
+def parse_expect_wait(text: str) -> tuple[tuple[str, float], ...]:
+    """`2d` (a wait on anything) or `requires=2d,gpu-foreign=1h` (per reason): ((reason or "*", seconds), ...)."""
+    from runner.vocab import REASON_NAMES
+
+    found: list[tuple[str, float]] = []
+    for item in text.split(","):
+        reason, sep, value = item.strip().rpartition("=")
+        reason = reason.strip() if sep else "*"
+        if reason != "*" and reason not in REASON_NAMES:
+            raise ValueError(f"{reason!r} is not a reason a job waits on (reasons: {', '.join(sorted(REASON_NAMES))})")
+        if any(r == reason for r, _ in found):
+            raise ValueError(f"{reason if reason != '*' else 'the default'} given twice")
+        found.append((reason, parse_duration(value)))
+    return tuple(found)
 
 
 def format(
@@ -196,6 +221,7 @@ def format(
     plan: str | None = None,
     comment: str | None = None,
     gpus: int | None = None,
+    expect_wait: str | None = None,
 ) -> str:
     """A job file's text: the header in contract order, an optional comment line, the body."""
     values = {
@@ -206,6 +232,7 @@ def format(
         "TIMEOUT": timeout,
         "WARN_AFTER": warn_after,
         "OUTPUTS": " ".join(shlex.quote(p) for p in outputs) if outputs else None,
+        "EXPECT_WAIT": expect_wait,
         "PLAN": plan,
         "GPUS": None if gpus is None else str(gpus),
     }

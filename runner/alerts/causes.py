@@ -84,7 +84,7 @@ def expected_until(job: jobfile.JobFile | None, reason: str) -> float | None:
     """How long JOB says a wait on REASON is normal (its EXPECT_WAIT header), in seconds; None: not said."""
     if job is None:
         return None
-    waits: dict[str, float] = getattr(job, "expect_wait", None) or {}
+    waits = dict(job.expect_wait)
     if reason in waits:
         return waits[reason]
     return waits.get("*")
