@@ -14,7 +14,8 @@ from typing import Any
 
 from runner.alerts.book import BOOK_FILE
 from runner.procs import GpuUser
-from tests.conftest import write_job
+from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.inprocess import plan_main
 from tests.ticking import Ticking
 
 T0 = 1_000_000.0
@@ -179,3 +180,22 @@ def test_the_book_survives_a_restart_without_saying_again(queue_root: Path, tick
     again.tick(T0 + 60)
     assert notices(again) == [("open", "gpu-held:pid 77")]
     assert book(queue_root)["open"][0]["opened"] == T0
+
+
+def test_plan_ack_writes_to_the_box_and_names_what_it_silenced(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
+    write_job(queue_root, "65-gate-a.job", "# LANE=cpu\necho 'boom-1'; exit 3\n")
+    write_job(queue_root, "65-gate-b.job", "# LANE=cpu\necho 'boom-2'; exit 3\n")
+    runner.start()
+    wait_for(lambda: (queue_root / BOOK_FILE).exists() and book(queue_root)["open"], 15)
+    wait_for(lambda: book(queue_root)["open"][0]["count"] == 2, 15)
+    missing = plan_main("ack", str(queue_root), "gpu-held", cwd=tmp_path, cache=tmp_path / "c")
+    assert missing.returncode == 1 and "open: failed:exited <n>: boom-<n>" in missing.stderr
+    unknown = plan_main("ack", str(queue_root), "boom", cwd=tmp_path, cache=tmp_path / "c")
+    assert unknown.returncode == 2 and "unknown incident kind" in unknown.stderr
+    done = plan_main("ack", str(queue_root), "failed:65-gate-*", "--for", "8h", cwd=tmp_path, cache=tmp_path / "c")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("acked failed:exited <n>: boom-<n> on ") and "for 8h: 2 jobs failed" in done.stdout
+    acked = book(queue_root)["open"][0]["acked"]
+    assert acked["until"] > acked["at"] + 8 * H - 60 and "@" in acked["by"]

@@ -239,13 +239,20 @@ def ack(
             "--state", metavar="FILE", help="the watcher's state file (default under ~/.local/state/plancompiler)"
         ),
     ] = None,
+    wait: Annotated[
+        float,
+        typer.Option("--wait", help="seconds to wait for the box's runner to take the ack"),
+    ] = 30.0,
 ) -> None:
-    """Silence one open incident `plan watch` knows of, until it changes, recovers, or --for passes.
+    """Silence open incidents until they recover (or change), or --for passes: on the box first (the runner's
+    incident book: every channel it notifies goes quiet; KIND may be a cause such as failed or gpu-held, and
+    SUBJECT a pattern such as 92c-*), else one `plan watch` judged here (DEAD, UNREACHABLE, ERROR).
 
     Exit 0 when acked, 1 when no open incident (or more than one) matches, 2 for an unknown kind.
     """
     import time
 
+    from plancompiler.commands import operate
     from plancompiler.watch import AckError, acknowledge, duration, state_path
 
     target = resolve_host(host, hosts)
@@ -254,6 +261,11 @@ def ack(
     except ValueError as exc:
         raise fail(str(exc)) from exc
     now = time.time()
+    with host_errors():
+        said = operate.ack_on_box(target, incident, now + seconds if seconds else None, wait, for_)
+    if said is not None:
+        typer.echo("\n".join(said))
+        return
     try:
         found = acknowledge(state or state_path(target), incident, now + seconds if seconds else None, now)
     except AckError as exc:

@@ -71,6 +71,31 @@ def cancel(host: Host, job: str, wait: float) -> str:
     return f"{job}: {before} -> {result.get('after') or 'removed'}"
 
 
+def ack_on_box(host: Host, target: str, until: float | None, wait: float, for_: str | None) -> list[str] | None:
+    """`plan ack` of what the box's runner judged (runner.alerts.book): the lines saying what it silenced; None when
+    the book has no such kind (the watcher's own then); OperateError when it names nothing open there."""
+    from plancompiler.watch import INCIDENT_KINDS
+    from runner.alerts.book import known_kind
+
+    if host.backend != "queue" or not known_kind(target):
+        return None
+    answer = _ask(host, "ack", {"target": target, "until": until, "by": who(), "wait_s": wait})
+    if not answer.get("matched"):
+        open_ = ", ".join(answer.get("open") or []) or "none"
+        if target.partition(":")[0].strip().upper() in INCIDENT_KINDS:
+            return None  # a kind the watcher judges too (STALL, WAITING, ...): it may have it
+        raise OperateError(f"no open incident {target} on {host.name} (open: {open_})")
+    lines = [
+        terminal_safe(
+            f"acked {item['id']} on {host.name} {f'for {for_}' if for_ else 'until it recovers'}: {item['text']}"
+        )
+        for item in answer["matched"]
+    ]
+    if not answer.get("taken"):
+        lines.append("the runner has not taken the ack yet (is it running?); it will when it ticks")
+    return lines
+
+
 def logs(host: Host, job: str, lines: int, follow: bool, interval: float, echo: Callable[[str], None]) -> str | None:
     """Print JOB's log tail with ECHO, and with FOLLOW what it adds until the job ends; the job's last state."""
     name = job_file(job)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict
 
 from runner import pushlock
 from runner.agent import bootstrap, delivery
-from runner.agent.handlers import control, logs, park, slurm_status, status
+from runner.agent.handlers import ack, control, logs, park, slurm_status, status
 
 Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
 
@@ -26,6 +26,7 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "status": status,
     "park": park,
     "control": control,
+    "ack": ack,
     "logs": logs,
     "bootstrap": bootstrap.bootstrap,
 }

@@ -36,6 +36,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "runner_alive": delivery.runner_alive(st),
         "now": time.time(),
         "parked": read_json_or_none(os.path.join(root, PARK_FILE)),
+        "incidents": read_json_or_none(os.path.join(root, "incidents.json")),  # the book (runner.alerts.book)
         **({"status_error": corrupt} if corrupt else {}),
     }
 
@@ -97,6 +98,32 @@ def control(root: str, request: dict[str, Any]) -> dict[str, Any]:
     while time.time() < deadline and os.path.exists(path):
         time.sleep(0.05)
     return {"taken": not os.path.exists(path), "before": before, "after": where(root, job)}
+
+
+def ack(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """`plan ack`: the open incidents of the book that TARGET names, and a control request for the runner to
+    silence them (on every channel); waits (bounded) until it is taken. Nothing is asked when nothing matches."""
+    import hashlib
+
+    from runner.alerts.book import BOOK_FILE, Incident, matching
+
+    target, until = str(request.get("target", "")), request.get("until")
+    raw = read_json_or_none(os.path.join(root, BOOK_FILE))
+    items = raw.get("open") if isinstance(raw, dict) else None
+    open_ = [i for i in (Incident.load(x) for x in items or []) if i is not None]
+    found = matching(open_, target)
+    shown = [{"id": i.id, "kind": i.kind, "text": i.text} for i in found]
+    if not found:
+        return {"matched": [], "open": [i.id for i in open_]}
+    token = hashlib.sha1(f"{target}:{time.time()}:{os.getpid()}".encode()).hexdigest()[:12]
+    path = os.path.join(root, "control", request_name("ack", token))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    body = {"by": str(request.get("by", "?")), "target": target, "until": until}
+    atomic_write(Path(path), json.dumps(body).encode())
+    deadline = time.time() + float(request.get("wait_s", 30))
+    while time.time() < deadline and os.path.exists(path):
+        time.sleep(0.05)
+    return {"matched": shown, "taken": not os.path.exists(path)}
 
 
 def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
