@@ -118,9 +118,8 @@ class ControlHandler:
                 self.jobs.evict(now, run, "queue", f"parked --now by {by}", refund=True)
 
     def _ack(self, now: float, path: Path, text: bytes | None) -> None:
-        """An ack: carried out by the incident book; one that names nothing open now is dropped (`plan ack`
-        checked the book before it asked)."""
-        _remove(path)
+        """An ack: carried out by the incident book, then removed (so `plan ack` reads "taken" as "done"); one
+        that names nothing open now is dropped (`plan ack` checked the book before it asked)."""
         problems: list[Problem] = []
         try:
             raw = json.loads(text or b"null")
@@ -136,14 +135,17 @@ class ControlHandler:
         ):
             problems = [("(whole file)", 'want {"by": STR, "target": STR, "until": EPOCH or null}: not carried out')]
         if problems:
+            _remove(path)
             self.problems.report(now, f"control/{path.name}", problems)
             self.problems.said.pop(f"control/{path.name}", None)
             return
-        if self.on_ack is not None:
-            try:
+        try:
+            if self.on_ack is not None:
                 self.on_ack(now, str(target), None if until is None else float(until), str(by))
-            except ValueError:
-                pass  # names no open incident (any more): nothing to silence
+        except ValueError:
+            pass  # names no open incident (any more): nothing to silence
+        finally:
+            _remove(path)
 
     def _retry(self, now: float, job: str, by: str) -> None:
         if not (self.queue.dir("failed") / job).exists():

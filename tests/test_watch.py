@@ -59,40 +59,50 @@ def test_failed_job_is_an_event_and_restart_does_not_realert(
     assert watch(str(queue_root), state)[0] == 0  # first probe: remembers the offset
     write_job(queue_root, "5-cpu-bad.job", "echo 'unsupported sampler flag: -b'\nexit 1\n")
     _fail(run, "5-cpu-bad.job", "unsupported sampler flag: -b", now + 1)
-    code, out = watch(str(queue_root), state)
-    assert code == 10 and out.startswith("EVENT: ") and "failed 5-cpu-bad.job" in out
-    assert "unsupported sampler flag: -b" in out
+    code, out = watch(str(queue_root), state)  # the box's incident, as its book has it
+    assert code == 10 and out.startswith("EVENT: ") and "5-cpu-bad.job failed: exited 1" in out
+    assert "unsupported sampler flag: -b" in out and out.rstrip().endswith(
+        f"look: plan logs {queue_root} 5-cpu-bad.job)"
+    )
     assert watch(str(queue_root), state)[0] == 0  # a restarted watcher does not replay it
 
 
 def test_long_net_job_is_a_stall_and_empty_running_is_fine(
-    tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Ticking], stand_in: int
 ) -> None:
     state = tmp_path / "watch.json"
     now = time.time() - 10
-    run = ticked(now)
-    code, out = watch(str(queue_root), state, "--idle", "3600")
+    run = ticking(now, pid=stand_in, warn_after={"net": 5.0}).tick(now)  # the box's threshold: net jobs 5 s
+    code, out = watch(str(queue_root), state)
     assert code == 0, out  # nothing running, no net job: not an error (the seed's [ -f ] bug)
     write_job(queue_root, "92c-net-mai-code.job", "# LANE=net\nsleep 300\n")
     run.tick(now)  # it starts, 10 s ago
     run.say("92c-net-mai-code.job", " 64 52.44G  64 33.95G   0      0  2.72M      0 5:27:57 3:32:21 1:55:36  2.92M")
     run.tick(time.time())  # still running now
-    code, out = watch(str(queue_root), state, "--stall", "5")
-    assert code == 11 and "STALL: net job 92c-net-mai-code.job running for" in out
+    code, out = watch(str(queue_root), state)
+    assert code == 11 and out.startswith("STALL: ") and "92c-net-mai-code.job running 10s in lane net" in out
+    assert "64% of 52.44G" in out
     status = cli.invoke(app, ["status", str(queue_root)])
     assert status.exit_code == 0
     assert "64% of 52.44G (33.95G) at 2.72M/s, ETA 1:55:36" in status.stdout
 
 
-def test_idle_says_why_work_waits(tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]) -> None:
+def test_idle_says_why_work_waits(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Ticking], stand_in: int
+) -> None:
     state = tmp_path / "watch.json"
     write_job(queue_root, "1-gpu-a.job", f"# LANE=gpu\n# REQUIRES=test -f {tmp_path}/never\necho a\n")
     now = time.time() - 10  # idle since then
-    run = ticked(now)
+    run = ticking(now, pid=stand_in, idle_s=5.0).tick(now - 10)
     assert run.status()["queued"]
-    assert watch(str(queue_root), state, "--idle", "60")[0] == 0
-    code, out = watch(str(queue_root), state, "--idle", "5")
-    assert code == 12 and "IDLE: nothing running for" in out and "1 queued: 1-gpu-a.job: requires" in out
+    assert watch(str(queue_root), state)[0] == 0
+    run.tick(now)
+    code, out = watch(str(queue_root), state)
+    assert (
+        code == 12
+        and "IDLE: " in out
+        and "nothing running for 10s while 1 job wait (1-gpu-a.job; first: requires" in out
+    )
 
 
 def test_blocked_job(tmp_path: Path, queue_root: Path, ticked: Callable[[float], Ticking]) -> None:
@@ -104,7 +114,9 @@ def test_blocked_job(tmp_path: Path, queue_root: Path, ticked: Callable[[float],
     now = time.time()
     assert ticked(now).events("blocked")
     code, out = watch(str(queue_root), tmp_path / "w.json", "--idle", "3600")
-    assert code == 13 and f"BLOCKED: 84c-gpu.job can never run: no job produces {want}" in out
+    assert code == 13 and out.startswith(
+        f"BLOCKED: {queue_root}: 1 job can never run: no job produces {want} (84c-gpu.job)"
+    )
 
 
 def test_lasting_alert_is_sent_once_until_realert(
@@ -168,7 +180,7 @@ def test_over_ssh_event_and_unreachable_when_sshd_stops(
     write_job(queue_root, "5-cpu-bad.job", "exit 3\n")
     runner.wait_event("failed")
     code, out = watch("testbox", state, "--hosts", str(hosts), "--idle", "3600")
-    assert code == 10 and "failed 5-cpu-bad.job" in out
+    assert code == 10 and "EVENT: testbox: 5-cpu-bad.job failed: exited 3" in out
     os.kill(sshd.proc.pid, signal.SIGSTOP)
     try:
         for probe_number in range(1, 4):
@@ -214,16 +226,16 @@ def test_truncated_events_file_is_read_from_its_start(tmp_path: Path, queue_root
     write_job(queue_root, "2-cpu-bad.job", "exit 4\n")
     runner.wait_event("failed")
     code, out = watch(str(queue_root), state, "--idle", "3600")
-    assert code == 10 and "failed 2-cpu-bad.job" in out
+    assert code == 10 and "2-cpu-bad.job failed: exited 4" in out
 
 
-def test_empty_queue_is_idle_with_nothing_queued(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
-    runner.start()
+def test_an_empty_queue_is_done_not_idle(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
+    runner.start("--idle", "0.2")
     state = tmp_path / "w.json"
-    assert watch(str(queue_root), state, "--idle", "0.5")[0] == 0
-    time.sleep(0.7)
-    code, out = watch(str(queue_root), state, "--idle", "0.5")
-    assert code == 12 and out.startswith("IDLE: nothing running for") and "nothing queued" in out
+    assert watch(str(queue_root), state)[0] == 0
+    wait_for(lambda: runner.status()["runner"]["tick"] >= 5)  # a second of ticks, idle past --idle
+    assert watch(str(queue_root), state) == (0, "")
+    assert json.loads((queue_root / "incidents.json").read_text())["open"] == []
 
 
 def _fake_llama_server(tmp_path: Path) -> Path:
@@ -252,18 +264,18 @@ def test_fresh_once_watcher_sees_a_standing_gpu_foreign_hold(
                 and _queued(runner, "70-gpu-bench.job")
             )
         )
-        wait_for(lambda: time.time() - held["since"] > 1.5)  # the gpu-wait event is long before this watcher
-        assert watch(q, tmp_path / "default.json", "--idle", "3600")[0] == 0  # 30 min by default
-        code, out = watch(q, fresh, "--waiting", "gpu-foreign=1s", "--idle", "3600")
+        wait_for(lambda: time.time() - held["since"] > 1.5)  # the box's incident opened long before this watcher
+        code, out = watch(q, fresh)
         assert code == 18, out
-        assert out.startswith("WAITING: 70-gpu-bench.job has waited ") and f"on gpu-foreign: pid {server.pid}" in out
-        assert watch(q, fresh, "--waiting", "gpu-foreign=1s", "--idle", "3600") == (0, "")  # sent once
+        assert out.startswith(f"WAITING: {q}: gpu lane held by pid {server.pid} ({exe.name})"), out
+        assert "1 job wait (70-gpu-bench.job)" in out
+        assert watch(q, fresh) == (0, "")  # sent once
     finally:
         server.kill()
         server.wait()
     runner.wait_event("done", job="70-gpu-bench.job")
-    code, out = watch(q, fresh, "--waiting", "gpu-foreign=1s", "--idle", "3600")
-    assert code == 0 and out.startswith("RECOVERED: WAITING 70-gpu-bench.job recovered after "), out
+    code, out = watch(q, fresh)
+    assert code == 0 and out.startswith(f"RECOVERED: WAITING gpu-held:pid {server.pid} recovered after "), out
 
 
 def test_dead_recovered_and_dead_again_under_on_alert(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
@@ -315,9 +327,10 @@ def test_ack_silences_one_incident_until_its_time_passes(
         json.dumps({"jobs": {"84c-gpu.job": {"requires": ["/nonexistent/x"]}}, "producers": {}, "external": []})
     )
     now = time.time()
-    assert ticked(now).events("blocked")
+    run = ticked(now)
+    assert run.events("blocked")
     q, state = str(queue_root), tmp_path / "w.json"
-    args = ("--idle", "3600", "--events", "none", "--realert", "0")
+    args = ("--events", "none", "--realert", "0")
     assert watch(q, state, *args)[0] == 13
     assert watch(q, state, *args)[0] == 13  # --realert 0: sent on every probe
 
@@ -328,19 +341,23 @@ def test_ack_silences_one_incident_until_its_time_passes(
     assert ack("BLOKED") == (
         2,
         "plan: unknown incident kind 'BLOKED'; did you mean 'BLOCKED'? (kinds: STALL, IDLE, "
-        "BLOCKED, DEAD, UNREACHABLE, ERROR, PARKED, WAITING)\n",
+        "BLOCKED, DEAD, UNREACHABLE, ERROR, PARKED, WAITING, SKEW)\n",
     )
-    code, out = ack("DEAD")
-    assert code == 1 and "no open incident DEAD (open: BLOCKED:84c-gpu.job)" in out
-    code, out = ack("BLOCKED:84c-gpu", "--for", "1s")
-    assert code == 0 and out.startswith("acked BLOCKED:84c-gpu.job on ") and "for 1s" in out
+    code, out = ack("DEAD")  # judged by the watcher: acked in its own state file
+    assert code == 1 and "no open incident DEAD (open: BLOCKED:blocked:/nonexistent/x)" in out
+    code, out = ack("BLOCKED:84c-gpu", "--for", "1s", "--wait", "0")  # the box's: acked on the box
+    assert code == 0 and out.startswith("acked blocked:/nonexistent/x on ") and "for 1s" in out
+    assert "the runner has not taken the ack yet" in out
+    run.tick(time.time())  # the runner takes it
     assert watch(q, state, *args) == (0, "")
     listing = cli.invoke(app, ["watch", q, "--incidents", "--state", str(state)]).output
-    assert "open incidents as of the last probe" in listing and "BLOCKED     84c-gpu.job  open " in listing
-    assert "acked until" in listing
-    time.sleep(1.1)
+    assert "open incidents as of the last probe" in listing and "BLOCKED     blocked:/nonexistent/x  open " in listing
+    assert "acked until it changes" in listing
+    until = json.loads((queue_root / "incidents.json").read_text())["open"][0]["acked"]["until"]
+    wait_for(lambda: time.time() > until)
+    run.tick(time.time())  # the ack's time is over: the box says it again, and so does the watcher
     code, out = watch(q, state, *args)
-    assert code == 13 and out.startswith("BLOCKED: 84c-gpu.job can never run")
+    assert code == 13 and out.startswith(f"BLOCKED: {q}: 1 job can never run"), out
 
 
 def test_heartbeat_every_sends_one_all_clear(

@@ -1,8 +1,9 @@
 """`plan status` and `plan watch`: one bounded probe of a host's queue, judged as events and standing states.
 
-state (rules and the state file), judge (a probe and its conditions), incidents (one incident per cause, acks),
-screen (`plan status`'s text), loop (`plan watch`'s loop and hooks), args (its options). This is the door: the
-rest of plancompiler imports the names below, from `plancompiler.watch`."""
+state (rules and the state file), judge (a probe and its conditions), book (the box's incident book read as
+conditions, SKEW, the DIGEST), incidents (one incident per cause, acks), screen (`plan status`'s text), loop
+(`plan watch`'s loop and hooks), args (its options). This is the door: the rest of plancompiler imports the
+names below, from `plancompiler.watch`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from plancompiler.watch.args import (
     event_names,
     waiting_limits,
 )
+from plancompiler.watch.book import skew_condition
 from plancompiler.watch.incidents import (
     EXIT_CODES,
     INCIDENT_KINDS,
@@ -55,6 +57,7 @@ __all__ = [
     "probe",
     "reconcile",
     "run_hook",
+    "skew_condition",
     "state_path",
     "status_text",
     "waiting_limits",

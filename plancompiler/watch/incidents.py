@@ -21,11 +21,13 @@ EXIT_CODES = {
     "ERROR": 16,
     "PARKED": 17,
     "WAITING": 18,
+    "DIGEST": 19,
+    "SKEW": 20,
     "RECOVERED": 0,
     "OK": 0,
 }
 # The kinds that are states (judged on every probe) rather than one-off events: these are incidents.
-INCIDENT_KINDS = ("STALL", "IDLE", "BLOCKED", "DEAD", "UNREACHABLE", "ERROR", "PARKED", "WAITING")
+INCIDENT_KINDS = ("STALL", "IDLE", "BLOCKED", "DEAD", "UNREACHABLE", "ERROR", "PARKED", "WAITING", "SKEW")
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plancompiler.hosts import Host, RemoteFailed, Unreachable
-from plancompiler.watch.args import WAITING_REASONS
-from plancompiler.watch.incidents import (
-    Alert,
-    Condition,
-)
+from plancompiler.watch.args import DEFAULT_EVENTS, WAITING_REASONS
+from plancompiler.watch.book import book_conditions, book_of, skew_condition
+from plancompiler.watch.incidents import Alert, Condition
 from plancompiler.watch.state import Rules, WatchState, host_subject
 from runner.durations import format_duration
 from runner.readers import status_problem, valid_events
@@ -47,9 +45,10 @@ class Probe:
     note: str = ""  # a failed probe's one line
     lanes: str = ""
     skipped: list[str] = field(default_factory=list)  # malformed events.jsonl lines this probe passed over
+    box_acked: dict[str, bool] = field(default_factory=dict)  # book incidents (by condition key): acked on the box
 
 
-_HOST_KINDS = frozenset({"DEAD", "UNREACHABLE", "ERROR"})
+_HOST_KINDS = frozenset({"DEAD", "UNREACHABLE", "ERROR", "SKEW"})
 
 
 # What `plan status` lists as a job's end.
@@ -61,6 +60,7 @@ ENDS = frozenset(
 def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> Probe:
     """One bounded probe: alerts for what it saw, conditions for what is true, or why it could not see."""
     subject = host_subject(host)
+    sent = time.time()
     try:
         answer = fetch_status(host, {"offset": state.offset, "head": state.head}, timeout)
     except ControllerDown as exc:
@@ -104,18 +104,29 @@ def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = N
     first = state.offset < 0
     state.offset = answer["offset"]
     state.head = answer.get("head", "")
-    return evaluate(answer, state, rules, replay=not first, host=subject)
+    seen = evaluate(answer, state, rules, replay=not first, host=subject, name=host.name)
+    box_now = answer.get("now")
+    if isinstance(box_now, (int, float)) and not isinstance(box_now, bool):
+        skew = skew_condition(float(box_now), sent, time.time(), subject)
+        seen.conditions.extend([skew] if skew else [])
+    return seen
 
 
-def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bool = True, host: str = "host") -> Probe:
-    """Judge one status answer: new events of the alerting kinds, and every standing state it shows."""
+def evaluate(
+    answer: dict[str, Any], state: WatchState, rules: Rules, replay: bool = True, host: str = "host", name: str = ""
+) -> Probe:
+    """Judge one status answer: new events of the alerting kinds, and every standing state it shows. Where the
+    box keeps an incident book, its incidents are the standing states, and only events asked for beyond the
+    default ones alert (the book already holds failures, waits and stalls, one per cause)."""
     events, skipped = checked_events(answer)
     result = Probe(skipped=skipped)
     now = answer_now(answer)
     status = answer.get("status")
+    book = book_of(answer)
+    alerting = set(rules.events) - (set(DEFAULT_EVENTS) if book is not None else set())
     if replay:
         for event in events:
-            if event.get("event") in rules.events:
+            if event.get("event") in alerting:
                 result.events.append(Alert("EVENT", _event_text(event), str(event.get("job", "-")), {"event": event}))
     conditions = result.conditions
     corrupt = status_corrupt(answer)
@@ -130,6 +141,13 @@ def evaluate(answer: dict[str, Any], state: WatchState, rules: Rules, replay: bo
     runner = status.get("runner") or {}
     dead = _dead(answer, runner, now, rules, host)
     conditions.extend(dead)
+    if book is not None:
+        found, result.box_acked = book_conditions(book, name or host, now)
+        conditions.extend(found)
+        if dead:  # a dead runner's book is frozen: its incidents stay as they are
+            result.judged = _HOST_KINDS
+        result.lanes = lanes_line(status)
+        return result
     running = status.get("running") or []
     conditions.extend(_stalled(running, runner, now, rules))
     queued = status.get("queued") or []

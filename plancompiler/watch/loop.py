@@ -12,6 +12,7 @@ from pathlib import Path
 
 from plancompiler.hosts import Host
 from plancompiler.transport import check_timeout
+from plancompiler.watch.book import digest, take_box_acks
 from plancompiler.watch.incidents import (
     EXIT_CODES,
     Alert,
@@ -64,9 +65,16 @@ def watch_loop(
                 )
             )
         _take_acks(state, WatchState.load(path))
+        take_box_acks(state.incidents, seen.conditions, seen.box_acked, now)
         alerts = seen.events + reconcile(
             state.incidents, seen.conditions, now, {"PARKED": rules.parked_repeat_s}, options.realert, seen.judged
         )
+        last_ok, away = state.probed_ok, False
+        if state.failures == 0 and seen.judged != frozenset({"UNREACHABLE"}):  # the host answered
+            away = last_ok is not None and now - last_ok > max(3 * options.interval, 1.0)
+            state.probed_ok = now
+        if away and len(alerts) > 1 and last_ok is not None:
+            alerts = [digest(alerts, host.name, now - last_ok)]
         if options.heartbeat_every and (
             state.heartbeat_sent is None or now - state.heartbeat_sent >= options.heartbeat_every
         ):

@@ -42,6 +42,7 @@ class WatchState:
     incidents: dict[str, Incident] = field(default_factory=dict)
     heartbeat_sent: float | None = None
     probed: float | None = None
+    probed_ok: float | None = None  # the last probe the host answered (a gap since then is said as a digest)
 
     @classmethod
     def load(cls, path: Path) -> WatchState:
