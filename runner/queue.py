@@ -162,7 +162,9 @@ class Queue:
         or torn into the next one; `write_error` says why until a write succeeds again."""
         if event not in EVENT_NAMES:
             raise ValueError(f"unknown event {event!r}")
-        record = {"ts": timestamp(now), "job": job, "event": str(event), **details}
+        # `ts` as the seed wrote it (the box's local time, no zone); `t` the same instant in epoch seconds, which
+        # any reader in any zone reads alike (contract 3).
+        record = {"ts": timestamp(now), "job": job, "event": str(event), **details, "t": round(now, 3)}
         self._pending.append((json.dumps(record) + "\n").encode())
         self.last_written = now
         del self._pending[:-PENDING_EVENTS_MAX]

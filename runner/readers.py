@@ -37,11 +37,34 @@ _EVENT_FIELDS: dict[str, tuple[type, ...]] = {
     "ended": _STR,
     "last_alive": _STR,
     "duration_s": _NUM,
+    "t": _NUM,
     "while_down": (bool,),
     "tail": (list,),
     "jobs": (list,),
 }
 _STR_LISTS = ("tail", "jobs")
+
+
+def box_zone() -> dict[str, Any]:
+    """This box's time zone as the agent reports it: its UTC offset now, and its name where one is known (a
+    reader reads the seed's zone-less `ts` in it)."""
+    import os
+    import time
+
+    offset = -(time.altzone if time.localtime().tm_isdst > 0 else time.timezone)
+    name = os.environ.get("TZ", "").lstrip(":")
+    if not name:
+        try:
+            with open("/etc/timezone") as handle:
+                name = handle.read().strip()
+        except OSError:
+            try:
+                name = os.readlink("/etc/localtime").partition("zoneinfo/")[2]
+            except OSError:
+                name = ""
+    return {"offset_s": offset, "name": name or None}
+
+
 # Fields a reader uses as they are; any other may be null (the runner writes `last_alive: null`).
 _NOT_NULL = frozenset({"ts", "event", "job", "lane", "state", "tail", "jobs"})
 # Events about one job: without a job name they say nothing.

@@ -50,7 +50,7 @@ def report(
         end = parse_ts(until) if until else None
         events, skipped = parse_events(text, source, empty_ok=not path.is_file())
         live = file_liveness(path) if path.is_file() else liveness(status)
-        result = build_report(events, start, end, live=live, skipped=skipped)
+        result = build_report(events, start, end, live=live, skipped=skipped, zone=status.get("zone"))
     except ValueError as exc:
         raise fail(str(exc)) from exc
     typer.echo(json.dumps(result.to_json(), indent=1) if as_json else result.text())

@@ -47,6 +47,7 @@ def build_report(
     lanes: tuple[str, ...] = ("net", "gpu", "cpu"),
     live: Liveness | None = None,
     skipped: Iterable[str] = (),
+    zone: dict[str, Any] | None = None,
 ) -> Report:
     """The report of EVENTS in file order; ValueError for a window that ends before it starts."""
     if since is not None and until is not None and since >= until:
@@ -56,7 +57,7 @@ def build_report(
     good, bad = valid_events(list(events), "event")
     left_out = [*skipped, *bad]
     kept = [event for event in good if not _refused(event)]
-    items, untimed = timed(kept)
+    items, untimed = timed(kept, zone)
     left_out += untimed
     notes = _close_at_now(items, live, until)
     has_lane_events = any(e.get("event") == "lane" for _, e in items)

@@ -3,10 +3,13 @@ year), the lines parsed and put in time order."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
+import math
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from runner.readers import valid_events
@@ -62,16 +65,51 @@ def local_time(text: str, after: float | None) -> float:
     return min(later) if later else readings[-1] + offset
 
 
-def timed(events: list[dict[str, Any]]) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
-    """Each event with its time, in file order (the order the runner appended them): DST-ambiguous wall times
-    are read so the order holds, and a clock set back is held at the previous time, so no span is negative.
-    An event whose time is no real time is left out, and said."""
+def _in_zone(zone: dict[str, Any] | None) -> Callable[[str, float | None], float]:
+    """How a zone-less `ts` is read: in the box's zone where the agent said it (by name, else by its offset), else
+    in this machine's own (an events file read here)."""
+    if not isinstance(zone, dict):
+        return local_time
+    tz: datetime.tzinfo | None = None
+    name = zone.get("name")
+    if isinstance(name, str) and name:
+        try:
+            import zoneinfo
+
+            tz = zoneinfo.ZoneInfo(name)
+        except (ImportError, ValueError, OSError):
+            tz = None
+    offset = zone.get("offset_s")
+    if tz is None and isinstance(offset, int) and not isinstance(offset, bool) and abs(offset) < 86400:
+        tz = datetime.timezone(datetime.timedelta(seconds=offset))
+    if tz is None:
+        return local_time
+    zone_info = tz
+
+    def read(text: str, after: float | None) -> float:
+        return datetime.datetime(*_struct(text)[:6], tzinfo=zone_info).timestamp()
+
+    return read
+
+
+def timed(
+    events: list[dict[str, Any]], zone: dict[str, Any] | None = None
+) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
+    """Each event with its time, in file order (the order the runner appended them): its epoch `t` where the
+    runner wrote one, else its `ts` read in the box's ZONE (the seed's events), DST-ambiguous wall times read so
+    the order holds; a clock set back is held at the previous time, so no span is negative. An event whose time
+    is no real time is left out, and said."""
     items: list[tuple[float, dict[str, Any]]] = []
     bad: list[str] = []
     last: float | None = None
+    read = _in_zone(zone)
     for event in events:
+        epoch = event.get("t")
         try:
-            value = local_time(event["ts"], last)
+            if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and math.isfinite(epoch):
+                value = float(epoch)
+            else:
+                value = read(event["ts"], last)
         except (ValueError, OverflowError):
             bad.append(f"{event['ts'][:40]!r}: not a time")
             continue

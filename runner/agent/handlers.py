@@ -37,6 +37,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "now": time.time(),
         "parked": read_json_or_none(os.path.join(root, PARK_FILE)),
         "incidents": read_json_or_none(os.path.join(root, "incidents.json")),  # the book (runner.alerts.book)
+        "zone": readers.box_zone(),
         **({"status_error": corrupt} if corrupt else {}),
     }
 

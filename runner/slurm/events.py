@@ -161,7 +161,7 @@ def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
         why = "" if on else why
     plan = request.get("plan")
     events = [
-        {"ts": _iso(ts), "job": key, "event": kind.value, **details}
+        {"ts": _iso(ts), "job": key, "event": kind.value, **details, "t": round(ts, 3)}
         for ts, key, kind, details, _ in attempt_events(root, ledger, live, plan)
     ]
     return {"accounting": not why, "why": why, "events": events, "plans": sorted(ledger["plans"])}
