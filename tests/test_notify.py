@@ -3,6 +3,7 @@ URLs and pings --ping every period; both received by an HTTP server on loopback 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import threading
@@ -16,6 +17,7 @@ import pytest
 from runner.alerts.book import BOOK_FILE
 from runner.alerts.notify import BadTarget, Outbox, target
 from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.inprocess import plan_main
 
 
 class Received:
@@ -147,3 +149,27 @@ def test_a_url_nothing_here_can_send_to_is_refused_before_the_runner_starts(tmp_
         timeout=30,
     )
     assert run.returncode == 2 and "want an http(s):// webhook URL" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_watcher_notifies_and_pings_too(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess, receiver: tuple[str, Received]
+) -> None:
+    where, got = receiver
+    write_job(queue_root, "65-gate.job", "echo 'gate failed: boom-7'; exit 3\n")
+    runner.start()
+    wait_for(lambda: json.loads((queue_root / BOOK_FILE).read_text())["open"], 15)
+    args = ["watch", str(queue_root), "--once", "--state", str(tmp_path / "w.json")]
+    args += ["--notify", f"http://{where}/watch", "--ping", f"http://{where}/alive"]
+    if importlib.util.find_spec("apprise"):  # the extra plancompiler[notify]: any apprise URL (CI installs it)
+        args += ["--notify", f"json://{where}/apprise"]
+    ran = plan_main(*args, cwd=tmp_path, cache=tmp_path / "c")
+    assert ran.returncode == 10, ran.stderr  # delivered before the watcher exits
+    [(_, body)] = got.on("/watch")
+    sent = json.loads(body)
+    assert sent["kind"] == "EVENT" and sent["message"].startswith(f"EVENT: {queue_root}: 65-gate.job failed: exited 3")
+    assert got.on("/alive")[0][1].decode().startswith(f"{queue_root}: ")
+    if importlib.util.find_spec("apprise"):
+        [(_, body)] = got.on("/apprise")
+        assert json.loads(body)["title"] == f"EVENT on {queue_root}"
+    bad = plan_main("watch", str(queue_root), "--once", "--notify", "nosuch://x", cwd=tmp_path, cache=tmp_path / "c")
+    assert bad.returncode == 2 and "--notify nosuch://x" in bad.stderr and "Traceback" not in bad.stderr

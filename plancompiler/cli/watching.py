@@ -130,9 +130,13 @@ def watch(
         str | None,
         typer.Option(
             "--ping",
-            metavar="CMD",
-            help="run CMD after every successful probe (a dead-man's switch for the watcher itself)",
+            metavar="CMD|URL",
+            help="after every successful probe, POST its state to URL or run CMD (a dead-man's switch for the watcher)",
         ),
+    ] = None,
+    notify: Annotated[
+        list[str] | None,
+        typer.Option("--notify", metavar="URL", help="send each alert here (repeatable): see docs/watching.md"),
     ] = None,
     heartbeat_every: Annotated[
         str | None,
@@ -155,16 +159,13 @@ def watch(
         ),
     ] = None,
 ) -> None:
-    """Probe HOST every --interval seconds; judge new events and what is true now; print `KIND: detail` lines.
+    """Probe HOST every --interval seconds and print `KIND: detail` lines (docs/watching.md).
 
-    Kinds and exit codes: EVENT 10 (new events of the alerting kinds), STALL 11 (a net job past --stall
-    or any job past its WARN_AFTER), IDLE 12, BLOCKED 13 (a job that can never run), DEAD 14 (runner
-    heartbeat older than --dead, no runner process, or on Slurm a controller that does not answer),
-    UNREACHABLE 15 (--unreachable failed probes in a row), ERROR 16 (reached the host but could not read
-    the queue), PARKED 17, WAITING 18 (a queued job held longer than --waiting by one reason that is not
-    the queue's own order). Every kind but EVENT is an incident per job, lane or host: it is sent when it
-    opens and every --realert while it lasts, and RECOVERED (exit 0) is sent when it clears. Without
-    --on-alert the watcher exits on the first alert; --once exits 0 when there is nothing new.
+    A box whose runner keeps the incident book: its incidents (one per cause; EVENT 10, STALL 11, IDLE 12,
+    BLOCKED 13, PARKED 17, WAITING 18), and what only the watcher sees: DEAD 14, UNREACHABLE 15, ERROR 16,
+    SKEW 20; after a gap, one DIGEST 19. Otherwise (Slurm, an older runner) judged here by the flags. An
+    incident is sent when it opens and every --realert, RECOVERED (exit 0) when it clears. Without --on-alert
+    the watcher exits on the first alert; --once exits 0 when there is nothing new.
     """
     from plancompiler.watch import (
         Rules,
@@ -208,8 +209,9 @@ def watch(
         hook_timeout=hook_timeout,
         ping=ping,
         heartbeat_every=every,
+        notify=tuple(notify or ()),
     )
-    with host_errors():  # a bad --probe-timeout is a usage error before any probe
+    with host_errors():  # a bad --probe-timeout or --notify is a usage error before any probe
         code = watch_loop(target, rules, path, options, echo=typer.echo, warn=lambda m: typer.echo(m, err=True))
     raise typer.Exit(code)
 

@@ -19,6 +19,7 @@ from plancompiler.watch.incidents import (
     reconcile,
 )
 from plancompiler.watch.judge import Probe, probe
+from plancompiler.watch.notify import Sender, is_url
 from plancompiler.watch.screen import plural
 from plancompiler.watch.state import Rules, WatchState
 from runner.durations import format_duration
@@ -35,6 +36,7 @@ class WatchOptions:
     hook_timeout: float = 30.0
     ping: str | None = None
     heartbeat_every: float | None = None
+    notify: tuple[str, ...] = ()  # URLs each alert is sent to (watch.notify)
 
 
 def watch_loop(
@@ -47,6 +49,25 @@ def watch_loop(
 ) -> int:
     """Probe until an alert (its exit code), or forever with --on-alert; --once probes once."""
     check_timeout(options.probe_timeout, "--probe-timeout")  # PlanError: before any probe or state change
+    sender = None
+    if options.notify or (options.ping and is_url(options.ping)):
+        sender = Sender(list(options.notify), options.ping, options.hook_timeout)  # NotifyError: before any probe
+    try:
+        return _loop(host, rules, path, options, echo, warn, sender)
+    finally:
+        if sender is not None:
+            sender.close(options.hook_timeout)  # what was said goes out before the watcher exits
+
+
+def _loop(
+    host: Host,
+    rules: Rules,
+    path: Path,
+    options: WatchOptions,
+    echo: Callable[[str], None],
+    warn: Callable[[str], None],
+    sender: Sender | None,
+) -> int:
     while True:
         started = time.monotonic()
         state = WatchState.load(path)  # each time: `plan ack` may have changed it since
@@ -81,13 +102,17 @@ def watch_loop(
             state.heartbeat_sent = now
             alerts.append(all_clear(host, seen, state, now))
         state.save(path)
-        if state.failures == 0 and options.ping:
+        if state.failures == 0 and options.ping and sender is not None and is_url(options.ping):
+            sender.ping(all_clear(host, seen, state, now).detail)
+        elif state.failures == 0 and options.ping:
             problem = run_hook(options.ping, None, options.hook_timeout)
             if problem:
                 warn(f"plan watch: --ping failed: {problem}")
         trouble = [a for a in alerts if EXIT_CODES[a.kind]]
         for alert in alerts:
             echo(terminal_safe(alert.line()))
+            if sender is not None and options.notify:
+                sender.send(alert, host.name)
             if options.on_alert:
                 problem = run_hook(options.on_alert, alert, options.hook_timeout)
                 if problem:

@@ -152,6 +152,11 @@ class Outbox:
 
         self._put(send, f"ping {where.shown}", 1)
 
+    def call(self, send: Callable[[], None], label: str) -> None:
+        """Deliver by SEND (raising OSError when it did not go), with the same retries and counts: for senders
+        of the workstation's own, such as apprise."""
+        self._put(send, label, len(self.backoff) + 1)
+
     def pending(self) -> int:
         with self._cond:
             return len(self._heap) + int(self._busy)
