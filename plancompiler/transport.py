@@ -29,7 +29,9 @@ SSH_UNREACHABLE = 255
 RUNNER_MISSING = 97  # the loader's exit when this runner's hash is not cached on the host
 PYTHON_TOO_OLD = 96  # the loader's exit on an interpreter older than runner.PYTHON_MIN (stderr: VERSION EXECUTABLE)
 
-# Run on the host as `python3 -c LOADER HASH MODE ROOT` (or HASH --upload ROOT with the zip on stdin).
+# Run on the host as `python3 -c LOADER HASH MODE ROOT [SECONDS]` (or HASH --upload ROOT with the zip on stdin).
+# SECONDS (one call, never a session): the call's own limit; the agent ends itself (SIGALRM) a little after it,
+# so a call whose client gave up never leaves an agent process behind on the host.
 # It only finds or stores the runner package; everything else is the package's own `runner.agent.dispatch`.
 # It is plain enough for any Python 3 to run, so that an older one is named, not a SyntaxError's traceback.
 LOADER = r"""
@@ -38,6 +40,9 @@ if sys.version_info < PYTHON_MIN:
     sys.stderr.write("%d.%d.%d %s\n" % (tuple(sys.version_info[:3]) + (sys.executable,)))
     sys.exit(96)
 h, mode, root = sys.argv[1:4]
+if len(sys.argv) > 4:
+    import signal
+    signal.alarm(max(1, int(float(sys.argv[4])) + 2))
 root = os.path.expanduser(root)
 cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plan-runner")
 # Stored under the root once it exists; found under the root or in the user's cache (where a push to a
@@ -177,11 +182,12 @@ def _ssh(endpoint: Endpoint, *remote: str) -> list[str]:
     ]
 
 
-def agent_argv(endpoint: Endpoint, mode: str) -> list[str]:
+def agent_argv(endpoint: Endpoint, mode: str, limit: float | None = None) -> list[str]:
     """The command that runs the agent in MODE on ENDPOINT's root over ssh (a local root's agent runs in-process,
-    plancompiler/localagent.py)."""
+    plancompiler/localagent.py); with LIMIT, the agent ends itself a little after it."""
     digest, _ = runner_zip()
-    return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, mode, endpoint.root)
+    bound = [f"{limit:g}"] if limit is not None else []
+    return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, mode, endpoint.root, *bound)
 
 
 def upload(endpoint: Endpoint, timeout: float | None = None) -> None:
@@ -241,7 +247,7 @@ def call(endpoint: Endpoint, mode: str, request: dict[str, Any], timeout: float 
     """One round trip over ssh: the agent answers REQUEST in MODE (two more, once, if the host lacks this runner)."""
     limit = limit_for(timeout, endpoint)
     payload = json.dumps(request)
-    argv = agent_argv(endpoint, mode)
+    argv = agent_argv(endpoint, mode, limit)
     rc, out, err, took, _ = _timed(argv, limit, payload)
     # Twice at most: a push beside this one may create the root between the upload (to the user's cache,
     # while there is no root) and the retry (which then looks under the root).

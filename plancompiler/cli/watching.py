@@ -18,7 +18,9 @@ def status(
     as_json: Annotated[
         bool, typer.Option("--json", help="print the host's status.json, counts and recent events as JSON")
     ] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="seconds the probe may take in all")] = 60.0,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="seconds the probe may take (default: the host's timeout:)")
+    ] = None,
     every: Annotated[bool, typer.Option("--all", help="every waiting job on a line (default: grouped)")] = False,
 ) -> None:
     """What each lane runs, why queued jobs wait (grouped by reason and blocker, the oldest first), recent ends,

@@ -1,0 +1,56 @@
+"""Bounded on the box too: an agent whose client gave up ends itself at the host's timeout, and `plan status`
+waits no longer than the hosts file's `timeout:`. Real ssh to the loopback sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from tests.conftest import wait_for
+from tests.inprocess import plan_main
+from tests.sshd import Sshd
+
+
+def _agents(root: Path) -> list[int]:
+    """Processes on this machine running an agent on ROOT (the loader's command line names the root)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                words = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if b"-c" in words and str(root).encode() in words and b"ack" in words:
+            found.append(int(pid))
+    return found
+
+
+def test_a_hung_agent_leaves_no_process_behind(tmp_path: Path, queue_root: Path, sshd: Sshd) -> None:
+    hosts = sshd.hosts_file(queue_root, connect_timeout=2, timeout=3)
+    incident = {"id": "gpu-held:pid 7", "kind": "gpu-held", "subject": "pid 7", "text": "held", "jobs": []}
+    incident |= {"count": 0, "look": "", "opened": 1.0, "seen": 1.0}
+    (queue_root / "incidents.json").write_text(json.dumps({"version": 1, "open": [incident]}))
+    started = time.monotonic()
+    # No runner takes the ack: the agent would wait the 60 s asked for; the call's limit is the host's 3 s.
+    ran = plan_main("ack", "testbox", "gpu-held", "--wait", "60", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path)
+    assert ran.returncode == 3 and "no answer within 3s" in ran.stderr
+    wait_for(lambda: _agents(queue_root), 5)  # the agent outlived its client ...
+    wait_for(lambda: not _agents(queue_root), 15)  # ... and ended itself at the host's timeout
+    assert time.monotonic() - started < 15
+
+
+def test_plan_status_honours_the_hosts_file_timeout(tmp_path: Path, queue_root: Path, sshd: Sshd) -> None:
+    hosts = sshd.hosts_file(queue_root, connect_timeout=2, timeout=3)
+    os.kill(sshd.proc.pid, signal.SIGSTOP)  # the box answers no more
+    try:
+        started = time.monotonic()
+        ran = plan_main("status", "testbox", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path)
+        took = time.monotonic() - started
+    finally:
+        os.kill(sshd.proc.pid, signal.SIGCONT)
+    assert ran.returncode == 3 and "unreachable" in ran.stderr and took < 10, (took, ran.stderr)
