@@ -232,6 +232,8 @@ class Scanner:
             if moved or os.path.lexists(self.queue.dir("queue") / filename):
                 self.queue.emit(now, filename, Event.INVALID.value, reason=why)
             if moved:
+                # Kept as the job's last failure: the incident book groups invalid files by why (runner.alerts).
+                self.reasons.state.failed(filename, timestamp(now), None, f"invalid job file: {why}")
                 self.forget_job(filename)
                 return
             self.stuck[filename] = why
