@@ -53,14 +53,16 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
         return 2
-    from runner.alerts.notify import BadTarget, target
+    urls = [*args.notify, *([args.ping] if args.ping else [])]
+    if urls:  # checked before the runner starts; urllib is loaded only by a runner that sends
+        from runner.alerts.notify import BadTarget, target
 
-    try:
-        for url in [*args.notify, *([args.ping] if args.ping else [])]:
-            target(url)
-    except BadTarget as exc:
-        print(f"runner: --notify/--ping: {exc}", file=sys.stderr)
-        return 2
+        try:
+            for url in urls:
+                target(url)
+        except BadTarget as exc:
+            print(f"runner: --notify/--ping: {exc}", file=sys.stderr)
+            return 2
     try:
         return serve(Runner(config_from(args)))
     except AlreadyRunning as exc:

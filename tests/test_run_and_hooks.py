@@ -67,7 +67,7 @@ def test_plan_run_on_a_root_another_runner_serves_follows_that_runner(tmp_path: 
     try:
         plan = tmp_path / "p.yaml"
         plan.write_text(
-            f"plan: p\njobs:\n  - name: a\n    run: sleep 0.5; echo a > {tmp_path}/a.out\n"
+            f"plan: p\njobs:\n  - name: a\n    run: sleep 2; echo a > {tmp_path}/a.out\n"
             f"    outputs: [{tmp_path}/a.out]\n"
         )
         out = plan_main("run", str(plan), "--root", str(root), cwd=tmp_path, cache=tmp_path / "cache")

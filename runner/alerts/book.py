@@ -19,7 +19,6 @@ Times are epoch seconds on the box's clock. `jobs` lists at most JOBS_KEPT names
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import time
@@ -210,6 +209,8 @@ class Book:
 
 def matching(incidents: list[Incident], target: str) -> list[Incident]:
     """The incidents TARGET names (see Book.ack); kinds compare without case, `plan watch` kinds map to causes."""
+    import fnmatch  # only for an ack
+
     kind, _, pattern = target.strip().partition(":")
     kind = kind.strip()
     found = []

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import socket
+import os
 from typing import TYPE_CHECKING, Any
 
 from runner.alerts.book import Book, Incident, Notice, known_kind
@@ -23,7 +23,7 @@ class Alerts:
     def __init__(self, runner: Any) -> None:
         self.config = config = runner.config
         self.runner = runner
-        self.host = config.host_name or socket.gethostname().split(".")[0] or "box"
+        self.host = config.host_name or os.uname().nodename.split(".")[0] or "box"
         self.book = Book.load(runner.queue.root, self.host)
         self.book.host = self.host
         self.targets: list[Target] = []
