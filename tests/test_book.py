@@ -190,6 +190,9 @@ def test_plan_ack_writes_to_the_box_and_names_what_it_silenced(
     runner.start()
     wait_for(lambda: (queue_root / BOOK_FILE).exists() and book(queue_root)["open"], 15)
     wait_for(lambda: book(queue_root)["open"][0]["count"] == 2, 15)
+    shown = plan_main("status", str(queue_root), cwd=tmp_path, cache=tmp_path / "c")
+    assert "\n\nopen incidents (the box's book):\n  EVENT    " in shown.stdout
+    assert "2 jobs failed with `exited <n>: boom-<n>` (65-gate-a.job, 65-gate-b.job)" in shown.stdout
     missing = plan_main("ack", str(queue_root), "gpu-held", cwd=tmp_path, cache=tmp_path / "c")
     assert missing.returncode == 1 and "open: failed:exited <n>: boom-<n>" in missing.stderr
     unknown = plan_main("ack", str(queue_root), "boom", cwd=tmp_path, cache=tmp_path / "c")

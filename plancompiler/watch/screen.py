@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from plancompiler.hosts import Host
+from plancompiler.watch.book import book_conditions, book_of
 from plancompiler.watch.judge import ENDS, answer_now, checked_events, status_corrupt
 from runner.readers import terminal_safe
 from runner.status import render_status
@@ -68,4 +69,16 @@ def _status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str
         text += "\n\nrecent ends:\n" + "\n".join(
             f"  {e['ts']}  {e['event']:<8} {e['job']}" + (f"  rc {e['rc']}" if "rc" in e else "") for e in ends[-8:]
         )
-    return text + note
+    return text + incidents_text(answer, host.name, now) + note
+
+
+def incidents_text(answer: dict[str, Any], host: str, now: float) -> str:
+    """The box's open incidents (its book), one line each, for `plan status`."""
+    book = book_of(answer)
+    if book is None:
+        return ""
+    conditions, acked = book_conditions(book, host, now)
+    if not conditions:
+        return ""
+    lines = [f"  {c.kind:<8} {c.detail}" + ("  (acked)" if acked.get(c.key) else "") for c in conditions]
+    return "\n\nopen incidents (the box's book):\n" + "\n".join(lines)
