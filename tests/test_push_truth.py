@@ -172,13 +172,22 @@ def test_two_clones_and_an_older_client_over_ssh(tmp_path: Path, sshd: Sshd) -> 
     assert source["path"] == str(mine.resolve()) and "@" in source["by"] and len(source["sha"]) == 12
     assert manifest["version"] == runner.MANIFEST_VERSION and manifest["written_by"]["formats"]["manifest"] == 3
 
-    code, out = plan_cli("push", "testbox", str(theirs), "--hosts", str(hosts), "--json", "--dry-run")
-    previous = _json(out)["previous_push"]
-    assert previous["path"] == str(mine.resolve()) and previous["replaces"] == 5
-    code, out = plan_cli("push", "testbox", str(theirs), "--hosts", str(hosts))
-    assert code == 0, out
-    assert f"warning: plan a9 was last pushed by {source['by']} from {mine.resolve()} " in out
-    assert "ago; this push replaces 5 of its jobs" in out
+    serving = RunnerProcess(root).start()
+    try:
+        wait_for(lambda: all(_done(root, f"g{i}.job") for i in range(5)), 20)
+        code, out = plan_cli("push", "testbox", str(theirs), "--hosts", str(hosts), "--json", "--dry-run")
+        previous = _json(out)["previous_push"]
+        assert previous["path"] == str(mine.resolve()) and previous["replaces"] == 5
+        code, out = plan_cli("push", "testbox", str(theirs), "--hosts", str(hosts))
+        assert code == 0, out
+        assert f"warning: plan a9 was last pushed by {source['by']} from {mine.resolve()} " in out
+        assert "ago; this push replaces 5 of its jobs" in out
+        # The summary is exact: what it says will run again is what the runner runs again.
+        assert "will run again: g0.job, g1.job, g2.job, g3.job, g4.job" in out and "nothing will run" not in out
+        wait_for(lambda: all(_done(root, f"g{i}.job", 2) for i in range(5)), 20)
+    finally:
+        serving.stop()
+    assert len([e for e in read_events(root) if e["event"] == "start"]) == 10
 
     # An older client (it says it writes manifest format 2) is refused by the box, naming both versions.
     host = resolve("testbox", hosts)

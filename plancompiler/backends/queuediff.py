@@ -258,8 +258,11 @@ class _Diff:
         request["record"] = self.record if changed_record else None
         request["generation"] = self.probe.get("generation", 0)
         request["client"] = identity()
-        reruns = [name for name, _ in request["stale"]]
-        maybe = sorted(n for n, e in self.effects.items() if e.kind == "unstamped" and n in request["files"])
+        # Done jobs sent back without a stamp: a DONE_IF decides whether they run; without one they surely do.
+        unstamped = {n for n, e in self.effects.items() if e.kind == "unstamped" and n in request["files"]}
+        judged = {n for n in unstamped if {"outputs", "done_if"} & {k for k, v in self.record["jobs"][n].items() if v}}
+        reruns = [name for name, _ in request["stale"]] + sorted(unstamped - judged)
+        maybe = sorted(judged)
         result = PushPlan(
             host.describe(),
             self.plan_name,
