@@ -29,7 +29,7 @@ from runner.pushlock import Locks
 _DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Interrupted at once: they read, or wait (for the push lock, for the runner to take a request) before writing
 # one file whole. The others are deferred until they end; an install even runs as a process of its own.
-INTERRUPTIBLE = frozenset({"status", "logs", "probe", "history", "lock", "control"})
+INTERRUPTIBLE = frozenset({"status", "logs", "probe", "measure", "history", "lock", "control"})
 
 
 class _Deferred:

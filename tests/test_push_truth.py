@@ -163,7 +163,12 @@ def test_an_output_two_plans_write_is_refused_naming_both_jobs(tmp_path: Path) -
 def test_two_clones_and_an_older_client_over_ssh(tmp_path: Path, sshd: Sshd) -> None:
     root = tmp_path / "box"
     hosts = sshd.hosts_file(root)
-    jobs = "".join(f"  - name: g{i}\n    lane: gpu\n    run: echo {{v}}{i}\n" for i in range(5))
+    made = tmp_path / "out"
+    made.mkdir()
+    jobs = "".join(
+        f"  - name: g{i}\n    lane: gpu\n    run: echo {{v}}{i} > {made}/g{i}\n    outputs: [{made}/g{i}]\n"
+        for i in range(5)
+    )
     mine = write_plan(tmp_path / "clone-a/plans/a9.yaml", "plan: a9\njobs:\n" + jobs.format(v="a"))
     theirs = write_plan(tmp_path / "clone-b/plans/a9.yaml", "plan: a9\njobs:\n" + jobs.format(v="b"))
     assert plan_cli("push", "testbox", str(mine), "--hosts", str(hosts))[0] == 0
@@ -184,6 +189,7 @@ def test_two_clones_and_an_older_client_over_ssh(tmp_path: Path, sshd: Sshd) -> 
         assert "ago; this push replaces 5 of its jobs" in out
         # The summary is exact: what it says will run again is what the runner runs again.
         assert "will run again: g0.job, g1.job, g2.job, g3.job, g4.job" in out and "nothing will run" not in out
+        assert "  runs again (5 jobs, 15 B of outputs to redo):" in out  # measured by the box, over ssh
         wait_for(lambda: all(_done(root, f"g{i}.job", 2) for i in range(5)), 20)
     finally:
         serving.stop()

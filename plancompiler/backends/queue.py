@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from plancompiler.backends.protocol import PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
-from plancompiler.backends.queuediff import diff, measure_paths, plan_record
+from plancompiler.backends.queuediff import add_costs, diff, plan_record, rerun_paths
 from plancompiler.backends.queuehealth import health
 from plancompiler.hosts import AgentSession, Host
 
@@ -43,12 +43,16 @@ class QueuePushSession:
                 **self.host.context(),
                 "external": external,
                 "allow_missing": True,
-                "measure": measure_paths(compiled),  # what reruns would redo, in bytes
             },
         )
         if "error" in probe:
             raise Refused(f"{self.host.describe()}: {probe['error']}")
-        return diff(compiled, self.host, probe, options)
+        result = diff(compiled, self.host, probe, options)
+        paths = rerun_paths(result, compiled)
+        if paths:  # what the reruns would redo, asked of the box in the same session (only what runs again)
+            sizes = self.session.ask("measure", {**self.host.context(), "paths": paths}).get("sizes")
+            add_costs(result, compiled, sizes)
+        return result
 
     def apply(self, plan: PushPlan) -> PushOutcome:
         result = self.session.ask("install", {**self.host.context(), **plan.request, "create": True, "by": who()})

@@ -77,9 +77,12 @@ def outputs_of(compiled: Compiled) -> dict[str, list[str]]:
     return {job.filename: [o.value for o in job.job.outputs] for job in compiled.jobs}
 
 
-def measure_paths(compiled: Compiled) -> list[str]:
-    """What the probe measures for the cost of reruns: each output, or the directory a marker stands for."""
-    return sorted(set(stamps.stands_for(outputs_of(compiled)).values()))
+def rerun_paths(result: PushPlan, compiled: Compiled) -> list[str]:
+    """What to measure for the cost of RESULT's reruns: each output of a job that runs again, or the directory
+    its marker stands for."""
+    again = set(result.reruns or ()) | set(result.maybe)
+    stand = stamps.stands_for(outputs_of(compiled))
+    return sorted({stand[o] for job, outputs in outputs_of(compiled).items() if job in again for o in outputs})
 
 
 def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> PushPlan:
@@ -89,7 +92,6 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
         work.job(job.filename, job.text)
     work.prune()
     result = work.result(host)
-    _costs(result, outputs_of(compiled), probe.get("sizes"))
     refused = refusal(probe.get("holds") or {}, identity(), host.name)
     if refused:
         result.errors.append(refused)
@@ -293,10 +295,11 @@ class _Diff:
             )
 
 
-def _costs(result: PushPlan, outputs: dict[str, list[str]], sizes: Any) -> None:
-    """Each rerun's cost, from the sizes the probe measured (a job none of whose outputs exist costs nothing known)."""
+def add_costs(result: PushPlan, compiled: Compiled, sizes: Any) -> None:
+    """Each rerun's cost, from the SIZES the box measured (a job none of whose outputs exist costs nothing known)."""
     if not isinstance(sizes, dict):
         return
+    outputs = outputs_of(compiled)
     again = set(result.reruns or ()) | set(result.maybe)
     stand = stamps.stands_for(outputs)
     for i, change in enumerate(result.changes):

@@ -150,7 +150,6 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "failures": failures,
         "holds": manifest["holds"],
         "box": identity(),
-        "sizes": stamps.measure(request.get("measure") or []),
         "external_missing": missing,
         "status": status,
         "runner_alive": runner_alive(status),
@@ -175,6 +174,11 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "stamp_problems": {name: [list(p) for p in wrong] for name, wrong in torn.items()},
         "now": time.time(),
     }
+
+
+def measure(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The bytes each of `paths` holds (runner.stamps.cost): what a push's reruns would redo."""
+    return {"sizes": stamps.measure(request.get("paths") or [])}
 
 
 def _clean_stages(root: str, now: float) -> None:

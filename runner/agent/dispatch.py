@@ -23,6 +23,7 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "probe": delivery.probe,
     "lock": pushlock.lock,
     "install": delivery.install,
+    "measure": delivery.measure,
     "status": status,
     "park": park,
     "control": control,
