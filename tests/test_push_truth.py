@@ -46,7 +46,7 @@ def test_a_retired_running_job_is_listed_and_stop_retired_ends_it_as_cancel_does
         code, out = plan_cli("push", str(root), str(moved))
         assert code == 0, out
         line = next(ln for ln in out.splitlines() if "70-net-dl.job" in ln)
-        assert line.startswith("  -  70-net-dl.job  (running ") and line.endswith(
+        assert line.startswith("  -  70-net-dl.job  (running") and line.endswith(
             ": keeps running; --stop-retired ends it)"
         )
         assert "  +  99-net-dl.job" in out

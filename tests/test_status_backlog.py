@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from runner.waiting import cut_middle, group_waiting
-from tests.conftest import RunnerProcess, pid_alive, plan_cli, wait_for, write_job
+from tests.conftest import REPO, RunnerProcess, pid_alive, plan_cli, wait_for, write_job
 from tests.sshd import Sshd
 
 pytestmark = pytest.mark.usefixtures("plan_env")
@@ -58,14 +59,15 @@ def test_status_of_a_backlog_is_grouped_and_all_lists_every_job(tmp_path: Path, 
             f"84c-cpu-strata-{i:02d}.job",
             f"# LANE=cpu\n# REQUIRES=test -f {DEEP}/strata-{i:02d}.json\ntrue\n",
         )
-    runner = RunnerProcess(queue_root).start("--tick", "30")
+    runner = RunnerProcess(queue_root).start("--tick", "60")  # status.json stays as the first tick wrote it
     try:
         runner.wait_event("start", job="1-net-dl.job")
-        wait_for(lambda: len(runner.status()["queued"]) == 46 and "PROGRESS: 1/6" in str(runner.status()["running"]))
-        gate.touch()
+        wait_for(lambda: len(runner.status()["queued"]) == 46)
         log = queue_root / "logs/1-net-dl.job.log"
+        wait_for(lambda: "PROGRESS: 1/6" in log.read_text())
+        gate.touch()
         wait_for(lambda: "PROGRESS: 3/6" in log.read_text())
-        assert "PROGRESS: 1/6" in str(runner.status()["running"])  # status.json is as old as its last tick
+        assert "3/6" not in str(runner.status()["running"])  # status.json is as old as its last write
         code, out = plan_cli("status", str(queue_root))
         assert code == 0, out
         lines = out.splitlines()
@@ -80,6 +82,11 @@ def test_status_of_a_backlog_is_grouped_and_all_lists_every_job(tmp_path: Path, 
         code, out = plan_cli("status", str(queue_root), "--all")
         assert code == 0 and sum("84c-cpu-strata-" in ln for ln in out.splitlines()) == 40
         assert sum("-gpu-bench.job" in ln for ln in out.splitlines()) == 6
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        for flags, lines_of_strata in (([], 3), (["--all"], 40)):  # `runner status` on the box: the same view
+            argv = [sys.executable, "-m", "runner", "status", "--root", str(queue_root), *flags]
+            shown = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60).stdout
+            assert sum("84c-cpu-strata-" in ln for ln in shown.splitlines()) == lines_of_strata, shown
     finally:
         runner.stop()
 
