@@ -1,4 +1,4 @@
-"""Regenerate README.md's performance table from bench/README.md: the block between the targets markers."""
+"""Regenerate docs/benchmarks.md's performance table from bench/README.md: the block between the targets markers."""
 
 from __future__ import annotations
 
@@ -19,17 +19,15 @@ def block(text: str, where: str) -> tuple[int, int]:
 def main() -> int:
     source = (REPO / "bench" / "README.md").read_text()
     start, end = block(source, "bench/README.md")
-    readme_path = REPO / "README.md"
+    readme_path = REPO / "docs" / "benchmarks.md"
     readme = readme_path.read_text()
-    if START not in readme:  # the first time: the block goes at the end of the Benchmarks section's text
-        heading = readme.index("## Benchmarks")
-        after = readme.index("\n## ", heading + 1)
-        readme = readme[:after].rstrip("\n") + "\n\n" + START + "\n" + END + "\n" + readme[after:]
-    r_start, r_end = block(readme, "README.md")
+    if START not in readme:  # the first time: the block goes at the end of the page
+        readme = readme.rstrip("\n") + "\n\n" + START + "\n" + END + "\n"
+    r_start, r_end = block(readme, "docs/benchmarks.md")
     updated = readme[:r_start] + source[start:end] + readme[r_end:]
     if updated != readme:
         readme_path.write_text(updated)
-        print("README.md: performance table regenerated from bench/README.md")
+        print("docs/benchmarks.md: performance table regenerated from bench/README.md")
     return 0
 
 

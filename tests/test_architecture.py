@@ -1,4 +1,5 @@
-"""The import rules of docs/architecture.md, read from the source (a rule broken is a test failed).
+"""The import rules of docs/architecture.md, read from the source (a rule broken is a test failed), and the
+README that leads to it.
 
 Every import counts: at the top, inside a function, and under `if TYPE_CHECKING:` (a circle that only the type
 checker walks is still a circle a reader walks)."""
@@ -6,6 +7,7 @@ checker walks is still a circle a reader walks)."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from functools import cache
 from pathlib import Path
@@ -156,3 +158,30 @@ def test_no_folder_holds_more_than_25_modules_and_no_module_more_than_450_lines(
         rel = path.relative_to(REPO).as_posix()
         lines = len(path.read_text().splitlines())
         assert lines <= MAX_LINES, f"{rel} is {lines} lines"
+
+
+def _part(word: str) -> str:
+    name = word.split(".")[0]
+    return "runner.controls" if name == "controls" else f"runner.service.{name}"
+
+
+def test_the_architecture_table_says_what_each_part_imports() -> None:
+    """docs/architecture.md's table: one row per part, naming exactly the other parts it imports."""
+    text = (REPO / "docs/architecture.md").read_text()
+    rows = re.findall(r"^\| `([\w.]+)`[^|]*\|[^|]*\| (.*) \|$", text, re.M)
+    table = {_part(name): {_part(w) for w in re.findall(r"`([\w.]+)`", said)} for name, said in rows}
+    assert set(table) == PARTS
+    for part, said in table.items():
+        assert _ours(part) & PARTS == said, (
+            f"{part} imports {sorted(_ours(part) & PARTS)}; the table says {sorted(said)}"
+        )
+
+
+def test_the_readme_is_read_in_one_sitting_and_its_links_lead_somewhere() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    links = re.findall(r"\]\(([^)#]+)\)", readme + "".join(p.read_text() for p in (REPO / "docs").glob("*.md")))
+    assert "docs/architecture.md" in links
+    for link in links:
+        if "://" not in link:
+            assert (REPO / link).exists() or (REPO / "docs" / link).exists(), link

@@ -1,5 +1,5 @@
 """A `backend: slurm` host: each job a batch script with afterok dependencies on its producers; lanes map to
-GRES and licenses (see README, "The Slurm backend"). The diff is made on the submit host by runner.slurm.agent."""
+GRES and licenses (see docs/slurm.md). The diff is made on the submit host by runner.slurm.agent."""
 
 from __future__ import annotations
 

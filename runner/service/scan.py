@@ -1,7 +1,7 @@
 """Reading queue/: only regular files, and only once complete (the settle rule); anything else is invalid.
 
 Nothing in queue/ can block a tick: entries are lstat()ed first and opened O_NONBLOCK, then fstat()ed, so a
-FIFO named x.job is never waited on. The settle rule (README, contract 1): a job file is taken when its
+FIFO named x.job is never waited on. The settle rule (docs/runner.md, contract 1): a job file is taken when its
 sha256 is the one manifest.json lists for it (a push), or when nothing has written to it for `--settle`:
 its mtime is that old, or its size, mtime and inode stayed the same across scans that far apart.
 """
