@@ -2,7 +2,7 @@
 
 Prints jobs lost, double runs (two runs of one job at once), re-runs of finished jobs (a job started again
 after it had ended by itself, done or failed) and leftover processes; all must be 0. Interrupted jobs (ended
-by a new runner life) are re-run by design and counted separately. tests/test_chaos.py runs a short form.
+by a new runner life) are re-run by design and counted separately. tests/runner/test_chaos.py runs a short form.
 """
 
 from __future__ import annotations

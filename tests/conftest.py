@@ -267,5 +267,5 @@ def kill_quietly(pid: int) -> None:
         pass
 
 
-from tests.slurm import slurm  # noqa: E402,F401 - the session fixture for the Slurm backend tests
+from tests.slurm.cluster import slurm  # noqa: E402,F401 - the session fixture for the Slurm backend tests
 from tests.sshd import IN_CI, sshd  # noqa: E402,F401 - the session fixture, shared by push/status/watch tests

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
-from tests.slurm import Slurm, start_slurm, stop_slurm
+from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
 
 cli = CliRunner()
 

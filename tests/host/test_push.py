@@ -23,10 +23,7 @@ from tests.sshd import Sshd
 cli = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+pytestmark = pytest.mark.usefixtures("plan_env")  # a shellcheck cache of its own, no hosts file from outside
 
 
 def make_plan(tmp_path: Path, jobs: dict[str, str], name: str = "p", external: list[str] | None = None) -> Path:

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from tests.conftest import plan_cli, wait_for
-from tests.slurm import Slurm, start_slurm, stop_slurm
-from tests.test_slurm_ledger import attempts, cancel_root, ended, known_ids, write_plan
+from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
+from tests.slurm.jobs import attempts, cancel_root, ended, known_ids, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli

@@ -17,9 +17,8 @@ from plancompiler.tools import find_tool
 from runner.slurm.agent import wrapper
 from runner.slurm.wrapper import sbatch_options
 from tests.conftest import plan_cli, wait_for
-from tests.slurm import Slurm
-from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
-from tests.test_slurm_retries import time_limit
+from tests.slurm.cluster import Slurm
+from tests.slurm.jobs import attempts, cancel_root, ended, time_limit, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli

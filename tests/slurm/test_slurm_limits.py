@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import plan_cli, wait_for
-from tests.slurm import Slurm, start_slurm, stop_slurm
-from tests.test_slurm_ledger import attempts, cancel_root, held_until, ledger, write_plan
+from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
+from tests.slurm.jobs import attempts, cancel_root, held_until, ledger, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli

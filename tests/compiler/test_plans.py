@@ -9,14 +9,13 @@ import pytest
 
 from plancompiler.compile import compile_plan
 from tests.conftest import REPO
-from tests.test_jobfile import SEED_92C
+from tests.seed import SEED_92C
 
 GOLDEN = REPO / "tests" / "golden"
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+def _in_repo(plan_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
 
 

@@ -16,18 +16,11 @@ import pytest
 
 from runner.slurm.attempt import slurm_ended
 from tests.conftest import plan_cli, wait_for
-from tests.slurm import Slurm, start_slurm, stop_slurm
-from tests.test_slurm_ledger import attempts, cancel_root, ended, write_plan
+from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
+from tests.slurm.jobs import attempts, cancel_root, ended, time_limit, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
-
-
-def time_limit(slurm: Slurm, job_id: int) -> str:
-    out = subprocess.run(
-        ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env, check=True
-    ).stdout
-    return next(w.split("=", 1)[1] for w in out.split() if w.startswith("TimeLimit="))
 
 
 def test_retries_are_new_jobs_after_the_backoff_and_free_the_gpu_meanwhile(tmp_path: Path, slurm: Slurm) -> None:

@@ -34,9 +34,7 @@ def found(compiled: Compiled) -> list[str]:
     ]
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("plan_env")  # a shellcheck cache of its own, no hosts file from outside
 
 
 def test_misspelt_key_names_line_and_closest_key(tmp_path: Path) -> None:
@@ -345,7 +343,7 @@ def test_shellcheck_results_are_cached_by_content(tmp_path: Path) -> None:
     planted = {"line": 5, "column": 1, "level": "warning", "code": 2086, "message": "planted"}
     for entry in entries:
         entry.write_text(json.dumps([planted]))
-    shutil.rmtree(tmp_path / "cache" / "lint-jobs")  # the per-job memo in front of it (tests/test_lintmemo.py)
+    shutil.rmtree(tmp_path / "cache" / "lint-jobs")  # the per-job memo in front of it (tests/compiler/test_lintmemo.py)
     second = compile_plan(tmp_path / "p.yaml")
     planted_found = sorted(d.message for d in second.diagnostics if d.code == "SC2086")
     assert planted_found == ["job a: planted", "job b: planted"]

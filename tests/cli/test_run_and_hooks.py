@@ -1,6 +1,6 @@
 """`plan run` on the demo plan as a real process, then again in-process; a failing job; a root already served.
 
-The pre-push hook (its own real processes) is tested in tests/test_hook_env.py."""
+The pre-push hook (its own real processes) is tested in tests/cli/test_hook_env.py."""
 
 from __future__ import annotations
 

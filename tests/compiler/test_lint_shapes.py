@@ -13,7 +13,7 @@ from plancompiler.compile import compile_plan, template_dirs
 from plancompiler.lint import Finding, lint_findings
 from plancompiler.shapes import shapes
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Words shellcheck may judge by their text (commands, keywords, options, numbers and their range,
 # system paths, quotes, `$`, printf formats, globs) next to the names and paths most plans hold.
@@ -195,9 +195,7 @@ def _differential(plan: Path) -> tuple[int, int, int]:
     return len(compiled.jobs), len({v.text for v in views}), len(per_job)
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("plan_env")  # a shellcheck cache of its own, no hosts file from outside
 
 
 @pytest.mark.long

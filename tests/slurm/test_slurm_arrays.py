@@ -15,8 +15,8 @@ from runner.slurm.attempt import pending_updates, repoint
 from runner.slurm.submit import ARRAY_MIN, CHUNK, Submitted, plan_units
 from runner.slurm.wrapper import wrapper_text
 from tests.conftest import plan_cli, wait_for
-from tests.slurm import Slurm
-from tests.test_slurm_ledger import attempts, cancel_root, ended, held_until, write_plan
+from tests.slurm.cluster import Slurm
+from tests.slurm.jobs import attempts, cancel_root, ended, held_until, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from tests.conftest import plan_cli, wait_for
-from tests.slurm import Slurm
-from tests.test_slurm_ledger import attempts, cancel_root, ended, held_until, write_plan
+from tests.slurm.cluster import Slurm
+from tests.slurm.jobs import attempts, cancel_root, ended, held_until, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli

@@ -6,13 +6,7 @@ import pytest
 
 from runner import jobfile
 from runner.conditions import compile_condition, evaluate
-
-SEED_92C = """# LANE=net
-# REQUIRES=test -f /home/user/work/a9-agent-bench/agent-playground/bench/a9-results/matrix/.done-s2-fnmtpcx-flashnext-iq4xs
-# DONE_IF=test -f /home/user/models/MAI-Code-1.1-Flash-On-Device/.ok
-# RETRIES=3
-bash /home/user/work/a9-agent-bench/agent-playground/bench/fetch-azureml.sh azureml://registries/azureml/models/MAI-Code-1.1-Flash-On-Device/versions/1 /home/user/models/MAI-Code-1.1-Flash-On-Device
-"""
+from tests.seed import SEED_92C
 
 
 def test_seed_92c_parses_with_its_four_keys() -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from tests.conftest import REPO, plan_cli, wait_for
-from tests.slurm import Slurm
+from tests.slurm.cluster import Slurm
 
 cli = CliRunner()
 

@@ -10,14 +10,16 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import plan_cli, wait_for
-from tests.slurm import Slurm, start_slurm, stop_slurm
+from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
+from tests.slurm.jobs import attempts, cancel_root, ended, held_until, known_ids, ledger, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
+
+
 plan = plan_cli
 
 
@@ -28,59 +30,6 @@ def aging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     cluster = start_slurm(tmp_path_factory.mktemp("aging"), min_job_age=2)
     yield cluster
     stop_slurm(cluster)
-
-
-def write_plan(path: Path, name: str, jobs: str) -> Path:
-    path.write_text(f"plan: {name}\njobs:\n" + jobs)
-    return path
-
-
-def ledger(root: Path) -> dict[str, Any]:
-    return json.loads((root / "slurm.json").read_text())
-
-
-def attempts(root: Path, plan_name: str, job: str) -> list[dict[str, Any]]:
-    try:
-        return ledger(root)["plans"][plan_name]["jobs"][job]["attempts"]
-    except (OSError, KeyError, ValueError):
-        return []
-
-
-def known_ids(slurm: Slurm) -> set[str]:
-    return {j["id"] for j in slurm.squeue()}
-
-
-def cancel_root(slurm: Slurm, root: Path) -> None:
-    """scancel every job the root's ledger knows that its wrapper has not recorded the end of (one call). A job
-    whose wrapper wrote its result may still be running (exiting): cancelled then, Slurm would call it CANCELLED."""
-    try:
-        plans = ledger(root)["plans"]
-    except (OSError, ValueError):
-        return
-    ids = [
-        str(a["id"])
-        for name, p in plans.items()
-        for job, r in p["jobs"].items()
-        for a in r["attempts"]
-        if not (root / "results" / name / job / f"{a['id']}.json").exists()
-    ]
-    if ids:
-        subprocess.run(["scancel", *ids], env=slurm.env, capture_output=True)
-
-
-def held_until(gate: Path) -> str:
-    """A job body that runs until the test creates GATE: it holds its slot for as long as the test looks, and not
-    a fixed sleep longer (cancel_root ends it if the test fails first)."""
-    return f"until [ -e {gate} ]; do sleep 0.05; done"
-
-
-def ended(root: Path, plan_name: str, job: str) -> str | None:
-    """The state the job's wrapper recorded for its last attempt (its result file), if it has ended."""
-    found = attempts(root, plan_name, job)
-    if not found:
-        return None
-    result = root / "results" / plan_name / job / f"{found[-1]['id']}.json"
-    return json.loads(result.read_text())["state"] if result.exists() else None
 
 
 def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_path: Path, aging: Slurm) -> None:

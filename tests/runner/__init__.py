@@ -1,0 +1,1 @@
+"""The runner: job files, the scheduler, ticks driven in-process, real runner processes, stamps."""

@@ -1,0 +1,70 @@
+"""What the Slurm tests share: a plan written, a job's attempts and end read from the ledger, a root's jobs cancelled."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.slurm.cluster import Slurm
+
+
+def write_plan(path: Path, name: str, jobs: str) -> Path:
+    path.write_text(f"plan: {name}\njobs:\n" + jobs)
+    return path
+
+
+def ledger(root: Path) -> dict[str, Any]:
+    return json.loads((root / "slurm.json").read_text())
+
+
+def attempts(root: Path, plan_name: str, job: str) -> list[dict[str, Any]]:
+    try:
+        return ledger(root)["plans"][plan_name]["jobs"][job]["attempts"]
+    except (OSError, KeyError, ValueError):
+        return []
+
+
+def known_ids(slurm: Slurm) -> set[str]:
+    return {j["id"] for j in slurm.squeue()}
+
+
+def cancel_root(slurm: Slurm, root: Path) -> None:
+    """scancel every job the root's ledger knows that its wrapper has not recorded the end of (one call). A job
+    whose wrapper wrote its result may still be running (exiting): cancelled then, Slurm would call it CANCELLED."""
+    try:
+        plans = ledger(root)["plans"]
+    except (OSError, ValueError):
+        return
+    ids = [
+        str(a["id"])
+        for name, p in plans.items()
+        for job, r in p["jobs"].items()
+        for a in r["attempts"]
+        if not (root / "results" / name / job / f"{a['id']}.json").exists()
+    ]
+    if ids:
+        subprocess.run(["scancel", *ids], env=slurm.env, capture_output=True)
+
+
+def held_until(gate: Path) -> str:
+    """A job body that runs until the test creates GATE: it holds its slot for as long as the test looks, and not
+    a fixed sleep longer (cancel_root ends it if the test fails first)."""
+    return f"until [ -e {gate} ]; do sleep 0.05; done"
+
+
+def ended(root: Path, plan_name: str, job: str) -> str | None:
+    """The state the job's wrapper recorded for its last attempt (its result file), if it has ended."""
+    found = attempts(root, plan_name, job)
+    if not found:
+        return None
+    result = root / "results" / plan_name / job / f"{found[-1]['id']}.json"
+    return json.loads(result.read_text())["state"] if result.exists() else None
+
+
+def time_limit(slurm: Slurm, job_id: int) -> str:
+    out = subprocess.run(
+        ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env, check=True
+    ).stdout
+    return next(w.split("=", 1)[1] for w in out.split() if w.startswith("TimeLimit="))

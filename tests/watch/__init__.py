@@ -1,0 +1,1 @@
+"""`plan status`, `plan watch`, incidents and `plan report`."""
