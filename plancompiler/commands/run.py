@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import runner as runner_package
 from runner.durations import format_duration
 from runner.queue import fresh_status
 from runner.readers import terminal_safe
@@ -121,7 +122,9 @@ def _start_runner(root: Path, tick: float, log: Any) -> subprocess.Popen[bytes]:
     """The bundled runner on ROOT, in a session of its own, writing to LOG."""
     env = dict(
         os.environ,
-        PYTHONPATH=str(Path(__file__).resolve().parent.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        PYTHONPATH=str(Path(runner_package.__file__).resolve().parent.parent)
+        + os.pathsep
+        + os.environ.get("PYTHONPATH", ""),
     )
     return subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", str(tick)],
