@@ -105,6 +105,12 @@ class RunnerProcess:
 
         return wait_for(found, timeout)  # type: ignore[return-value]
 
+    def wait_ticks(self, ticks: int, timeout: float = 10.0) -> None:
+        """Until the runner has ticked TICKS more times (its heartbeat's tick count): what it would do in that
+        time, it has done."""
+        first = self.status()["runner"]["tick"]
+        wait_for(lambda: self.status()["runner"]["tick"] >= first + ticks, timeout)
+
     def status(self) -> dict:
         """status.json, waiting for the runner's first one (it is replaced atomically, never partial)."""
         path = self.root / "status.json"

@@ -344,7 +344,7 @@ def test_ctrl_c_ends_a_local_wait_for_the_runner_at_once(tmp_path: Path) -> None
     proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        time.sleep(0.5)
+        wait_for(lambda: (root / "control").is_dir() and any((root / "control").iterdir()))  # dropped: now it waits
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=15) == 130

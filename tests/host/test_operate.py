@@ -55,7 +55,7 @@ def test_park_now_requeues_running_without_an_attempt(queue_root: Path, runner: 
     recovered = runner.wait_event("recovered", job="1-gpu-long.job")
     assert "parked --now" in recovered["why"]
     wait_for(lambda: (queue_root / "queue/1-gpu-long.job").exists())
-    time.sleep(0.5)
+    runner.wait_ticks(2)  # parked: it does not start again
     assert len(runner.events("start")) == 1
     assert json.loads((queue_root / "state.json").read_text())["attempts"]["1-gpu-long.job"] == 0
 

@@ -99,8 +99,7 @@ def test_a_file_written_in_place_is_never_read_half_written(
 def test_a_settling_file_is_taken_when_it_settles_not_at_the_next_tick(
     tmp_path: Path, queue_root: Path, runner: RunnerProcess
 ) -> None:
-    runner.start("--tick", "60", "--settle", "0.3")
-    time.sleep(0.3)  # past the first tick
+    runner.start("--tick", "60", "--settle", "0.3")  # returns past its first tick (its first status.json)
     write_job(queue_root, "1-cpu-a.job", f"touch {tmp_path}/ran\n")
     runner.wait_event("done", job="1-cpu-a.job", timeout=10)  # a 60 s tick would fail this
 
@@ -214,7 +213,7 @@ def test_disk_full_requeues_refunds_and_drains_when_space_returns(tmp_path: Path
         wait_for(lambda: len(runner.status()["queued"]) == 3)
         filler = _fill(root)
         gate.touch()
-        time.sleep(1.5)  # several ticks with the disk full
+        time.sleep(1.5)  # several ticks with the disk full (nothing it writes can show them: the disk is full)
         assert runner.proc.poll() is None, "the runner keeps running on a full disk"  # type: ignore[union-attr]
         assert sorted(os.listdir(root / "queue")) == ["0-cpu-j.job", "1-cpu-j.job", "2-cpu-j.job"]
         assert not [n for n in os.listdir(root / "running") if not n.startswith(".")]

@@ -55,7 +55,7 @@ def test_unparseable_jobs_are_never_executed(tmp_path: Path, queue_root: Path, r
     write_job(queue_root, "notes.txt", f"touch {side}\n")
     runner.start()
     wait_for(lambda: len(runner.events("invalid")) == 4)
-    time.sleep(0.5)
+    runner.wait_ticks(3)  # none of them started, nor will
     assert not side.exists()
     reasons = {e["job"]: e["reason"] for e in runner.events("invalid")}
     assert reasons["20-gpu-typo.job"] == "empty file"
