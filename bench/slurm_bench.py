@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.common import PY_ENV, machine, plan_cli, run_step, spread, table  # noqa: E402
-from tests.slurm import Slurm, start_slurm, stop_slurm  # noqa: E402
+from tests.slurm.cluster import Slurm, start_slurm, stop_slurm  # noqa: E402
 
 PAIRS = 100  # producer p<i> and its consumer c<i> (after p<i>): 200 jobs
 

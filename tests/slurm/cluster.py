@@ -319,7 +319,7 @@ def _cache_login_env(state: Path) -> None:
         check=True,
     ).stdout
     (state / "env_cache").mkdir(exist_ok=True)
-    # as a ~/.bash_profile export would show there: a job must never get it (tests/test_slurm_conventions.py)
+    # as a ~/.bash_profile export would show there: a job must never get it (tests/slurm/test_slurm_conventions.py)
     (state / "env_cache" / user).write_text(login + "PLAN_LOGIN_PROFILE=loaded\n")
 
 
