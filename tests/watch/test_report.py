@@ -14,6 +14,7 @@ from plancompiler.cli import app
 from plancompiler.report import build_report
 from plancompiler.report.html import render_html
 from tests.conftest import RunnerProcess, wait_for, write_job
+from tests.watch.page import Page
 
 cli = CliRunner()
 
@@ -314,50 +315,6 @@ def test_heartbeat_events_do_not_break_a_silence(tmp_path: Path) -> None:
     assert silences[0]["seconds"] == 55 * 60
 
 
-class _Page(HTMLParser):
-    """The report page's bars (with their labels) and tables, by id, as rows of cell texts."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.bars: list[dict[str, str]] = []
-        self.tables: dict[str, list[list[str]]] = {}
-        self.external: list[str] = []
-        self._table: str | None = None
-        self._cell: list[str] | None = None
-        self._in_label = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        if "bar" in a.get("class", "").split():
-            self.bars.append(a | {"label": ""})
-        self._in_label = tag == "span" and a.get("class") == "label"
-        if tag == "table":
-            self._table = a.get("id", "")
-            self.tables[self._table] = []
-        elif tag == "tr" and self._table is not None:
-            self.tables[self._table].append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-        for key in ("src", "href"):
-            if a.get(key):
-                self.external.append(a[key])
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("td", "th") and self._cell is not None and self._table is not None:
-            self.tables[self._table][-1].append("".join(self._cell))
-            self._cell = None
-        elif tag == "table":
-            self._table = None
-        elif tag == "span":
-            self._in_label = False
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
-        if self._in_label and self.bars:
-            self.bars[-1]["label"] += data
-
-
 def test_html_has_everything_the_text_report_has_and_names_the_job_on_each_bar() -> None:
     events = evening_of_15_october() + [
         ev(
@@ -369,7 +326,7 @@ def test_html_has_everything_the_text_report_has_and_names_the_job_on_each_bar()
         )
     ]
     report = build_report(events)
-    page = _Page()
+    page = Page()
     page.feed(render_html(report))
     assert page.external == []
     jobs = {row[0]: row[1:4] for row in page.tables["jobs"][1:]}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RunnerProcess, plan_cli, read_events, wait_for, write_job
-from tests.test_report import _Page
+from tests.watch.page import Page
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 
@@ -56,7 +56,7 @@ def test_waiting_bars_name_the_holder_and_reruns_are_not_retries(tmp_path: Path)
     page_path = tmp_path / "report.html"
     code, out = plan_cli("report", str(root), "--html", str(page_path))
     assert code == 0, out
-    page = _Page()
+    page = Page()
     page.feed(page_path.read_text())
     waiting = [b for b in page.bars if b["data-state"] == "waiting" and b.get("data-holder") == "1-net-dl.job"]
     assert len(waiting) == 1, page.bars  # one bar for one holder, however the waiting job changed behind it
