@@ -66,8 +66,11 @@ def test_plan_run_on_a_root_another_runner_serves_follows_that_runner(tmp_path: 
     serving = RunnerProcess(root).start()
     try:
         plan = tmp_path / "p.yaml"
+        # The job ends only once `plan run`'s own runner has said why it exits (into ROOT/runner.log): on a busy
+        # machine that runner starts late, and a job already done would leave nothing to follow.
+        said = f"grep -qs 'already serves' {root}/runner.log"
         plan.write_text(
-            f"plan: p\njobs:\n  - name: a\n    run: sleep 2; echo a > {tmp_path}/a.out\n"
+            f'plan: p\njobs:\n  - name: a\n    run: "until {said}; do sleep 0.1; done; sleep 0.5; echo a > {tmp_path}/a.out"\n'
             f"    outputs: [{tmp_path}/a.out]\n"
         )
         out = plan_main("run", str(plan), "--root", str(root), cwd=tmp_path, cache=tmp_path / "cache")
