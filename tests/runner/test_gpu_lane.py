@@ -20,7 +20,7 @@ from tests.gpubox import AMDGPU_FDINFO, GpuBox
 from tests.ticking import Ticking
 
 A, B = "0000:03:00.0", "0000:c3:00.0"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 UNIQUE = os.getpid() % 1000  # a name of this test's own: no other runner on the machine takes it for a GPU user
 
 
