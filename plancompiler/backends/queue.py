@@ -13,6 +13,7 @@ from plancompiler.backends.protocol import PushOptions, PushOutcome, PushPlan, R
 from plancompiler.backends.queuediff import add_costs, diff, plan_record, rerun_paths
 from plancompiler.backends.queuehealth import health
 from plancompiler.hosts import AgentSession, Host
+from runner import identity
 
 if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
     from plancompiler.compile import Compiled
@@ -43,6 +44,7 @@ class QueuePushSession:
                 **self.host.context(),
                 "external": external,
                 "allow_missing": True,
+                "client": identity(),  # who is asking: the box judges whether this client may write there
             },
         )
         if "error" in probe:

@@ -92,7 +92,8 @@ def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOpt
         work.job(job.filename, job.text)
     work.prune()
     result = work.result(host)
-    refused = refusal(probe.get("holds") or {}, identity(), host.name)
+    # judged here from what the box holds (named as the user names the host), else the box's own verdict
+    refused = refusal(probe.get("holds") or {}, identity(), host.name) or probe.get("refused")
     if refused:
         result.errors.append(refused)
     others: dict[str, Any] = probe["plans"] if isinstance(probe.get("plans"), dict) else {}

@@ -149,6 +149,8 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "files": files,
         "failures": failures,
         "holds": manifest["holds"],
+        # the first contact: the box says whether the client that asks may write here (install asks again)
+        "refused": refusal(manifest["holds"], request.get("client"), root),
         "box": identity(),
         "external_missing": missing,
         "status": status,

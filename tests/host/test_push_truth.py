@@ -198,6 +198,8 @@ def test_two_clones_and_an_older_client_over_ssh(tmp_path: Path, sshd: Sshd) -> 
     # An older client (it says it writes manifest format 2) is refused by the box, naming both versions.
     host = resolve("testbox", hosts)
     old = {"version": "0.0.9", "commit": "0ldc0mm17", "formats": {"manifest": 2, "events": 1, "job": 1}}
+    assert "writes format 2" in host.call("probe", {**host.context(), "client": old})["refused"]  # first contact
+    assert host.call("probe", {**host.context(), "client": runner.identity()})["refused"] is None
     answer = host.call("install", {**host.context(), "files": {}, "client": old, "by": "old@clone"})
     assert "0.0.9 (commit 0ldc0mm17) writes format 2" in answer["error"]
     assert f"format 3, written by plancompiler {runner.describe(runner.identity())}" in answer["error"]
