@@ -28,7 +28,7 @@ NAMES_SHOWN = 3  # a cause's text names this many of its jobs, then "+N"
 class Cause:
     """One thing wrong now. `kind` and `subject` make its id; `jobs` may change without a new alert."""
 
-    kind: str  # gpu-held, failed, long-running, blocked, requires, idle, parked, disk-full (CAUSE_KINDS)
+    kind: str  # gpu-held, failed, long-running, gpu-stalled, blocked, requires, idle, parked, disk-full (CAUSE_KINDS)
     subject: str  # what it is about: "pid 1234", a failure's signature, a job, a path
     text: str  # one line a person reads: what is wrong
     jobs: tuple[str, ...] = ()  # the jobs it touches (they join and leave without a new alert)
@@ -44,6 +44,7 @@ CAUSE_KINDS = {
     "gpu-held": "WAITING",
     "failed": "EVENT",
     "long-running": "STALL",
+    "gpu-stalled": "STALL",
     "blocked": "BLOCKED",
     "requires": "WAITING",
     "idle": "IDLE",
@@ -108,11 +109,12 @@ def gpu_held(seen: Seen, now: float) -> list[Cause]:
         program = os.path.basename(cmd.split()[0]) if cmd.split() else "?"
         left = f", left by {extra['left_by']}" if extra.get("left_by") else ""
         jobs = sorted(f for f, _ in waiting)
+        on = f" on GPU {extra['gpu']}" if extra.get("gpu") is not None else ""
         causes.append(
             Cause(
                 "gpu-held",
                 f"pid {pid}",
-                f"gpu lane held by pid {pid} ({program}{left}), not started by this runner: "
+                f"gpu lane held by pid {pid} ({program}{left}){on}, not started by this runner: "
                 f"{_count(len(jobs), 'job')} wait ({names(jobs)})",
                 tuple(jobs),
                 "plan status HOST",
@@ -183,6 +185,23 @@ def long_running(seen: Seen, now: float) -> list[Cause]:
         causes.append(
             Cause("long-running", run.filename, text, (run.filename, *waiting), f"plan logs HOST {run.filename}")
         )
+    return causes
+
+
+def gpu_stalled(seen: Seen, now: float) -> list[Cause]:
+    """A running gpu job whose GPU engine time has not moved for --gpu-stall while it runs (a wedged server
+    sitting on the GPU, its log as quiet as a long computation's): one cause per job."""
+    limit = seen.runner.config.gpu_stall_s
+    causes = []
+    for run in seen.runner.jobs.running.values():
+        if limit <= 0 or run.gpu_still_s < limit:
+            continue
+        on = f" on GPU {','.join(map(str, run.gpus))}" if run.gpus else ""
+        text = (
+            f"{run.filename} runs{on} but its GPU engine time has not moved for "
+            f"{format_duration(run.gpu_still_s)} (a wedged server?)"
+        )
+        causes.append(Cause("gpu-stalled", run.filename, text, (run.filename,), f"plan logs HOST {run.filename}"))
     return causes
 
 
@@ -306,7 +325,7 @@ def idle(seen: Seen, now: float) -> list[Cause]:
     ]
 
 
-JUDGES = (gpu_held, failed, long_running, blocked, requires, parked, disk_full, idle)
+JUDGES = (gpu_held, failed, long_running, gpu_stalled, blocked, requires, parked, disk_full, idle)
 
 
 def judge(runner: Any, queued: list[tuple[str, Parsed]], now: float) -> list[Cause]:

@@ -14,6 +14,7 @@ import pytest
 
 from plancompiler.report import build_report
 from runner import procs
+from runner.alerts.book import BOOK_FILE
 from runner.status import render_status
 from tests.conftest import RunnerProcess, plan_cli, wait_for, write_job
 from tests.gpubox import AMDGPU_FDINFO, GpuBox
@@ -128,10 +129,14 @@ def test_gpu_stalled_fires_when_a_running_jobs_engine_time_stops(tmp_path: Path,
     q.tick(81.0)
     (stalled,) = q.events("gpu-stalled")
     assert stalled["job"] == "10-gpu-serve.job" and stalled["gpus"] == [0] and stalled["still_s"] == 61
+    (incident,) = json.loads((q.root / BOOK_FILE).read_text())["open"]  # the box's own incident book
+    assert incident["id"] == "gpu-stalled:10-gpu-serve.job"
+    assert "10-gpu-serve.job runs but its GPU engine time has not moved for 1m01s" in incident["text"]
     q.tick(120.0)
     assert len(q.events("gpu-stalled")) == 1  # repeated at --stall-repeat, not every tick
     box.fdinfo(server.pid, fd, _amd(A, gfx_ns=7_000_000_000))  # it works again
     q.tick(130.0)
+    assert ("recovered", "gpu-stalled:10-gpu-serve.job") in [(e["what"], e["id"]) for e in q.events("incident")]
     q.procs.exit("10-gpu-serve.job", 0)
     q.tick(131.0)
     done = q.events("done")[-1]
