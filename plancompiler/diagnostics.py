@@ -6,6 +6,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from plancompiler.errors import PlanError as PlanError  # its home is plancompiler/errors.py
+
 
 @dataclass(frozen=True, order=True)
 class Diagnostic:
@@ -23,10 +25,6 @@ class Diagnostic:
         kind = {"error": "error", "warning": "warning"}.get(self.severity, "notice")
         message = self.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
         return f"::{kind} file={self.path},line={self.line},col={self.col},title={self.code}::{message}"
-
-
-class PlanError(Exception):
-    """A usage or I/O problem that stops the pipeline before it can produce findings (exit 2)."""
 
 
 def error(path: str, line: int, col: int, code: str, message: str) -> Diagnostic:

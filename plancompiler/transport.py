@@ -23,6 +23,9 @@ from typing import Any
 
 import runner as runner_package
 from plancompiler.diagnostics import PlanError
+from plancompiler.errors import ControllerDown
+from plancompiler.errors import RemoteFailed as RemoteFailed  # their home is plancompiler/errors.py
+from plancompiler.errors import Unreachable as Unreachable
 from plancompiler.tools import run_command
 
 SSH_UNREACHABLE = 255
@@ -95,14 +98,6 @@ else:
 from runner.agent.dispatch import main
 sys.exit(main([mode, root]))
 """.replace("PYTHON_MIN", repr(runner_package.PYTHON_MIN))
-
-
-class Unreachable(Exception):
-    """The host could not be reached (ssh exit 255, the overall timeout, its cluster not answering): exit 3."""
-
-
-class RemoteFailed(Exception):
-    """The host was reached but the command there failed."""
 
 
 # A round trip longer than a day is a mistake (a misplaced unit), not a plan: and ssh needs an integer.
@@ -239,7 +234,7 @@ def classify(endpoint: Endpoint, result: Any, out: str = "") -> dict[str, Any]:
     if not isinstance(result, dict):
         raise RemoteFailed(f"{endpoint.label}: the host's answer is not a JSON object: {out[:200]!r}")
     if "controller_down" in result:
-        raise Unreachable(f"{endpoint.label}: the Slurm controller did not answer: {result['controller_down']}")
+        raise ControllerDown(f"{endpoint.label}: the Slurm controller did not answer: {result['controller_down']}")
     return result
 
 

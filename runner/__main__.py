@@ -37,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from runner.errors import RunnerError
     from runner.service.loop import serve
-    from runner.service.runner import AlreadyRunning, Runner
+    from runner.service.runner import Runner
 
     if args.lanes and any(lane not in args.lanes for lane in args.exclusive):
         print(f"runner: --exclusive names a lane not in --lanes: {','.join(args.exclusive)}", file=sys.stderr)
@@ -65,9 +66,9 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     try:
         return serve(Runner(config_from(args)))
-    except AlreadyRunning as exc:
+    except RunnerError as exc:  # the one handler at the runner's edge
         print(f"runner: {exc}", file=sys.stderr)
-        return 3
+        return exc.code
 
 
 def _status(args: argparse.Namespace) -> int:

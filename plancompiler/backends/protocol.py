@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from plancompiler.errors import Refused as Refused  # its home is plancompiler/errors.py
 from plancompiler.hosts import Host
 
 if TYPE_CHECKING:  # status, watch and the operate commands never compile: no pydantic, no jinja2
@@ -37,10 +38,6 @@ def who() -> str:
         return f"{getpass.getuser()}@{socket.gethostname()}"
     except (OSError, KeyError):
         return "plan"
-
-
-class Refused(Exception):
-    """The host will not take this push now (another push holds its lock, or the queue changed): exit 1."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from plancompiler.backends.protocol import PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.backends.queuediff import add_costs, diff, plan_record, rerun_paths
 from plancompiler.backends.queuehealth import health
+from plancompiler.errors import answered
 from plancompiler.hosts import AgentSession, Host
 from runner import identity
 
@@ -104,9 +105,7 @@ class QueueBackend:
     def report_source(self, since: str | None, plan: str | None = None) -> ReportSource:
         import json
 
-        answer = self.host.call("status", {"offset": 0, "max_bytes": 1 << 30}, 300)
-        if "error" in answer:
-            raise Refused(f"{self.host.describe()}: {answer['error']}")
+        answer = answered(self.host.call("status", {"offset": 0, "max_bytes": 1 << 30}, 300), self.host.describe())
         return ReportSource("\n".join(json.dumps(e) for e in answer.get("events", [])), status=answer)
 
     def operate(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:

@@ -15,12 +15,14 @@ from typing import Annotated, Any
 import typer
 
 from plancompiler.cli import compiling, operating, pushing, reporting, watching
-from plancompiler.cli.shared import GLOBAL, TemplatesOpt, app, hooks_app, internal
+from plancompiler.cli.shared import GLOBAL, TemplatesOpt, app, edge, hooks_app, internal
 
 __all__ = ["TemplatesOpt", "app", "command", "main"]
 COMMAND_GROUPS = (compiling, pushing, watching, reporting, operating)  # imported for their @app.command()s
 
 app.add_typer(hooks_app, name="hooks")
+for _info in (*app.registered_commands, *hooks_app.registered_commands):  # every command behind the one handler
+    _info.callback = edge(_info.callback) if _info.callback is not None else None
 
 
 def _version(value: bool) -> None:

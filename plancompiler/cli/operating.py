@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from plancompiler.cli.shared import HostArg, HostsOpt, JobArg, app, fail, hooks_app, host_errors, resolve_host
+from plancompiler.cli.shared import HostArg, HostsOpt, JobArg, app, hooks_app, resolve_host
 
 
 @app.command()
@@ -28,8 +28,7 @@ def park(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    with host_errors():
-        typer.echo(operate.park(target, reason, now))
+    typer.echo(operate.park(target, reason, now))
 
 
 @app.command()
@@ -38,8 +37,7 @@ def unpark(host: HostArg, hosts: HostsOpt = None) -> None:
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    with host_errors():
-        typer.echo(operate.unpark(target))
+    typer.echo(operate.unpark(target))
 
 
 @app.command()
@@ -53,8 +51,7 @@ def retry(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    with host_errors():
-        typer.echo(operate.retry(target, job, wait))
+    typer.echo(operate.retry(target, job, wait))
 
 
 @app.command()
@@ -68,8 +65,7 @@ def cancel(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    with host_errors():
-        typer.echo(operate.cancel(target, job, wait))
+    typer.echo(operate.cancel(target, job, wait))
 
 
 @app.command()
@@ -85,8 +81,7 @@ def logs(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    with host_errors():
-        state = operate.logs(target, job, lines, follow, interval, lambda text: typer.echo(text, nl=False))
+    state = operate.logs(target, job, lines, follow, interval, lambda text: typer.echo(text, nl=False))
     if follow:
         typer.echo(f"-- {operate.job_file(job)} is {state or 'gone'}", err=True)
 
@@ -129,9 +124,8 @@ def bootstrap(
         typer.echo(plan.unit)
         typer.echo("dry run: nothing was changed", err=True)
         return
-    with host_errors():
-        for line in operate.bootstrap(target, plan, user_unit, python, wait, start, run_flags(tick, not no_cgroup)):
-            typer.echo(line)
+    for line in operate.bootstrap(target, plan, user_unit, python, wait, start, run_flags(tick, not no_cgroup)):
+        typer.echo(line)
 
 
 @hooks_app.command("install")
@@ -144,10 +138,7 @@ def hooks_install(
     ] = "plans/*.yaml plans/*.yml plans/*.py",
 ) -> None:
     """Write a git pre-push hook that runs `plan check` on the repository's plans and refuses the push on errors."""
-    from plancompiler.commands.operate import OperateError, install_hook
+    from plancompiler.commands.operate import install_hook
 
-    try:
-        hook = install_hook(repo, plans, sys.executable)
-    except OperateError as exc:
-        raise fail(str(exc), exc.code) from exc
+    hook = install_hook(repo, plans, sys.executable)
     typer.echo(f"wrote {hook}")

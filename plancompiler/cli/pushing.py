@@ -17,7 +17,6 @@ from plancompiler.cli.shared import (
     TemplatesOpt,
     app,
     compile_one,
-    host_errors,
     print_findings,
     resolve_host,
 )
@@ -102,8 +101,7 @@ def push(
             typer.echo(diff.text())
 
     try:
-        with host_errors():
-            outcome = push_plan(compiled, target, options, show)
+        outcome = push_plan(compiled, target, options, show)
     finally:
         for diff in shown:
             typer.echo(json.dumps(diff.to_json(), indent=1))
@@ -144,8 +142,8 @@ def run_plan(
     def show(diff) -> None:
         typer.echo(diff.text())
 
-    with host_errors():  # no warning about the runner: this command starts one now
-        outcome = push_plan(compiled, target, PushOptions(retry_failed=retry_failed, expect_runner=False), show)
+    # no warning about the runner: this command starts one now
+    outcome = push_plan(compiled, target, PushOptions(retry_failed=retry_failed, expect_runner=False), show)
     if outcome.diff.errors:
         raise typer.Exit(1)
     summary = run_queue(queue_root, [j.filename for j in compiled.jobs], tick=tick, echo=typer.echo)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plancompiler.cli.shared import HostsOpt, app, fail, host_errors, resolve_host
+from plancompiler.cli.shared import HostsOpt, app, fail, resolve_host
 
 
 @app.command()
@@ -40,8 +40,7 @@ def report(
         text = path.read_text(errors="replace")
     else:  # a queue's events.jsonl, or a Slurm ledger's attempts with Slurm's clocks (--plan picks one plan)
         target = resolve_host(source, hosts)
-        with host_errors():
-            found = backend_for(target).report_source(since, plan)
+        found = backend_for(target).report_source(since, plan)
         text, status = found.text, found.status
         for note in found.notes:
             typer.echo(note, err=True)

@@ -1,18 +1,34 @@
-"""What every `plan` command shares: the typer app, the common options, and the helpers that turn a
-failure into a message and an exit code."""
+"""What every `plan` command shares: the typer app, the common options, and the one handler at the command
+line's edge (`edge`) that turns an error (plancompiler/errors.py) into `plan: MESSAGE` and its exit code."""
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from plancompiler.diagnostics import PlanError, format_all, has_errors, summary
+from plancompiler.diagnostics import format_all, has_errors, summary
+from plancompiler.errors import PlanFailure, Unreachable
+
+
+def edge(command: Callable[..., Any]) -> Callable[..., Any]:
+    """COMMAND with the one handler at the command line's edge: an error it raises (a PlanFailure) is printed as
+    `plan: MESSAGE` and ends it with the error's exit code; an unreachable host says so first."""
+
+    @functools.wraps(command)  # typer and cli/light read the declarations through __wrapped__
+    def at_the_edge(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except PlanFailure as exc:
+            raise fail(f"unreachable: {exc}" if isinstance(exc, Unreachable) else str(exc), exc.code) from exc
+
+    return at_the_edge
+
 
 app = typer.Typer(
     name="plan",
@@ -96,9 +112,7 @@ def compile_one(
             progress=progress,
             limits=GLOBAL["limits"],
         )
-    except PlanError as exc:
-        raise fail(str(exc)) from exc
-    except (typer.Exit, typer.BadParameter):
+    except (PlanFailure, typer.Exit, typer.BadParameter):
         raise
     except Exception as exc:  # a bug of ours: one line, exit 2, the traceback under --debug
         raise internal(str(path), exc) from exc
@@ -139,32 +153,10 @@ HostArg = Annotated[
 
 
 def resolve_host(spec: str, hosts: Path | None):
-    """HOST resolved; a hosts-file mistake is a located error, exit 2."""
+    """HOST resolved; a hosts-file mistake is a located error (a PlanError: exit 2)."""
     from plancompiler.hosts import resolve
 
-    try:
-        return resolve(spec, hosts)
-    except PlanError as exc:
-        raise fail(str(exc)) from exc
-
-
-@contextlib.contextmanager
-def host_errors() -> Iterator[None]:
-    """A host that cannot be reached exits 3; a command that failed or was refused there exits 1."""
-    from plancompiler.backends.protocol import Refused
-    from plancompiler.commands.operate import OperateError
-    from plancompiler.hosts import RemoteFailed, Unreachable
-
-    try:
-        yield
-    except Unreachable as exc:
-        raise fail(f"unreachable: {exc}", 3) from exc
-    except (RemoteFailed, Refused) as exc:
-        raise fail(str(exc), 1) from exc
-    except OperateError as exc:
-        raise fail(str(exc), exc.code) from exc
-    except PlanError as exc:
-        raise fail(str(exc)) from exc
+    return resolve(spec, hosts)
 
 
 JobArg = Annotated[str, typer.Argument(help="the job's name (with or without .job)", metavar="JOB")]

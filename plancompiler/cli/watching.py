@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plancompiler.cli.shared import HostArg, HostsOpt, app, fail, host_errors, resolve_host
+from plancompiler.cli.shared import HostArg, HostsOpt, app, fail, resolve_host
 
 
 @app.command()
@@ -29,13 +29,11 @@ def status(
     One bounded round trip. Exit 0, 1 if the queue cannot be read, 3 if the host is unreachable.
     """
     from plancompiler.backends import backend_for
+    from plancompiler.errors import answered
     from plancompiler.watch import status_text
 
     target = resolve_host(host, hosts)
-    with host_errors():
-        answer = backend_for(target).status({"offset": -1}, timeout)
-    if "error" in answer:
-        raise fail(f"{target.describe()}: {answer['error']}", 1)
+    answer = answered(backend_for(target).status({"offset": -1}, timeout), target.describe())
     if as_json:
         typer.echo(
             json.dumps(
@@ -213,8 +211,8 @@ def watch(
         heartbeat_every=every,
         notify=tuple(notify or ()),
     )
-    with host_errors():  # a bad --probe-timeout or --notify is a usage error before any probe
-        code = watch_loop(target, rules, path, options, echo=typer.echo, warn=lambda m: typer.echo(m, err=True))
+    # a bad --probe-timeout or --notify is a usage error (a PlanError, exit 2) before any probe
+    code = watch_loop(target, rules, path, options, echo=typer.echo, warn=lambda m: typer.echo(m, err=True))
     raise typer.Exit(code)
 
 
@@ -257,7 +255,7 @@ def ack(
     import time
 
     from plancompiler.commands import operate
-    from plancompiler.watch import AckError, acknowledge, duration, state_path
+    from plancompiler.watch import acknowledge, duration, state_path
 
     target = resolve_host(host, hosts)
     try:
@@ -265,15 +263,11 @@ def ack(
     except ValueError as exc:
         raise fail(str(exc)) from exc
     now = time.time()
-    with host_errors():
-        said = operate.ack_on_box(target, incident, now + seconds if seconds else None, wait, for_)
+    said = operate.ack_on_box(target, incident, now + seconds if seconds else None, wait, for_)
     if said is not None:
         typer.echo("\n".join(said))
         return
-    try:
-        found = acknowledge(state or state_path(target), incident, now + seconds if seconds else None, now)
-    except AckError as exc:
-        raise fail(str(exc), exc.code) from exc
+    found = acknowledge(state or state_path(target), incident, now + seconds if seconds else None, now)
     typer.echo(
         f"acked {found.kind}:{found.subject} on {target.name} "
         + (f"for {for_}" if for_ else "until it changes or recovers")

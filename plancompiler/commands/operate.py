@@ -12,23 +12,14 @@ from typing import Any
 from plancompiler import transport
 from plancompiler.backends import backend_for
 from plancompiler.backends.protocol import who
+from plancompiler.errors import OperateError as OperateError  # its home is plancompiler/errors.py
+from plancompiler.errors import answered
 from plancompiler.hosts import Host
 from runner.readers import terminal_safe
 
 
-class OperateError(Exception):
-    """The host answered, but the operation did not happen (exit CODE, 1 unless said)."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def _ask(host: Host, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-    result = backend_for(host).operate(mode, request, timeout)
-    if "error" in result:
-        raise OperateError(f"{host.describe()}: {result['error']}")
-    return result
+    return answered(backend_for(host).operate(mode, request, timeout), host.describe(), OperateError)
 
 
 def job_file(job: str) -> str:

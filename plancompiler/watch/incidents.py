@@ -7,6 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from plancompiler.errors import AckError as AckError  # its home is plancompiler/errors.py
 from runner.durations import format_duration
 
 # Exit codes of `plan watch`, one per kind; the first alert of a probe decides. RECOVERED and the
@@ -156,14 +157,6 @@ def reconcile(
                 )
             )
     return alerts
-
-
-class AckError(Exception):
-    """`plan ack` could not pick one incident; `code` is the exit status (2 usage, 1 nothing to ack)."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def did_you_mean(word: str, known: list[str] | tuple[str, ...] | frozenset[str]) -> str:

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from plancompiler.errors import ControllerDown as ControllerDown  # its home is plancompiler/errors.py
 from plancompiler.hosts import Host, RemoteFailed, Unreachable
 from plancompiler.watch.args import DEFAULT_EVENTS, WAITING_REASONS
 from plancompiler.watch.book import book_conditions, book_of, skew_condition
@@ -18,21 +19,9 @@ from runner.readers import status_problem, valid_events
 from runner.vocab import Event, Reason
 
 
-class ControllerDown(Exception):
-    """On Slurm: the submit host answered, its controller did not. The controller is the runner there."""
-
-
-_CONTROLLER_DOWN = "the Slurm controller did not answer"
-
-
 def fetch_status(host: Host, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
     """The watcher's one way to a host: the agent's `status` mode (re-point it here when the agent moves)."""
-    try:
-        return host.call("status", request, timeout)
-    except Unreachable as exc:
-        if host.backend == "slurm" and _CONTROLLER_DOWN in str(exc):
-            raise ControllerDown(str(exc)) from exc
-        raise
+    return host.call("status", request, timeout)  # ControllerDown (an Unreachable) where Slurm's controller is
 
 
 @dataclass

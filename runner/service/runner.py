@@ -14,6 +14,7 @@ from runner.alerts.engine import Alerts
 from runner.config import Config
 from runner.controls import ControlHandler
 from runner.digest import sha1_hex
+from runner.errors import AlreadyRunning as AlreadyRunning  # its home is runner/errors.py
 from runner.files import read_json
 from runner.queue import Queue, fresh_status, timestamp
 from runner.runstate import RunnerState
@@ -30,10 +31,6 @@ from runner.service.reasons import Reasons
 from runner.service.scan import Scanner
 from runner.service.statusfile import Snapshot, StatusFile
 from runner.vocab import Event
-
-
-class AlreadyRunning(Exception):
-    pass
 
 
 class Runner:
