@@ -353,3 +353,23 @@ def test_ctrl_c_ends_a_local_wait_for_the_runner_at_once(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_an_install_of_many_files_lands_each_whole_with_the_usual_mode(tmp_path: Path) -> None:
+    """The staged files are written all, then made durable by one barrier: each lands with its exact bytes (a
+    multi-byte text too), the mode open() would give under the umask, no stage left behind, the manifest after."""
+    root = tmp_path / "q"
+    files = {f"j{i:04d}.job": f"# LANE=cpu\necho {i} é {'x' * (i % 97)}\n" for i in range(2000)}
+    host = Host(name=str(root), root=str(root))
+    session = host.session()
+    try:
+        assert session.ask("lock", {"wait_s": 5, "create": True}) == {"locked": True}
+        answer = session.ask("install", {"files": files, "create": True})
+    finally:
+        session.close()
+    assert sorted(answer["installed"]) == sorted(files) and answer["generation"] == 1
+    assert {p.name: p.read_text() for p in (root / "queue").iterdir()} == files
+    (tmp_path / "plain").write_text("")
+    mode = (tmp_path / "plain").stat().st_mode
+    assert {p.stat().st_mode for p in (root / "queue").iterdir()} == {mode}
+    assert not [p for p in root.iterdir() if p.name.startswith(".plan-stage-")]
