@@ -62,7 +62,7 @@ def from_squeue(root: str, ledger: dict[str, Any], live: Live) -> list[str]:
     for job_id, job in sorted(live.items(), key=lambda item: _id_order(item[0])):
         if not job.get("workdir") or not _same_dir(job["workdir"], root):
             continue
-        plan, tag = job["plan"], job["hash"]
+        plan, tag = job["plan"], job["hash"].partition(":")[0]  # an array's: array.SHA[:its element names]
         if tag.startswith("array"):
             members = _members(root, plan, tag)
             task = str(job_id).partition("_")[2]

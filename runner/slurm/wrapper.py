@@ -81,11 +81,14 @@ def sbatch_options(root: str, plan: str, job: dict[str, Any], request: dict[str,
 
 def array_options(root: str, plan: str, jobs: list[dict[str, Any]], name: str) -> list[str]:
     """Options of an array of JOBS (one lane shape) named NAME: each element writes its own job's log, so
-    Slurm's --output takes only what goes wrong before an element's attempt starts."""
-    log = Path(root) / "logs" / plan / f"{name.replace('/', '_')}.array.log"
+    Slurm's --output (one file per element, ARRAY_TASK) takes only what goes wrong before its attempt starts.
+    Its comment names each element's job where Slurm's 1024 bytes hold them all (squeue -O Comment)."""
+    log = _pattern_safe(Path(root) / "logs" / plan / name.replace("/", "_")) + ".%A_%a.log"
     members = array_members(root, plan, jobs)
-    naming = [f"--job-name={plan}/{name}", f"--comment=plan={plan}@{members}", f"--array=0-{len(jobs) - 1}"]
-    return [*naming, f"--output={_pattern_safe(log)}", *shared_options(root, jobs[0])]
+    names = ",".join(job["name"] for job in jobs)
+    comment = f"plan={plan}@{members}" + (f":{names}" if len(plan) + len(members) + len(names) < 1000 else "")
+    naming = [f"--job-name={plan}/{name}", f"--comment={comment}", f"--array=0-{len(jobs) - 1}"]
+    return [*naming, f"--output={log}", *shared_options(root, jobs[0])]
 
 
 def array_members(root: str, plan: str, jobs: list[dict[str, Any]]) -> str:

@@ -65,6 +65,12 @@ def test_a_foreach_group_is_an_array_whose_elements_keep_their_own_data_dependen
         assert [first[f"a{i}"]["id"] for i in range(4)] == [f"{base}_{i}" for i in range(4)]
         names = {j["name"] for j in slurm.squeue()}
         assert {"ar/a0..a3", "ar/b0..b3"} <= names, names  # squeue shows the arrays
+        comments = {j["name"]: j["comment"] for j in slurm.squeue()}  # and which element is which job
+        assert comments["ar/a0..a3"].startswith("plan=ar@array.") and comments["ar/a0..a3"].endswith(":a0,a1,a2,a3")
+        shown = subprocess.run(
+            ["scontrol", "show", "job", f"{base}_1"], capture_output=True, text=True, env=slurm.env, check=True
+        ).stdout
+        assert f"StdOut={root}/logs/ar/a0..a3.{base}_1.log" in shown, shown  # each element's own
         wait_for(lambda: ended(root, "ar", "b3"), 60, 0.2)
         gate.touch()
         # each probe folds the attempts' results into the ledger (a retry's next job among them)
