@@ -22,6 +22,7 @@ from runner.queue import timestamp
 from runner.slurm import ledger as ledger_mod
 from runner.slurm import submit as slurm_submit
 from runner.slurm.events import history
+from runner.slurm.gates import check_gates
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.limits import read_limits
 from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
@@ -258,6 +259,8 @@ def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
     ledger, rebuilt = open_ledger(root, live, env)
     why = sync(root, ledger, live, env)
     retried = retry_due(root, ledger, live, env) if pushlock.held(root) else []
+    if pushlock.held(root):
+        retried += check_gates(root, ledger, live, env, request)
     jobs = ledger_mod.plan_jobs(ledger, plan)
     adopt(plan, request, jobs, live)
     changes, submit, retired = diff(root, request, jobs, live)
@@ -334,6 +337,11 @@ def _commit(root: str, request: dict[str, Any], decided: Decided, env: dict[str,
     entry = decided.ledger["plans"][plan]
     entry.update(by=request.get("by") or "?", pushed_at=timestamp(time.time()), lanes=lane_licences(request))
     ledger_mod.save(root, decided.ledger)
+    if any(job.get("gate") for job in decided.submit):  # held: released now if open, else watched
+        try:
+            result["released"] = check_gates(root, decided.ledger, squeue(env), env, request)
+        except ControllerDown:
+            pass
     return result
 
 

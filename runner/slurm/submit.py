@@ -118,7 +118,7 @@ def plan_units(root: str, level: list[dict[str, Any]], done: Submitted, failed: 
     groups: dict[str, list[dict[str, Any]]] = {}
     units: list[Unit] = []
     for job in level:
-        if job.get("group") is None:
+        if job.get("group") is None or job.get("gate"):  # a gated job is held on its own (runner.slurm.gates)
             units.append(Unit([job], _afterok(_deps(job, done, failed))))
         else:
             groups.setdefault(_shape(root, job), []).append(job)
@@ -135,6 +135,8 @@ def _argv(root: str, plan: str, unit: Unit, request: dict[str, Any]) -> list[str
         options = array_options(root, plan, unit.jobs, _array_name(unit))
     else:
         options = sbatch_options(root, plan, unit.jobs[0], request)
+        if unit.jobs[0].get("gate"):  # released by the submit host once its gate holds (runner.slurm.gates)
+            options.append("--hold")
     return ["sbatch", "--parsable", *options, *([f"--dependency={unit.dependency}"] if unit.dependency else [])]
 
 

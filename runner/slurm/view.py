@@ -17,6 +17,7 @@ from runner.queue import Queue, timestamp
 from runner.readers import tail
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.events import attempt_events, blocked, job_key
+from runner.slurm.gates import HELD, check_gates, gated_and_held
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.query import ControllerDown, Live, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
@@ -102,7 +103,8 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         ledger, _ = open_ledger(root, live, env)  # rebuilt, under the lock, where it cannot be trusted
         sync(root, ledger, live, env)
         if got.get("locked"):
-            if retry_due(root, ledger, live, env):  # what Slurm ended or the controller kept from its wrapper
+            # what Slurm ended or the controller kept from its wrapper; the held jobs whose gates hold now
+            if retry_due(root, ledger, live, env) + check_gates(root, ledger, live, env, request):
                 live = squeue(env)
             _record_events(root, ledger, live)
             ledger_mod.save(root, ledger)
@@ -218,7 +220,14 @@ def view(
             running.append(_running(root, plan, name, record, last, cur, now))
         elif state in ACTIVE or state == "GATED":
             counts["queue"] += 1
-            queued.append(_waiting(job_key(plan, name), record, last, cur, names))
+            item = _waiting(job_key(plan, name), record, last, cur, names)
+            if cur and cur.get("reason") == HELD and gated_and_held(root, plan, name, record, live):
+                item.update(
+                    reason=Reason.REQUIRES.value,
+                    detail="its external REQUIRES is false: held (no Slurm job runs for it), checked from the "
+                    "submit host at every contact and every gate_interval",
+                )
+            queued.append(item)
         elif state == "COMPLETED":
             counts["done"] += 1
         else:

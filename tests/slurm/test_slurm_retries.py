@@ -87,7 +87,12 @@ def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path
     assert ("tt/rc124.job", "failed") in kinds and ("tt/slow.job", "timeout") in kinds
 
 
-def test_an_external_gate_holds_the_job_outside_the_allocation_until_it_opens(tmp_path: Path, slurm: Slurm) -> None:
+def test_a_closed_external_gate_costs_no_slurm_job_and_the_submit_host_releases_it(
+    tmp_path: Path, slurm: Slurm
+) -> None:
+    """The gated job is submitted held; the submit host checks its gate at each contact and, between them, one
+    keeper job per root every gate_interval: while the gate is closed no job of the plan runs, and the job
+    keeps its one Slurm id; opened, the keeper releases it without any `plan` command."""
     root, gate, done = tmp_path / "submit", tmp_path / "gate", tmp_path / "gated.out"
     jobs = (
         f"  - name: gated\n    run: touch {done}\n    outputs: ['{done}']\n"
@@ -98,36 +103,27 @@ def test_an_external_gate_holds_the_job_outside_the_allocation_until_it_opens(tm
     p = write_plan(tmp_path / "gt.yaml", "gt", jobs)
     hosts = slurm.hosts_file(root, extra="    gate_interval: 2\n")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    gated = str(attempts(root, "gt", "gated")[0]["id"])
+
+    def keepers() -> list[str]:
+        return [j["id"] for j in slurm.squeue() if j["name"] == ".plan-gates"]
+
     try:
-
-        def held() -> dict | None:
-            code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
-            queued = json.loads(out)["status"]["queued"]
-            return next(
-                (
-                    q
-                    for q in queued
-                    if q["job"] == "gt/gated.job"
-                    and q["reason"] == "requires"
-                    and len(attempts(root, "gt", "gated")) >= 2
-                ),
-                None,
-            )
-
-        wait_for(held, 60, 0.5)
-        code, out = plan("status", "cluster", "--hosts", str(hosts))
-        assert "requires" in out and "gt/gated.job" in out and "external REQUIRES was false" in out, out
-        assert not done.exists()
-        gate.touch()
+        wait_for(lambda: len(keepers()) >= 3, 60, 0.3)  # the keeper has looked twice at least, every 2 s
+        code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+        item = next(q for q in json.loads(out)["status"]["queued"] if q["job"] == "gt/gated.job")
+        assert item["reason"] == "requires" and "held (no Slurm job runs for it)" in item["detail"], item
+        mine = {j["id"]: j["state"] for j in slurm.squeue() if j["name"].startswith("gt/")}
+        assert mine == {gated: "PENDING", str(attempts(root, "gt", "next")[0]["id"]): "PENDING"}, mine
+        assert not done.exists() and not (root / "results").exists()  # nothing of the plan ran
+        gate.touch()  # no plan command from here on: the keeper releases it
         opened = gate.stat().st_mtime
         wait_for(lambda: ended(root, "gt", "next") == "COMPLETED", 60, 0.2)
     finally:
         cancel_root(slurm, root)
     assert done.stat().st_mtime >= opened
-    plan("status", "cluster", "--hosts", str(hosts))
     tries = attempts(root, "gt", "gated")
-    assert all(t["kind"] == "gated" for t in tries[:-1]) and tries[-1]["state"] == "COMPLETED"
-    assert {t["attempt"] for t in tries} == {1}  # a closed gate is not an attempt
+    assert [str(t["id"]) for t in tries] == [gated] and ended(root, "gt", "gated") == "COMPLETED", tries
 
 
 def test_the_wrapper_asks_slurm_whether_it_ended_the_job(

@@ -1,0 +1,79 @@
+"""External gates on Slurm that cost no Slurm job while closed: a gated job is submitted held (--hold), and the
+submit host checks its gate (REQUIRES, by runner.conditions) at every push, status and watch contact, under
+the push lock, releasing the job once it holds. Between contacts one small keeper job per root, started at
+most every gate_interval (--begin), makes the same check (it is `runner agent status`) while a gate is
+closed: one Slurm job per interval for the root, whatever the number of gated jobs, and none once all are
+open. The attempt's wrapper checks the gate again when it starts (runner.slurm.attempt)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any
+
+from runner.conditions import compile_condition, evaluate
+from runner.slurm.query import Live, live_of, slurm, state_of
+from runner.slurm.retry import spec_of
+from runner.slurm.wrapper import runner_path, submit_env
+
+KEEPER = ".plan-gates"  # the keeper's Slurm job name; its comment is not `plan=`, so no push takes it for a job
+HELD = "JobHeldUser"
+
+
+def gated_and_held(root: str, plan: str, name: str, record: dict[str, Any], live: Live) -> dict[str, Any] | None:
+    """The bundle element of NAME if its current attempt waits, held, for its gate; else None."""
+    state, last = state_of(record, live)
+    if last is None or state != "PENDING":
+        return None
+    cur = live_of(record, last["id"], live) or {}
+    if cur.get("reason") != HELD:
+        return None
+    found = spec_of(root, plan, name, record)
+    return found[2] if found is not None and found[2].get("gate") else None
+
+
+def check_gates(
+    root: str, ledger: dict[str, Any], live: Live, env: dict[str, str], request: dict[str, Any]
+) -> list[str]:
+    """Release every held gated job whose gate holds now; while one stays closed, see that a keeper will look
+    again within gate_interval. What was released, a line each."""
+    released: list[str] = []
+    closed: list[float] = []
+    for plan, entry in ledger["plans"].items():
+        for name, record in sorted((entry.get("jobs") or {}).items()):
+            element = gated_and_held(root, plan, name, record, live)
+            if element is None:
+                continue
+            if not evaluate(compile_condition(str(element["gate"])), root, 30).holds:
+                closed.append(float(element.get("gate_interval_s") or 60))
+                continue
+            job_id = str(record["attempts"][-1]["id"])
+            if slurm(["scontrol", "release", job_id], env)[0] == 0:
+                released.append(f"{plan}/{name} ({job_id}): its REQUIRES holds; released")
+    if closed:
+        _keep_watch(root, env, request, min(closed))
+    return released
+
+
+def _keep_watch(root: str, env: dict[str, str], request: dict[str, Any], interval: float) -> None:
+    """Submit the root's keeper to start INTERVAL from now, unless one is pending for this root already."""
+    rc, out, _ = slurm(["squeue", "-h", "-n", KEEPER, "-t", "PD", "-o", "%Z"], env)
+    if rc == 0 and any(line.strip() == root for line in out.splitlines()):
+        return
+    ask = json.dumps({"backend": "slurm", "slurm_conf": request.get("slurm_conf")})
+    script = "\n".join(
+        [
+            "#!/bin/bash",
+            "# plan: checks this root's closed external gates and releases the jobs whose gates hold",
+            f"export PYTHONPATH={shlex.quote(runner_path())}",
+            f"cd {shlex.quote(root)} || exit 1",
+            f"exec {shlex.quote(sys.executable)} -m runner agent status {shlex.quote(root)} <<'EOF' >/dev/null",
+            ask,
+            "EOF",
+            "",
+        ]
+    )
+    argv = ["sbatch", "--parsable", f"--job-name={KEEPER}", "--comment=gates", f"--chdir={root}"]
+    argv += ["--export=ALL", "--output=/dev/null", f"--begin=now+{max(1, int(interval))}", "--time=5"]
+    slurm(argv, submit_env(request.get("slurm_conf")), 60, script)
