@@ -12,7 +12,7 @@ from typing import Any
 from plancompiler.backends.protocol import MARKS, Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.backends.queue import CHANGED, busy_message
 from plancompiler.compile import Compiled
-from plancompiler.hosts import AgentSession, Host, Unreachable
+from plancompiler.hosts import AgentSession, Host
 from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry, SlurmLane
 from runner import jobfile
 from runner.durations import parse_duration
@@ -112,8 +112,6 @@ class SlurmPushSession:
         answer = self.session.ask("push", {**self.host.context(), **self.request, "keep": keep}, 300)
         if answer.get("busy"):
             raise Refused(busy_message(self.host, answer.get("holder") or {}))
-        if "controller_down" in answer:
-            raise Unreachable(controller_down(self.host, answer))
         if "error" in answer and "changes" not in answer:
             raise Refused(f"{self.host.describe()}: {answer['error']}")
         self.token = str(answer.get("token") or "")
@@ -137,17 +135,11 @@ class SlurmPushSession:
             raise Refused(busy_message(self.host, answer.get("holder") or {}))
         if answer.get("changed"):
             raise Refused(f"{CHANGED} ({answer['changed']})")
-        if "controller_down" in answer:
-            raise Unreachable(controller_down(self.host, answer))
         if "error" in answer and "changes" not in answer:
             raise Refused(f"{self.host.describe()}: {answer['error']}")
         if answer.get("error"):  # all or nothing: nothing of this push is left in Slurm
             diff.errors.append(answer["error"])
         return PushOutcome(diff, not answer.get("error"), *outcome_lines(answer))
-
-
-def controller_down(host: Host, answer: dict[str, Any]) -> str:
-    return f"{host.describe()}: the Slurm controller does not answer: {answer['controller_down']}"
 
 
 def outcome_lines(answer: dict[str, Any]) -> tuple[list[str], list[str]]:
