@@ -14,8 +14,10 @@ import os
 from typing import Any, Mapping
 
 __version__ = "0.1.0"
-# Bumped when a job file written by the compiler needs a newer runner to be read.
-FORMAT_VERSION = 1
+# Bumped when a job file written by the compiler needs a newer runner to be read (2: the GPUS and PRIORITY
+# headers). A job file that uses nothing newer needs only the format that introduced what it uses
+# (runner.jobfile.format_needed).
+FORMAT_VERSION = 2
 # The oldest Python the runner package imports and runs under (a login node's own, often 3.8 or 3.9): the
 # loader that starts it on a host checks this first (plancompiler/transport.py); tests/test_python_floor.py
 # and vermin in .ci/run hold the package to it.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from runner.durations import parse_duration
 
 SEED_KEYS = ("LANE", "REQUIRES", "DONE_IF", "RETRIES")
-HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN", "GPUS", "EXPECT_WAIT")
+HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN", "GPUS", "EXPECT_WAIT", "PRIORITY")
 MAX_GPUS = 64
 DEFAULT_LANES = ("net", "gpu", "cpu")
 DEFAULT_LANE = "cpu"
@@ -42,6 +42,7 @@ class JobFile:
     gpus: int = 1  # GPUs it takes in the gpu lane, where the runner gives each job its own (--gpus)
     # EXPECT_WAIT: how long a wait is normal, per reason ("*": any); nothing alerts before it has passed.
     expect_wait: tuple[tuple[str, float], ...] = ()
+    priority: int = 0  # within a lane the higher starts first; equal ones in name order
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,12 @@ def _typed(
             return Invalid(f"RETRIES must be a whole number, not {header['RETRIES']!r}", where["RETRIES"])
         if retries < 1:
             return Invalid("RETRIES must be at least 1 (it counts attempts)", where["RETRIES"])
+    priority = 0
+    if "PRIORITY" in header:
+        try:
+            priority = int(header["PRIORITY"])
+        except ValueError:
+            return Invalid(f"PRIORITY must be a whole number, not {header['PRIORITY']!r}", where["PRIORITY"])
     durations: dict[str, float | None] = {"TIMEOUT": None, "WARN_AFTER": None}
     for key in durations:
         if key in header:
@@ -189,6 +196,7 @@ def _typed(
         keys=_KEY_SETS.setdefault(tuple(header), tuple(header)) if len(_KEY_SETS) < 1000 else tuple(header),
         gpus=gpus,
         expect_wait=expect_wait,
+        priority=priority,
     )
 
 
@@ -208,6 +216,22 @@ def parse_expect_wait(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(found)
 
 
+# Header key -> the job-file format (status.json's format_version) that first reads it.
+KEYS_SINCE = {"GPUS": 2, "EXPECT_WAIT": 2, "PRIORITY": 2}
+
+
+def format_needed(text: str) -> int:
+    """The oldest job-file format that reads TEXT's header (1 for every key a first-format runner knows)."""
+    needed = 1
+    for line in text.split("\n"):
+        if not line.startswith("#"):
+            break
+        match = _KEY_LINE.match(line)
+        if match:
+            needed = max(needed, KEYS_SINCE.get(match.group(1), 1))
+    return needed
+
+
 def format(
     *,
     lane: str,
@@ -222,6 +246,7 @@ def format(
     comment: str | None = None,
     gpus: int | None = None,
     expect_wait: str | None = None,
+    priority: int | None = None,
 ) -> str:
     """A job file's text: the header in contract order, an optional comment line, the body."""
     values = {
@@ -235,6 +260,7 @@ def format(
         "EXPECT_WAIT": expect_wait,
         "PLAN": plan,
         "GPUS": None if gpus is None else str(gpus),
+        "PRIORITY": None if not priority else str(priority),  # 0 is the default: no line, the file as before
     }
     lines = []
     for key in HEADER_KEYS:

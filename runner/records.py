@@ -45,6 +45,8 @@ class Running:
     gpu_active_s: float = 0.0  # seconds its GPU engine time was seen moving ...
     gpu_watched_s: float = 0.0  # ... of the seconds it was watched on the GPU
     gpu_still_s: float = 0.0  # how long its GPU engine time has not moved (0: moving, or not watched)
+    peak_kb: int = 0  # the largest resident memory of its processes together that a tick's sample saw
+    usage: dict[str, Any] | None = None  # what it used (runner.service.accounting), once it ended
     announced: Throttle = field(default_factory=Throttle)  # long-running, stalled: this run's repeats
 
 

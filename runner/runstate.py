@@ -20,6 +20,8 @@ class RunnerState:
     waiting_since: dict[str, float] = field(default_factory=dict)  # job -> when its REQUIRES was first false
     backoff_until: dict[str, float] = field(default_factory=dict)  # job -> no retry before this
     last_failure: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> {ts, rc, summary}
+    held: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> {by, since}: `plan hold`
+    priority: dict[str, int] = field(default_factory=dict)  # job -> its priority as `plan move` set it
     _saved: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
     _saved_key: tuple[int, int, int] | None = field(default=None, compare=False, repr=False)
 
@@ -32,6 +34,7 @@ class RunnerState:
         """Take OTHER's contents in place: the runner's parts hold this object, not a copy."""
         self.attempts, self.waiting_since = other.attempts, other.waiting_since
         self.backoff_until, self.last_failure = other.backoff_until, other.last_failure
+        self.held, self.priority = other.held, other.priority
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +43,8 @@ class RunnerState:
             "waiting_since": self.waiting_since,
             "backoff_until": self.backoff_until,
             "last_failure": self.last_failure,
+            "held": self.held,
+            "priority": self.priority,
         }
 
     def save(self, queue: Queue) -> None:
@@ -57,12 +62,19 @@ class RunnerState:
             dict(self.waiting_since),
             dict(self.backoff_until),
             {k: dict(v) if isinstance(v, dict) else v for k, v in self.last_failure.items()},
+            {k: dict(v) for k, v in self.held.items()},
+            dict(self.priority),
         )
 
     def reset(self, job: str) -> None:
         """Everything known about JOB, forgotten (`plan retry`, push --retry-failed)."""
         for table in (self.attempts, self.backoff_until, self.last_failure, self.waiting_since):
             table.pop(job, None)
+
+    def ended(self, job: str) -> None:
+        """JOB left the queue for good (done, failed, cancelled): its hold and its moved priority are over."""
+        self.held.pop(job, None)
+        self.priority.pop(job, None)
 
     def refund(self, job: str) -> None:
         """The attempt in progress did not count (the runner, not the job, ended it)."""

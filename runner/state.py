@@ -11,7 +11,7 @@ from typing import Any, Tuple
 
 Problem = Tuple[str, str]  # (field, what was wrong and what was used instead)
 
-STATE_MAPS = ("attempts", "waiting_since", "backoff_until", "last_failure")
+STATE_MAPS = ("attempts", "waiting_since", "backoff_until", "last_failure", "held", "priority")
 
 
 def _kind(value: Any) -> str:
@@ -43,7 +43,12 @@ def check_state(raw: Any) -> tuple[dict[str, Any], list[Problem]]:
             if _STATE_ITEM_OK[key](item):
                 state[key][job] = item
             else:
-                want = {"attempts": "a whole number >= 0", "last_failure": "an object"}.get(key, "a number")
+                want = {
+                    "attempts": "a whole number >= 0",
+                    "last_failure": "an object",
+                    "held": "an object",
+                    "priority": "a whole number",
+                }.get(key, "a number")
                 problems.append((f"{key}.{job}", f"expected {want}, got {_kind(item)} {item!r:.40}: dropped"))
     return state, problems
 
@@ -53,6 +58,8 @@ _STATE_ITEM_OK = {
     "waiting_since": _number,
     "backoff_until": _number,
     "last_failure": lambda item: isinstance(item, dict),
+    "held": lambda item: isinstance(item, dict),
+    "priority": lambda item: isinstance(item, int) and not isinstance(item, bool),
 }
 
 

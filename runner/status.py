@@ -72,6 +72,9 @@ def _header(status: dict[str, Any], now: float) -> list[str]:
             lines.append(f"started: {runner['started_by']}")
     if status.get("parked"):
         lines.append(f"PARKED: {status['parked']}")
+    lanes = status.get("parked_lanes")
+    if isinstance(lanes, dict):
+        lines.extend(f"PARKED LANE {lane}: {why}" for lane, why in sorted(lanes.items()))
     if status.get("disk_full"):
         lines.append(f"DISK FULL: {status['disk_full']}")
     lines.extend(f"CANNOT WRITE {name}: {why}" for name, why in (status.get("write_errors") or {}).items())

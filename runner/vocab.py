@@ -59,6 +59,7 @@ class Reason(str, Enum):
     DISK_FULL = "disk-full"
     STALE = "stale"
     DRAINED = "drained"  # on Slurm: no node it may run on takes jobs now (drained, down, partition down)
+    HELD = "held"  # `plan hold`: kept from starting until `plan release`
 
     def __str__(self) -> str:
         return self.value
@@ -66,5 +67,6 @@ class Reason(str, Enum):
 
 EVENT_NAMES = frozenset(e.value for e in Event)
 REASON_NAMES = frozenset(r.value for r in Reason)
-# Reasons that are the queue working as designed: a job waiting for them is not an incident.
-ORDINARY_REASONS = frozenset({Reason.ORDER.value, Reason.LANE_BUSY.value})
+# Reasons that are the queue working as designed, or as its operator asked (a held job): a job waiting for them is
+# not an incident.
+ORDINARY_REASONS = frozenset({Reason.ORDER.value, Reason.LANE_BUSY.value, Reason.HELD.value})

@@ -20,6 +20,7 @@ REASON_ORDER = (
     "settling",
     "lane-busy",
     "order",
+    "held",  # what the operator asked for: last
 )
 # A reason whose jobs wait on more distinct blockers than this is one group (each job's detail says its own).
 MAX_BLOCKERS = 3

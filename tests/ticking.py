@@ -16,7 +16,7 @@ from typing import Any
 from runner import procs
 from runner.config import Config
 from runner.records import Running
-from runner.service import leaks
+from runner.service import accounting, leaks
 from runner.service.gpu import GpuWatch, Holder, Observation
 from runner.service.runner import Runner
 from tests.conftest import read_events
@@ -67,6 +67,12 @@ class FakeProcesses:
 
     def forget(self, pid: int) -> None:
         self.exited.pop(pid, None)
+
+    def usage(self, pid: int) -> accounting.ReapedUsage | None:
+        return None  # nothing ran: the end events say cpu_s and peak_rss_mb null
+
+    def tree_rss_kb(self, run: Running) -> int:
+        return 0
 
     def child_waiting(self) -> bool:
         return False

@@ -9,6 +9,7 @@ from plancompiler.backends.protocol import PushOptions, PushPlan
 from plancompiler.hosts import Host
 from runner import FORMAT_VERSION
 from runner.durations import format_duration
+from runner.jobfile import format_needed
 
 
 def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOptions) -> None:
@@ -39,10 +40,11 @@ def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOpt
             f"{': ' + parked['reason'] if parked.get('reason') else ''}; no job starts until "
             f"`plan unpark {host.name}`"
         )
-    if isinstance(version, int) and version < FORMAT_VERSION:
+    needed = max((format_needed(text) for text in result.request.get("files", {}).values()), default=1)
+    if isinstance(version, int) and version < needed:
         result.errors.append(
             f"the runner on {host.name} reads job-file format {version}, this plan needs "
-            f"{FORMAT_VERSION}: update it with `plan bootstrap {host.name}`"
+            f"{needed}: update it with `plan bootstrap {host.name}`"
         )
     elif isinstance(version, int) and version > FORMAT_VERSION:
         result.warnings.append(

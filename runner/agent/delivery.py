@@ -24,6 +24,7 @@ from runner.queue import STATES, Queue, fresh_status, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
+ADHOC_PLAN = "adhoc"  # the plan `plan add` installs one-off jobs in (runner/agent/adhoc.py): owned like any plan's
 
 
 def read_manifest(root: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import sys
 from typing import Any, Callable, Dict
 
 from runner import pushlock
-from runner.agent import bootstrap, delivery
+from runner.agent import adhoc, bootstrap, delivery
 from runner.agent.handlers import ack, control, logs, park, slurm_status, status
 
 Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
@@ -28,6 +28,7 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "park": park,
     "control": control,
     "ack": ack,
+    "add": adhoc.add,
     "logs": logs,
     "bootstrap": bootstrap.bootstrap,
 }

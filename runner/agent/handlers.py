@@ -10,7 +10,7 @@ from typing import Any
 
 from runner import readers
 from runner.agent import delivery
-from runner.controls import PARK_FILE, park_record, request_name
+from runner.controls import PARK_FILE, PARKED_LANES_FILE, park_record, request_name
 from runner.files import atomic_write, open_regular, read_json, read_json_or_none
 from runner.queue import STATES, Queue, fresh_status
 from runner.readers import read_events, tail
@@ -38,6 +38,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "parked": read_json_or_none(os.path.join(root, PARK_FILE)),
         "incidents": read_json_or_none(os.path.join(root, "incidents.json")),  # the book (runner.alerts.book)
         "zone": readers.box_zone(),
+        "parked_lanes": read_json_or_none(os.path.join(root, PARKED_LANES_FILE)),
         **({"status_error": corrupt} if corrupt else {}),
     }
 
@@ -53,6 +54,8 @@ def _read_status(path: str) -> tuple[Any, str | None]:
 
 
 def park(root: str, request: dict[str, Any]) -> dict[str, Any]:
+    if request.get("lane"):
+        return _park_lane(root, str(request["lane"]), request.get("parked"))
     path = Path(root) / PARK_FILE
     parked = request.get("parked")
     if parked is None:
@@ -71,11 +74,33 @@ def park(root: str, request: dict[str, Any]) -> dict[str, Any]:
     return {"parked": record}
 
 
-def _drop_request(root: str, name: str, by: str) -> str:
+def _park_lane(root: str, lane: str, parked: dict[str, Any] | None) -> dict[str, Any]:
+    """One lane parked alone (or let go): parked-lanes.json, {lane: park_record}, rewritten atomically."""
+    path = Path(root) / PARKED_LANES_FILE
+    lanes = read_json_or_none(str(path))
+    lanes = lanes if isinstance(lanes, dict) else {}
+    if parked is None:
+        existed = lanes.pop(lane, None) is not None
+        if not lanes:
+            if path.exists():
+                path.unlink()
+        elif existed:
+            atomic_write(path, (json.dumps(lanes) + "\n").encode())
+        return {"unparked": existed, "lane": lane}
+    lanes[lane] = park_record(
+        str(parked.get("reason", "")),
+        str(parked.get("by", "?")),
+        str(parked.get("since") or time.strftime("%Y-%m-%d %H:%M:%S")),
+    )
+    atomic_write(path, (json.dumps(lanes) + "\n").encode())
+    return {"parked": lanes[lane], "lane": lane}
+
+
+def _drop_request(root: str, name: str, by: str, body: dict[str, Any] | None = None) -> str:
     control = os.path.join(root, "control")
     os.makedirs(control, exist_ok=True)
     path = os.path.join(control, name)
-    atomic_write(Path(path), json.dumps({"by": by}).encode())
+    atomic_write(Path(path), json.dumps({**(body or {}), "by": by}).encode())
     return path
 
 
@@ -94,11 +119,15 @@ def control(root: str, request: dict[str, Any]) -> dict[str, Any]:
     except ValueError as exc:
         return {"error": str(exc)}
     before = where(root, job)
-    path = _drop_request(root, name, str(request.get("by", "?")))
+    body: dict[str, Any] = {k: str(request[k]) for k in ("to", "other") if k in request}  # a move's
+    path = _drop_request(root, name, str(request.get("by", "?")), body)
     deadline = time.time() + float(request.get("wait_s", 30))
     while time.time() < deadline and os.path.exists(path):
         time.sleep(0.05)
-    return {"taken": not os.path.exists(path), "before": before, "after": where(root, job)}
+    answer = {"taken": not os.path.exists(path), "before": before, "after": where(root, job)}
+    if "other" in request:  # a move before another job: where that one is
+        answer["other"] = where(root, str(request["other"]))
+    return answer
 
 
 def ack(root: str, request: dict[str, Any]) -> dict[str, Any]:

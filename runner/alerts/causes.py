@@ -304,7 +304,7 @@ def idle(seen: Seen, now: float) -> list[Cause]:
     unexplained = []
     for filename in seen.headers:
         reason = runner.reasons.get(filename)
-        if filename in seen.covered or reason is None or reason.reason in ("settling", "backoff"):
+        if filename in seen.covered or reason is None or reason.reason in ("settling", "backoff", "held"):
             continue
         if _expected(seen, filename, reason, now):
             continue

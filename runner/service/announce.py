@@ -14,9 +14,10 @@ from runner.records import Parsed, Running
 from runner.service.gpu import GpuWatch
 from runner.service.reasons import Reasons
 from runner.throttle import Throttle
-from runner.vocab import Event
+from runner.vocab import Event, Reason
 
 _LANE_OWN_WAITS = ("requires", "blocked", "order", "lane-busy")  # reasons of a job, not of its lane
+HELD = Reason.HELD.value  # a held job is no work waiting: its lane is idle, not waiting
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,10 @@ class Announcer:
             elif view.state != "waiting":
                 self.throttle.forget(("idle-lane", lane))
 
+    def _held(self, filename: str) -> bool:
+        reason = self.reasons.get(filename)
+        return reason is not None and reason.reason == HELD
+
     def _lane_view(self, lane: str, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> LaneView:
         runs = [run.filename for run in running.values() if run.lane == lane]
         if runs:
@@ -221,6 +226,7 @@ class Announcer:
             for f, p in queued
             if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and (r := self.reasons.get(f))
         ]
+        waiting = [(f, r) for f, r in waiting if r.reason != HELD]
         if not waiting:
             return LaneView("idle")
         # The job that would run but for something outside it names the lane's cause.
@@ -242,7 +248,7 @@ class Announcer:
         self.queue.emit(now, view.job or "-", "lane", **details)
 
     def idle(self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> None:
-        if running or not queued:
+        if running or not queued or all(self._held(f) for f, _ in queued):  # held jobs are no work waiting
             self.idle_since = None
             self.throttle.forget(("idle", "-"))
             return

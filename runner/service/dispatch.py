@@ -35,12 +35,16 @@ class Dispatcher:
         self.forget = forget  # drops everything the runner knows of a job file (it left queue/)
         self._last: tuple[object, ...] | None = None  # what the last decision was made from, when it can recur
 
-    def schedule(self, now: float, queued: list[tuple[str, Parsed]], parked: str) -> None:
-        snapshot = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now)
+    def schedule(
+        self, now: float, queued: list[tuple[str, Parsed]], parked: str, parked_lanes: dict[str, str] | None = None
+    ) -> None:
+        snapshot = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now, parked_lanes)
         # The same facts decide the same actions: a tick where nothing changed does nothing more. Not after a
         # tick that launched (a start may have failed and is tried again) or said gpu-wait (it repeats), and
         # what `blocked` reads beyond the snapshot (the manifest, the other states' files) is part of the key.
-        seen = (snapshot, self.facts.manifest.key(), self.queue.state_stamp(), len(self.state.waiting_since))
+        # Holds and moves are decided from the state, not the snapshot: they are part of the key too.
+        orders = (tuple(sorted(self.state.held)), tuple(sorted(self.state.priority.items())))
+        seen = (snapshot, self.facts.manifest.key(), self.queue.state_stamp(), len(self.state.waiting_since), orders)
         if seen == self._last:
             return
         jobs = {filename: parsed.job for filename, parsed in queued}

@@ -75,7 +75,13 @@ class Facts:
         return parsed.done_if is not None and self.holds(parsed.done_if)[0]
 
     def snapshot(
-        self, state: RunnerState, queued: list[tuple[str, Parsed]], running: dict[str, Running], parked: str, now: float
+        self,
+        state: RunnerState,
+        queued: list[tuple[str, Parsed]],
+        running: dict[str, Running],
+        parked: str,
+        now: float,
+        parked_lanes: dict[str, str] | None = None,
     ) -> Snapshot:
         """The scheduler's input."""
         facts: list[JobFacts] = []
@@ -106,11 +112,13 @@ class Facts:
             requires: bool | None = None
             if not done and stale is None and (not backoff or backoff.get(filename, 0) <= now):
                 requires = parsed.requires is None or holds(parsed.requires)
-            facts.append(JobFacts(filename, job.lane, done, requires, stale, job.gpus))
+            facts.append(JobFacts(filename, job.lane, done, requires, stale, job.gpus, job.priority))
         self.seen = None
-        return self._snapshot(facts, running, parked, now)
+        return self._snapshot(facts, running, parked, now, parked_lanes or {})
 
-    def _snapshot(self, facts: list[JobFacts], running: dict[str, Running], parked: str, now: float) -> Snapshot:
+    def _snapshot(
+        self, facts: list[JobFacts], running: dict[str, Running], parked: str, now: float, parked_lanes: dict[str, str]
+    ) -> Snapshot:
         lanes: dict[str, tuple[str, ...]] = {}
         taken: dict[int, str] = {}
         for run in running.values():
@@ -119,7 +127,7 @@ class Facts:
         gpu = self.config.gpu_lane
         gpus = tuple(self.config.gpus)
         free = len(taken) < len(gpus) if gpus else len(lanes.get(gpu, ())) < self.config.slots_of(gpu)
-        look = not parked and free and any(f.lane == gpu and f.requires for f in facts)
+        look = not parked and gpu not in parked_lanes and free and any(f.lane == gpu and f.requires for f in facts)
         return Snapshot(
             tuple(facts),
             lanes,
@@ -131,6 +139,7 @@ class Facts:
             dict(self.config.slots),  # a copy: the runner updates its own in place when the manifest changes
             gpus,
             taken,
+            dict(parked_lanes),
         )
 
     def _stamped(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any
 
 from runner import jobfile, procs, wrapper
 from runner.config import Config
 from runner.queue import Queue, timestamp
 from runner.records import Running
 from runner.runstate import RunnerState
-from runner.service import leaks
+from runner.service import accounting, leaks
 from runner.service.announce import Announcer
 from runner.service.outcomes import Outcomes, leave_running
 from runner.service.proctable import Processes
@@ -164,11 +165,31 @@ class Jobs:
         self.processes.reap()
         return tree
 
+    def sample_memory(self) -> None:
+        """Each running job's resident memory, summed over its processes, once a tick: its peak is what the end
+        event reports where no cgroup counts it (a job in a cgroup with memory.peak is not sampled)."""
+        for run in self.running.values():
+            if run.cgroup and accounting.cgroup_peak_kb(run.cgroup) is not None:
+                continue
+            run.peak_kb = max(run.peak_kb, self.processes.tree_rss_kb(run))
+
+    def _account(self, run: Running, cgroup: accounting.CgroupUsage | None) -> None:
+        """What RUN used, as it ends: CGROUP read before its cgroup was removed, the usage reaped with its wrapper
+        (before the table forgets it)."""
+        reaped = self.processes.usage(run.pid)
+        run.usage = accounting.end_fields(reaped, run.peak_kb, cgroup)  # GPU time: outcomes adds the GPU watch's
+
+    def end_fields(self, run: Running) -> dict[str, Any]:
+        """What an end event of RUN says beyond its outcome (lane, plan, what it used)."""
+        return accounting.run_fields(run)
+
     def evict(self, now: float, run: Running, to: str, why: str, refund: bool) -> list[int]:
         """End RUN's processes and move it out of running/ to TO, without using an attempt when REFUND.
         Back to queue/ it is `recovered` (WHY says by what) unless it had finished by itself just before we
-        ended it: that is recorded as it ended, not run again. Returns the pids ended."""
+        ended it: that is recorded as it ended, not run again. Returns the pids ended; RUN.usage is what it used."""
+        cgroup = accounting.read_cgroup(run.cgroup)  # before end_tree removes it
         tree = self.end_tree(run)
+        self._account(run, cgroup)
         self.running.pop(run.filename, None)
         self.processes.forget(run.pid)
         record = wrapper.read_record(self.queue.exit_record(run.filename)) if to == "queue" else None
@@ -208,6 +229,7 @@ class Jobs:
             rc = self.processes.exit_code(run.pid)
             if rc is None:
                 continue
+            self._account(run, accounting.read_cgroup(run.cgroup))
             self.processes.forget(run.pid)
             self.running.pop(filename)
             ended = True

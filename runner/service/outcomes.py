@@ -11,6 +11,7 @@ from runner.config import Config
 from runner.queue import Queue, timestamp
 from runner.records import Running
 from runner.runstate import RunnerState
+from runner.service import accounting
 from runner.service.announce import Announcer
 from runner.service.facts import Facts
 from runner.vocab import Event
@@ -44,6 +45,7 @@ class Outcomes:
             when["gpus"] = list(run.gpus)
         if run.gpu_watched_s:  # how much of its run the GPU was seen working for it (`plan report`'s gpu lane)
             when.update(gpu_active_s=round(run.gpu_active_s, 1), gpu_watched_s=round(run.gpu_watched_s, 1))
+        when.update(accounting.run_fields(run))
         if rc == 0 and verified is not False and not run.timed_out:
             # Stamped while the file is still in running/: what it ran with, and its producers' runs.
             manifest = self.facts.manifest
@@ -67,6 +69,7 @@ class Outcomes:
         else:
             leave_running(self.queue, run.filename, "failed")
             self.state.failed(run.filename, timestamp(now), rc, summary)
+            self.state.ended(run.filename)
             self.queue.emit(now, run.filename, Event.FAILED.value, **details)
         self.announcer.correlate(now, run.filename, lines)
 
@@ -75,6 +78,7 @@ class Outcomes:
         leave_running(self.queue, filename, "done")
         self.queue.emit(now, filename, Event.DONE.value, rc=rc, verified=verified, **when)
         self.state.last_failure.pop(filename, None)
+        self.state.ended(filename)
 
     def _failure(self, now: float, run: Running, rc: int, done_if: Condition | None, details: dict[str, Any]) -> str:
         """Adds why the run failed and its log's tail to DETAILS; returns a one-line summary."""

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from runner import cgroups, procs
 from runner.records import Running
-from runner.service import leaks
+from runner.service import accounting, leaks
 from runner.service.gpu import GpuWatch, Observation
 
 
@@ -21,6 +21,8 @@ class Processes(Protocol):
     def spawn(self, argv: Sequence[str], env: dict[str, str], cwd: str, log_fd: int, job: str) -> int: ...
     def reap(self) -> None: ...
     def exit_code(self, pid: int) -> int | None: ...
+    def usage(self, pid: int) -> accounting.ReapedUsage | None: ...
+    def tree_rss_kb(self, run: Running) -> int: ...
     def forget(self, pid: int) -> None: ...
     def child_waiting(self) -> bool: ...
     def tree(self, run: Running) -> list[procs.Proc]: ...
@@ -44,6 +46,7 @@ class OsProcesses:
         self.kill_grace_s = kill_grace_s
         self._ours: set[int] = set()
         self._exited: dict[int, int] = {}  # pid -> exit code, reaped but not yet handled
+        self._usage: dict[int, accounting.ReapedUsage] = {}  # pid -> what its tree used, reaped but not yet handled
         self._lifetimes: list[leaks.Lifetime] = []  # jobs' start..end in clock ticks, to name a leak's job
         # Every process's /proc/PID/stat, read once between reaps: a job's end looks at its tree, the leaks and
         # (before its lane's next job starts) the GPU users, and each of them would read all of /proc again.
@@ -89,20 +92,33 @@ class OsProcesses:
         self._forget_reads()  # every tick starts here, and so does each wait for processes being ended
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                # wait4: the rusage of a job's wrapper is that of its whole tree (every process it waited for)
+                pid, status, rusage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             if pid in self._ours:
                 self._exited[pid] = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                self._usage[pid] = accounting.from_rusage(rusage)
 
     def exit_code(self, pid: int) -> int | None:
         return self._exited.get(pid)
 
+    def usage(self, pid: int) -> accounting.ReapedUsage | None:
+        return self._usage.get(pid)
+
+    def tree_rss_kb(self, run: Running) -> int:
+        """The resident memory of RUN's processes together: its session's, from the descendants read once a tick."""
+        mine = self.mine()
+        return accounting.rss_kb(
+            [run.pid, *(pid for pid, stat in mine.items() if stat[1] == run.pid and pid != run.pid)]
+        )
+
     def forget(self, pid: int) -> None:
         self._ours.discard(pid)
         self._exited.pop(pid, None)
+        self._usage.pop(pid, None)
 
     def child_waiting(self) -> bool:
         try:

@@ -9,7 +9,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from runner import __version__, wrapper
+from runner import __version__, jobfile, wrapper
 from runner.alerts.engine import Alerts
 from runner.config import Config
 from runner.controls import ControlHandler
@@ -68,7 +68,7 @@ class Runner:
             f"{self.root_id}:{self.instance}:",
         )
         self.scanner = Scanner(config, queue, self.reasons, self.manifest, self.forget)
-        self.controls = ControlHandler(queue, self.state, self.problems, self.jobs, self.forget)
+        self.controls = ControlHandler(queue, self.state, self.problems, self.jobs, self.forget, self._taken)
         self.alerts = Alerts(self)
         self.controls.on_ack = self.alerts.ack
         self.dispatcher = Dispatcher(
@@ -112,6 +112,9 @@ class Runner:
         for name in os.listdir(self.queue.dir("running")):
             if name.startswith(".") and name.endswith(".exit") and name[1:-5] not in records:
                 wrapper.clear_record(self.queue.dir("running") / name)  # a record whose job is gone
+        live = set(self.queue.list_all("queue")) | set(self.queue.list_all("running"))
+        for job in [j for j in (*self.state.held, *self.state.priority) if j not in live]:
+            self.state.ended(job)  # held or moved, then removed while the runner was down (a push, by hand)
         self._save_state(now)
 
     def _end_leftovers(self, now: float) -> None:
@@ -226,9 +229,10 @@ class Runner:
         self.controls.tick(now)
         self.jobs.finish_exited(now)
         self.jobs.enforce_timeouts(now)
+        self.jobs.sample_memory()
         self.announcer.watch_running(now, self.jobs.running)
         queued = self.scanner.scan(now, changed)
-        self.dispatcher.schedule(now, queued, self.controls.park)
+        self.dispatcher.schedule(now, queued, self.controls.park, self.controls.park_lanes)
         if self.jobs.in_lane(self.config.gpu_lane):  # its jobs' GPU engine time: gpu-stalled, status per GPU
             self.facts.observe_gpus(now, self.jobs.running, max_age=1.0)
             self.announcer.gpu_stalls(now, self.jobs.running)
@@ -255,6 +259,7 @@ class Runner:
             lane_since=dict(self.announcer.lane_since),
             running=tuple(self.jobs.running.values()),
             park=self.controls.park,
+            park_lanes=dict(self.controls.park_lanes),
             gpu_unknown=tuple(self.facts.gpu_unknown),
             gpu_seen=self.facts.gpu_seen,
             disk_full=self.jobs.disk_full,
@@ -274,3 +279,9 @@ class Runner:
         self.scanner.forget(filename)
         self.reasons.drop(filename)
         self.state.waiting_since.pop(filename, None)
+        if filename not in self.jobs.running:  # started: its hold or move lasts until it ends (a retry keeps it)
+            self.state.ended(filename)
+
+    def _taken(self) -> dict[str, jobfile.JobFile]:
+        """The settled queued jobs as the last scan took them (a `move` orders one among its lane's)."""
+        return {f: p.job for f, p in self.scanner.taken.items() if isinstance(p.job, jobfile.JobFile)}

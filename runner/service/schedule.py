@@ -25,6 +25,7 @@ class JobFacts(NamedTuple):
     requires: bool | None = None  # its REQUIRES holds; None where it was not evaluated (in backoff)
     stale: tuple[str, str] | None = None  # (why, blocker): its output is stale and a producer must run again first
     gpus: int = 1  # GPUs it takes, where the gpu lane gives each job its own
+    priority: int = 0  # its PRIORITY header (a `plan move` in RunnerState.priority wins)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Snapshot:
     slots: Mapping[str, int] = field(default_factory=dict)  # lane -> jobs it runs at once (1 where not named)
     gpus: tuple[int, ...] = ()  # the GPUs the gpu lane gives its jobs; (): its slots are counted, not GPUs
     gpu_taken: Mapping[int, str] = field(default_factory=dict)  # GPU -> the job of ours running on it
+    parked_lanes: Mapping[str, str] = field(default_factory=dict)  # lane -> why it alone is parked
 
     def free(self, lane: str) -> int:
         return self.slots.get(lane, 1) - len(self.running.get(lane, ()))
@@ -120,8 +122,9 @@ def decide(state: RunnerState, snapshot: Snapshot, now: float) -> list[Action]:
     blocked = snapshot.gpu_blocked()
     lanes.gpu_free = [d for d in snapshot.gpus if d not in snapshot.gpu_taken and d not in blocked]
     actions: list[Action] = []
+    ordered = in_order(snapshot.queued, state.priority)
     for lane in snapshot.lanes:
-        for facts in (f for f in snapshot.queued if f.lane == lane):
+        for facts in (f for f in ordered if f.lane == lane):
             actions.extend(_one(state, snapshot, lanes, facts, now))
         if lane in lanes.launches:
             if lane == snapshot.gpu_lane and snapshot.gpus:
@@ -137,6 +140,9 @@ def decide(state: RunnerState, snapshot: Snapshot, now: float) -> list[Action]:
 def _one(state: RunnerState, snapshot: Snapshot, lanes: _Lanes, facts: JobFacts, now: float) -> list[Action]:
     """The actions for one queued job, in the order its checks are made (the first that holds it wins)."""
     name, lane = facts.filename, facts.lane
+    held = state.held.get(name)
+    if held is not None:  # first: nothing is judged of a held job, nothing starts it
+        return [Wait(name, "held", f"held by {held.get('by', '?')} since {held.get('since', '?')}")]
     if facts.done:
         return [Skip(name)]
     if facts.stale is not None:
@@ -217,4 +223,18 @@ def _held(snapshot: Snapshot, lanes: _Lanes, lane: str, slots: bool = True) -> t
                 return "exclusive", f"{holder} holds exclusive lane {other}", holder
     if snapshot.parked:
         return "parked", snapshot.parked, ""
+    if lane in snapshot.parked_lanes:
+        return "parked", snapshot.parked_lanes[lane], ""
     return None
+
+
+def priority_of(facts: JobFacts, moved: Mapping[str, int]) -> int:
+    """A queued job's priority: as `plan move` set it, else its PRIORITY header (0 by default)."""
+    return moved.get(facts.filename, facts.priority)
+
+
+def in_order(queued: tuple[JobFacts, ...], moved: Mapping[str, int]) -> tuple[JobFacts, ...]:
+    """QUEUED (in name order) in the order they start: the higher priority first, equal ones in name order."""
+    if not moved and not any(f.priority for f in queued):
+        return queued  # the common case: every priority 0, the name order as it is
+    return tuple(sorted(queued, key=lambda f: -priority_of(f, moved)))  # stable: names order equal priorities

@@ -51,6 +51,7 @@ class Snapshot:
     lane_since: Mapping[str, float]
     running: tuple[Running, ...]
     park: str
+    park_lanes: Mapping[str, str]
     gpu_unknown: tuple[GpuUser, ...]
     gpu_seen: Observation | None  # the last look at the GPUs
     disk_full: str
@@ -140,6 +141,7 @@ class StatusFile:
             },
             "running": running,
             "parked": runner.park or None,
+            "parked_lanes": dict(runner.park_lanes) or None,
             "gpu_unknown": {
                 "count": len(runner.gpu_unknown),
                 "policy": runner.config.unreadable_gpu,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import procs
+from runner import FORMAT_VERSION, procs
 from tests.conftest import REPO, RunnerProcess, kill_quietly, pid_alive, wait_for, write_job
 from tests.ticking import Ticking
 
@@ -326,7 +326,7 @@ def test_status_command_and_unit(queue_root: Path, runner: RunnerProcess) -> Non
             check=True,
         ).stdout
     )
-    assert raw["runner"]["format_version"] == 1
+    assert raw["runner"]["format_version"] == FORMAT_VERSION
     unit = subprocess.run(
         [sys.executable, "-m", "runner", "unit", "--root", str(queue_root)],
         capture_output=True,

@@ -152,7 +152,7 @@ def test_state_json_of_the_runner_before_parts_still_loads(queue_root: Path, tic
     q.tick(NOW)
     assert q.reason("a.job")["reason"] == "backoff"  # type: ignore[index]
     after = json.loads((queue_root / "state.json").read_text())
-    assert after == {"version": STATE_VERSION, **before}
+    assert after == {"version": STATE_VERSION, **before, "held": {}, "priority": {}}
 
 
 def test_state_json_of_the_seed_and_a_bad_version(queue_root: Path, ticking: Callable[..., Ticking]) -> None:
