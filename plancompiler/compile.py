@@ -75,19 +75,37 @@ def compile_plan(
     limits: Limits | None = None,
 ) -> Compiled:
     loaded = load_plan(path, display_path(path), (limits or Limits()).max_size)
-    result = Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
     if loaded.plan is None:
-        return result
-    result.expanded = expand(loaded.plan, loaded.source, overrides, limits)
-    result.diagnostics += result.expanded.diagnostics
-    result.graph, found = build_graph(result.expanded, loaded.source)
+        return Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
+    expanded = expand(loaded.plan, loaded.source, overrides, limits)
+    result = compile_expanded(
+        path, loaded.source, loaded.plan, expanded, template_dirs(path, templates), lint, use_cache, progress, limits
+    )
+    result.diagnostics[:0] = loaded.diagnostics
+    return result
+
+
+def compile_expanded(
+    path: Path,
+    source: Source,
+    plan: Plan,
+    expanded: Expanded,
+    dirs: Sequence[Path] | None = None,
+    lint: bool = True,
+    use_cache: bool = True,
+    progress: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
+) -> Compiled:
+    """The stages after expand (graph, render, lint) over EXPANDED: a plan file's, or `plan add`'s one job (no
+    template DIRS: linted as written, not per template shape)."""
+    result = Compiled(path, source, plan, expanded, diagnostics=list(expanded.diagnostics))
+    result.graph, found = build_graph(expanded, source)
     result.diagnostics += found
-    dirs = template_dirs(path, templates)
-    result.jobs, found = render_jobs(result.expanded.jobs, result.graph, loaded.source, loaded.plan.plan, dirs, limits)
+    result.jobs, found = render_jobs(expanded.jobs, result.graph, source, plan.plan, dirs or (), limits)
     result.diagnostics += found
     if lint:
         result.diagnostics += lint_jobs(
-            result.jobs, loaded.source, use_cache=use_cache, progress=progress, template_dirs=dirs, limits=limits
+            result.jobs, source, use_cache=use_cache, progress=progress, template_dirs=dirs, limits=limits
         )
     return result
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import itertools
-import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +12,8 @@ from jinja2 import meta
 from jinja2.sandbox import SecurityError
 
 from plancompiler.diagnostics import Diagnostic, error, warning
+from plancompiler.foreach import MAX_JOBS, RESERVED, LocatedError
+from plancompiler.foreach import rows as rows_of
 from plancompiler.load import Source
 from plancompiler.models import Job, Output, Plan, Requirement
 from plancompiler.plainvalue import render_plain
@@ -21,9 +21,6 @@ from plancompiler.sandbox import BoundedSandbox, LimitExceeded, Limits
 from plancompiler.shell import ContextError, ValueRefused, finish_heredocs, shell_environment
 from runner.jobfile import NAME_RE
 
-# Names every job's template gets from the compiler; a `with:` or foreach key may not replace them.
-RESERVED = ("name", "lane", "plan", "plan_name", "job_outputs")
-MAX_JOBS = 100_000
 _ENVS: dict[Limits, BoundedSandbox] = {}
 _LIMITS = Limits()
 
@@ -197,53 +194,6 @@ def resolve_vars(
     return resolved, diagnostics
 
 
-def _rows(job: Job, index: int, variables: Mapping[str, Any], source: Source) -> list[dict[str, Any]]:
-    spec = job.foreach
-    if spec is None:
-        return [{}]
-    where = ("jobs", index, "foreach")
-    if isinstance(spec, str):
-        name = spec.strip().removeprefix("{{").removesuffix("}}").strip()
-        if name not in variables:
-            raise _LocatedError(where, f"foreach names var {name!r}, which is not defined")
-        spec = variables[name]
-        if not isinstance(spec, (list, dict)):
-            raise _LocatedError(where, f"foreach var {name!r} must hold a list of rows or a mapping of lists")
-    if isinstance(spec, dict):
-        keys = list(spec)
-        lists = []
-        for key in keys:
-            values = spec[key]
-            if isinstance(values, str):
-                values = variables.get(values.strip().removeprefix("{{").removesuffix("}}").strip(), values)
-            if not isinstance(values, list):
-                raise _LocatedError((*where, key), f"foreach.{key} must be a list")
-            lists.append(values)
-        count = math.prod(len(v) for v in lists)
-        if count > MAX_JOBS:
-            raise _LocatedError(where, f"foreach makes {count:,} jobs, more than the {MAX_JOBS:,} a plan may have")
-        rows = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*lists)]
-    else:
-        rows = []
-        for i, row in enumerate(spec):
-            if not isinstance(row, dict):
-                raise _LocatedError((*where, i), "each foreach row must be a mapping")
-            rows.append(row)
-    for i, row in enumerate(rows[:1] if isinstance(spec, dict) else rows):
-        for key in row:
-            if not isinstance(key, str) or not key.isidentifier():
-                raise _LocatedError((*where, i), f"foreach key {key!r} must be a name (letters, digits, _)")
-            if key in RESERVED:
-                raise _LocatedError((*where, i), f"foreach key {key!r} would replace the built-in {key!r}; rename it")
-    return rows
-
-
-class _LocatedError(Exception):
-    def __init__(self, loc: tuple[Any, ...], message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
-
-
 def expand(
     plan: Plan, source: Source, overrides: Mapping[str, str] | None = None, limits: Limits | None = None
 ) -> Expanded:
@@ -264,8 +214,8 @@ def expand(
     for index, job in enumerate(plan.jobs):
         diagnostics += _reserved_with(job, index, source)
         try:
-            rows = _rows(job, index, variables, source)
-        except _LocatedError as exc:
+            rows = rows_of(job, index, variables)
+        except LocatedError as exc:
             attempted += 1
             pos = source.where(exc.loc)
             diagnostics.append(error(source.path, pos[0], pos[1], "P012", str(exc)))
@@ -281,7 +231,7 @@ def expand(
         for row in rows:
             try:
                 item = _expand_one(plan, job, index, line, row, variables, limits)
-            except _LocatedError as exc:
+            except LocatedError as exc:
                 pos = source.where(exc.loc)
                 diagnostics.append(error(source.path, pos[0], pos[1], "P011", str(exc)))
                 continue
@@ -302,7 +252,7 @@ def _externals(
     for i, path in enumerate(plan.external):
         try:
             external.append(_path(render_value(path, variables, limits)))
-        except (_RenderError, _LocatedError) as exc:
+        except (_RenderError, LocatedError) as exc:
             pos = source.where(("external", i))
             diagnostics.append(error(source.path, pos[0], pos[1], "P011", f"external[{i}]: {exc}"))
     return external
@@ -406,7 +356,7 @@ def _expand_one(
         try:
             return render_value(value, context, limits)
         except _RenderError as exc:
-            raise _LocatedError(("jobs", index, *loc), f"{'.'.join(map(str, loc))}: {exc}") from exc
+            raise LocatedError(("jobs", index, *loc), f"{'.'.join(map(str, loc))}: {exc}") from exc
 
     def path(value: str, loc: tuple[Any, ...], context: Mapping[str, Any], kind: str = "path") -> str:
         try:
@@ -414,7 +364,7 @@ def _expand_one(
                 return _path(render_shell(value, context, limits), kind)
             return _path(render(value, loc, context))
         except _RenderError as exc:
-            raise _LocatedError(("jobs", index, *loc), f"{'.'.join(map(str, loc))}: {exc}") from exc
+            raise LocatedError(("jobs", index, *loc), f"{'.'.join(map(str, loc))}: {exc}") from exc
 
     base = {**variables}
     row = {k: render(v, ("foreach",), base) for k, v in row.items()}
@@ -423,7 +373,7 @@ def _expand_one(
     context.update(with_values)
     name = render(job.name, ("name",), context)
     if not isinstance(name, str):
-        raise _LocatedError(("jobs", index, "name"), "name: must be a string")
+        raise LocatedError(("jobs", index, "name"), "name: must be a string")
     requires = tuple(
         r.model_copy(update={"value": path(r.value, ("requires", i), context, r.kind)})
         for i, r in enumerate(job.requires)

@@ -100,13 +100,22 @@ class Job(Strict):
     template: str | None = Field(None, description="a template file under templates/")
     run: str | None = Field(None, description="an inline bash body (a jinja2 template)")
     with_: dict[str, Any] = Field(default_factory=dict, alias="with", description="values for the template")
-    foreach: dict[str, list[Any] | str] | list[dict[str, Any]] | str | None = Field(
-        None, description="a product of lists (or of vars holding lists), a list of rows, or a var holding rows"
+    foreach: dict[str, list[Any] | str | dict[str, Any]] | list[dict[str, Any]] | str | None = Field(
+        None,
+        description="a product of lists (or of vars holding lists, or of {range: [start, stop, step]}), a list of "
+        "rows, or a var holding rows",
     )
     requires: list[Requirement] = Field(default_factory=list)
     outputs: list[Output] = Field(default_factory=list)
     done_if: Requirement | list[Requirement] | None = Field(None, description="defaults to the outputs")
     retries: int = Field(1, ge=1, description="attempts allowed")
+    priority: int = Field(
+        0,
+        ge=-1_000_000,
+        le=1_000_000,
+        description="within its lane the job with the higher priority starts first (equal ones in name order); "
+        "written as the # PRIORITY= header",
+    )
     timeout: str | None = Field(None, description="wall-clock limit: 90, 90s, 10m, 6h")
     gpus: int | None = Field(
         None, ge=1, le=64, description="GPUs the job takes where its host's gpu lane gives each job its own (--gpus)"

@@ -388,6 +388,7 @@ def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comm
         "requires": condition(job.requires, graph),
         "done_if": done_if,
         "retries": spec.retries if spec.retries != 1 else None,
+        "priority": spec.priority,
         "timeout": spec.timeout,
         "warn_after": spec.warn_after,
         "gpus": spec.gpus,

@@ -36,6 +36,7 @@ DOORS = {
     "plancompiler.report": {"plancompiler.report"},
     "plancompiler.cli": {"plancompiler.cli"},
     "plancompiler.commands": {
+        "plancompiler.commands.add",
         "plancompiler.commands.operate",
         "plancompiler.commands.run",
         "plancompiler.commands.write",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from plancompiler.backends.protocol import Backend
 from plancompiler.backends.queue import QueueBackend
+from plancompiler.backends.queue import plan_record as plan_record  # `plan add`'s manifest entry
 from plancompiler.hosts import Host
 
 

@@ -20,6 +20,7 @@ def park(
     now: Annotated[
         bool, typer.Option("--now", help="also end running jobs and put them back in queue/ (no attempt used)")
     ] = False,
+    lane: Annotated[str | None, typer.Option("--lane", help="park this lane alone; the others run")] = None,
 ) -> None:
     """Stop HOST's runner from starting new jobs (running jobs finish unless --now), e.g. for reboot-per-side work.
 
@@ -28,16 +29,20 @@ def park(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    typer.echo(operate.park(target, reason, now))
+    typer.echo(operate.park(target, reason, now, lane))
 
 
 @app.command()
-def unpark(host: HostArg, hosts: HostsOpt = None) -> None:
-    """Let HOST's runner start jobs again."""
+def unpark(
+    host: HostArg,
+    hosts: HostsOpt = None,
+    lane: Annotated[str | None, typer.Option("--lane", help="let this parked lane go (not the whole queue)")] = None,
+) -> None:
+    """Let HOST's runner start jobs again (with --lane: that lane's)."""
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    typer.echo(operate.unpark(target))
+    typer.echo(operate.unpark(target, lane))
 
 
 @app.command()

@@ -10,6 +10,9 @@ import typer
 
 from plancompiler.cli.shared import HostArg, HostsOpt, app, fail, resolve_host
 
+HISTORY_N = 20  # `plan status HOST --history` alone
+HISTORY_BYTES = 4 << 20
+
 
 @app.command()
 def status(
@@ -22,6 +25,11 @@ def status(
         float | None, typer.Option("--timeout", help="seconds the probe may take (default: the host's timeout:)")
     ] = None,
     every: Annotated[bool, typer.Option("--all", help="every waiting job on a line (default: grouped)")] = False,
+    history: Annotated[bool, typer.Option("--history", help="instead: the last ends, one line each")] = False,
+    last: Annotated[int, typer.Option("-n", "--last", help="--history: how many ends")] = HISTORY_N,
+    plan: Annotated[str | None, typer.Option("--plan", help="--history: only this plan's jobs")] = None,
+    lane: Annotated[str | None, typer.Option("--lane", help="--history: only this lane's jobs")] = None,
+    outcome: Annotated[str | None, typer.Option("--outcome", help="--history: only ends with this outcome")] = None,
 ) -> None:
     """What each lane runs, why queued jobs wait (grouped by reason and blocker, the oldest first), recent ends,
     the runner's heartbeat and how it was started.
@@ -30,14 +38,29 @@ def status(
     """
     from plancompiler.backends import backend_for
     from plancompiler.errors import answered
+    from plancompiler.watch import check_outcome, history_ends, history_json, history_text
+
+    if not history and (plan or lane or outcome):
+        raise fail("--plan, --lane and --outcome filter --history")
+    check_outcome(outcome)  # a HistoryError (exit 2) before the host is asked
+    target = resolve_host(host, hosts)
+    # The history reads a larger tail of events.jsonl: up to HISTORY_BYTES, the ends of the last few thousand jobs.
+    request = {"offset": -1, "tail_bytes": HISTORY_BYTES} if history else {"offset": -1}
+    answer = answered(backend_for(target).status(request, timeout), target.describe())
+    if history:
+        ends = history_ends(answer.get("events") or [], last, plan, lane, outcome)
+        typer.echo(json.dumps(history_json(ends), indent=1) if as_json else history_text(ends, target.describe()))
+        return
     from plancompiler.watch import status_text
 
-    target = resolve_host(host, hosts)
-    answer = answered(backend_for(target).status({"offset": -1}, timeout), target.describe())
     if as_json:
         typer.echo(
             json.dumps(
-                {k: answer.get(k) for k in ("status", "counts", "events", "runner_alive", "now", "parked")}, indent=1
+                {
+                    k: answer.get(k)
+                    for k in ("status", "counts", "events", "runner_alive", "now", "parked", "parked_lanes")
+                },
+                indent=1,
             )
         )
     else:

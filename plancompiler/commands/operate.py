@@ -18,7 +18,7 @@ from plancompiler.hosts import Host
 from runner.readers import terminal_safe
 
 
-def _ask(host: Host, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+def ask(host: Host, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
     return answered(backend_for(host).operate(mode, request, timeout), host.describe(), OperateError)
 
 
@@ -26,19 +26,25 @@ def job_file(job: str) -> str:
     return job if job.endswith(".job") else f"{job}.job"
 
 
-def park(host: Host, reason: str, now: bool) -> str:
+def park(host: Host, reason: str, now: bool, lane: str | None = None) -> str:
+    """Park HOST's queue, or with LANE that lane alone (its jobs wait `parked`, the other lanes run)."""
+    if lane is not None and now:
+        raise OperateError("--now ends every running job: it parks the whole queue, not one --lane", 2)
     parked = {"since": time.strftime("%Y-%m-%d %H:%M:%S"), "reason": reason, "by": who()}
-    _ask(host, "park", {"parked": parked, "requeue_running": now})
-    return f"parked {host.describe()}" + (f": {reason}" if reason else "")
+    ask(host, "park", {"parked": parked, "requeue_running": now, **({"lane": lane} if lane else {})})
+    what = f"lane {lane} of {host.describe()}" if lane else host.describe()
+    return f"parked {what}" + (f": {reason}" if reason else "")
 
 
-def unpark(host: Host) -> str:
-    result = _ask(host, "park", {"parked": None})
-    return f"unparked {host.describe()}" if result.get("unparked") else f"{host.describe()} was not parked"
+def unpark(host: Host, lane: str | None = None) -> str:
+    result = ask(host, "park", {"parked": None, **({"lane": lane} if lane else {})})
+    what = f"lane {lane} of {host.describe()}" if lane else host.describe()
+    return f"unparked {what}" if result.get("unparked") else f"{what} was not parked"
 
 
-def _control(host: Host, action: str, job: str, wait: float) -> dict[str, Any]:
-    result = _ask(host, "control", {"action": action, "job": job_file(job), "by": who(), "wait_s": wait}, wait + 30)
+def _control(host: Host, action: str, job: str, wait: float, **body: str) -> dict[str, Any]:
+    request = {"action": action, "job": job_file(job), "by": who(), "wait_s": wait, **body}
+    result = ask(host, "control", request, wait + 30)
     if not result.get("taken"):
         raise OperateError(
             f"the request is queued on {host.name}, but no runner took it within {wait:g}s: is the runner running?"
@@ -70,7 +76,7 @@ def ack_on_box(host: Host, target: str, until: float | None, wait: float, for_: 
 
     if host.backend != "queue" or not known_kind(target):
         return None
-    answer = _ask(host, "ack", {"target": target, "until": until, "by": who(), "wait_s": wait})
+    answer = ask(host, "ack", {"target": target, "until": until, "by": who(), "wait_s": wait})
     if not answer.get("matched"):
         open_ = ", ".join(answer.get("open") or []) or "none"
         if target.partition(":")[0].strip().upper() in INCIDENT_KINDS:
@@ -87,10 +93,37 @@ def ack_on_box(host: Host, target: str, until: float | None, wait: float, for_: 
     return lines
 
 
+def hold(host: Host, jobs: list[str], wait: float, release: bool = False) -> list[str]:
+    """Hold queued JOBS (or RELEASE them): the runner keeps a held job from starting, across its restarts."""
+    lines = []
+    for job in jobs:
+        result = _control(host, "release" if release else "hold", job, wait)
+        if result.get("before") != "queue":
+            where = result.get("before") or "nowhere"
+            raise OperateError(f"{job_file(job)} is not queued (it is {where}): only a queued job is held or released")
+        if not release and result.get("after") != "queue":  # the runner started it before it read the request
+            raise OperateError(f"{job_file(job)} started before the hold was taken (it is {result.get('after')})")
+        lines.append(f"{job_file(job)}: {'released' if release else 'held'}")
+    return lines
+
+
+def move(host: Host, job: str, to: str, other: str | None, wait: float) -> str:
+    """Give queued JOB the priority that starts it first, last, or before OTHER in its lane (its name unchanged)."""
+    body = {"to": to, **({"other": job_file(other)} if other else {})}
+    result = _control(host, "move", job, wait, **body)
+    if other and result.get("other") != "queue":
+        where = result.get("other") or "nowhere"
+        raise OperateError(f"{job_file(other)} is not queued (it is {where}): nothing to move {job_file(job)} before")
+    if result.get("before") != "queue":
+        where = result.get("before") or "nowhere"
+        raise OperateError(f"{job_file(job)} is not queued (it is {where}): only a queued job is moved")
+    return f"{job_file(job)}: moved {'before ' + job_file(other) if other else to}"
+
+
 def logs(host: Host, job: str, lines: int, follow: bool, interval: float, echo: Callable[[str], None]) -> str | None:
     """Print JOB's log tail with ECHO, and with FOLLOW what it adds until the job ends; the job's last state."""
     name = job_file(job)
-    answer = _ask(host, "logs", {"job": name, "lines": lines})
+    answer = ask(host, "logs", {"job": name, "lines": lines})
     if not answer.get("exists") and not answer.get("state"):
         raise OperateError(f"no job {name} and no log for it on {host.name}")
     echo(terminal_safe(str(answer.get("text", ""))))
@@ -98,7 +131,7 @@ def logs(host: Host, job: str, lines: int, follow: bool, interval: float, echo: 
     try:
         while follow and answer.get("state") in ("running", "queue"):
             time.sleep(interval)
-            answer = _ask(host, "logs", {"job": name, "offset": offset})
+            answer = ask(host, "logs", {"job": name, "offset": offset})
             echo(terminal_safe(str(answer.get("text", ""))))
             offset = answer.get("offset", offset)
     except KeyboardInterrupt:
@@ -163,7 +196,7 @@ def bootstrap(
     START: where no systemd runs, start the runner detached with FLAGS (the unit's), unless one already runs."""
     from runner.agent.unit import run_flags
 
-    result = _ask(
+    result = ask(
         host,
         "bootstrap",
         {

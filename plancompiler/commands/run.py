@@ -40,7 +40,7 @@ _SHOWN = {
         Event.IDLE,
     )
 }
-_STUCK = {r.value for r in (Reason.REQUIRES, Reason.BLOCKED, Reason.PARKED, Reason.GPU_FOREIGN)}
+_STUCK = {r.value for r in (Reason.REQUIRES, Reason.BLOCKED, Reason.PARKED, Reason.GPU_FOREIGN, Reason.HELD)}
 
 
 @dataclass

@@ -293,6 +293,7 @@ def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
             if active is not None and watched is not None and active <= watched:
                 stats.gpu_active_s += active
                 stats.gpu_watched_s += watched
+        stats.account(event)
         outcome = _OUTCOME[kind]
         if kind == Event.FAILED and (event.get("why") == "timeout" or stats.outcome == "timeout"):
             outcome = "timeout"  # the runner logs `timeout` when it ends the job, then `failed`

@@ -48,14 +48,38 @@ class JobStats:
     lane: str = ""
     gpu_active_s: float = 0.0  # of its runs' time watched on the GPU, how long the GPU was seen working for it
     gpu_watched_s: float = 0.0
+    cpu_s: float | None = None  # CPU seconds of its attempts' process trees, summed (None: no end said it)
+    peak_rss_mb: float | None = None  # the largest peak memory of its attempts
+
+    def account(self, event: dict[str, Any]) -> None:
+        """Add what an attempt used, as its end event says (runner.service.accounting)."""
+        cpu, peak = _number(event.get("cpu_s")), _number(event.get("peak_rss_mb"))
+        if cpu is not None:
+            self.cpu_s = round((self.cpu_s or 0.0) + cpu, 2)
+        if peak is not None:
+            self.peak_rss_mb = max(self.peak_rss_mb or 0.0, peak)
+
+    def usage_text(self) -> str:
+        parts = [f"cpu {format_duration(self.cpu_s)}"] if self.cpu_s is not None else []
+        parts += [f"peak {megabytes(self.peak_rss_mb)}"] if self.peak_rss_mb is not None else []
+        return "  ".join(parts)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def megabytes(value: float) -> str:
+    return f"{value / 1024:.1f} GB" if value >= 1024 else f"{value:.0f} MB"
 
 
 def _job_json(stats: JobStats) -> dict[str, Any]:
-    """A job's figures; its GPU time only where the runner watched it on the GPU."""
+    """A job's figures; its GPU time only where the runner watched it on the GPU, its CPU and peak memory only
+    where an end event said them (seed-format events do not)."""
     found = asdict(stats)
     if not stats.gpu_watched_s:
         del found["gpu_active_s"], found["gpu_watched_s"]
-    return found
+    return {k: v for k, v in found.items() if v is not None or k not in ("cpu_s", "peak_rss_mb")}
 
 
 @dataclass
@@ -94,8 +118,16 @@ class Report:
             if mine:  # the runner watched its jobs on the GPU: how much of that the GPU really worked
                 row["gpu_active_s"] = sum(stats.gpu_active_s for stats in mine)
                 row["gpu_watched_s"] = sum(stats.gpu_watched_s for stats in mine)
+            row.update(self._usage(lane))
             result[lane] = row
         return result
+
+    def _usage(self, lane: str) -> dict[str, float | None]:
+        """The lane's jobs' CPU seconds summed and their largest peak memory (None where no end said them)."""
+        mine = [s for s in self.jobs.values() if s.lane == lane]
+        cpu = [s.cpu_s for s in mine if s.cpu_s is not None]
+        peak = [s.peak_rss_mb for s in mine if s.peak_rss_mb is not None]
+        return {"cpu_s": round(sum(cpu), 2) if cpu else None, "peak_rss_mb": max(peak) if peak else None}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +169,9 @@ class Report:
                 f"{lane:<6} {format_duration(row['busy_s']):>8} {format_duration(row['idle_s']):>8} "
                 f"{format_duration(row['waiting_s']):>8} {format_duration(row['down_s']):>8}"
             )
+            if row["cpu_s"] is not None or row["peak_rss_mb"] is not None:
+                used = JobStats(cpu_s=row["cpu_s"], peak_rss_mb=row["peak_rss_mb"]).usage_text()
+                out.append(f"         jobs used {used} (cpu summed, the largest peak)")
             if row["slot_s"] > row["busy_s"]:  # a lane of several slots ran jobs side by side
                 out.append(f"         slot-time busy {format_duration(row['slot_s']):>7} (jobs side by side)")
             if row.get("gpu_watched_s"):
@@ -156,6 +191,7 @@ class Report:
             out.append(
                 f"  {name:<{width}}  {stats.lane:<4} {stats.attempts} attempt{'s' * (stats.attempts != 1)}"
                 f"{_again(stats)}  {stats.outcome or 'unfinished':<10} {took}"
+                + (f"  {stats.usage_text()}" if stats.usage_text() else "")
             )
         if self.clusters:
             out.append("")

@@ -16,6 +16,10 @@ from plancompiler.watch.args import (
     waiting_limits,
 )
 from plancompiler.watch.book import skew_condition
+from plancompiler.watch.history import HistoryError, check_outcome
+from plancompiler.watch.history import select as history_ends
+from plancompiler.watch.history import text as history_text
+from plancompiler.watch.history import to_json as history_json
 from plancompiler.watch.incidents import (
     EXIT_CODES,
     INCIDENT_KINDS,
@@ -40,6 +44,7 @@ __all__ = [
     "AckError",
     "Alert",
     "Condition",
+    "HistoryError",
     "ControllerDown",
     "Incident",
     "Probe",
@@ -47,11 +52,15 @@ __all__ = [
     "WatchOptions",
     "WatchState",
     "ack",
+    "check_outcome",
     "acknowledge",
     "duration",
     "evaluate",
     "event_names",
     "fetch_status",
+    "history_ends",
+    "history_json",
+    "history_text",
     "host_subject",
     "incident_lines",
     "probe",

@@ -19,7 +19,7 @@ from tests.conftest import REPO, RunnerProcess, plan_cli
 pytestmark = pytest.mark.usefixtures("plan_env")
 # Exceptions that never reach the command line: each is caught where it is raised and becomes a finding or a
 # value (a value refused by the escaper, a template error, a size limit, the light reader's doubt).
-INTERNAL = {"Unreadable", "ContextError", "ValueRefused", "Unsure", "LimitExceeded", "WriteRefused"}
+INTERNAL = {"Unreadable", "ContextError", "ValueRefused", "Unsure", "LimitExceeded", "WriteRefused", "LocatedError"}
 FAMILY = {
     name for name, value in vars(errors).items() if isinstance(value, type) and issubclass(value, errors.PlanFailure)
 }

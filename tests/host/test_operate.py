@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from runner import FORMAT_VERSION
 from tests.conftest import RunnerProcess, plan_cli, wait_for, write_job
 from tests.sshd import Sshd
 
@@ -76,7 +77,7 @@ def _bootstrap_and_start(host_args: list[str], root: Path) -> None:
     try:
         wait_for(lambda: (root / "status.json").exists(), 15)
         status = json.loads((root / "status.json").read_text())
-        assert status["runner"]["format_version"] == 1
+        assert status["runner"]["format_version"] == FORMAT_VERSION
         assert str(root / ".plan-runner") in Path(f"/proc/{status['runner']['pid']}/environ").read_text()
     finally:
         os.killpg(proc.pid, 15)
@@ -123,6 +124,9 @@ def test_push_refuses_an_old_format_and_warns_on_a_stale_heartbeat(tmp_path: Pat
     (root / "status.json").write_text(json.dumps(status))
     code, out = plan("push", str(root), str(plan_file))
     assert code == 0 and "1 job queued on" in out and "no runner has ticked there for 3h00m" in out
+    plan_file.write_text("plan: p\njobs:\n  - name: a\n    run: echo a\n    priority: 3\n")  # format 2's header
+    code, out = plan("push", str(root), str(plan_file))
+    assert code == 1 and "reads job-file format 1, this plan needs 2" in out
 
 
 def test_logs_follow_ends_when_the_job_ends(queue_root: Path, runner: RunnerProcess) -> None:
