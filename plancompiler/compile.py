@@ -130,6 +130,9 @@ def manifest(compiled: Compiled) -> dict[str, Any]:
             jobs[job.filename]["done_if"] = checks  # what judges it done, for the cross-plan output check
         if job.job.job.rerun == "never":  # read by runner/stamps/store.py: its DONE_IF alone decides
             jobs[job.filename]["rerun"] = "never"
+        family = job.job.job.name if job.job.job.foreach is not None else job.job.job.template
+        if family:  # the jobs of one family are expected to take about as long (runner/estimates)
+            jobs[job.filename]["family"] = family
     producers = {path: [f"{n}.job" for n in names] for path, names in graph.producers.items()}
     found = {
         "plan": compiled.plan.plan,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from runner.durations import format_duration
@@ -11,20 +12,28 @@ from runner.waiting import cut_middle, every_waiter, group_waiting
 DETAIL_WIDTH = 90  # a REQUIRES or command longer than this is cut in the middle: the file name at its end survives
 
 
-def render_status(status: dict[str, Any], now: float, every: bool = False) -> str:
+def render_status(
+    status: dict[str, Any], now: float, every: bool = False, estimates: dict[str, Any] | None = None
+) -> str:
     """The screen: who serves the queue, each lane, then the waiting jobs grouped by reason and blocker with the
-    oldest few of each (EVERY: one line per waiting job)."""
+    oldest few of each (EVERY: one line per waiting job); ESTIMATES (runner.estimates' answer) add when running jobs
+    end and the next queued ones start."""
     lines = _header(status, now)
     counts = status.get("counts", {})
     lines.append("jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()))
     lines.append("")
-    lines.extend(_lanes(status, now))
+    ends = (estimates or {}).get("running") or {}
+    lines.extend(_lanes(status, now, ends if isinstance(ends, dict) else {}))
     lines.extend(gpu_lines(status.get("gpus") or {}, now))
     queued = status.get("queued", [])
     if queued:
         lines.append("")
         lines.append(f"waiting ({len(queued)}):")
         lines.extend(_every(queued, now) if every else _grouped(queued, now))
+    starts = (estimates or {}).get("queued") or {}
+    if isinstance(starts, dict) and starts:
+        lines.append("")
+        lines.extend(_starts(queued, starts, now))
     return terminal_safe("\n".join(lines))  # last lines and details are job output: no escapes reach a terminal
 
 
@@ -90,7 +99,30 @@ def _header(status: dict[str, Any], now: float) -> list[str]:
     return lines
 
 
-def _lanes(status: dict[str, Any], now: float) -> list[str]:
+def _estimate(word: str, at: Any, basis: Any, now: float) -> str:
+    """`est. end ~17:55, in 1h55m (estimate: BASIS)`, or why there is none."""
+    if not isinstance(at, (int, float)):
+        return f"est. {word} unknown: {basis}"
+    when = time.strftime("%H:%M" if abs(at - now) < 20 * 3600 else "%b %d %H:%M", time.localtime(at))
+    return f"est. {word} ~{when}, in {format_duration(max(0.0, at - now))} (estimate: {basis})"
+
+
+def _starts(queued: list[dict[str, Any]], starts: dict[str, Any], now: float, per_lane: int = 3) -> list[str]:
+    """The first few queued jobs of each lane, in the order the runner takes them, with their estimated start."""
+    lines = ["estimated starts (the next of each lane):"]
+    shown: dict[str, int] = {}
+    for item in sorted(queued, key=lambda q: (str(q.get("lane")), q["job"])):
+        estimate = starts.get(item["job"])
+        lane = str(item.get("lane"))
+        if not isinstance(estimate, dict) or shown.get(lane, 0) >= per_lane:
+            continue
+        shown[lane] = shown.get(lane, 0) + 1
+        text = _estimate("start", estimate.get("starts"), estimate.get("basis"), now)
+        lines.append(f"  {lane:<5} {item['job']}  {text}"[:200])
+    return lines
+
+
+def _lanes(status: dict[str, Any], now: float, ends: dict[str, Any]) -> list[str]:
     lanes = status.get("lanes", {})
     running: dict[str, list[dict[str, Any]]] = {}
     for run in status.get("running", []):
@@ -109,7 +141,7 @@ def _lanes(status: dict[str, Any], now: float) -> list[str]:
         elif not runs:
             lines.append(f"  {lane:<5} {view.get('state', '?')}{why}")
         for run in runs:
-            lines.extend(_running(lane, run, now))
+            lines.extend(_running(lane, run, now, ends.get(run["job"])))
     return lines
 
 
@@ -167,7 +199,7 @@ def _size(n: object) -> str:
     return f"{n} B"
 
 
-def _running(lane: str, run: dict[str, Any], now: float) -> list[str]:
+def _running(lane: str, run: dict[str, Any], now: float, estimate: Any = None) -> list[str]:
     grew = format_duration(now - float(run.get("log_grew_at") or now))
     on = f"  gpu {','.join(map(str, run['gpus']))}" if run.get("gpus") else ""
     lines = [
@@ -175,6 +207,8 @@ def _running(lane: str, run: dict[str, Any], now: float) -> list[str]:
     ]
     if run.get("progress"):
         lines.append(f"        {run['progress']}")
+    if isinstance(estimate, dict) and estimate.get("ends") is not None:
+        lines.append(f"        {_estimate('end', estimate.get('ends'), estimate.get('basis'), now)}")
     if run.get("last_line"):
         lines.append(f"        | {run['last_line'][:110]}")
     return lines

@@ -46,6 +46,7 @@ DOORS = {
     "runner.slurm": {"runner.slurm.agent", "runner.slurm.attempt", "runner.slurm.ledger", "runner.slurm.wrapper"},
     "runner.stamps": {"runner.stamps", "runner.stamps.judge", "runner.stamps.push"},
     "runner.alerts": {"runner.alerts.engine", "runner.alerts.book", "runner.alerts.notify"},
+    "runner.estimates": {"runner.estimates"},
     # the service's own runner and loop, and for the control requests (a part kept at the top, beside the
     # other contracts) the two parts they act on
     "runner.service": {

@@ -19,7 +19,7 @@ def status(
     host: HostArg,
     hosts: HostsOpt = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="print the host's status.json, counts and recent events as JSON")
+        bool, typer.Option("--json", help="print the host's status.json, counts, recent events and estimates as JSON")
     ] = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="seconds the probe may take (default: the host's timeout:)")
@@ -32,7 +32,8 @@ def status(
     outcome: Annotated[str | None, typer.Option("--outcome", help="--history: only ends with this outcome")] = None,
 ) -> None:
     """What each lane runs, why queued jobs wait (grouped by reason and blocker, the oldest first), recent ends,
-    the runner's heartbeat and how it was started.
+    the runner's heartbeat and how it was started; when running jobs should end and queued ones start (estimates,
+    with their basis: progress, or earlier runs' lengths).
 
     One bounded round trip. Exit 0, 1 if the queue cannot be read, 3 if the host is unreachable.
     """
@@ -45,7 +46,7 @@ def status(
     check_outcome(outcome)  # a HistoryError (exit 2) before the host is asked
     target = resolve_host(host, hosts)
     # The history reads a larger tail of events.jsonl: up to HISTORY_BYTES, the ends of the last few thousand jobs.
-    request = {"offset": -1, "tail_bytes": HISTORY_BYTES} if history else {"offset": -1}
+    request = {"offset": -1, "tail_bytes": HISTORY_BYTES} if history else {"offset": -1, "estimates": True}
     answer = answered(backend_for(target).status(request, timeout), target.describe())
     if history:
         ends = history_ends(answer.get("events") or [], last, plan, lane, outcome)
@@ -54,15 +55,8 @@ def status(
     from plancompiler.watch import status_text
 
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    k: answer.get(k)
-                    for k in ("status", "counts", "events", "runner_alive", "now", "parked", "parked_lanes")
-                },
-                indent=1,
-            )
-        )
+        keys = ("status", "counts", "events", "runner_alive", "now", "parked", "parked_lanes", "estimates")
+        typer.echo(json.dumps({k: answer.get(k) for k in keys}, indent=1))
     else:
         typer.echo(status_text(target, answer, every))
     if answer.get("status_error"):

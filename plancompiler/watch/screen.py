@@ -61,7 +61,8 @@ def _status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str
         why = f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)"
         return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
     _add_progress(status, answer)
-    text = render_status(status, now, every)
+    estimates = answer.get("estimates")
+    text = render_status(status, now, every, estimates if isinstance(estimates, dict) else None)
     if not answer.get("runner_alive", True):
         text = f"DEAD: runner pid {(status.get('runner') or {}).get('pid')} is not running\n" + text
     ends = [e for e in events if e.get("event") in ENDS]

@@ -28,18 +28,26 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
         text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)
         logs[run.get("job")] = {"tail": text, "size": log_size}
+    now = time.time()
+    if request.get("estimates") and isinstance(st, dict):  # asked for by `plan status` and `plan top`, not watch
+        from runner.estimates import from_root
+
+        estimates: dict[str, Any] = {"estimates": from_root(root, st, now)}
+    else:
+        estimates = {}
     return {
         "status": st,
         **read_events(root, request),
         "logs": logs,
         "counts": counts(root),
         "runner_alive": delivery.runner_alive(st),
-        "now": time.time(),
+        "now": now,
         "parked": read_json_or_none(os.path.join(root, PARK_FILE)),
         "incidents": read_json_or_none(os.path.join(root, "incidents.json")),  # the book (runner.alerts.book)
         "zone": readers.box_zone(),
         "parked_lanes": read_json_or_none(os.path.join(root, PARKED_LANES_FILE)),
         **({"status_error": corrupt} if corrupt else {}),
+        **estimates,
     }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from runner import jobfile, logs, stamps, wrapper
 from runner.conditions import Condition, compile_condition
 from runner.config import Config
+from runner.estimates import History
 from runner.queue import Queue, timestamp
 from runner.records import Running
 from runner.runstate import RunnerState
@@ -32,6 +33,8 @@ class Outcomes:
         self.state = state
         self.facts = facts
         self.announcer = announcer
+        self.history = History.load(config.root)  # done runs' lengths, for the estimates (history.json)
+        self.history_changed = False
 
     def finish(self, now: float, run: Running, rc: int, ended: float | None = None) -> None:
         """Record RUN's end: done, retry or failed. ENDED is when it ended, where that was while we were down."""
@@ -53,6 +56,7 @@ class Outcomes:
                 now, *stamps.record_done(str(self.config.root), run.filename, run.job, manifest.get(), now)
             )
             self.record_done(now, run.filename, rc, verified, when)
+            self._remember(now, run.filename, manifest.get(), when["duration_s"])
             return
         details: dict[str, Any] = {"rc": rc, "attempt": run.attempt, "verified": verified, **when}
         summary = self._failure(now, run, rc, done_if, details)
@@ -79,6 +83,19 @@ class Outcomes:
         self.queue.emit(now, filename, Event.DONE.value, rc=rc, verified=verified, **when)
         self.state.last_failure.pop(filename, None)
         self.state.ended(filename)
+
+    def _remember(self, now: float, filename: str, graph: dict[str, Any] | None, seconds: float) -> None:
+        """A done run's length, for the estimates; history.json is written at the tick's end (save_history), after
+        the jobs the tick starts, not between a job's end and its successor's start."""
+        spec = ((graph or {}).get("jobs") or {}).get(filename)
+        family = spec.get("family") if isinstance(spec, dict) else None
+        self.history.record(filename, family if isinstance(family, str) else None, seconds, now)
+        self.history_changed = True
+
+    def save_history(self, now: float) -> None:
+        if self.history_changed:
+            self.history_changed = False
+            self.facts.manifest.problems.keep(now, "history.json", lambda: self.history.save(self.config.root))
 
     def _failure(self, now: float, run: Running, rc: int, done_if: Condition | None, details: dict[str, Any]) -> str:
         """Adds why the run failed and its log's tail to DETAILS; returns a one-line summary."""

@@ -242,6 +242,7 @@ class Runner:
         self.problems.keep(now, "incidents.json", lambda: self.alerts.tick(now, queued))
         self._save_state(now)
         self.problems.keep(now, "status.json", lambda: self.statusfile.write(self.snapshot(), now, queued))
+        self.outcomes.save_history(now)
         if now - self.queue.last_written >= self.config.heartbeat_event_s:
             # Nothing else said we were alive for that long: `plan report` measures downtime from this.
             self.queue.emit(now, "-", Event.HEARTBEAT.value, tick=self.ticks)
