@@ -48,6 +48,9 @@ def _run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"runner: --slots names a lane not in --lanes: {','.join(unknown)}", file=sys.stderr)
         return 2
+    if args.metrics and not args.metrics.resolve().parent.is_dir():
+        print(f"runner: --metrics {args.metrics}: no directory {args.metrics.resolve().parent}", file=sys.stderr)
+        return 2
     try:
         args.root.mkdir(parents=True, exist_ok=True)
         args.root = args.root.resolve()  # once: the jobs run with it as their working directory

@@ -132,6 +132,14 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_gpu(run, add)
     _add_thresholds(run, add)
     _add_ownership(run)
+    run.add_argument(
+        "--metrics",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="rewrite FILE every tick with the queue's metrics in Prometheus's text format, e.g. "
+        "/var/lib/node_exporter/textfile/plan.prom for node_exporter's textfile collector",
+    )
     _add_alerting(run, add)
 
 
@@ -397,6 +405,7 @@ def config_from(args: argparse.Namespace) -> Config:
         ping=args.ping,
         ping_every_s=args.ping_every,
         notify_timeout_s=args.notify_timeout,
+        metrics_path=args.metrics.resolve() if args.metrics else None,
     )
 
 

@@ -93,6 +93,7 @@ class Config:
     ping: str | None = None  # a dead-man's-switch URL, pinged every ping_every_s
     ping_every_s: float = 300.0
     notify_timeout_s: float = 10.0  # one delivery's deadline
+    metrics_path: Path | None = None  # a Prometheus text file rewritten every tick (--metrics)
 
     def slots_of(self, lane: str) -> int:
         if lane == self.gpu_lane and self.gpus:

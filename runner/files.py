@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 
-def atomic_write(path: Path, data: bytes | Sequence[bytes], durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes | Sequence[bytes], durable: bool = True, mode: int | None = None) -> None:
     """Write DATA (or its parts, one after the other) to PATH so a reader sees the old file or the new one, never
     a part. DURABLE: synced to disk, file and directory, before this returns; a cache, which a crash may lose
-    (costing time, not correctness), is written without the two syncs."""
+    (costing time, not correctness), is written without the two syncs. MODE: the file's mode (else 0600)."""
     fd, tmp = _temp(path)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             if isinstance(data, bytes):
                 handle.write(data)

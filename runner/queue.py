@@ -65,6 +65,7 @@ class Queue:
         self._pending: list[bytes] = []  # events not yet written (a full disk): written first next time
         self.events_error = ""
         self.last_written = 0.0  # when the last event was emitted (the heartbeat event is due after a silence)
+        self.emitted: dict[str, int] = {}  # events emitted by this process, by name (the metrics count them)
         # Inside `synced_after()`: the directories renamed into and whether events.jsonl was written, fsynced
         # when it ends. None: each move and event is fsynced at once.
         self._unsynced: set[Path] | None = None
@@ -165,6 +166,7 @@ class Queue:
         # `ts` as the seed wrote it (the box's local time, no zone); `t` the same instant in epoch seconds, which
         # any reader in any zone reads alike (contract 3).
         record = {"ts": timestamp(now), "job": job, "event": str(event), **details, "t": round(now, 3)}
+        self.emitted[str(event)] = self.emitted.get(str(event), 0) + 1
         self._pending.append((json.dumps(record) + "\n").encode())
         self.last_written = now
         del self._pending[:-PENDING_EVENTS_MAX]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner import __version__, jobfile, wrapper
 from runner.alerts.engine import Alerts
@@ -16,7 +18,8 @@ from runner.controls import ControlHandler
 from runner.digest import sha1_hex
 from runner.errors import AlreadyRunning as AlreadyRunning  # its home is runner/errors.py
 from runner.files import read_json
-from runner.queue import Queue, fresh_status, timestamp
+from runner.queue import STATES, Queue, fresh_status, timestamp
+from runner.records import Parsed
 from runner.runstate import RunnerState
 from runner.service.announce import Announcer, LaneView
 from runner.service.dirwatch import DirWatch
@@ -30,7 +33,10 @@ from runner.service.proctable import OsProcesses, Processes
 from runner.service.reasons import Reasons
 from runner.service.scan import Scanner
 from runner.service.statusfile import Snapshot, StatusFile
-from runner.vocab import Event
+from runner.vocab import REASON_NAMES, Event
+
+if TYPE_CHECKING:
+    from runner.service.metrics import Counts, TickView
 
 
 class Runner:
@@ -75,6 +81,7 @@ class Runner:
             queue, self.state, self.facts, self.reasons, self.jobs, self.announcer, self.forget
         )
         self.statusfile = StatusFile(queue)
+        self.counts: Counts | None = None  # for --metrics: what it counts of the queue, kept while that is unchanged
         self.started_at = 0.0
         self.ticks = 0
         self.watch: DirWatch | None = None  # set by watch_dirs(): scans read only what changed
@@ -212,6 +219,7 @@ class Runner:
             self._tick(now)
 
     def _tick(self, now: float) -> None:
+        began = time.monotonic()  # for the metrics' tick duration only: the tick's decisions use NOW
         self.ticks += 1
         # First of all: whatever lands after this stays in the watch's queue and wakes `serve` for another tick
         # (a control/ request dropped while this tick runs must not be drained with nothing to read it).
@@ -246,6 +254,61 @@ class Runner:
         if now - self.queue.last_written >= self.config.heartbeat_event_s:
             # Nothing else said we were alive for that long: `plan report` measures downtime from this.
             self.queue.emit(now, "-", Event.HEARTBEAT.value, tick=self.ticks)
+        path = self.config.metrics_path
+        if path is not None:
+            from runner.service import metrics  # only with --metrics: a runner without it never loads it
+
+            self.problems.keep(
+                now, path.name, lambda: metrics.write(path, self._metrics(now, queued, time.monotonic() - began))
+            )
+
+    def _metrics(self, now: float, queued: list[tuple[str, Parsed]], took: float) -> TickView:
+        """What --metrics shows of this tick: counts, and a few values per lane and per running job."""
+        from runner.service import metrics
+
+        config, running = self.config, list(self.jobs.running.values())
+        if self.counts is None:
+            self.counts = metrics.Counts()
+        waiting, blocked = self.counts.waiting(
+            self.reasons.generation, lambda: ((r.reason, r.blocker) for _, r in self.reasons.items())
+        )
+        by_lane = self.counts.by_lane(  # the jobs this tick found queued that still wait (each has its reason)
+            (self.scanner.generation, len(queued), self.reasons.generation),
+            lambda: (str(getattr(parsed.job, "lane", "")) for name, parsed in queued if name in self.reasons),
+        )
+        stalled = [r for r in running if now - r.log_grew_at >= config.stall_s]
+        warn = {r.filename: r.job.warn_after_s or config.warn_after.get(r.lane) for r in running}
+        long_running = [r for r in running if warn[r.filename] and now - r.started >= (warn[r.filename] or 0)]
+        return metrics.TickView(
+            now=now,
+            pid=self.pid,
+            version=__version__,
+            root=self.root,
+            started=self.started_at,
+            ticks=self.ticks,
+            tick_s=took,
+            parked=bool(self.controls.park),
+            directories={state: self.statusfile.count(state) for state in STATES},
+            lanes=tuple(
+                metrics.LaneSlots(lane, config.slots_of(lane), len(self.jobs.in_lane(lane))) for lane in config.lanes
+            ),
+            running=tuple(metrics.RunningJob(r.filename, r.lane, now - r.started, r.attempt) for r in running),
+            queued_by_lane=by_lane,
+            waiting_by_reason=waiting,
+            events=dict(self.queue.emitted),
+            failures=tuple(signature for _, _, signature, _ in self.announcer.failures),
+            incidents={
+                "stall": len(stalled),
+                "long-running": len(long_running),
+                "blocked": blocked,
+                "gpu-foreign": int(waiting.get("gpu-foreign", 0) > 0),
+                "parked": int(bool(self.controls.park)),
+                "disk-full": int(bool(self.jobs.disk_full)),
+                "write-error": len(self.problems.write_errors),
+            },
+            lane_order=tuple(config.lanes),
+            reasons=tuple(sorted(REASON_NAMES)),
+        )
 
     def snapshot(self) -> Snapshot:
         """What status.json shows of this runner now (the status file reads this value, not the runner)."""

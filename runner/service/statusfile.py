@@ -152,7 +152,7 @@ class StatusFile:
                 runner.config.gpus,
                 {run.filename: run.gpus for run in runner.running if run.gpus},
             ),
-            "counts": {s: self._count(s) for s in STATES},
+            "counts": {s: self.count(s) for s in STATES},
             "disk_full": runner.disk_full or None,
             "write_errors": {
                 **runner.write_errors,
@@ -186,7 +186,7 @@ class StatusFile:
             )
         return running
 
-    def _count(self, state: str) -> int:
+    def count(self, state: str) -> int:
         """Files in STATE, listed again only when its directory changed (or changed within the last second,
         finer than some filesystems' mtime)."""
         path = self.queue.dir(state)
