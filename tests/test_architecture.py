@@ -34,6 +34,7 @@ DOORS = {
     "plancompiler.shell": {"plancompiler.shell"},
     "plancompiler.watch": {"plancompiler.watch"},
     "plancompiler.report": {"plancompiler.report"},
+    "plancompiler.top": {"plancompiler.top"},
     "plancompiler.cli": {"plancompiler.cli"},
     "plancompiler.commands": {
         "plancompiler.commands.add",

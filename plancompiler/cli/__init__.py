@@ -1,7 +1,7 @@
 """The `plan` command: parses arguments, calls one stage function, prints, returns an exit code.
 
 One module per command group, each declaring its commands on the shared typer app (plancompiler/cli/shared.py):
-compiling (check, render, graph, schema), pushing (push, run), watching (status, watch, ack), reporting
+compiling (check, render, graph, schema), pushing (push, run), watching (status, watch, ack), looking (top), reporting
 (report), operating (park, unpark, retry, cancel, logs, bootstrap, hooks install), onejob (add, hold, release,
 move). A new command group is a new
 module here, imported below; `light` reads a command line from those declarations without typer's pydantic
@@ -15,11 +15,12 @@ from typing import Annotated, Any
 
 import typer
 
-from plancompiler.cli import compiling, onejob, operating, pushing, reporting, watching
+from plancompiler.cli import compiling, looking, onejob, operating, pushing, reporting, watching
 from plancompiler.cli.shared import GLOBAL, TemplatesOpt, app, edge, hooks_app, internal
 
 __all__ = ["TemplatesOpt", "app", "command", "main"]
-COMMAND_GROUPS = (compiling, pushing, watching, reporting, operating, onejob)  # imported for their @app.command()s
+# imported for their @app.command()s
+COMMAND_GROUPS = (compiling, pushing, watching, looking, reporting, operating, onejob)
 
 app.add_typer(hooks_app, name="hooks")
 for _info in (*app.registered_commands, *hooks_app.registered_commands):  # every command behind the one handler

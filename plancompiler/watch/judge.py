@@ -35,6 +35,7 @@ class Probe:
     lanes: str = ""
     skipped: list[str] = field(default_factory=list)  # malformed events.jsonl lines this probe passed over
     box_acked: dict[str, bool] = field(default_factory=dict)  # book incidents (by condition key): acked on the box
+    answer: dict[str, Any] | None = None  # the status answer it judged (`plan top` draws it)
 
 
 _HOST_KINDS = frozenset({"DEAD", "UNREACHABLE", "ERROR", "SKEW"})
@@ -46,12 +47,15 @@ ENDS = frozenset(
 )
 
 
-def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = None) -> Probe:
-    """One bounded probe: alerts for what it saw, conditions for what is true, or why it could not see."""
+def probe(
+    host: Host, state: WatchState, rules: Rules, timeout: float | None = None, extra: dict[str, Any] | None = None
+) -> Probe:
+    """One bounded probe: alerts for what it saw, conditions for what is true, or why it could not see. EXTRA:
+    more of the status request (`plan top` asks for the estimates)."""
     subject = host_subject(host)
     sent = time.time()
     try:
-        answer = fetch_status(host, {"offset": state.offset, "head": state.head}, timeout)
+        answer = fetch_status(host, {"offset": state.offset, "head": state.head, **(extra or {})}, timeout)
     except ControllerDown as exc:
         state.failures = 0
         return Probe(
@@ -98,6 +102,7 @@ def probe(host: Host, state: WatchState, rules: Rules, timeout: float | None = N
     if isinstance(box_now, (int, float)) and not isinstance(box_now, bool):
         skew = skew_condition(float(box_now), sent, time.time(), subject)
         seen.conditions.extend([skew] if skew else [])
+    seen.answer = answer
     return seen
 
 

@@ -1,0 +1,78 @@
+"""`plan top --once` (one frame for scripts), plain frames when the output is not a terminal, and its usage errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO, wait_for, write_job
+from tests.inprocess import plan_main
+
+NOW = 1_000_000.0
+
+
+def test_once_prints_one_frame_with_the_running_job_and_why_the_others_wait(
+    tmp_path: Path, queue_root: Path, ticking: Any, stand_in: int
+) -> None:
+    write_job(queue_root, "1-cpu-a.job", "true\n")
+    write_job(queue_root, "2-cpu-b.job", "true\n")
+    write_job(queue_root, "3-gpu-c.job", f"# LANE=gpu\n# REQUIRES=test -f {tmp_path / 'never'}\ntrue\n")
+    ticking(pid=stand_in).tick(NOW).tick(NOW + 1)  # the second tick: b waits on the busy lane, not on order
+    ran = plan_main("top", str(queue_root), "--once", cwd=tmp_path, cache=tmp_path / "cache")
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0].startswith("plan top ") and lines[0].endswith("1 host")
+    assert any(line.startswith("  cpu  1-cpu-a.job") for line in lines)
+    assert any("lane-busy    1  2-cpu-b.job" in line for line in lines)
+    assert any("requires     1  3-gpu-c.job" in line for line in lines)
+    assert not any("q quit" in line for line in lines)  # no keys are read: no keys' line
+
+
+def test_once_exits_3_when_no_host_answers_and_usage_errors_exit_2(tmp_path: Path, plan_env: None) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  gone: {ssh: nobody@127.0.0.1, root: /q, connect_timeout: 1, timeout: 3,\n")
+    ran = plan_main("top", "--once", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path / "cache")
+    assert ran.returncode == 2 and "hosts.yaml" in ran.stderr and "Traceback" not in ran.stderr
+    hosts.write_text(
+        "hosts:\n  gone: {ssh: nobody@127.0.0.1, root: /q, connect_timeout: 1, timeout: 3,"
+        " ssh_options: [-p, '1', -o, 'ProxyCommand=false']}\n"
+    )
+    ran = plan_main("top", "--once", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path / "cache")
+    assert ran.returncode == 3, ran.stdout + ran.stderr
+    assert "gone  UNREACHABLE:" in ran.stdout
+    ran = plan_main("top", "--once", cwd=tmp_path, cache=tmp_path / "cache")
+    assert ran.returncode == 2 and "name a HOST, or give a hosts file" in ran.stderr
+    ran = plan_main("top", str(tmp_path), "--interval", "0", cwd=tmp_path, cache=tmp_path / "cache")
+    assert ran.returncode == 2 and "--interval must be more than 0" in ran.stderr
+
+
+def test_not_a_terminal_prints_a_plain_frame_each_interval_until_interrupted(
+    tmp_path: Path, queue_root: Path, ticking: Any, stand_in: int
+) -> None:
+    write_job(queue_root, "1-cpu-a.job", "true\n")
+    run = ticking(pid=stand_in).tick(NOW)
+    out = tmp_path / "out"
+    with open(out, "wb") as handle:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "plancompiler.cli", "top", str(queue_root), "--interval", "0.2"],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
+    try:
+        wait_for(lambda: out.read_text().count("plan top ") >= 1 and "1-cpu-a.job" in out.read_text())
+        run.procs.exit("1-cpu-a.job", 0)
+        run.tick(NOW + 5)
+        wait_for(lambda: "ended done      1-cpu-a.job" in out.read_text())  # a later frame shows it ended
+        assert "\x1b" not in out.read_text()  # plain text: no cursor moves, no colours
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
