@@ -76,3 +76,28 @@ def test_not_a_terminal_prints_a_plain_frame_each_interval_until_interrupted(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_incidents_take_the_watchers_book_opened_time_and_acks_and_an_ack_lands_in_it(
+    tmp_path: Path, queue_root: Path, ticking: Any, stand_in: int
+) -> None:
+    from plancompiler.hosts import resolve
+    from plancompiler.top.probes import HostProbe
+    from plancompiler.watch import Incident, WatchState
+
+    write_job(queue_root, "1-cpu-a.job", "# WARN_AFTER=1\ntrue\n")
+    write_job(queue_root, "2-gpu-b.job", "# LANE=gpu\n# WARN_AFTER=1\ntrue\n")
+    ticking(pid=stand_in, exclusive=()).tick(NOW).tick(NOW + 5)
+    book = tmp_path / "book.json"
+    old = Incident("STALL", "1-cpu-a.job", "seen by plan watch", "warn-after", opened=NOW - 3600, seen=NOW, acked=True)
+    WatchState(incidents={"STALL:1-cpu-a.job": old}).save(book)
+    probe = HostProbe(resolve(str(queue_root)), 1.0, book)
+    probe.once()
+    found = {i.subject: i for i in probe.current().incidents}
+    assert found["1-cpu-a.job"].opened == NOW - 3600 and found["1-cpu-a.job"].acked  # as the watcher's book says
+    assert not found["2-gpu-b.job"].acked
+    assert probe.ack("STALL:2-gpu-b.job").startswith("acked STALL:2-gpu-b.job")
+    assert WatchState.load(book).incidents["STALL:2-gpu-b.job"].acked  # where plan watch and plan ack read it
+    acked = {i.subject: i.acked for i in probe.current().incidents}
+    assert acked["1-cpu-a.job"] and acked["2-gpu-b.job"]
+    assert probe.ack("STALL:9-gone.job") == f"STALL:9-gone.job is no longer open on {queue_root}"

@@ -197,3 +197,21 @@ def test_waiting_groups_by_reason_and_blocker_worst_first() -> None:
         ("order", "", ("e.job",)),
     ]
     assert groups[1].oldest_since == 1.0
+
+
+def test_jobs_of_one_reason_each_on_a_blocker_of_their_own_are_one_group() -> None:
+    queued = [
+        {
+            "job": f"65-cpu-intake-{n}.job",
+            "reason": "requires",
+            "blocker": f"test -f /s/{n}.json",
+            "detail": f"test -f /s/{n}.json",
+            "since": 10.0 + n,
+        }
+        for n in range(5)
+    ]
+    queued.append({"job": "98-gpu-bench.job", "reason": "requires", "blocker": "test -f /m/.ok", "since": 1.0})
+    queued.append({"job": "99-gpu-bench.job", "reason": "requires", "blocker": "test -f /m/.ok", "since": 2.0})
+    groups = group_waiting(queued)
+    assert [(g.reason, g.blocker, g.count) for g in groups] == [("requires", "", 5), ("requires", "test -f /m/.ok", 2)]
+    assert groups[0].jobs[0] == "65-cpu-intake-0.job" and groups[0].detail == "test -f /s/0.json"

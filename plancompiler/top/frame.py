@@ -274,19 +274,19 @@ def _waiting(
         item = len(frame.items) - 1
         since = f"  oldest {format_duration(host_now - group.oldest_since)}" if group.oldest_since else ""
         what = group.blocker if group.reason in ("lane-busy", "exclusive") else (group.detail or group.blocker)
+        what = f"e.g. {what}" if not group.blocker and group.count > 1 and what else what
         jobs = first if group.count == 1 else f"{first} +{group.count - 1}"
         estimate = _dict(starts.get(first))
         at = estimate.get("starts")
         when = ""
         if group.reason in _TIMED and isinstance(at, (int, float)):
             when = f"  starts ~{clock(float(at) + (now - host_now), now)} (est.)"
-        text = f"    {group.reason:<10}{group.count:>4}  {jobs}{since}{when}  {what}"
+        text = f"    {group.reason:<10}{group.count:>4}  {jobs}{when}{since}  {what}"
         frame.lines.append(
             Line(terminal_safe(text, False), "yellow" if group.reason == "blocked" else "", item, drop=int(n >= 3))
         )
-        if estimate.get("basis") and group.reason in _TIMED:
-            known = isinstance(at, (int, float))
-            basis = f"       {'est.' if known else 'no estimate'}: {estimate['basis']}"
+        if estimate.get("basis") and group.reason in _TIMED and isinstance(at, (int, float)):
+            basis = f"       est.: {estimate['basis']}"
             frame.lines.append(Line(terminal_safe(basis, False), "dim", item, drop=2))
 
 

@@ -32,7 +32,7 @@ class HostProbe:
         self.rules = rules or Rules()
         self.state = WatchState()  # this screen's own offset and incidents: `plan watch`'s are left as they are
         self.lock = threading.Lock()
-        self.view = HostView(host.name, host.describe(), interval)
+        self.view = HostView(host.name, f"{host.ssh}:{host.root}" if host.ssh else host.root, interval)
         self.ends: deque[dict[str, Any]] = deque(maxlen=_KEEP_ENDS)
         self.wake = threading.Event()
         self.stop = threading.Event()
@@ -104,9 +104,13 @@ class HostProbe:
 
 
 def _take_acks(mine: dict[str, Incident], book: dict[str, Incident]) -> None:
-    """An incident acked in the watcher's book, for what is true now (the same fingerprint), is acked here too."""
+    """What the watcher's book knows of an incident this screen sees: since when it is open (the watcher may have
+    seen it long before this screen started), and an ack for what is true now (the same fingerprint)."""
     for key, incident in mine.items():
         other = book.get(key)
-        if other is not None and other.acked and other.fingerprint == incident.fingerprint:
+        if other is None:
+            continue
+        incident.opened = min(incident.opened, other.opened)
+        if other.acked and other.fingerprint == incident.fingerprint:
             if other.acked_until is None or other.acked_until > time.time():
                 incident.acked, incident.acked_until = True, other.acked_until

@@ -34,14 +34,23 @@ class WaitGroup:
         return len(self.jobs)
 
 
-def group_waiting(queued: list[dict[str, Any]]) -> list[WaitGroup]:
-    """QUEUED (status.json's entries) grouped by (reason, blocker): worst reason first, then the most jobs."""
+def group_waiting(queued: list[dict[str, Any]], merge: int = 3) -> list[WaitGroup]:
+    """QUEUED (status.json's entries) grouped by (reason, blocker): worst reason first, then the most jobs. Where
+    MERGE or more jobs of one reason each wait on a blocker of their own (a REQUIRES file each), they are one group
+    of that reason with no blocker, the oldest's detail standing for them."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for item in queued:
         if not isinstance(item, dict) or not isinstance(item.get("job"), str):
             continue
         key = (str(item.get("reason") or "?"), str(item.get("blocker") or ""))
         groups.setdefault(key, []).append(item)
+    alone: dict[str, list[tuple[str, str]]] = {}
+    for key, items in groups.items():
+        if len(items) == 1:
+            alone.setdefault(key[0], []).append(key)
+    for reason, keys in alone.items():
+        if len(keys) >= merge:
+            groups[(reason, "")] = [item for key in keys for item in groups.pop(key)] + groups.get((reason, ""), [])
     order = {reason: i for i, reason in enumerate(REASON_ORDER)}
     found = []
     for (reason, blocker), items in groups.items():
