@@ -31,9 +31,10 @@ def render_status(
         lines.append(f"waiting ({len(queued)}):")
         lines.extend(_every(queued, now) if every else _grouped(queued, now))
     starts = (estimates or {}).get("queued") or {}
-    if isinstance(starts, dict) and starts:
+    known = _starts(queued, starts, now) if isinstance(starts, dict) else []
+    if known:
         lines.append("")
-        lines.extend(_starts(queued, starts, now))
+        lines.extend(known)
     return terminal_safe("\n".join(lines))  # last lines and details are job output: no escapes reach a terminal
 
 
@@ -114,12 +115,12 @@ def _starts(queued: list[dict[str, Any]], starts: dict[str, Any], now: float, pe
     for item in sorted(queued, key=lambda q: (str(q.get("lane")), q["job"])):
         estimate = starts.get(item["job"])
         lane = str(item.get("lane"))
-        if not isinstance(estimate, dict) or shown.get(lane, 0) >= per_lane:
-            continue
+        if not isinstance(estimate, dict) or estimate.get("starts") is None or shown.get(lane, 0) >= per_lane:
+            continue  # a job no clock tells the start of (blocked, a REQUIRES made outside the plan) is not listed
         shown[lane] = shown.get(lane, 0) + 1
         text = _estimate("start", estimate.get("starts"), estimate.get("basis"), now)
         lines.append(f"  {lane:<5} {item['job']}  {text}"[:200])
-    return lines
+    return lines if len(lines) > 1 else []
 
 
 def _lanes(status: dict[str, Any], now: float, ends: dict[str, Any]) -> list[str]:

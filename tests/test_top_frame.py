@@ -7,7 +7,6 @@ from typing import Any
 
 from plancompiler.top.frame import HostView, Item, Ui, build
 from plancompiler.top.keys import Actions, handle, split_keys
-from plancompiler.top.waiting import group_waiting
 from plancompiler.watch import Incident
 
 NOW = 1_800_000_000.0
@@ -179,39 +178,3 @@ def test_keys_move_the_selection_ask_before_retry_and_cancel_and_filter() -> Non
 def test_split_keys_reads_arrows_and_skips_keys_it_does_not_use() -> None:
     assert split_keys(b"\x1b[Ak\x1bOB\x1b[15~q\r") == ["up", "k", "down", "q", "enter"]
     assert split_keys(b"\x1b") == ["esc"]
-
-
-def test_waiting_groups_by_reason_and_blocker_worst_first() -> None:
-    queued = [
-        {"job": "b.job", "reason": "requires", "blocker": "test -f /x", "since": 5.0},
-        {"job": "a.job", "reason": "requires", "blocker": "test -f /x", "since": 1.0},
-        {"job": "c.job", "reason": "requires", "blocker": "test -f /y", "since": 2.0},
-        {"job": "d.job", "reason": "blocked", "blocker": "p.job", "since": 9.0},
-        {"job": "e.job", "reason": "order", "blocker": "", "since": None},
-    ]
-    groups = group_waiting(queued)
-    assert [(g.reason, g.blocker, g.jobs) for g in groups] == [
-        ("blocked", "p.job", ("d.job",)),
-        ("requires", "test -f /x", ("a.job", "b.job")),
-        ("requires", "test -f /y", ("c.job",)),
-        ("order", "", ("e.job",)),
-    ]
-    assert groups[1].oldest_since == 1.0
-
-
-def test_jobs_of_one_reason_each_on_a_blocker_of_their_own_are_one_group() -> None:
-    queued = [
-        {
-            "job": f"65-cpu-intake-{n}.job",
-            "reason": "requires",
-            "blocker": f"test -f /s/{n}.json",
-            "detail": f"test -f /s/{n}.json",
-            "since": 10.0 + n,
-        }
-        for n in range(5)
-    ]
-    queued.append({"job": "98-gpu-bench.job", "reason": "requires", "blocker": "test -f /m/.ok", "since": 1.0})
-    queued.append({"job": "99-gpu-bench.job", "reason": "requires", "blocker": "test -f /m/.ok", "since": 2.0})
-    groups = group_waiting(queued)
-    assert [(g.reason, g.blocker, g.count) for g in groups] == [("requires", "", 5), ("requires", "test -f /m/.ok", 2)]
-    assert groups[0].jobs[0] == "65-cpu-intake-0.job" and groups[0].detail == "test -f /s/0.json"

@@ -1,7 +1,7 @@
 """`plan top`: every host's queue live on one screen, refreshed by `plan watch`'s bounded probes.
 
-frame (the screen, a pure function of what the probes saw), waiting (waiting jobs grouped by reason and
-blocker), probes (one probe thread per host), keys (what each key does), app (the loop). This is the door: the
+frame (the screen, a pure function of what the probes saw; waiting jobs grouped by runner.waiting, as plan status
+groups them), probes (one probe thread per host), keys (what each key does), app (the loop). This is the door: the
 command imports the names below, from `plancompiler.top`."""
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from plancompiler.top.waiting import group_waiting
 from plancompiler.watch import Incident
 from runner.durations import format_duration
 from runner.readers import terminal_safe
+from runner.waiting import group_waiting
 
 KEYS = "q quit  j/k select  l log  a ack  r retry  c cancel  / filter"
 # Reasons whose group shows when its first job is estimated to start (the others wait on no clock).
@@ -268,26 +268,25 @@ def _waiting(
     if not queued:
         return
     frame.lines.append(Line(f"  waiting {len(queued)}:"))
-    for n, group in enumerate(group_waiting(queued)):
-        first = group.jobs[0]
-        frame.items.append(Item("waiting", index, first, "queue"))
+    for n, group in enumerate(group_waiting(queued, host_now)):
+        # the row stands for the job estimated to start first, else the one that has waited longest
+        timed = [w for w in group.oldest if isinstance(_dict(starts.get(w.job)).get("starts"), (int, float))]
+        first = min(timed, key=lambda w: _dict(starts.get(w.job))["starts"]) if timed else group.oldest[0]
+        frame.items.append(Item("waiting", index, first.job, "queue"))
         item = len(frame.items) - 1
-        since = f"  oldest {format_duration(host_now - group.oldest_since)}" if group.oldest_since else ""
-        what = group.blocker if group.reason in ("lane-busy", "exclusive") else (group.detail or group.blocker)
+        since = f"  oldest {format_duration(host_now - group.oldest[0].since)}"
+        what = group.blocker if group.reason in ("lane-busy", "exclusive") else (first.detail or group.blocker)
         what = f"e.g. {what}" if not group.blocker and group.count > 1 and what else what
-        jobs = first if group.count == 1 else f"{first} +{group.count - 1}"
-        estimate = _dict(starts.get(first))
+        jobs = first.job if group.count == 1 else f"{first.job} +{group.count - 1}"
+        estimate = _dict(starts.get(first.job))
         at = estimate.get("starts")
-        when = ""
-        if group.reason in _TIMED and isinstance(at, (int, float)):
-            when = f"  starts ~{clock(float(at) + (now - host_now), now)} (est.)"
+        known = group.reason in _TIMED and isinstance(at, (int, float))
+        when = f"  starts ~{clock(at + (now - host_now), now)} (est.)" if isinstance(at, (int, float)) and known else ""
         text = f"    {group.reason:<10}{group.count:>4}  {jobs}{when}{since}  {what}"
-        frame.lines.append(
-            Line(terminal_safe(text, False), "yellow" if group.reason == "blocked" else "", item, drop=int(n >= 3))
-        )
-        if estimate.get("basis") and group.reason in _TIMED and isinstance(at, (int, float)):
-            basis = f"       est.: {estimate['basis']}"
-            frame.lines.append(Line(terminal_safe(basis, False), "dim", item, drop=2))
+        style = "yellow" if group.reason == "blocked" else ""
+        frame.lines.append(Line(terminal_safe(text, False), style, item, drop=int(n >= 3)))
+        if known and estimate.get("basis"):
+            frame.lines.append(Line(terminal_safe(f"       est.: {estimate['basis']}", False), "dim", item, drop=2))
 
 
 def _ended(frame: Frame, index: int, ends: tuple[dict[str, Any], ...], needle: str) -> None:
