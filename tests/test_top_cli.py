@@ -46,6 +46,9 @@ def test_once_exits_3_when_no_host_answers_and_usage_errors_exit_2(tmp_path: Pat
     assert "gone  UNREACHABLE:" in ran.stdout
     ran = plan_main("top", "--once", cwd=tmp_path, cache=tmp_path / "cache")
     assert ran.returncode == 2 and "name a HOST, or give a hosts file" in ran.stderr
+    hosts.write_text("hosts: {}\n")
+    ran = plan_main("top", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path / "cache")
+    assert ran.returncode == 2 and "names no host" in ran.stderr
     ran = plan_main("top", str(tmp_path), "--interval", "0", cwd=tmp_path, cache=tmp_path / "cache")
     assert ran.returncode == 2 and "--interval must be more than 0" in ran.stderr
 

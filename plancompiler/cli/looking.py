@@ -37,13 +37,15 @@ def top(
     if not names:
         path = hosts_file(hosts)
         if path is None or not path.exists():
-            raise fail("plan top: name a HOST, or give a hosts file (--hosts, $PLAN_HOSTS or plans/hosts.yaml)")
+            raise fail("top: name a HOST, or give a hosts file (--hosts, $PLAN_HOSTS or plans/hosts.yaml)")
         from plancompiler.hostsfile import load_hosts
 
         try:
             names = list(load_hosts(path))
         except PlanError as exc:
             raise fail(str(exc)) from exc
+        if not names:
+            raise fail(f"top: {path} names no host")
     targets = [resolve_host(name, hosts) for name in names]
     if interval is not None and not interval > 0:
         raise fail(f"--interval must be more than 0 seconds, not {interval:g}")
