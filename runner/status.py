@@ -29,20 +29,26 @@ def render_status(
     if queued:
         lines.append("")
         lines.append(f"waiting ({len(queued)}):")
-        lines.extend(_every(queued, now) if every else _grouped(queued, now))
-    starts = (estimates or {}).get("queued") or {}
-    known = _starts(queued, starts, now) if isinstance(starts, dict) else []
-    if known:
-        lines.append("")
-        lines.extend(known)
+        found = (estimates or {}).get("queued")
+        starts = found if isinstance(found, dict) else {}
+        lines.extend(_every(queued, now, starts) if every else _grouped(queued, now))
+        known = [] if every else _starts(queued, starts, now)
+        if known:
+            lines.append("")
+            lines.extend(known)
     return terminal_safe("\n".join(lines))  # last lines and details are job output: no escapes reach a terminal
 
 
-def _every(queued: list[dict[str, Any]], now: float) -> list[str]:
-    return [
-        f"  {reason:<11} {format_duration(now - w.since):>7}  {w.job}  {cut_middle(w.detail, DETAIL_WIDTH)}"
-        for reason, w in every_waiter(queued, now)
-    ]
+def _every(queued: list[dict[str, Any]], now: float, starts: dict[str, Any]) -> list[str]:
+    """`--all`: a line per waiting job, with its estimated start where there is one."""
+    lines = []
+    for reason, w in every_waiter(queued, now):
+        line = f"  {reason:<11} {format_duration(now - w.since):>7}  {w.job}  {cut_middle(w.detail, DETAIL_WIDTH)}"
+        at = (starts.get(w.job) or {}).get("starts") if isinstance(starts.get(w.job), dict) else None
+        if isinstance(at, (int, float)):
+            line += f"  (est. start ~{_clock(at, now)})"
+        lines.append(line)
+    return lines
 
 
 def _grouped(queued: list[dict[str, Any]], now: float) -> list[str]:
@@ -104,12 +110,15 @@ def _estimate(word: str, at: Any, basis: Any, now: float) -> str:
     """`est. end ~17:55, in 1h55m (estimate: BASIS)`, or why there is none."""
     if not isinstance(at, (int, float)):
         return f"est. {word} unknown: {basis}"
-    when = time.strftime("%H:%M" if abs(at - now) < 20 * 3600 else "%b %d %H:%M", time.localtime(at))
-    return f"est. {word} ~{when}, in {format_duration(max(0.0, at - now))} (estimate: {basis})"
+    return f"est. {word} ~{_clock(at, now)}, in {format_duration(max(0.0, at - now))} (estimate: {basis})"
 
 
-def _starts(queued: list[dict[str, Any]], starts: dict[str, Any], now: float, per_lane: int = 3) -> list[str]:
-    """The first few queued jobs of each lane, in the order the runner takes them, with their estimated start."""
+def _clock(at: float, now: float) -> str:
+    return time.strftime("%H:%M" if abs(at - now) < 20 * 3600 else "%b %d %H:%M", time.localtime(at))
+
+
+def _starts(queued: list[dict[str, Any]], starts: dict[str, Any], now: float, per_lane: int = 1) -> list[str]:
+    """The next queued job of each lane that has an estimated start, in the order the runner takes them."""
     lines = ["estimated starts (the next of each lane):"]
     shown: dict[str, int] = {}
     for item in sorted(queued, key=lambda q: (str(q.get("lane")), q["job"])):

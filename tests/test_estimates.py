@@ -156,3 +156,6 @@ def test_done_runs_go_into_the_history_and_status_shows_estimates_with_their_bas
     out = plan_main("status", str(queue_root), cwd=tmp_path, cache=tmp_path / "cache").stdout
     assert "est. end ~" in out and "(estimate: median of its last 1 run)" in out
     assert "est. start ~" in out and "2-cpu-b.job" in out
+    every = plan_main("status", str(queue_root), "--all", cwd=tmp_path, cache=tmp_path / "cache").stdout
+    assert "estimated starts" not in every  # --all says it on each job's own line
+    assert any("2-cpu-b.job" in line and "(est. start ~" in line for line in every.splitlines())
