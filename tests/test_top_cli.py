@@ -1,11 +1,14 @@
-"""`plan top --once` (one frame for scripts), plain frames when the output is not a terminal, and its usage errors."""
+"""`plan top --once` (one frame for scripts), plain frames when the output is not a terminal, usage errors, and
+where its incidents come from and where their acks go."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -81,26 +84,39 @@ def test_not_a_terminal_prints_a_plain_frame_each_interval_until_interrupted(
             proc.wait()
 
 
-def test_incidents_take_the_watchers_book_opened_time_and_acks_and_an_ack_lands_in_it(
+def test_incidents_come_from_the_boxs_book_and_the_watchers_and_each_ack_goes_where_its_incident_lives(
     tmp_path: Path, queue_root: Path, ticking: Any, stand_in: int
 ) -> None:
     from plancompiler.hosts import resolve
     from plancompiler.top.probes import HostProbe
-    from plancompiler.watch import Incident, WatchState
+    from plancompiler.watch import Incident, WatchState, host_subject
 
     write_job(queue_root, "1-cpu-a.job", "# WARN_AFTER=1\ntrue\n")
-    write_job(queue_root, "2-gpu-b.job", "# LANE=gpu\n# WARN_AFTER=1\ntrue\n")
-    ticking(pid=stand_in, exclusive=()).tick(NOW).tick(NOW + 5)
-    book = tmp_path / "book.json"
-    old = Incident("STALL", "1-cpu-a.job", "seen by plan watch", "warn-after", opened=NOW - 3600, seen=NOW, acked=True)
-    WatchState(incidents={"STALL:1-cpu-a.job": old}).save(book)
-    probe = HostProbe(resolve(str(queue_root)), 1.0, book)
+    run = ticking(pid=stand_in).tick(NOW).tick(NOW + 5)  # a job past its WARN_AFTER: the box's book opens it
+    host = resolve(str(queue_root))
+    book = tmp_path / "book.json"  # the watcher's: DEAD (the box's heartbeat is old by this clock) seen long ago
+    dead = Incident("DEAD", host_subject(host), "seen by plan watch", "dead", opened=NOW - 3600, seen=NOW)
+    WatchState(incidents={f"DEAD:{host_subject(host)}": dead}).save(book)
+    probe = HostProbe(host, 1.0, book)
     probe.once()
-    found = {i.subject: i for i in probe.current().incidents}
-    assert found["1-cpu-a.job"].opened == NOW - 3600 and found["1-cpu-a.job"].acked  # as the watcher's book says
-    assert not found["2-gpu-b.job"].acked
-    assert probe.ack("STALL:2-gpu-b.job").startswith("acked STALL:2-gpu-b.job")
-    assert WatchState.load(book).incidents["STALL:2-gpu-b.job"].acked  # where plan watch and plan ack read it
-    acked = {i.subject: i.acked for i in probe.current().incidents}
-    assert acked["1-cpu-a.job"] and acked["2-gpu-b.job"]
-    assert probe.ack("STALL:9-gone.job") == f"STALL:9-gone.job is no longer open on {queue_root}"
+    found = {i.kind: i for i in probe.current().incidents}
+    assert found["DEAD"].opened == NOW - 3600 and not found["DEAD"].acked  # since when the watcher's book has it
+    stall = found["STALL"]
+    assert stall.subject.endswith("1-cpu-a.job") and stall.opened == NOW + 5  # as the box's book has it
+    assert "1-cpu-a.job" in stall.detail and not stall.detail.startswith(str(queue_root))  # the box's own words
+    # an ack of the box's incident goes to the box (its runner takes it at its next tick)
+    acking = threading.Thread(target=lambda: said.append(probe.ack(f"STALL:{stall.subject}")))
+    said: list[str] = []
+    acking.start()
+    control = queue_root / "control"
+    wait_for(lambda: control.is_dir() and [p for p in control.iterdir() if not p.name.startswith(".")], 10)
+    run.tick(NOW + 6)
+    acking.join(20)
+    assert said and said[0].startswith(f"acked {stall.subject}"), said
+    box = json.loads((queue_root / "incidents.json").read_text())
+    assert [i["acked"] is not None for i in box["open"] if i["id"] == stall.subject] == [True]
+    # an ack of the watcher's incident goes to the watcher's book, where plan watch and plan ack read it
+    assert probe.ack(f"DEAD:{host_subject(host)}").startswith("acked DEAD:")
+    assert WatchState.load(book).incidents[f"DEAD:{host_subject(host)}"].acked
+    assert all(i.acked for i in probe.current().incidents)
+    assert probe.ack("STALL:gone") == f"STALL:gone is no longer open on {queue_root}"

@@ -3,6 +3,7 @@ real runner, and the test reads the screen with capture-pane."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from plancompiler.watch import WatchState
 from tests.conftest import REPO, RunnerProcess, wait_for, write_job
 from tests.sshd import IN_CI, Sshd
 
@@ -84,12 +84,12 @@ def test_plan_top_in_tmux_shows_two_hosts_refreshes_marks_an_unreachable_one_and
         screen = _shows(tmux, "10-cpu-long.job", "10-gpu-remote.job", "lane-busy", "requires", "testbox")
         assert "20-cpu-next.job" in screen and "30-cpu-gate.job" in screen
         assert all(len(line) <= 80 for line in screen.splitlines()) and len(screen.splitlines()) <= 24
-        # a key acks the incident (the first row, selected): on screen and in the watcher's book
-        _shows(tmux, "! STALL 10-cpu-long.job")
+        # a key acks the incident (the first row, selected): on screen, and on the box, whose runner judged it
+        _shows(tmux, "! STALL long-running:10-cpu-long.job")
         subprocess.run([*tmux, "send-keys", "-t", "top", "a"], check=True)
-        _shows(tmux, "(acked)")
-        books = list((state / "plancompiler").glob("watch-*.json"))
-        assert any(i.acked for book in books for i in WatchState.load(book).incidents.values())
+        _shows(tmux, "(acked)", "acked long-running:10-cpu-long.job")
+        book = json.loads((local / "incidents.json").read_text())
+        assert [i["acked"] is not None for i in book["open"] if i["id"] == "long-running:10-cpu-long.job"] == [True]
         # it refreshes by itself: the long job ends, the next one runs
         flag.write_text("")
         write_job(local, "40-cpu-late.job", "# LANE=cpu\n" + _HOLD.format(flag=tmp_path / "later"))

@@ -2,8 +2,8 @@
 
 A probe that hangs holds only its own host's thread (until the host's timeout ends it); the screen reads each
 host's latest view without waiting, so a host that does not answer is shown as such, never a frozen screen.
-The incidents are judged as `plan watch` judges them; an ack goes into the watcher's book (`plan ack`'s file),
-which this book also reads, so an incident acked in either place is acked in both.
+The incidents are `plan watch`'s: the box's own book (its runner judges them; an ack goes to the box, as `plan ack`
+sends it) and what only the outside can judge (DEAD, UNREACHABLE, ERROR, SKEW; acked in the watcher's book).
 """
 
 from __future__ import annotations
@@ -17,10 +17,21 @@ from typing import Any
 
 from plancompiler.hosts import Host
 from plancompiler.top.frame import HostView, is_end
-from plancompiler.watch import AckError, Incident, Rules, WatchState, ack, probe, reconcile
+from plancompiler.watch import (
+    AckError,
+    Incident,
+    Rules,
+    WatchState,
+    ack,
+    book_of,
+    probe,
+    reconcile,
+    take_box_acks,
+)
 from runner.readers import valid_events
 
 _KEEP_ENDS = 20
+BOX_ACK_WAIT_S = 10.0  # how long an ack on the box waits for its runner to take it
 _NEVER = float("inf")  # top shows incidents; it never sends them again
 
 
@@ -38,6 +49,8 @@ class HostProbe:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.probes = 0
+        # incidents the box's own book holds (by key): when each opened and its text
+        self.on_box: dict[str, tuple[float | None, str]] = {}
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._loop, name=f"top-probe-{self.host.name}", daemon=True)
@@ -60,7 +73,14 @@ class HostProbe:
         with self.lock:
             self.probes += 1
             reconcile(self.state.incidents, seen.conditions, now, {}, _NEVER, seen.judged)
-            _take_acks(self.state.incidents, book.incidents)
+            if seen.answer is not None:
+                self.on_box = _box_opened(seen.answer, seen.box_acked)
+            take_box_acks(self.state.incidents, seen.conditions, seen.box_acked, now)
+            _take_acks({k: i for k, i in self.state.incidents.items() if k not in self.on_box}, book.incidents)
+            for key, (opened, text) in self.on_box.items():  # as the box says: since when (its clock), and what
+                if key in self.state.incidents:
+                    self.state.incidents[key].opened = opened or self.state.incidents[key].opened
+                    self.state.incidents[key].detail = text or self.state.incidents[key].detail
             incidents = tuple(replace(i) for i in self.state.incidents.values())
             if seen.answer is not None:
                 raw = seen.answer.get("events")
@@ -84,7 +104,23 @@ class HostProbe:
             return self.view
 
     def ack(self, key: str) -> str:
-        """Ack the open incident KEY (KIND:SUBJECT) in the watcher's book, where `plan watch` and `plan ack` see it."""
+        """Ack the open incident KEY (KIND:SUBJECT): on the box when its runner's book holds it (every channel the box
+        notifies goes quiet, as `plan ack` does), else in the watcher's book, where `plan watch` and `plan ack` see
+        it. Called from a background thread: the box's ack waits for its runner to take it."""
+        with self.lock:
+            mine = self.state.incidents.get(key)
+            box = key in self.on_box
+        if mine is None:
+            return f"{key} is no longer open on {self.host.name}"
+        if box:
+            from plancompiler.commands import operate
+
+            said = operate.ack_on_box(self.host, mine.subject, None, BOX_ACK_WAIT_S, None)
+            if said is not None:
+                with self.lock:
+                    mine.acked, mine.acked_until = True, None
+                    self.view = replace(self.view, incidents=tuple(replace(i) for i in self.state.incidents.values()))
+                return "; ".join(said)
         now = time.time()
         with self.lock:
             mine = self.state.incidents.get(key)
@@ -101,6 +137,21 @@ class HostProbe:
             mine.acked, mine.acked_until = True, None
             self.view = replace(self.view, incidents=tuple(replace(i) for i in self.state.incidents.values()))
         return f"acked {key} on {self.host.name} until it changes or recovers"
+
+
+def _box_opened(answer: dict[str, Any], acked: dict[str, bool]) -> dict[str, tuple[float | None, str]]:
+    """The keys of the conditions the box's book gave (ACKED's keys, KIND:ID), each with when the box opened it and
+    its text."""
+    book = book_of(answer) or {}
+    found: dict[Any, tuple[float | None, str]] = {}
+    for raw in book.get("open") or []:
+        if isinstance(raw, dict):
+            opened = raw.get("opened")
+            found[raw.get("id")] = (
+                float(opened) if isinstance(opened, (int, float)) else None,
+                str(raw.get("text") or ""),
+            )
+    return {key: found.get(key.partition(":")[2], (None, "")) for key in acked}
 
 
 def _take_acks(mine: dict[str, Incident], book: dict[str, Incident]) -> None:

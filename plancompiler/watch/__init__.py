@@ -15,7 +15,7 @@ from plancompiler.watch.args import (
     event_names,
     waiting_limits,
 )
-from plancompiler.watch.book import skew_condition
+from plancompiler.watch.book import book_of, skew_condition, take_box_acks
 from plancompiler.watch.history import HistoryError, check_outcome
 from plancompiler.watch.history import select as history_ends
 from plancompiler.watch.history import text as history_text
@@ -54,6 +54,7 @@ __all__ = [
     "ack",
     "check_outcome",
     "acknowledge",
+    "book_of",
     "duration",
     "evaluate",
     "event_names",
@@ -69,6 +70,7 @@ __all__ = [
     "skew_condition",
     "state_path",
     "status_text",
+    "take_box_acks",
     "waiting_limits",
     "watch_loop",
 ]
