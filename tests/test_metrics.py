@@ -73,6 +73,11 @@ def test_each_tick_writes_job_lane_and_reason_gauges_that_prometheus_parses(
     assert metrics["plan_queue_files"][(("state", "done"),)] == 2
     assert metrics["plan_runner_ticks_total"][()] == 3
     assert metrics["plan_recent_failure_signatures"][()] == 0  # a failure without output has no signature
+    # the incident book's: the failure is one open incident; every kind has its series
+    assert metrics["plan_incidents_open"][(("kind", "failed"),)] == 1
+    assert metrics["plan_incidents_open"][(("kind", "gpu-held"),)] == 0
+    assert metrics["plan_incidents_acked"][(("kind", "failed"),)] == 0
+    assert metrics["plan_notices_total"][()] >= 1
 
 
 def test_a_running_job_has_its_age_and_a_failure_its_signature(tmp_path: Path, queue_root: Path, ticking: Any) -> None:

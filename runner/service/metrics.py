@@ -56,7 +56,10 @@ class TickView:
     waiting_by_reason: dict[str, int]
     events: dict[str, int]  # events written since the runner started, by name
     failures: tuple[str, ...]  # each recent failure's signature (within the correlation window)
-    incidents: dict[str, int]  # standing problems the runner sees in itself, by kind
+    incidents: dict[str, int]  # the incident book's open incidents, by kind (runner.alerts.book)
+    acked: dict[str, int]  # of those, how many are acked
+    notices: int  # notices the book has given out (opens, repeats, recoveries)
+    notify_failed: int  # deliveries of notices that failed (each try), with --notify
     lane_order: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()  # every reason name, so each has a series (0 when none waits on it)
 
@@ -147,9 +150,17 @@ def _families(view: TickView) -> list[_Family]:
         "plan_recent_failure_signatures", "gauge", "Distinct failure signatures within the correlation window."
     )
     signatures.add(len(set(view.failures)))
-    incidents = _Family("plan_incidents_open", "gauge", "Standing problems the runner sees in its queue, by kind.")
+    incidents = _Family("plan_incidents_open", "gauge", "Open incidents of the runner's incident book, by kind.")
+    acked = _Family("plan_incidents_acked", "gauge", "Open incidents that are acked, by kind.")
     for kind, count in sorted(view.incidents.items()):
         incidents.add(count, kind=kind)
+        acked.add(view.acked.get(kind, 0), kind=kind)
+    notices = _Family(
+        "plan_notices_total", "counter", "Notices the incident book gave out (opens, repeats, recoveries)."
+    )
+    notices.add(view.notices)
+    failed = _Family("plan_notify_failed_tries_total", "counter", "Deliveries of notices (--notify) that failed.")
+    failed.add(view.notify_failed)
     return [
         info,
         start,
@@ -168,28 +179,28 @@ def _families(view: TickView) -> list[_Family]:
         failures,
         signatures,
         incidents,
+        acked,
+        notices,
+        failed,
     ]
 
 
 class Counts:
-    """Waiting jobs by reason (and how many causes block jobs) and queued jobs by lane, counted again only when
-    what they count changed: a tick's cost stays apart from the queue's size."""
+    """Waiting jobs by reason and queued jobs by lane, counted again only when what they count changed: a tick's
+    cost stays apart from the queue's size."""
 
     def __init__(self) -> None:
         self._reasons_key: Any = None
         self._by_reason: dict[str, int] = {}
-        self._blocked_causes = 0
         self._lanes_key: Any = None
         self._by_lane: dict[str, int] = {}
 
-    def waiting(self, generation: Any, reasons: Callable[[], Iterable[tuple[str, str]]]) -> tuple[dict[str, int], int]:
-        """REASONS() gives (reason, blocker) of each queued job; called only when GENERATION is not the one counted."""
+    def waiting(self, generation: Any, reasons: Callable[[], Iterable[str]]) -> dict[str, int]:
+        """REASONS() gives each queued job's reason; called only when GENERATION is not the one counted."""
         if generation != self._reasons_key:
-            pairs = list(reasons())
-            self._by_reason = dict(Counter(reason for reason, _ in pairs))
-            self._blocked_causes = len({blocker for reason, blocker in pairs if reason == "blocked"})
+            self._by_reason = dict(Counter(reasons()))
             self._reasons_key = generation
-        return self._by_reason, self._blocked_causes
+        return self._by_reason
 
     def by_lane(self, generation: Any, lanes: Callable[[], Iterable[str]]) -> dict[str, int]:
         if generation != self._lanes_key:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner import __version__, jobfile, wrapper
+from runner.alerts.book import CAUSE_KINDS
 from runner.alerts.engine import Alerts
 from runner.config import Config
 from runner.controls import ControlHandler
@@ -269,16 +270,12 @@ class Runner:
         config, running = self.config, list(self.jobs.running.values())
         if self.counts is None:
             self.counts = metrics.Counts()
-        waiting, blocked = self.counts.waiting(
-            self.reasons.generation, lambda: ((r.reason, r.blocker) for _, r in self.reasons.items())
-        )
+        waiting = self.counts.waiting(self.reasons.generation, lambda: (r.reason for _, r in self.reasons.items()))
         by_lane = self.counts.by_lane(  # the jobs this tick found queued that still wait (each has its reason)
             (self.scanner.generation, len(queued), self.reasons.generation),
             lambda: (str(getattr(parsed.job, "lane", "")) for name, parsed in queued if name in self.reasons),
         )
-        stalled = [r for r in running if now - r.log_grew_at >= config.stall_s]
-        warn = {r.filename: r.job.warn_after_s or config.warn_after.get(r.lane) for r in running}
-        long_running = [r for r in running if warn[r.filename] and now - r.started >= (warn[r.filename] or 0)]
+        book, delivery = self.alerts.book.open.values(), self.alerts.delivery() or {}
         return metrics.TickView(
             now=now,
             pid=self.pid,
@@ -297,15 +294,10 @@ class Runner:
             waiting_by_reason=waiting,
             events=dict(self.queue.emitted),
             failures=tuple(signature for _, _, signature, _ in self.announcer.failures),
-            incidents={
-                "stall": len(stalled),
-                "long-running": len(long_running),
-                "blocked": blocked,
-                "gpu-foreign": int(waiting.get("gpu-foreign", 0) > 0),
-                "parked": int(bool(self.controls.park)),
-                "disk-full": int(bool(self.jobs.disk_full)),
-                "write-error": len(self.problems.write_errors),
-            },
+            incidents={kind: sum(i.kind == kind for i in book) for kind in CAUSE_KINDS},
+            acked={kind: sum(i.kind == kind and bool(i.acked) for i in book) for kind in CAUSE_KINDS},
+            notices=self.alerts.book.sent,
+            notify_failed=int(delivery.get("failed_tries") or 0),
             lane_order=tuple(config.lanes),
             reasons=tuple(sorted(REASON_NAMES)),
         )
