@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from plancompiler.cli.shared import HostsOpt, app, fail, host_errors, resolve_host
-from plancompiler.diagnostics import PlanError
+from plancompiler.cli.shared import HostsOpt, app, fail, resolve_host
 
 
 @app.command()
@@ -40,15 +39,10 @@ def top(
             raise fail("top: name a HOST, or give a hosts file (--hosts, $PLAN_HOSTS or plans/hosts.yaml)")
         from plancompiler.hostsfile import load_hosts
 
-        try:
-            names = list(load_hosts(path))
-        except PlanError as exc:
-            raise fail(str(exc)) from exc
+        names = list(load_hosts(path))
         if not names:
             raise fail(f"top: {path} names no host")
     targets = [resolve_host(name, hosts) for name in names]
     if interval is not None and not interval > 0:
         raise fail(f"--interval must be more than 0 seconds, not {interval:g}")
-    with host_errors():
-        code = run_top(targets, TopOptions(interval=interval, once=once), state_path)
-    raise typer.Exit(code)
+    raise typer.Exit(run_top(targets, TopOptions(interval=interval, once=once), state_path))
