@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
+from runner import trust
 from runner.cli import build_parser, config_from
 
 __all__ = ["build_parser", "config_from", "main"]
@@ -48,14 +50,20 @@ def _run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"runner: --slots names a lane not in --lanes: {','.join(unknown)}", file=sys.stderr)
         return 2
+    if not args.lanes:
+        print("runner: --lanes names no lane: give at least one (e.g. net,gpu,cpu)", file=sys.stderr)
+        return 2
+    if args.tick <= 0:
+        print("runner: --tick must be above 0 (a scan every 0 s would never rest)", file=sys.stderr)
+        return 2
     if args.metrics and not args.metrics.resolve().parent.is_dir():
         print(f"runner: --metrics {args.metrics}: no directory {args.metrics.resolve().parent}", file=sys.stderr)
         return 2
     try:
-        args.root.mkdir(parents=True, exist_ok=True)
+        _make_root(args.root, args.group_share)
         args.root = args.root.resolve()  # once: the jobs run with it as their working directory
     except OSError as exc:
-        print(f"runner: cannot use --root {args.root}: {exc}", file=sys.stderr)
+        print(f"runner: cannot use --root {args.root}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     urls = [*args.notify, *([args.ping] if args.ping else [])]
     if urls:  # checked before the runner starts; urllib is loaded only by a runner that sends
@@ -74,18 +82,38 @@ def _run(args: argparse.Namespace) -> int:
         return exc.code
 
 
+def _make_root(root: Path, group_share: bool) -> None:
+    """ROOT made with its mode exactly (0700; 2770 with --group-share); an existing root of ours is made 2770
+    with --group-share, and otherwise left as it is for the trust check to judge."""
+    mode = trust.SHARED_DIR_MODE if group_share else trust.DIR_MODE
+    if not root.is_dir():
+        trust.make_dirs(str(root), mode)
+    elif group_share and root.stat().st_uid == os.geteuid():
+        os.chmod(root, mode)
+
+
 def _status(args: argparse.Namespace) -> int:
+    from runner.files import read_json
     from runner.queue import fresh_status
+    from runner.readers import status_problem
     from runner.status import render_status
 
+    if not args.root.is_dir():
+        what = "does not exist" if not os.path.lexists(args.root) else "is not a directory"
+        print(f"runner: --root {args.root} {what}: give a queue root", file=sys.stderr)
+        return 2
     path = args.root / "status.json"
     try:
-        status = fresh_status(args.root, json.loads(path.read_text()))
-    except FileNotFoundError:
-        print(f"runner: no status.json under {args.root}: has a runner ever run there?", file=sys.stderr)
-        return 1
+        status = fresh_status(args.root, read_json(path))
     except ValueError as exc:
         print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
+        return 1
+    if status is None:
+        print(f"runner: no status.json under {args.root}: has a runner ever run there?", file=sys.stderr)
+        return 1
+    problem = status_problem(status)
+    if problem:
+        print(f"runner: {path} is corrupt: {problem}", file=sys.stderr)
         return 1
     print(json.dumps(status, indent=1) if args.json else render_status(status, time.time(), args.all))
     return 0

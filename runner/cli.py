@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runner import banner
+from runner import banner, trust
 from runner.config import Config
 from runner.durations import format_duration, parse_duration
 
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python3 -m runner",
         description="The queue runner: runs bash job files from ROOT/queue in lanes, "
         "records events.jsonl and status.json, and says why every waiting job waits.",
-        epilog="Durations read 90, 90s, 10m, 6h or 2d.",
+        epilog="Durations read 90, 90s, 10m, 6h or 2d. " + trust.HELP,
     )
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version, commit and formats, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -97,7 +97,8 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run the queue in the foreground until SIGTERM",
         description="Run the queue under ROOT until SIGTERM or SIGINT. On stop, running jobs "
         "are ended and go back to queue/ without using an attempt.",
-        epilog="Durations read 90, 90s, 10m, 6h or 2d. Retry n waits backoff-base * 2**(n-1), at most backoff-max.",
+        epilog="Durations read 90, 90s, 10m, 6h or 2d. Retry n waits backoff-base * 2**(n-1), at most "
+        "backoff-max. " + trust.HELP,
     )
     run.add_argument("--root", required=True, type=Path, help="queue root (holds queue/ running/ done/ failed/ logs/)")
     d = _DEFAULTS
@@ -250,6 +251,13 @@ def _add_gpu_reading(run: argparse.ArgumentParser) -> None:
 
 
 def _add_ownership(run: argparse.ArgumentParser) -> None:
+    run.add_argument(
+        "--group-share",
+        action="store_true",
+        help="share the root with its group: a root it creates is 2770 (setgid, group-writable), and what it "
+        "creates under a shared root is 2770 or 0660; an existing root of ours is made 2770. Without it, "
+        "0700 and 0600. Never world-writable",
+    )
     run.add_argument(
         "--keep-leaks",
         action="store_true",

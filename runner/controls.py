@@ -3,7 +3,6 @@ out between ticks; and the park files (the whole queue, or lanes alone) it reads
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner import jobfile
-from runner.files import read_regular
+from runner.files import loads, read_regular
 from runner.queue import Queue, timestamp
 from runner.runstate import RunnerState
 from runner.service.problems import FileProblems
@@ -144,7 +143,7 @@ class ControlHandler:
         that names nothing open now is dropped (`plan ack` checked the book before it asked)."""
         problems: list[Problem] = []
         try:
-            raw = json.loads(text or b"null")
+            raw = loads(text or b"null")
         except ValueError as exc:
             raw, problems = None, [("(whole file)", f"not JSON ({exc}): ack not carried out")]
         target = raw.get("target") if isinstance(raw, dict) else None
@@ -228,7 +227,7 @@ class ControlHandler:
             return {}
         text = read_regular(str(path))
         try:
-            raw = json.loads(text) if text is not None else None
+            raw = loads(text) if text is not None else None
         except ValueError:
             raw = None
         if not isinstance(raw, dict):
@@ -252,7 +251,7 @@ class ControlHandler:
         if text is None:
             return "parked (parked.json unreadable)"
         try:
-            reason, problems = check_park(json.loads(text))
+            reason, problems = check_park(loads(text))
         except ValueError as exc:
             reason, problems = "parked", [("(whole file)", f"not JSON ({exc}): parked without a reason")]
         self.problems.report(now, PARK_FILE, problems)
@@ -271,7 +270,7 @@ def _request(name: str, action: str, job: str, text: bytes | None) -> tuple[dict
     if text is None:
         return None, [("(whole file)", "not a regular file: request not carried out")]
     try:
-        raw = json.loads(text) if text.strip() else None
+        raw = loads(text) if text.strip() else None
     except ValueError as exc:
         return None, [("(whole file)", f"not JSON ({exc}): request not carried out")]
     request, problems = check_request(raw)

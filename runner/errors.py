@@ -15,6 +15,10 @@ class RunnerError(Exception):
             self.code = code
 
 
+class Untrusted(RunnerError):
+    """A queue root (or a directory in it) that another user could write to: nothing under it is run: exit 2."""
+
+
 class AlreadyRunning(RunnerError):
     """Another runner holds the root's lock (ROOT/.runner.lock): exit 3."""
 

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from runner.trust import file_mode
+
 
 def atomic_write(path: Path, data: bytes | Sequence[bytes], durable: bool = True, mode: int | None = None) -> None:
     """Write DATA (or its parts, one after the other) to PATH so a reader sees the old file or the new one, never
@@ -40,22 +42,33 @@ def atomic_write(path: Path, data: bytes | Sequence[bytes], durable: bool = True
 
 
 def _temp(path: Path) -> tuple[int, str]:
-    """A new dot-file beside PATH, opened for writing (as tempfile.mkstemp makes it, without importing it)."""
+    """A new dot-file beside PATH, opened for writing (as tempfile.mkstemp makes it, without importing it), with
+    its directory's file mode exactly (runner.trust: 0600, or 0660 in a shared root), whatever the umask."""
+    mode = file_mode(str(path.parent))
     while True:
         tmp = str(path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp"))
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         except FileExistsError:
             continue
-
-
-def write_all_durably(directory: str, files: Sequence[tuple[str, bytes]]) -> None:
-    """Write each (NAME, DATA) into DIRECTORY as a new file, then make them all durable with one barrier: a single
-    syncfs() of DIRECTORY's file system where the C library has it (one journal commit, not one per file), else
-    an fsync of each file after all are written. Nothing is renamed here: the caller moves them in after this."""
-    for name, data in files:
-        fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
+            os.fchmod(fd, mode)
+        except OSError:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        return fd, tmp
+
+
+def write_all_durably(directory: str, files: Sequence[tuple[str, bytes]], mode: int = 0o600) -> None:
+    """Write each (NAME, DATA) into DIRECTORY as a new file of MODE exactly (whatever the umask), then make them all
+    durable with one barrier: a single syncfs() of DIRECTORY's file system where the C library has it (one
+    journal commit, not one per file), else an fsync of each file after all are written. Nothing is renamed
+    here: the caller moves them in after this."""
+    for name, data in files:
+        fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        try:
+            os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
@@ -114,8 +127,9 @@ def drain(fd: int, size: int) -> bytes:
 
 def _regular_fd(path: str) -> int:
     """A descriptor reading PATH if it is a regular file; OSError otherwise. Opened without blocking: a FIFO in
-    the queue or as events.jsonl would hold a plain open() until someone writes to it, and a probe with it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    the queue or as events.jsonl would hold a plain open() until someone writes to it, and a probe with it;
+    and never through a symlink (a job file or log pointing at another user's file is not read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
@@ -130,13 +144,16 @@ def open_regular(path: str) -> BinaryIO:
     return os.fdopen(_regular_fd(path), "rb")
 
 
-def read_regular(path: str) -> bytes | None:
-    """The bytes of PATH if it is (still) a regular file; None otherwise. Never blocks on a FIFO."""
+def read_regular(path: str, limit: int | None = None) -> bytes | None:
+    """The bytes of PATH if it is (still) a regular file; None otherwise. Never blocks on a FIFO. Past LIMIT
+    bytes, OverflowError."""
     try:
         fd = _regular_fd(path)
     except OSError:
         return None
     try:
+        if limit is not None and os.fstat(fd).st_size > limit:
+            raise OverflowError(f"larger than {limit >> 20} MiB")
         return drain(fd, 1 << 20)
     except OSError:
         return None
@@ -144,14 +161,29 @@ def read_regular(path: str) -> bytes | None:
         os.close(fd)
 
 
+JSON_MAX_BYTES = 256 << 20  # a state file larger than this is not one the runner wrote: corrupt, not read
+
+
 def read_json(path: Path) -> Any:
-    """PATH's JSON, None when it does not exist; ValueError when it is not JSON or not a regular file."""
-    data = read_regular(str(path))
+    """PATH's JSON, None when it does not exist; ValueError when it is not JSON, not a regular file, larger
+    than JSON_MAX_BYTES or nested too deep for the parser (a planted file must not crash every start)."""
+    try:
+        data = read_regular(str(path), JSON_MAX_BYTES)
+    except OverflowError as exc:
+        raise ValueError(str(exc)) from None
     if data is None:
         if not os.path.lexists(path):
             return None
         raise ValueError("not a regular file")
-    return json.loads(data)
+    return loads(data)
+
+
+def loads(data: str | bytes) -> Any:
+    """json.loads, with JSON nested deeper than the parser goes a ValueError like any other bad JSON."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
 
 
 def read_json_or_none(path: str | os.PathLike[str]) -> Any:

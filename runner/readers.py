@@ -9,12 +9,11 @@ skips what is malformed and says so, instead of failing later on a KeyError or a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from typing import Any
 
-from runner.files import open_regular
+from runner.files import loads, open_regular
 from runner.vocab import Event
 
 _STR: tuple[type, ...] = (str,)
@@ -279,7 +278,7 @@ def read_events(root: str, request: dict[str, Any]) -> dict[str, Any]:
     for line in lines:
         # A malformed line is skipped and named by its byte offset, so the watcher's offset still advances.
         try:
-            event: Any = json.loads(line)
+            event: Any = loads(line)
             problem = event_problem(event)
         except ValueError:
             problem = "not JSON"

@@ -20,7 +20,8 @@ from pathlib import Path
 # means the runner is ending the job (timeout, cancel, stop, a new runner life ending leftovers): then it
 # records nothing, so the job counts as interrupted, not as failed. The trap is ignored from the job's exit
 # on, so a TERM that comes after the job finished cannot cut the record short. EPOCHREALTIME is bash 5's
-# clock (no fork), `date` where it is missing; a locale's decimal comma is made a point.
+# clock (no fork), `date` where it is missing; a locale's decimal comma is made a point. The record is 0600
+# whatever the umask the runner was started with (the job's own umask is left as it was).
 SCRIPT = r"""s=${EPOCHREALTIME:-$(date +%s)}
 trap 'x=1' TERM
 if [ -n "$3" ]; then echo $$ >"$3"; fi 2>/dev/null
@@ -29,6 +30,7 @@ rc=$?
 trap '' TERM
 e=${EPOCHREALTIME:-$(date +%s)}
 if [ -z "$x" ]; then
+  umask 077
   printf '%d %s %s\n' "$rc" "${s/,/.}" "${e/,/.}" >"$2"
 fi
 exit "$rc"

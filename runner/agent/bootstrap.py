@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner import trust
 from runner.agent import detach
 from runner.agent.unit import run_flags
 from runner.files import atomic_write, read_json_or_none
@@ -20,9 +21,8 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """Copy the runner package under ROOT/.plan-runner, write its systemd unit, start it if systemd runs."""
     done: dict[str, Any] = {"written": [], "unchanged": [], "commands": [], "systemd": False, "heartbeat": False}
     lib = os.path.join(root, ".plan-runner")
-    _copy_runner(lib, request, done)
     Queue(Path(root)).ensure()
-    os.makedirs(os.path.join(root, "control"), exist_ok=True)
+    _copy_runner(lib, request, done)
     user_unit = bool(request.get("user_unit"))
     unit_dir = os.path.expanduser("~/.config/systemd/user") if user_unit else "/etc/systemd/system"
     unit_path = os.path.join(unit_dir, request["unit_name"])
@@ -63,7 +63,8 @@ def _copy_runner(lib: str, request: dict[str, Any], done: dict[str, Any]) -> Non
     """The runner's files under LIB, each rewritten only where it differs."""
     for rel, text in sorted(request["files"].items()):
         path = Path(lib) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        trust.make_dir(lib)
+        trust.make_dir(str(path.parent))
         data = text.encode("utf-8")
         try:
             same = path.read_bytes() == data

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import MANIFEST_VERSION, identity, jobfile, pushlock, refusal, stamps
+from runner import MANIFEST_VERSION, identity, jobfile, pushlock, refusal, stamps, trust
 from runner.controls import request_name
-from runner.files import atomic_write, fsync_dir, open_regular, read_json, read_json_or_none, write_all_durably
+from runner.files import atomic_write, fsync_dir, loads, open_regular, read_json, read_json_or_none, write_all_durably
 from runner.queue import STATES, Queue, fresh_status, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
@@ -112,7 +112,7 @@ def _lifecycle(root: str) -> dict[str, Any] | None:
         if b"runner-st" not in line:
             continue
         try:
-            event = json.loads(line)
+            event = loads(line)
         except ValueError:
             continue
         if isinstance(event, dict) and event.get("event") in ("runner-start", "runner-stop"):
@@ -207,7 +207,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     queue = Queue(Path(root))
     pushlock.keep_root(root)  # a push installs here: the root stays
     queue.ensure()
-    (Path(root) / "control").mkdir(exist_ok=True)
+    trust.make_dir(os.path.join(root, "control"))
     manifest = read_manifest(root)
     refused = refusal(manifest["holds"], request.get("client"), root)
     if refused:
@@ -220,7 +220,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"installed": [], "removed": [], "gone": []}
     try:
         files = request.get("files", {})
-        _stage(stage, files)
+        _stage(root, stage, files)
         _reset_and_remove(root, request, result)
         # Before the files land: a stale job (and what follows it) must not be taken as done meanwhile.
         stamps.mark_stale(root, request.get("stale", []))
@@ -242,10 +242,12 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _stage(stage: str, files: dict[str, str]) -> None:
+def _stage(root: str, stage: str, files: dict[str, str]) -> None:
     """Every new job file written in full beside queue/, then all made durable with one barrier (one syncfs, not
     an fsync per file), before any lands: a crash leaves each landed job whole."""
-    write_all_durably(stage, [(name, text.encode("utf-8")) for name, text in sorted(files.items())])
+    # With the queue's file mode (0600, 0660 shared) whatever the umask: each keeps it as it lands there.
+    mode = trust.file_mode(os.path.join(root, "queue"))
+    write_all_durably(stage, [(name, text.encode("utf-8")) for name, text in sorted(files.items())], mode)
 
 
 def _reset_and_remove(root: str, request: dict[str, Any], result: dict[str, Any]) -> None:

@@ -12,9 +12,10 @@ import os
 import sys
 from typing import Any, Callable, Dict
 
-from runner import pushlock
+from runner import pushlock, trust
 from runner.agent import adhoc, bootstrap, delivery
 from runner.agent.handlers import ack, control, logs, park, slurm_status, status
+from runner.files import loads
 
 Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
 
@@ -54,6 +55,10 @@ def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"no queue at {root} ({root} is not a directory)"}
     if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
         return {"error": f"no queue at {root} (the directory does not exist)"}
+    # Nothing is read, written or run under a root another user could write to (runner.trust).
+    untrusted = trust.problems(root) if os.path.isdir(root) else [p for p in [trust.parent_problem(root)] if p]
+    if untrusted:
+        return {"error": f"refusing the queue root {root}: " + "; ".join(untrusted), "untrusted": untrusted}
     backend = request.get("backend") or "queue"
     handlers = slurm_handlers() if backend == "slurm" else QUEUE_HANDLERS
     handler = handlers.get(mode)
@@ -74,7 +79,7 @@ def session(root: str) -> int:
         for line in sys.stdin:
             if not line.strip():
                 continue
-            request = json.loads(line)
+            request = loads(line)
             sys.stdout.write(json.dumps(answer(str(request.pop("mode", "")), root, request)) + "\n")
             sys.stdout.flush()
     finally:
@@ -92,7 +97,7 @@ def main(argv: list[str]) -> int:
         return session(root)
     raw = sys.stdin.read()
     try:
-        request = json.loads(raw) if raw.strip() else {}
+        request = loads(raw) if raw.strip() else {}
     except ValueError as exc:
         sys.stdout.write(json.dumps({"error": f"the request is not JSON: {exc}"}))
         return 0

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import readers
+from runner import readers, trust
 from runner.agent import delivery
 from runner.controls import PARK_FILE, PARKED_LANES_FILE, park_record, request_name
 from runner.files import atomic_write, open_regular, read_json, read_json_or_none
@@ -106,7 +106,7 @@ def _park_lane(root: str, lane: str, parked: dict[str, Any] | None) -> dict[str,
 
 def _drop_request(root: str, name: str, by: str, body: dict[str, Any] | None = None) -> str:
     control = os.path.join(root, "control")
-    os.makedirs(control, exist_ok=True)
+    trust.make_dir(control)
     path = os.path.join(control, name)
     atomic_write(Path(path), json.dumps({**(body or {}), "by": by}).encode())
     return path

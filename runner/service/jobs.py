@@ -6,7 +6,7 @@ import errno
 import os
 from typing import Any
 
-from runner import jobfile, procs, wrapper
+from runner import jobfile, procs, trust, wrapper
 from runner.config import Config
 from runner.queue import Queue, timestamp
 from runner.records import Running
@@ -115,7 +115,8 @@ class Jobs:
         """(pid, where this attempt's output starts in the log)."""
         record = self.queue.exit_record(filename)
         wrapper.clear_record(record)  # one left by an earlier attempt would read as this one's end
-        fd = os.open(self.queue.log_path(filename), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Never through a symlink planted as logs/JOB.log, and 0600 (or the shared root's 0660) whatever the umask.
+        fd = trust.open_file(str(self.queue.log_path(filename)), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, f"=== {timestamp(now)} start {filename} attempt {attempt} ===\n".encode())
             offset = os.fstat(fd).st_size

@@ -11,14 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner import __version__, jobfile, wrapper
+from runner import __version__, jobfile, trust, wrapper
 from runner.alerts.book import CAUSE_KINDS
 from runner.alerts.engine import Alerts
 from runner.config import Config
 from runner.controls import ControlHandler
 from runner.digest import sha1_hex
 from runner.errors import AlreadyRunning as AlreadyRunning  # its home is runner/errors.py
-from runner.files import read_json
+from runner.files import atomic_write, read_json, read_regular
 from runner.queue import STATES, Queue, fresh_status, timestamp
 from runner.records import Parsed
 from runner.runstate import RunnerState
@@ -90,7 +90,9 @@ class Runner:
 
     # -- one life ------------------------------------------------------------------------------
     def start(self, now: float) -> None:
+        trust.check(self.root)  # before anything under it is created, read or run (runner.trust)
         self.queue.ensure()
+        trust.check(self.root)
         self._lock()
         loaded, problems = RunnerState.load(self.queue)
         self.state.adopt(loaded)
@@ -162,24 +164,28 @@ class Runner:
             return None
 
     def _lock(self) -> None:
-        """One runner per queue root: a second would end the first one's jobs as leftovers of an earlier life."""
-        path = self.queue.root / ".runner.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        """One runner per queue root: a second would end the first one's jobs as leftovers of an earlier life.
+        The lock is on the root directory itself, so a full disk (no room for a lock file) cannot stop a start;
+        .runner.lock only names the holder, best effort."""
+        fd = os.open(self.queue.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        holder_path = str(self.queue.root / ".runner.lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
+            holder = (read_regular(holder_path) or b"").decode(errors="replace").strip() or "?"
             raise AlreadyRunning(f"another runner (pid {holder}) already serves {self.root}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd  # held, never closed, for the life of the process
+        try:
+            atomic_write(Path(holder_path), f"{os.getpid()}\n".encode(), durable=False)
+        except OSError:
+            pass  # a full disk: the lock holds without its note
 
     def watch_dirs(self) -> bool:
         """Watch queue/ and control/ (inotify): a scan then reads only the files that changed, and `serve` wakes
         the moment one lands. False where the kernel gives no watch: every scan reads every file, as before."""
         if self.watch is None:
-            (self.queue.root / "control").mkdir(exist_ok=True)
+            trust.make_dir(str(self.queue.root / "control"))
             self.watch = DirWatch.open([str(self.queue.dir("queue")), str(self.queue.dir("control"))])
         return self.watch is not None
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import FORMAT_VERSION, __version__, commit, formats, how_started, logs
+from runner import FORMAT_VERSION, __version__, commit, formats, how_started, logs, trust
 from runner.config import Config
 from runner.files import atomic_write
 from runner.procs import GpuUser
@@ -88,7 +88,11 @@ class StatusFile:
         # Not fsync()ed: it is rewritten next tick, and a crash loses nothing a reader needs from it.
         path = self.queue.heartbeat_path
         tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
-        tmp.write_bytes((_encode(beat) + "\n").encode())
+        fd = trust.open_file(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never through a symlink
+        try:
+            os.write(fd, (_encode(beat) + "\n").encode())
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
         queued_version = self._queued_json(runner, queued)
         running = self._running(runner)

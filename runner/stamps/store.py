@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Tuple
 
-from runner import jobfile
+from runner import jobfile, trust
 from runner.digest import sha256_hex
-from runner.files import atomic_write, open_regular
+from runner.files import atomic_write, loads, open_regular
 from runner.queue import timestamp
 
 STAMPS_DIR = "stamps"
@@ -103,7 +103,7 @@ def read(root: str, filename: str) -> tuple[dict[str, Any] | None, list[Problem]
     except OSError as exc:
         return None, [("(read)", f"cannot read it: {exc.strerror or exc}: treated as no stamp")]
     try:
-        found = check(json.loads(data), filename)
+        found = check(loads(data), filename)
     except ValueError:
         found = None, [("(whole file)", "not valid JSON (torn or garbage): treated as no stamp")]
     if len(_reads) > 100_000:
@@ -134,7 +134,7 @@ def read_all(root: str) -> tuple[dict[str, dict[str, Any]], dict[str, list[Probl
 
 def _write(root: str, filename: str, stamp: dict[str, Any]) -> None:
     path = Path(root) / stamp_name(filename)
-    path.parent.mkdir(exist_ok=True)
+    trust.make_dir(str(path.parent))
     atomic_write(path, (json.dumps(stamp, sort_keys=True) + "\n").encode())
 
 

@@ -44,15 +44,19 @@ def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(
     write_job(queue_root, "20-cpu-ok.job", f"touch {tmp_path}/ok-ran\n")
     runner.start()
     runner.wait_event("done", job="20-cpu-ok.job")
-    runner.wait_event("done", job="15-inside.job")
-    assert (tmp_path / "inside-ran").exists()
     invalid = {e["job"]: e["reason"] for e in runner.events("invalid")}
     assert "FIFO" in invalid["10-fifo.job"] and "directory" in invalid["11-dir.job"]
-    assert "dangling symlink" in invalid["12-dangling.job"]
-    assert "/etc/passwd, outside the queue root" in invalid["13-passwd.job"]
+    # A symlink is never followed, wherever it points: inside the root, to /etc/passwd or nowhere.
+    for name, target in (
+        ("12-dangling.job", "nowhere"),
+        ("13-passwd.job", "/etc/passwd"),
+        ("15-inside.job", "inside.sh"),
+    ):
+        assert "a symlink (to " in invalid[name] and target in invalid[name], invalid[name]
+    assert not (tmp_path / "inside-ran").exists()
     assert "socket" in invalid["14-sock.job"]
     assert "cannot move it to failed/" in invalid["16-stuck.job"]
-    for name in ("10-fifo.job", "11-dir.job", "12-dangling.job", "13-passwd.job", "14-sock.job"):
+    for name in ("10-fifo.job", "11-dir.job", "12-dangling.job", "13-passwd.job", "14-sock.job", "15-inside.job"):
         assert os.path.lexists(queue_root / "failed" / name) and not os.path.lexists(q / name)
     stuck = wait_for(lambda: next((x for x in runner.status()["queued"] if x["job"] == "16-stuck.job"), None))
     assert stuck["reason"] == "blocked" and "directory" in stuck["detail"]
@@ -60,7 +64,7 @@ def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(
     wait_for(lambda: runner.status()["runner"]["tick"] > ticks + 3)
     assert [e["job"] for e in runner.events("invalid")].count("16-stuck.job") == 1, "said once, not every tick"
     started = {e["job"] for e in runner.events("start")}
-    assert started == {"20-cpu-ok.job", "15-inside.job"}
+    assert started == {"20-cpu-ok.job"}
     assert runner.stop() == 0, "SIGTERM must stop it (one that hangs is killed after 15 s: rc -9)"
     sock.close()
 
@@ -139,7 +143,7 @@ def test_wrong_types_in_every_state_file_are_reported_not_fatal(queue_root: Path
     (queue_root / "manifest.json").write_text(json.dumps({"jobs": [], "producers": [1], "external": "x"}))
     (queue_root / "state.json").write_text(json.dumps({"attempts": {"b.job": None}, "backoff_until": "soon"}))
     (queue_root / "parked.json").write_text("[1, 2]")
-    (queue_root / "control").mkdir()
+    (queue_root / "control").mkdir(exist_ok=True)
     (queue_root / "control/retry-x.job").write_text("[1]")
     (queue_root / "control/cancel-..").write_text("{}")
     os.mkfifo(queue_root / "control/retry-fifo.job")
@@ -179,7 +183,7 @@ def _mount_tmpfs(path: Path, size: str) -> None:
     if (
         os.geteuid() != 0
         or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], capture_output=True
         ).returncode
         != 0
     ):
@@ -457,7 +461,7 @@ def test_heartbeat_event_only_after_a_silence(queue_root: Path, ticking: Callabl
 
 def test_refused_retry_and_cancel_write_no_event(queue_root: Path, ticking: Callable[..., Ticking]) -> None:
     runner = ticking()
-    (queue_root / "control").mkdir()
+    (queue_root / "control").mkdir(exist_ok=True)
     (queue_root / "control/retry-nothere.job").write_text('{"by": "me"}')
     (queue_root / "control/cancel-nothere.job").write_text('{"by": "me"}')
     write_job(queue_root, "9-cpu-x.job", "echo\n", state="failed")
