@@ -22,6 +22,7 @@ _KEY_LINE = re.compile(r"^#\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # One tuple per set of header keys in use, not one per queued job.
 _KEY_SETS: dict[tuple[str, ...], tuple[str, ...]] = {}
 _KEYISH_LINE = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)\s*[:=]")
+BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,16 @@ def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> J
     text = _text(data)
     if isinstance(text, Invalid):
         return text
+    if text.startswith(BOM):  # a Windows editor's byte order mark: the header is read after it
+        text = text[1:]
     lines = text.split("\n")
     found = _header(lines)
     if isinstance(found, Invalid):
         return found
     header, header_lines, body_start = found
+    stray = _stray_header(lines, body_start)
+    if stray is not None:
+        return stray
     body = "\n".join(lines[body_start:])
     if not any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines[body_start:]):
         return Invalid("no command after the header: nothing to run")
@@ -111,6 +117,35 @@ def _header(lines: list[str]) -> tuple[dict[str, str], dict[str, int], int] | In
         if problem is not None:
             return problem
     return header, header_lines, len(lines)
+
+
+def _stray_header(lines: list[str], body_start: int) -> Invalid | None:
+    """A header line that is not where the header is read (after a blank line, a space, an invisible character,
+    before the first command): the job would run without it, at once and in the default lane. Invalid."""
+    for index in range(body_start, len(lines)):
+        line = lines[index]
+        seen = _visible(line).strip()
+        if not seen:
+            continue
+        if not seen.startswith("#"):
+            return None  # the first command: comments after it are the body's own
+        match = _KEY_LINE.match(seen)
+        if match and match.group(1) in HEADER_KEYS:
+            return Invalid(
+                f"header line {line!r} is not at the top of the file (the header is the first lines, each "
+                "starting with '#', nothing before them): the runner would ignore it; move it up",
+                index + 1,
+            )
+    return None
+
+
+def _visible(line: str) -> str:
+    """LINE without format characters (zero-width spaces and joiners, BOMs, bidi marks): what a reader sees."""
+    if line.isascii():
+        return line
+    import unicodedata  # only for a line that is not ASCII
+
+    return "".join(c for c in line if unicodedata.category(c) != "Cf").replace("\u00a0", " ")
 
 
 def _header_line(line: str, lineno: int, header: dict[str, str], header_lines: dict[str, int]) -> Invalid | None:

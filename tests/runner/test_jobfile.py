@@ -128,3 +128,33 @@ def test_fast_and_bash_answers_agree(tmp_path) -> None:
 def test_hanging_condition_is_bounded(tmp_path) -> None:
     outcome = evaluate(compile_condition("sleep 30"), str(tmp_path), 0.3)
     assert not outcome.holds and "timed out" in outcome.detail
+
+
+def test_a_bom_before_the_header_is_stripped() -> None:
+    """A Windows editor's UTF-8 BOM: the header is still read (REQUIRES and TIMEOUT kept, the gpu lane)."""
+    data = "\ufeff# LANE=gpu\n# REQUIRES=false\n# TIMEOUT=1s\necho hi\n".encode()
+    job = jobfile.parse("a.job", data)
+    assert isinstance(job, jobfile.JobFile), job
+    assert (job.lane, job.requires, job.timeout_s) == ("gpu", "false", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        ("\n# LANE=gpu\n# REQUIRES=false\necho hi\n", 2),  # a leading blank line
+        (" # LANE=gpu\n# REQUIRES=false\necho hi\n", 1),  # a leading space
+        ("\u200b# LANE=gpu\necho hi\n", 1),  # a zero-width space
+        ("\u2060# TIMEOUT=1s\necho hi\n", 1),  # a word joiner
+        ("# LANE=gpu\n\n# REQUIRES=false\necho hi\n", 3),  # a header key after the header's end, before the body
+        ("#!/bin/bash\n\n# LANE=gpu\necho hi\n", 3),
+    ],
+)
+def test_a_header_not_at_the_top_is_invalid_never_ignored(data: str, line: int) -> None:
+    found = jobfile.parse("a.job", data.encode())
+    assert isinstance(found, jobfile.Invalid), found
+    assert found.line == line and "is not at the top of the file" in found.reason
+
+
+def test_header_words_in_the_body_after_a_command_are_the_body_own() -> None:
+    job = jobfile.parse("a.job", b"# LANE=gpu\n\necho hi\n# RETRIES=3 would be nice\n")
+    assert isinstance(job, jobfile.JobFile) and job.retries == 1
