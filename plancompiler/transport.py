@@ -32,34 +32,77 @@ SSH_UNREACHABLE = 255
 RUNNER_MISSING = 97  # the loader's exit when this runner's hash is not cached on the host
 PYTHON_TOO_OLD = 96  # the loader's exit on an interpreter older than runner.PYTHON_MIN (stderr: VERSION EXECUTABLE)
 
-# Run on the host as `python3 -c LOADER HASH MODE ROOT [SECONDS]` (or HASH --upload ROOT with the zip on stdin).
-# SECONDS (one call, never a session): the call's own limit; the agent ends itself (SIGALRM) a little after it,
-# so a call whose client gave up never leaves an agent process behind on the host.
-# It only finds or stores the runner package; everything else is the package's own `runner.agent.dispatch`.
+# Run on the host as `python3 -c LOADER HASH TREE MODE ROOT [SECONDS]` (or HASH TREE --upload ROOT with the zip on
+# stdin). SECONDS (one call, never a session): the call's own limit; the agent ends itself (SIGALRM) a little after
+# it, so a call whose client gave up never leaves an agent process behind on the host.
+# It only finds, checks or stores the runner package; everything else is the package's own `runner.agent.dispatch`.
 # It is plain enough for any Python 3 to run, so that an older one is named, not a SyntaxError's traceback.
+# Nothing is imported that was not checked: a cached zip by HASH (sha256 of its bytes), an unpacked copy and
+# a `plan bootstrap` copy by TREE (sha256 of every .py file's name and bytes), each in directories that only
+# this user or root can write (their bytecode is trusted as those directories are); a copy that does not
+# match is ignored, and the workstation uploads the package again.
 LOADER = r"""
-import hashlib, os, sys
+import hashlib, os, stat, sys
 if sys.version_info < PYTHON_MIN:
     sys.stderr.write("%d.%d.%d %s\n" % (tuple(sys.version_info[:3]) + (sys.executable,)))
     sys.exit(96)
-h, mode, root = sys.argv[1:4]
-if len(sys.argv) > 4:
+h, tree, mode, root = sys.argv[1:5]
+if len(sys.argv) > 5:
     import signal
-    signal.alarm(max(1, int(float(sys.argv[4])) + 2))
+    signal.alarm(max(1, int(float(sys.argv[5])) + 2))
+os.umask(0o077)  # what it unpacks and the bytecode Python caches are this user's alone, whatever ssh's umask
 root = os.path.expanduser(root)
 cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "plan-runner")
 # Stored under the root once it exists; found under the root or in the user's cache (where a push to a
 # root that did not exist yet left it), so no call uploads the same package twice.
 bases = [os.path.join(root, ".plan-runner"), cache] if os.path.isdir(root) else [cache]
+me = os.geteuid()
+def trusted(path, kind=stat.S_ISDIR):
+    # Ours or root's, a real directory (or file), writable by nobody else (a setgid group share excepted).
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    shared = st.st_mode & 0o2000 and st.st_mode & 0o020
+    return kind(st.st_mode) and st.st_uid in (me, 0) and not st.st_mode & 0o002 and (shared or not st.st_mode & 0o020)
+def read(path):
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+def tree_of(top):
+    # TREE of the runner/ package under TOP; None if anything in it (bytecode included) is not trusted.
+    found = []
+    for at, dirs, files in os.walk(os.path.join(top, "runner")):
+        if not trusted(at):
+            return None
+        dirs.sort()
+        for name in files:
+            path = os.path.join(at, name)
+            if not trusted(path, stat.S_ISREG):
+                return None
+            if name.endswith(".py"):
+                found.append((os.path.relpath(path, top).replace(os.sep, "/"), path))
+    digest = hashlib.sha256()
+    for rel, path in sorted(found):
+        digest.update(rel.encode() + b"\0" + read(path) + b"\0")
+    return digest.hexdigest()[:32] if found else None
 if mode == "--upload":
     data = sys.stdin.buffer.read()
     if hashlib.sha256(data).hexdigest()[:32] != h:
         sys.exit("plan: the runner package arrived damaged")
+    error = "no directory of ours to store it in"
     for base in bases:
         try:
-            os.makedirs(base, exist_ok=True)
+            if not os.path.isdir(base):
+                os.makedirs(base, 0o700)
+                os.chmod(base, 0o700)
+            if not trusted(base):
+                error = "%s is not ours alone" % base
+                continue
             tmp = os.path.join(base, ".runner-%s.%d.tmp" % (h, os.getpid()))
-            with open(tmp, "wb") as out:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                os.fchmod(fd, 0o600)
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
@@ -68,30 +111,52 @@ if mode == "--upload":
         except OSError as exc:
             error = exc
     sys.exit("plan: cannot store the runner package: %s" % error)
-def unpacked(base, pyz):
-    # A zip import compiles every module on every call; unpacked once beside the zip (renamed into place
-    # whole, so never seen half-written), the runner's bytecode is cached there. Else the zip, as it is.
+def unpacked(base):
+    # A zip import compiles every module on every call; unpacked beside the zip (from its checked bytes,
+    # renamed into place whole, so never seen half-written), the runner's bytecode is cached there.
     d = os.path.join(base, "runner-%s.d" % h)
-    if not os.path.isdir(d):
-        import shutil, zipfile
-        tmp = os.path.join(base, ".runner-%s.%d.d" % (h, os.getpid()))
-        try:
-            with zipfile.ZipFile(pyz) as archive:
-                archive.extractall(tmp)
-            os.rename(tmp, d)
-        except (OSError, zipfile.BadZipFile):
-            shutil.rmtree(tmp, ignore_errors=True)
-    return d if os.path.isfile(os.path.join(d, "runner", "agent", "dispatch.py")) else pyz
+    if tree_of(d) == tree:
+        return d
+    pyz = os.path.join(base, "runner-%s.pyz" % h)
+    try:
+        data = read(pyz) if trusted(pyz, stat.S_ISREG) else b""
+    except OSError:
+        return None
+    if hashlib.sha256(data).hexdigest()[:32] != h:
+        return None  # missing, or not what the workstation sent: uploaded again
+    import io, shutil, zipfile
+    tmp = os.path.join(base, ".runner-%s.%d.d" % (h, os.getpid()))
+    old = os.path.join(base, ".runner-%s.%d.old" % (h, os.getpid()))
+    try:
+        os.mkdir(tmp, 0o700)
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            archive.extractall(tmp)
+        if tree_of(tmp) != tree:
+            raise OSError("the unpacked package does not match")
+        if os.path.lexists(d):
+            os.rename(d, old)  # a copy that does not match (or a stray file): set aside, then removed
+        os.rename(tmp, d)
+    except (OSError, zipfile.BadZipFile):
+        shutil.rmtree(tmp, ignore_errors=True)
+        return pyz  # checked above; imported as it is (its directory is ours alone)
+    finally:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        elif os.path.lexists(old):
+            os.unlink(old)
+    return d
 for base in bases:
-    if os.path.isfile(os.path.join(base, "runner-%s.pyz" % h)):
-        sys.path.insert(0, unpacked(base, os.path.join(base, "runner-%s.pyz" % h)))
+    if not trusted(base):
+        continue
+    found = unpacked(base)
+    if found:
+        sys.path.insert(0, found)
         break
     try:
-        with open(os.path.join(base, "runner.hash")) as found:
-            if found.read().strip() == h:
-                sys.path.insert(0, base)
-                break
-    except OSError:
+        if read(os.path.join(base, "runner.hash")).decode().strip() == h and tree_of(base) == tree:
+            sys.path.insert(0, base)
+            break
+    except (OSError, ValueError):
         pass
 else:
     sys.exit(97)
@@ -144,6 +209,17 @@ def runner_sources() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=1)
+def runner_tree() -> str:
+    """The loader's TREE: sha256 of each runner/ .py file's name and bytes, in name order (an unpacked or
+    bootstrapped copy on a host must hash to it before it is imported)."""
+    digest = hashlib.sha256()
+    for name, text in sorted(runner_sources().items()):
+        if name.startswith("runner/") and name.endswith(".py"):
+            digest.update(name.encode() + b"\0" + text.encode("utf-8") + b"\0")
+    return digest.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1)
 def runner_zip() -> tuple[str, bytes]:
     """(content hash, zipapp bytes) of the runner package; byte-identical for identical sources."""
     buffer = io.BytesIO()
@@ -182,13 +258,13 @@ def agent_argv(endpoint: Endpoint, mode: str, limit: float | None = None) -> lis
     plancompiler/localagent.py); with LIMIT, the agent ends itself a little after it."""
     digest, _ = runner_zip()
     bound = [f"{limit:g}"] if limit is not None else []
-    return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, mode, endpoint.root, *bound)
+    return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, runner_tree(), mode, endpoint.root, *bound)
 
 
 def upload(endpoint: Endpoint, timeout: float | None = None) -> None:
     """Store this runner package on the host (once per content hash)."""
     digest, data = runner_zip()
-    argv = _ssh(endpoint, endpoint.python, "-c", LOADER, digest, "--upload", endpoint.root)
+    argv = _ssh(endpoint, endpoint.python, "-c", LOADER, digest, runner_tree(), "--upload", endpoint.root)
     check_exit(endpoint, *_timed(argv, limit_for(timeout, endpoint), data))
 
 

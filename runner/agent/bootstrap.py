@@ -63,8 +63,10 @@ def _copy_runner(lib: str, request: dict[str, Any], done: dict[str, Any]) -> Non
     """The runner's files under LIB, each rewritten only where it differs."""
     for rel, text in sorted(request["files"].items()):
         path = Path(lib) / rel
-        trust.make_dir(lib)
-        trust.make_dir(str(path.parent))
+        at = lib
+        for part in ("", *Path(rel).parent.parts):  # LIB and each directory down to the file's, 0700
+            at = os.path.join(at, part) if part else at
+            trust.make_dir(at)
         data = text.encode("utf-8")
         try:
             same = path.read_bytes() == data

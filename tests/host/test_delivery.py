@@ -242,7 +242,8 @@ def test_the_runner_package_is_sent_once_per_content_hash(tmp_path: Path, sshd: 
     unpacked.write_text("not a directory\n")
     assert "error" not in host.call("status", {"offset": -1})
     assert not list((root / ".plan-runner").glob(".runner-*"))
-    unpacked.unlink()
+    assert (unpacked / "runner" / "agent.py").is_file(), "the stray file is replaced by the checked package"
+    shutil.rmtree(unpacked)
     # a host where `plan bootstrap` installed this same runner uses that copy: nothing is uploaded
     code, out = plan_cli("bootstrap", "testbox", "--hosts", str(sshd.hosts_file(root)), "--user")
     assert code == 0, out
@@ -258,6 +259,7 @@ def test_a_package_cached_before_the_root_existed_is_not_sent_again(tmp_path: Pa
     digest, data = runner_zip()
     user_cache = sshd.directory / "cache" / "plan-runner" / f"runner-{digest}.pyz"
     user_cache.unlink(missing_ok=True)
+    shutil.rmtree(user_cache.with_suffix(".d"), ignore_errors=True)  # its unpacked copy would be used as it is
     host.call("status", {"offset": -1})  # no root yet: the package can only go to the user's cache
     assert user_cache.read_bytes() == data and not root.exists()
     root.mkdir()

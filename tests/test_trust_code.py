@@ -1,0 +1,100 @@
+"""Verified code only: a runner package cached on the box (the zip, its unpacked copy, a `plan bootstrap` copy)
+is imported only when it hashes to what this workstation ships; a tampered copy is ignored and replaced."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from plancompiler.hosts import resolve
+from plancompiler.transport import runner_tree, runner_zip
+from tests.conftest import plan_cli
+from tests.sshd import Sshd
+
+EVIL = "\nopen({proof!r}, 'w').write('ran')\n"
+
+
+def _evil_zip(proof: Path) -> bytes:
+    """The real package with a line added to runner/agent.py that leaves PROOF behind."""
+    _, data = runner_zip()
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == "runner/agent.py":
+                body += EVIL.format(proof=str(proof)).encode()
+            dst.writestr(info, body)
+    return out.getvalue()
+
+
+@pytest.fixture
+def box(tmp_path: Path, sshd: Sshd):
+    root = tmp_path / "box"
+    root.mkdir(mode=0o700)
+    digest, _ = runner_zip()
+    (sshd.directory / "cache" / "plan-runner" / f"runner-{digest}.pyz").unlink(missing_ok=True)
+    shutil.rmtree(sshd.directory / "cache" / "plan-runner" / f"runner-{digest}.d", ignore_errors=True)
+    return root, resolve("testbox", sshd.hosts_file(root))
+
+
+def test_a_planted_zip_under_the_hash_is_never_imported(box, tmp_path: Path) -> None:
+    root, host = box
+    digest, data = runner_zip()
+    proof = tmp_path / "proof"
+    lib = root / ".plan-runner"
+    lib.mkdir(mode=0o700)
+    (lib / f"runner-{digest}.pyz").write_bytes(_evil_zip(proof))
+    assert "error" not in host.call("status", {"offset": -1})
+    assert not proof.exists(), "the planted package ran"
+    assert (lib / f"runner-{digest}.pyz").read_bytes() == data, "replaced by an upload of the real one"
+
+
+def test_an_edited_unpacked_copy_is_never_imported(box, tmp_path: Path) -> None:
+    root, host = box
+    digest, _ = runner_zip()
+    proof = tmp_path / "proof"
+    assert "error" not in host.call("status", {"offset": -1})  # stored and unpacked
+    agent = root / ".plan-runner" / f"runner-{digest}.d" / "runner" / "agent.py"
+    real = agent.read_text()
+    agent.write_text(real + EVIL.format(proof=str(proof)))
+    extra = agent.parent / "sitecustomize.py"
+    assert "error" not in host.call("status", {"offset": -1})
+    assert not proof.exists(), "the edited copy ran"
+    assert agent.read_text() == real and not extra.exists(), "unpacked again from the checked zip"
+    # A file added to the copy changes its hash too.
+    extra.write_text(EVIL.format(proof=str(proof)))
+    assert "error" not in host.call("status", {"offset": -1})
+    assert not extra.exists()
+
+
+def test_an_edited_bootstrap_copy_is_never_imported(box, tmp_path: Path, sshd: Sshd) -> None:
+    root, host = box
+    digest, _ = runner_zip()
+    proof = tmp_path / "proof"
+    code, out = plan_cli("bootstrap", "testbox", "--hosts", str(sshd.hosts_file(root)), "--user")
+    assert code == 0, out
+    lib = root / ".plan-runner"
+    for cached in lib.glob("runner-*"):
+        shutil.rmtree(cached) if cached.is_dir() else cached.unlink()
+    assert (lib / "runner.hash").read_text().strip() == digest
+    agent = lib / "runner" / "agent.py"
+    agent.write_text(agent.read_text() + EVIL.format(proof=str(proof)))
+    assert "error" not in host.call("status", {"offset": -1})
+    assert not proof.exists(), "the edited bootstrap copy ran"
+    assert (lib / f"runner-{digest}.pyz").exists(), "the workstation uploaded its own instead"
+
+
+def test_the_tree_hash_is_of_the_package_the_zip_holds() -> None:
+    """The loader's TREE, computed here from the sources, is what the unpacked zip hashes to there."""
+    import hashlib
+
+    _, data = runner_zip()
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for name in sorted(n for n in archive.namelist() if n.startswith("runner/") and n.endswith(".py")):
+            digest.update(name.encode() + b"\0" + archive.read(name) + b"\0")
+    assert digest.hexdigest()[:32] == runner_tree()
