@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from runner import trust
 from runner.cli import build_parser, config_from
+from runner.files import DIR_MODE, SHARED_DIR_MODE, make_dirs
 
 __all__ = ["build_parser", "config_from", "main"]
 
@@ -85,9 +85,9 @@ def _run(args: argparse.Namespace) -> int:
 def _make_root(root: Path, group_share: bool) -> None:
     """ROOT made with its mode exactly (0700; 2770 with --group-share); an existing root of ours is made 2770
     with --group-share, and otherwise left as it is for the trust check to judge."""
-    mode = trust.SHARED_DIR_MODE if group_share else trust.DIR_MODE
+    mode = SHARED_DIR_MODE if group_share else DIR_MODE
     if not root.is_dir():
-        trust.make_dirs(str(root), mode)
+        make_dirs(str(root), mode)
     elif group_share and root.stat().st_uid == os.geteuid():
         os.chmod(root, mode)
 

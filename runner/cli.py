@@ -9,9 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runner import banner, trust
+from runner import banner
 from runner.config import Config
 from runner.durations import format_duration, parse_duration
+from runner.files import MODES_HELP
 
 _DEFAULTS = Config(root=Path("."))
 
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python3 -m runner",
         description="The queue runner: runs bash job files from ROOT/queue in lanes, "
         "records events.jsonl and status.json, and says why every waiting job waits.",
-        epilog="Durations read 90, 90s, 10m, 6h or 2d. " + trust.HELP,
+        epilog="Durations read 90, 90s, 10m, 6h or 2d. " + MODES_HELP,
     )
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version, commit and formats, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -98,7 +99,7 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run the queue under ROOT until SIGTERM or SIGINT. On stop, running jobs "
         "are ended and go back to queue/ without using an attempt.",
         epilog="Durations read 90, 90s, 10m, 6h or 2d. Retry n waits backoff-base * 2**(n-1), at most "
-        "backoff-max. " + trust.HELP,
+        "backoff-max. " + MODES_HELP,
     )
     run.add_argument("--root", required=True, type=Path, help="queue root (holds queue/ running/ done/ failed/ logs/)")
     d = _DEFAULTS

@@ -78,7 +78,7 @@ def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> J
     if isinstance(found, Invalid):
         return found
     header, header_lines, body_start = found
-    stray = _stray_header(lines, body_start)
+    stray = None if header else _stray_header(lines, body_start)
     if stray is not None:
         return stray
     body = "\n".join(lines[body_start:])
@@ -120,8 +120,9 @@ def _header(lines: list[str]) -> tuple[dict[str, str], dict[str, int], int] | In
 
 
 def _stray_header(lines: list[str], body_start: int) -> Invalid | None:
-    """A header line that is not where the header is read (after a blank line, a space, an invisible character,
-    before the first command): the job would run without it, at once and in the default lane. Invalid."""
+    """In a file with no header at its top: a header line where the header is not read (after a blank line, a
+    space, an invisible character, before the first command). The job would run without it, at once and in the
+    default lane: invalid. (Below a header, such a comment is the body's own, as the compiler writes it.)"""
     for index in range(body_start, len(lines)):
         line = lines[index]
         seen = _visible(line).strip()

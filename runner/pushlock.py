@@ -17,8 +17,7 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
-from runner import trust
-from runner.files import read_json_or_none
+from runner.files import make_dirs, open_file, read_json_or_none
 from runner.queue import timestamp
 
 LOCK_NAME = ".push.lock"
@@ -78,11 +77,11 @@ def lock(root: str, request: dict[str, Any]) -> dict[str, Any]:
     while not os.path.lexists(os.path.dirname(top.rstrip("/")) or "/"):
         top = os.path.dirname(top.rstrip("/"))
     new = not os.path.lexists(root)
-    trust.make_dirs(root)
+    make_dirs(root)
     if new:
         mine.created[root] = top
     path = os.path.join(root, LOCK_NAME)
-    fd = trust.open_file(path, os.O_RDWR | os.O_CREAT)
+    fd = open_file(path, os.O_RDWR | os.O_CREAT)
     deadline = time.monotonic() + float(request.get("wait_s", 60))
     while True:
         try:

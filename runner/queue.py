@@ -11,8 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from runner import trust
-from runner.files import fsync_dir, read_json, write_json
+from runner.files import ROOT_DIRS, fsync_dir, make_dir, make_dirs, open_file, read_json, write_json
 from runner.state import Problem, check_manifest, check_state
 from runner.vocab import EVENT_NAMES
 
@@ -86,11 +85,11 @@ class Queue:
         return tuple(stamp)
 
     def ensure(self) -> None:
-        """The root and its directories, each made with its mode exactly (runner.trust: 0700, 2770 shared)."""
+        """The root and its directories, each made with its mode exactly (runner.files: 0700, 2770 shared)."""
         if not self.root.is_dir():
-            trust.make_dirs(str(self.root))
-        for name in trust.CREATED:
-            trust.make_dir(str(self.root / name))
+            make_dirs(str(self.root))
+        for name in ROOT_DIRS:
+            make_dir(str(self.root / name))
 
     def jobs(self, state: str) -> list[str]:
         """File names in STATE in priority (name) order; dot-files and temp files are skipped."""
@@ -183,7 +182,7 @@ class Queue:
 
     def _flush_events(self) -> None:
         if self._events_fd is None:
-            fd = trust.open_file(str(self.events_path), os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            fd = open_file(str(self.events_path), os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
                 size = os.fstat(fd).st_size
                 # A torn last line (a crash of another writer, a full disk) must not swallow our first event.

@@ -19,13 +19,13 @@ EVIL = "\nopen({proof!r}, 'w').write('ran')\n"
 
 
 def _evil_zip(proof: Path) -> bytes:
-    """The real package with a line added to runner/agent.py that leaves PROOF behind."""
+    """The real package with a line added to runner/agent/dispatch.py that leaves PROOF behind."""
     _, data = runner_zip()
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
         for info in src.infolist():
             body = src.read(info)
-            if info.filename == "runner/agent.py":
+            if info.filename == "runner/agent/dispatch.py":
                 body += EVIL.format(proof=str(proof)).encode()
             dst.writestr(info, body)
     return out.getvalue()
@@ -58,7 +58,7 @@ def test_an_edited_unpacked_copy_is_never_imported(box, tmp_path: Path) -> None:
     digest, _ = runner_zip()
     proof = tmp_path / "proof"
     assert "error" not in host.call("status", {"offset": -1})  # stored and unpacked
-    agent = root / ".plan-runner" / f"runner-{digest}.d" / "runner" / "agent.py"
+    agent = root / ".plan-runner" / f"runner-{digest}.d" / "runner" / "agent" / "dispatch.py"
     real = agent.read_text()
     agent.write_text(real + EVIL.format(proof=str(proof)))
     extra = agent.parent / "sitecustomize.py"
@@ -81,7 +81,7 @@ def test_an_edited_bootstrap_copy_is_never_imported(box, tmp_path: Path, sshd: S
     for cached in lib.glob("runner-*"):
         shutil.rmtree(cached) if cached.is_dir() else cached.unlink()
     assert (lib / "runner.hash").read_text().strip() == digest
-    agent = lib / "runner" / "agent.py"
+    agent = lib / "runner" / "agent" / "dispatch.py"
     agent.write_text(agent.read_text() + EVIL.format(proof=str(proof)))
     assert "error" not in host.call("status", {"offset": -1})
     assert not proof.exists(), "the edited bootstrap copy ran"

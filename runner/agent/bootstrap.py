@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import trust
 from runner.agent import detach
 from runner.agent.unit import run_flags
-from runner.files import atomic_write, read_json_or_none
+from runner.files import atomic_write, make_dir, read_json_or_none
 from runner.queue import Queue, fresh_status
 
 
@@ -66,7 +65,7 @@ def _copy_runner(lib: str, request: dict[str, Any], done: dict[str, Any]) -> Non
         at = lib
         for part in ("", *Path(rel).parent.parts):  # LIB and each directory down to the file's, 0700
             at = os.path.join(at, part) if part else at
-            trust.make_dir(at)
+            make_dir(at)
         data = text.encode("utf-8")
         try:
             same = path.read_bytes() == data

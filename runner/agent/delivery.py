@@ -17,9 +17,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import MANIFEST_VERSION, identity, jobfile, pushlock, refusal, stamps, trust
+from runner import MANIFEST_VERSION, identity, jobfile, pushlock, refusal, stamps
 from runner.controls import request_name
-from runner.files import atomic_write, fsync_dir, loads, open_regular, read_json, read_json_or_none, write_all_durably
+from runner.files import (
+    atomic_write,
+    file_mode,
+    fsync_dir,
+    loads,
+    make_dir,
+    open_regular,
+    read_json,
+    read_json_or_none,
+    write_all_durably,
+)
 from runner.queue import STATES, Queue, fresh_status, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
@@ -207,7 +217,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     queue = Queue(Path(root))
     pushlock.keep_root(root)  # a push installs here: the root stays
     queue.ensure()
-    trust.make_dir(os.path.join(root, "control"))
+    make_dir(os.path.join(root, "control"))
     manifest = read_manifest(root)
     refused = refusal(manifest["holds"], request.get("client"), root)
     if refused:
@@ -246,7 +256,7 @@ def _stage(root: str, stage: str, files: dict[str, str]) -> None:
     """Every new job file written in full beside queue/, then all made durable with one barrier (one syncfs, not
     an fsync per file), before any lands: a crash leaves each landed job whole."""
     # With the queue's file mode (0600, 0660 shared) whatever the umask: each keeps it as it lands there.
-    mode = trust.file_mode(os.path.join(root, "queue"))
+    mode = file_mode(os.path.join(root, "queue"))
     write_all_durably(stage, [(name, text.encode("utf-8")) for name, text in sorted(files.items())], mode)
 
 

@@ -12,10 +12,10 @@ import os
 import sys
 from typing import Any, Callable, Dict
 
-from runner import pushlock, trust
+from runner import pushlock
 from runner.agent import adhoc, bootstrap, delivery
 from runner.agent.handlers import ack, control, logs, park, slurm_status, status
-from runner.files import loads
+from runner.files import loads, parent_problem, root_problems
 
 Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
 
@@ -55,8 +55,8 @@ def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"no queue at {root} ({root} is not a directory)"}
     if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
         return {"error": f"no queue at {root} (the directory does not exist)"}
-    # Nothing is read, written or run under a root another user could write to (runner.trust).
-    untrusted = trust.problems(root) if os.path.isdir(root) else [p for p in [trust.parent_problem(root)] if p]
+    # Nothing is read, written or run under a root another user could write to (runner.files: check_root).
+    untrusted = root_problems(root) if os.path.isdir(root) else [p for p in [parent_problem(root)] if p]
     if untrusted:
         return {"error": f"refusing the queue root {root}: " + "; ".join(untrusted), "untrusted": untrusted}
     backend = request.get("backend") or "queue"

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner import readers, trust
+from runner import readers
 from runner.agent import delivery
 from runner.controls import PARK_FILE, PARKED_LANES_FILE, park_record, request_name
-from runner.files import atomic_write, open_regular, read_json, read_json_or_none
+from runner.files import atomic_write, make_dir, open_regular, read_json, read_json_or_none
 from runner.queue import STATES, Queue, fresh_status
 from runner.readers import read_events, tail
 
@@ -106,7 +106,7 @@ def _park_lane(root: str, lane: str, parked: dict[str, Any] | None) -> dict[str,
 
 def _drop_request(root: str, name: str, by: str, body: dict[str, Any] | None = None) -> str:
     control = os.path.join(root, "control")
-    trust.make_dir(control)
+    make_dir(control)
     path = os.path.join(control, name)
     atomic_write(Path(path), json.dumps({**(body or {}), "by": by}).encode())
     return path

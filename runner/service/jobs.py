@@ -6,8 +6,9 @@ import errno
 import os
 from typing import Any
 
-from runner import jobfile, procs, trust, wrapper
+from runner import jobfile, procs, wrapper
 from runner.config import Config
+from runner.files import open_file
 from runner.queue import Queue, timestamp
 from runner.records import Running
 from runner.runstate import RunnerState
@@ -116,7 +117,7 @@ class Jobs:
         record = self.queue.exit_record(filename)
         wrapper.clear_record(record)  # one left by an earlier attempt would read as this one's end
         # Never through a symlink planted as logs/JOB.log, and 0600 (or the shared root's 0660) whatever the umask.
-        fd = trust.open_file(str(self.queue.log_path(filename)), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        fd = open_file(str(self.queue.log_path(filename)), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, f"=== {timestamp(now)} start {filename} attempt {attempt} ===\n".encode())
             offset = os.fstat(fd).st_size

@@ -11,14 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner import __version__, jobfile, trust, wrapper
+from runner import __version__, jobfile, wrapper
 from runner.alerts.book import CAUSE_KINDS
 from runner.alerts.engine import Alerts
 from runner.config import Config
 from runner.controls import ControlHandler
 from runner.digest import sha1_hex
 from runner.errors import AlreadyRunning as AlreadyRunning  # its home is runner/errors.py
-from runner.files import atomic_write, read_json, read_regular
+from runner.files import atomic_write, check_root, make_dir, read_json, read_regular
 from runner.queue import STATES, Queue, fresh_status, timestamp
 from runner.records import Parsed
 from runner.runstate import RunnerState
@@ -90,9 +90,9 @@ class Runner:
 
     # -- one life ------------------------------------------------------------------------------
     def start(self, now: float) -> None:
-        trust.check(self.root)  # before anything under it is created, read or run (runner.trust)
+        check_root(self.root)  # before anything under it is created, read or run (runner.files: check_root)
         self.queue.ensure()
-        trust.check(self.root)
+        check_root(self.root)
         self._lock()
         loaded, problems = RunnerState.load(self.queue)
         self.state.adopt(loaded)
@@ -185,7 +185,7 @@ class Runner:
         """Watch queue/ and control/ (inotify): a scan then reads only the files that changed, and `serve` wakes
         the moment one lands. False where the kernel gives no watch: every scan reads every file, as before."""
         if self.watch is None:
-            trust.make_dir(str(self.queue.root / "control"))
+            make_dir(str(self.queue.root / "control"))
             self.watch = DirWatch.open([str(self.queue.dir("queue")), str(self.queue.dir("control"))])
         return self.watch is not None
 

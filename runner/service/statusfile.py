@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import FORMAT_VERSION, __version__, commit, formats, how_started, logs, trust
+from runner import FORMAT_VERSION, __version__, commit, formats, how_started, logs
 from runner.config import Config
-from runner.files import atomic_write
+from runner.files import atomic_write, open_file
 from runner.procs import GpuUser
 from runner.queue import STATES, Queue, timestamp
 from runner.records import Parsed, Running
@@ -88,7 +88,7 @@ class StatusFile:
         # Not fsync()ed: it is rewritten next tick, and a crash loses nothing a reader needs from it.
         path = self.queue.heartbeat_path
         tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
-        fd = trust.open_file(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never through a symlink
+        fd = open_file(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never through a symlink
         try:
             os.write(fd, (_encode(beat) + "\n").encode())
         finally:

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Tuple
 
-from runner import jobfile, trust
+from runner import jobfile
 from runner.digest import sha256_hex
-from runner.files import atomic_write, loads, open_regular
+from runner.files import atomic_write, loads, make_dir, open_regular
 from runner.queue import timestamp
 
 STAMPS_DIR = "stamps"
@@ -134,7 +134,7 @@ def read_all(root: str) -> tuple[dict[str, dict[str, Any]], dict[str, list[Probl
 
 def _write(root: str, filename: str, stamp: dict[str, Any]) -> None:
     path = Path(root) / stamp_name(filename)
-    trust.make_dir(str(path.parent))
+    make_dir(str(path.parent))
     atomic_write(path, (json.dumps(stamp, sort_keys=True) + "\n").encode())
 
 

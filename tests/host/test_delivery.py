@@ -242,7 +242,9 @@ def test_the_runner_package_is_sent_once_per_content_hash(tmp_path: Path, sshd: 
     unpacked.write_text("not a directory\n")
     assert "error" not in host.call("status", {"offset": -1})
     assert not list((root / ".plan-runner").glob(".runner-*"))
-    assert (unpacked / "runner" / "agent.py").is_file(), "the stray file is replaced by the checked package"
+    assert (unpacked / "runner" / "agent" / "dispatch.py").is_file(), (
+        "the stray file is replaced by the checked package"
+    )
     shutil.rmtree(unpacked)
     # a host where `plan bootstrap` installed this same runner uses that copy: nothing is uploaded
     code, out = plan_cli("bootstrap", "testbox", "--hosts", str(sshd.hosts_file(root)), "--user")

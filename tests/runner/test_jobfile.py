@@ -145,7 +145,6 @@ def test_a_bom_before_the_header_is_stripped() -> None:
         (" # LANE=gpu\n# REQUIRES=false\necho hi\n", 1),  # a leading space
         ("\u200b# LANE=gpu\necho hi\n", 1),  # a zero-width space
         ("\u2060# TIMEOUT=1s\necho hi\n", 1),  # a word joiner
-        ("# LANE=gpu\n\n# REQUIRES=false\necho hi\n", 3),  # a header key after the header's end, before the body
         ("#!/bin/bash\n\n# LANE=gpu\necho hi\n", 3),
     ],
 )
@@ -155,6 +154,8 @@ def test_a_header_not_at_the_top_is_invalid_never_ignored(data: str, line: int) 
     assert found.line == line and "is not at the top of the file" in found.reason
 
 
-def test_header_words_in_the_body_after_a_command_are_the_body_own() -> None:
-    job = jobfile.parse("a.job", b"# LANE=gpu\n\necho hi\n# RETRIES=3 would be nice\n")
-    assert isinstance(job, jobfile.JobFile) and job.retries == 1
+def test_header_words_below_a_header_are_the_body_own() -> None:
+    """The compiler always writes a header (LANE at least) and a blank line: a body comment below it is the body's."""
+    for text in (b"# LANE=gpu\n\necho hi\n# RETRIES=3 would be nice\n", b"# LANE=gpu\n\n# RETRIES=3\necho hi\n"):
+        job = jobfile.parse("a.job", text)
+        assert isinstance(job, jobfile.JobFile) and job.retries == 1
