@@ -29,6 +29,7 @@ class Host:
     connect_timeout: float = 10.0
     timeout: float = 60.0
     python: str = "python3"
+    max_answer_bytes: int = 16 << 20  # an answer from the host past this is cut off, never read whole
     backend: str = "queue"
     slurm: SlurmHostEntry | None = None  # the Slurm settings of a `backend: slurm` host
     slots: tuple[tuple[str, int], ...] = ()  # lane -> slots from a queue host's `lanes:` (pushed to its manifest)
@@ -46,6 +47,7 @@ class Host:
             connect_timeout=entry.connect_timeout,
             timeout=entry.timeout,
             python=entry.python,
+            max_answer_bytes=int(entry.max_answer_mb * (1 << 20)),
             backend=entry.backend,
             slurm=entry if isinstance(entry, SlurmHostEntry) else None,
             slots=tuple((lane, spec.slots) for lane, spec in entry.lanes.items())
@@ -65,7 +67,14 @@ class Host:
 
     def endpoint(self) -> transport.Endpoint:
         return transport.Endpoint(
-            self.describe(), self.root, self.ssh, self.ssh_options, self.connect_timeout, self.timeout, self.python
+            self.describe(),
+            self.root,
+            self.ssh,
+            self.ssh_options,
+            self.connect_timeout,
+            self.timeout,
+            self.python,
+            self.max_answer_bytes,
         )
 
     def context(self) -> dict[str, Any]:

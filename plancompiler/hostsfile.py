@@ -35,6 +35,9 @@ class HostEntry(_Strict):
     connect_timeout: float = Field(10.0, gt=0, le=86400, allow_inf_nan=False, description="seconds for ssh to connect")
     timeout: float = Field(60.0, gt=0, le=86400, allow_inf_nan=False, description="seconds for a whole round trip")
     python: str = Field("python3", description="the interpreter on the host")
+    max_answer_mb: float = Field(
+        16.0, gt=0, le=4096, allow_inf_nan=False, description="the most MiB one answer from the host may hold"
+    )
 
 
 class QueueHostEntry(HostEntry):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import signal
 import subprocess
 import tempfile
 import time
@@ -49,6 +50,7 @@ class Session:
             raise PlanError(f"{argv[0]} not found: {exc.strerror}") from exc
         self._buffer = b""
         self._eof = False
+        self._too_large = False
 
     def ask(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         limit = self.timeout if timeout is None else check_timeout(timeout)
@@ -61,18 +63,33 @@ class Session:
             upload(self.endpoint, limit)
             self._start()
             line = self._exchange(mode, request, limit)
+        if self._too_large:
+            self._kill()
+            self.close()
+            raise RemoteFailed(
+                f"{self.endpoint.label}: the host's answer passed {self.endpoint.max_answer_bytes} bytes and was "
+                "cut off (a host that answers without end, or a queue larger than max_answer_mb allows)"
+            )
         if line is None:
             rc = self._exit_code()
             if rc is None:  # no answer in time: the host or the link hangs
-                self.proc.kill()
-                self.proc.wait()
+                self._kill()
                 rc = 124
-            self._stderr.seek(0)
+            size = self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(0, size - 4096))  # its end says why; a host may have written gigabytes there
             err = self._stderr.read().decode(errors="replace")
             check_exit(self.endpoint, rc, "", err, time.monotonic() - started, limit)
             raise RemoteFailed(f"{self.endpoint.label}: the agent ended without answering: {err.strip()[-400:]}")
         self.answered += 1
         return decode(self.endpoint, line.decode(errors="replace"))
+
+    def _kill(self) -> None:
+        """ssh and all it started (a session of their own): a host streaming to it must not keep it alive."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            self.proc.kill()
+        self.proc.wait()
 
     def _exit_code(self) -> int | None:
         """The agent's exit status once it has ended (its stdout closed), None while it still runs."""
@@ -91,18 +108,28 @@ class Session:
             return None
         deadline = time.monotonic() + limit
         fd = self.proc.stdout.fileno()
+        # In parts, joined once the line is whole: its deadline holds however fast bytes come, and no more than
+        # max_answer_bytes are kept (a host streaming without a newline is cut off, not read into memory).
+        parts, size = [self._buffer], len(self._buffer)
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
+            while b"\n" not in parts[-1]:
                 left = deadline - time.monotonic()
                 if left <= 0 or not selector.select(left):
+                    self._buffer = b"".join(parts)
                     return None
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     self._eof = True
+                    self._buffer = b"".join(parts)
                     return None
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+                size += len(chunk)
+                if size > self.endpoint.max_answer_bytes:
+                    self._too_large = True
+                    self._buffer = b""
+                    return None
+                parts.append(chunk)
+        line, _, self._buffer = b"".join(parts).partition(b"\n")
         return line
 
     def close(self) -> None:

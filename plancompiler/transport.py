@@ -26,7 +26,7 @@ from plancompiler.diagnostics import PlanError
 from plancompiler.errors import ControllerDown
 from plancompiler.errors import RemoteFailed as RemoteFailed  # their home is plancompiler/errors.py
 from plancompiler.errors import Unreachable as Unreachable
-from plancompiler.tools import run_command
+from plancompiler.tools import TOO_LARGE, run_command
 
 SSH_UNREACHABLE = 255
 RUNNER_MISSING = 97  # the loader's exit when this runner's hash is not cached on the host
@@ -194,6 +194,7 @@ class Endpoint:
     connect_timeout: float = 10.0
     timeout: float = 60.0
     python: str = "python3"
+    max_answer_bytes: int = 16 << 20  # stdout and stderr of one call together; past it, cut off (RemoteFailed)
 
 
 def runner_sources() -> dict[str, str]:
@@ -265,18 +266,26 @@ def upload(endpoint: Endpoint, timeout: float | None = None) -> None:
     """Store this runner package on the host (once per content hash)."""
     digest, data = runner_zip()
     argv = _ssh(endpoint, endpoint.python, "-c", LOADER, digest, runner_tree(), "--upload", endpoint.root)
-    check_exit(endpoint, *_timed(argv, limit_for(timeout, endpoint), data))
+    check_exit(endpoint, *_timed(argv, limit_for(timeout, endpoint), data, endpoint.max_answer_bytes))
 
 
-def _timed(argv: list[str], limit: float, stdin: str | bytes | None) -> tuple[int, str, str, float, float]:
+def _timed(
+    argv: list[str], limit: float, stdin: str | bytes | None, max_bytes: int
+) -> tuple[int, str, str, float, float]:
+    """One ssh call: its deadline holds however fast the host sends, and at most MAX_BYTES of it are read."""
     started = time.monotonic()
-    rc, out, err = run_command(argv, timeout=limit, stdin=stdin)
+    rc, out, err = run_command(argv, timeout=limit, stdin=stdin, max_bytes=max_bytes)
     return rc, out, err, time.monotonic() - started, limit
 
 
 def check_exit(endpoint: Endpoint, rc: int, out: str, err: str, took: float, limit: float) -> None:
     if rc == PYTHON_TOO_OLD:
         raise RemoteFailed(python_too_old(endpoint, err))
+    if rc == TOO_LARGE:
+        raise RemoteFailed(
+            f"{endpoint.label}: the host's answer passed {endpoint.max_answer_bytes} bytes and was cut off "
+            "(a host that answers without end, or a queue larger than max_answer_mb in the hosts file allows)"
+        )
     if rc == 124 and took >= limit - 0.5:
         raise Unreachable(f"{endpoint.label}: no answer within {limit:g}s")
     if endpoint.ssh is not None and rc == SSH_UNREACHABLE:
@@ -319,13 +328,13 @@ def call(endpoint: Endpoint, mode: str, request: dict[str, Any], timeout: float 
     limit = limit_for(timeout, endpoint)
     payload = json.dumps(request)
     argv = agent_argv(endpoint, mode, limit)
-    rc, out, err, took, _ = _timed(argv, limit, payload)
+    rc, out, err, took, _ = _timed(argv, limit, payload, endpoint.max_answer_bytes)
     # Twice at most: a push beside this one may create the root between the upload (to the user's cache,
     # while there is no root) and the retry (which then looks under the root).
     for _ in range(2):
         if rc != RUNNER_MISSING:
             break
         upload(endpoint, limit)
-        rc, out, err, took, _ = _timed(argv, limit, payload)
+        rc, out, err, took, _ = _timed(argv, limit, payload, endpoint.max_answer_bytes)
     check_exit(endpoint, rc, out, err, took, limit)
     return decode(endpoint, out)

@@ -218,12 +218,16 @@ _SEQUENCES = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]?"
     r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
 )
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 and C1 controls, and the bidirectional overrides and isolates that make a terminal show text in another
+# order than it is (a name or message that reads as something it is not).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def terminal_safe(text: str, newlines: bool = True) -> str:
     """TEXT with every terminal control sequence removed and each other control character shown as '?':
-    what a job printed, or a queue file holds, can then not retitle, recolour or rewrite a terminal.
+    what a job printed, or a queue file holds, can then not retitle, recolour or rewrite a terminal, write the
+    clipboard (OSC 52) or reorder what is shown (bidi overrides). The one sanitiser of every string a host sent
+    before it reaches a terminal: status, watch, logs, report, and the CLI's messages and host output.
     Tabs become spaces; a carriage return (a progress bar's redraw) a newline; newlines stay unless NEWLINES
     is false."""
     text = _SEQUENCES.sub("", text).replace("\t", " ").replace("\r\n", "\n").replace("\r", "\n")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from plancompiler.cli.shared import HostArg, HostsOpt, JobArg, app, hooks_app, resolve_host
+from plancompiler.cli.shared import HostArg, HostsOpt, JobArg, app, hooks_app, resolve_host, say
 
 
 @app.command()
@@ -29,7 +29,7 @@ def park(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    typer.echo(operate.park(target, reason, now, lane))
+    say(operate.park(target, reason, now, lane))
 
 
 @app.command()
@@ -42,7 +42,7 @@ def unpark(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    typer.echo(operate.unpark(target, lane))
+    say(operate.unpark(target, lane))
 
 
 @app.command()
@@ -56,7 +56,7 @@ def retry(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    typer.echo(operate.retry(target, job, wait))
+    say(operate.retry(target, job, wait))
 
 
 @app.command()
@@ -70,7 +70,7 @@ def cancel(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    typer.echo(operate.cancel(target, job, wait))
+    say(operate.cancel(target, job, wait))
 
 
 @app.command()
@@ -88,7 +88,7 @@ def logs(
     target = resolve_host(host, hosts)
     state = operate.logs(target, job, lines, follow, interval, lambda text: typer.echo(text, nl=False))
     if follow:
-        typer.echo(f"-- {operate.job_file(job)} is {state or 'gone'}", err=True)
+        say(f"-- {operate.job_file(job)} is {state or 'gone'}", err=True)
 
 
 @app.command()
@@ -130,7 +130,7 @@ def bootstrap(
         typer.echo("dry run: nothing was changed", err=True)
         return
     for line in operate.bootstrap(target, plan, user_unit, python, wait, start, run_flags(tick, not no_cgroup)):
-        typer.echo(line)
+        say(line)
 
 
 @hooks_app.command("install")

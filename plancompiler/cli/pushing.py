@@ -19,6 +19,7 @@ from plancompiler.cli.shared import (
     compile_one,
     print_findings,
     resolve_host,
+    say,
 )
 
 
@@ -98,17 +99,17 @@ def push(
         if as_json:
             shown.append(diff)  # printed once applied: an apply that fails adds its errors
         else:
-            typer.echo(diff.text())
+            say(diff.text())
 
     try:
         outcome = push_plan(compiled, target, options, show)
     finally:
         for diff in shown:
-            typer.echo(json.dumps(diff.to_json(), indent=1))
+            say(json.dumps(diff.to_json(), indent=1))
     for line in outcome.results:
-        typer.echo(line)
+        say(line)
     for note in outcome.notes:
-        typer.echo(note, err=True)
+        say(note, err=True)
     if outcome.diff.errors:
         raise typer.Exit(1)
 

@@ -14,6 +14,7 @@ import typer
 
 from plancompiler.diagnostics import format_all, has_errors, summary
 from plancompiler.errors import PlanFailure, Unreachable
+from runner.readers import terminal_safe
 
 
 def edge(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -92,8 +93,14 @@ def overrides(values: list[str] | None) -> dict[str, str]:
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"plan: {message}", err=True)
+    # Messages carry what a host sent (its errors, its stderr, job names): never a raw escape to the terminal.
+    typer.echo(f"plan: {terminal_safe(message)}", err=True)
     return typer.Exit(code)
+
+
+def say(text: str, err: bool = False, nl: bool = True) -> None:
+    """TEXT that holds what a host sent (job names, reasons, its command output), made safe for a terminal."""
+    typer.echo(terminal_safe(text), err=err, nl=nl)
 
 
 def compile_one(

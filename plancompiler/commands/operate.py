@@ -15,6 +15,7 @@ from plancompiler.backends.protocol import who
 from plancompiler.errors import OperateError as OperateError  # its home is plancompiler/errors.py
 from plancompiler.errors import answered
 from plancompiler.hosts import Host
+from runner import jobfile
 from runner.readers import terminal_safe
 
 
@@ -23,7 +24,14 @@ def ask(host: Host, mode: str, request: dict[str, Any], timeout: float | None = 
 
 
 def job_file(job: str) -> str:
-    return job if job.endswith(".job") else f"{job}.job"
+    """JOB's file name; a name no job file can have (a newline, a '/', a leading '.') is a usage error (exit 2),
+    not a request the runner would refuse after the whole wait."""
+    name = job if job.endswith(".job") else f"{job}.job"
+    if not jobfile.NAME_RE.fullmatch(name[:-4]) or ".." in name:
+        raise OperateError(
+            f"bad job name {job!r}: use letters, digits, '.', '_' and '-', not starting with '.' or '-'", 2
+        )
+    return name
 
 
 def park(host: Host, reason: str, now: bool, lane: str | None = None) -> str:
