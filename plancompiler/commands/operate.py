@@ -24,10 +24,11 @@ def ask(host: Host, mode: str, request: dict[str, Any], timeout: float | None = 
 
 
 def job_file(job: str) -> str:
-    """JOB's file name; a name no job file can have (a newline, a '/', a leading '.') is a usage error (exit 2),
+    """JOB's file name; a name no job can have (a newline, a second '/', a leading '.') is a usage error (exit 2),
     not a request the runner would refuse after the whole wait."""
     name = job if job.endswith(".job") else f"{job}.job"
-    if not jobfile.NAME_RE.fullmatch(name[:-4]) or ".." in name:
+    parts = name[:-4].split("/")  # a Slurm host's jobs are PLAN/JOB
+    if len(parts) > 2 or not all(jobfile.NAME_RE.fullmatch(p) for p in parts) or ".." in name:
         raise OperateError(
             f"bad job name {job!r}: use letters, digits, '.', '_' and '-', not starting with '.' or '-'", 2
         )
