@@ -225,6 +225,7 @@ def test_the_runner_package_is_sent_once_per_content_hash(tmp_path: Path, sshd: 
     assert runner_zip()[1] == data  # built the same way every time: the hash is the content
     # this worker's sshd user cache may hold it from a push to a root that did not exist yet (found there, never sent)
     (sshd.directory / "cache" / "plan-runner" / f"runner-{digest}.pyz").unlink(missing_ok=True)
+    shutil.rmtree(sshd.directory / "cache" / "plan-runner" / f"runner-{digest}.d", ignore_errors=True)
     assert "error" not in host.call("status", {"offset": -1})
     cached = root / ".plan-runner" / f"runner-{digest}.pyz"
     first = cached.stat()
