@@ -8,7 +8,6 @@ the queue root, job files, conditions run by bash, events.jsonl, status.json and
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -158,5 +157,4 @@ class Ticking:
 
     def close(self) -> None:
         self.runner.queue.close()
-        if self.runner._lock_fd is not None:
-            os.close(self.runner._lock_fd)  # the root's lock, held by start() for the life of a real runner
+        self.runner.release_lock()  # the root's locks, held by start() for the life of a real runner

@@ -18,7 +18,7 @@ from runner.config import Config
 from runner.controls import ControlHandler
 from runner.digest import sha1_hex
 from runner.errors import AlreadyRunning as AlreadyRunning  # its home is runner/errors.py
-from runner.files import atomic_write, check_root, make_dir, read_json, read_regular
+from runner.files import check_root, make_dir, open_file, read_json, read_regular
 from runner.queue import STATES, Queue, fresh_status, timestamp
 from runner.records import Parsed
 from runner.runstate import RunnerState
@@ -86,7 +86,7 @@ class Runner:
         self.started_at = 0.0
         self.ticks = 0
         self.watch: DirWatch | None = None  # set by watch_dirs(): scans read only what changed
-        self._lock_fd: int | None = None
+        self._lock_fds: list[int] = []
 
     # -- one life ------------------------------------------------------------------------------
     def start(self, now: float) -> None:
@@ -165,21 +165,36 @@ class Runner:
 
     def _lock(self) -> None:
         """One runner per queue root: a second would end the first one's jobs as leftovers of an earlier life.
-        The lock is on the root directory itself, so a full disk (no room for a lock file) cannot stop a start;
-        .runner.lock only names the holder, best effort."""
-        fd = os.open(self.queue.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        Two locks: ROOT/.runner.lock, which names the holder (runner.agent.detach reads it), and the root
+        directory itself, which a full disk (no room for the lock file) cannot take away: a start never fails
+        for want of space."""
         holder_path = str(self.queue.root / ".runner.lock")
+        fds = [os.open(self.queue.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            holder = (read_regular(holder_path) or b"").decode(errors="replace").strip() or "?"
-            raise AlreadyRunning(f"another runner (pid {holder}) already serves {self.root}") from None
-        self._lock_fd = fd  # held, never closed, for the life of the process
-        try:
-            atomic_write(Path(holder_path), f"{os.getpid()}\n".encode(), durable=False)
+            fds.append(open_file(holder_path, os.O_RDWR | os.O_CREAT))
         except OSError:
-            pass  # a full disk: the lock holds without its note
+            pass  # a full disk: the directory's lock alone
+        for fd in fds:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                for held in fds:
+                    os.close(held)
+                holder = (read_regular(holder_path) or b"").decode(errors="replace").strip() or "?"
+                raise AlreadyRunning(f"another runner (pid {holder}) already serves {self.root}") from None
+        self._lock_fds = fds  # held, never closed, for the life of the process
+        if len(fds) > 1:
+            try:
+                os.ftruncate(fds[1], 0)
+                os.write(fds[1], f"{os.getpid()}\n".encode())
+            except OSError:
+                pass  # a full disk: the lock holds without its note
+
+    def release_lock(self) -> None:
+        """Let the root go (an in-process runner that a test ends; a real one holds it until it exits)."""
+        for fd in self._lock_fds:
+            os.close(fd)
+        self._lock_fds = []
 
     def watch_dirs(self) -> bool:
         """Watch queue/ and control/ (inotify): a scan then reads only the files that changed, and `serve` wakes
