@@ -78,7 +78,7 @@ def test_the_a9_day_sends_each_silence_once_and_its_recovery(tmp_path: Path, day
         return fresh
 
     failed: list[str] = []
-    fixed = False
+    fixed = retried = False
     now = T0
     while now < T0 + 16 * H and (q.procs.running() or any((queue_root / "queue").iterdir())):
         for name in q.procs.running():  # jobs end when their time is up, saying their last line
@@ -101,7 +101,8 @@ def test_the_a9_day_sends_each_silence_once_and_its_recovery(tmp_path: Path, day
         if T0 + 30 * M <= now and (queue_root / "failed" / "99-gpu-seeded.job").exists():  # the next push prunes it
             (queue_root / "failed" / "99-gpu-seeded.job").unlink()
         failed += [e["job"] for e in fresh if e["event"] == "failed"]
-        if len(failed) == 3 and not (queue_root / "control").exists():  # the flag fixed, the intakes retried
+        if len(failed) == 3 and not retried:  # the flag fixed, the intakes retried
+            retried = True
             for name in failed:
                 runs[name] = (3 * M, 0, "ok")
                 write_job(queue_root, f"retry-{name}", "{}", state="control")
