@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, RunnerProcess, wait_for, write_job
-from tests.test_hardening import _mount_tmpfs
+from tests.runner.test_hardening import _mount_tmpfs
 
 DEEP = "[" * 5000 + "]" * 5000
 
