@@ -33,17 +33,27 @@ def write_events(path: Path, count: int) -> int:
     return written
 
 
+_PEAK = (
+    "import atexit, resource, runpy, sys\n"
+    "atexit.register(lambda: sys.stderr.write('peak %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+)
+
+
 def measure(argv: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MiB) of one whole process."""
+    """(seconds, peak RSS in MiB) of one whole process: ARGV is `python3 -m MODULE ARGS...`, run with a line that
+    prints the process's own peak RSS as it exits."""
+    assert argv[1] == "-m", argv
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=PY_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run(
+        [argv[0], "-c", _PEAK, *argv[2:]], env=PY_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     took = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {err[-500:]}")
-    return took, usage.ru_maxrss / 1024
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr[-500:]}")
+    peak = next(int(line.split()[1]) for line in reversed(proc.stderr.splitlines()) if line.startswith("peak "))
+    return took, peak / 1024
 
 
 def main() -> None:
@@ -62,8 +72,8 @@ def main() -> None:
         variants = {
             "plan report EVENTS": plan_cli("report", str(path)),
             f"plan report EVENTS --since '{middle}' (the last half)": plan_cli("report", str(path), "--since", middle),
-            f"plan report EVENTS --since '{last}' (the last second)": plan_cli("report", str(path), "--since", last),
-            "python3 -c pass": [sys.executable, "-c", "pass"],
+            f"plan report EVENTS --since '{last}' (its last event)": plan_cli("report", str(path), "--since", last),
+            "python3 -m this (a bare interpreter)": [sys.executable, "-m", "this"],
         }
         wall: dict[str, list[float]] = {name: [] for name in variants}
         rss: dict[str, list[float]] = {name: [] for name in variants}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated
@@ -32,13 +33,12 @@ def report(
     longest silences. Reads the seed's events too (lane states then marked as inferred).
     """
     from plancompiler.backends import backend_for
-    from plancompiler.report import build_report, file_liveness, liveness, parse_events, parse_ts, render_html
+    from plancompiler.report import EventLines, build_report, file_liveness, liveness, parse_ts, render_html
 
     status: dict = {}
     path = Path(source)
-    if path.is_file():
-        text = path.read_text(errors="replace")
-    else:  # a queue's events.jsonl, or a Slurm ledger's attempts with Slurm's clocks (--plan picks one plan)
+    text = ""
+    if not path.is_file():  # a host: its events.jsonl, or a Slurm ledger's attempts (--plan picks one plan)
         target = resolve_host(source, hosts)
         found = backend_for(target).report_source(since, plan)
         text, status = found.text, found.status
@@ -47,9 +47,16 @@ def report(
     try:
         start = parse_ts(since) if since else None
         end = parse_ts(until) if until else None
-        events, skipped = parse_events(text, source, empty_ok=not path.is_file())
         live = file_liveness(path) if path.is_file() else liveness(status)
-        result = build_report(events, start, end, live=live, skipped=skipped, zone=status.get("zone"))
+        # A file is read line by line (a million lines are never held whole), and --since skips its lines
+        # long before the window unparsed; a host's answer (in its zone) is read as it came.
+        with open(path, errors="replace") if path.is_file() else contextlib.nullcontext(text.splitlines()) as lines:
+            events = EventLines(lines, start if path.is_file() else None)
+            result = build_report(events, start, end, live=live, zone=status.get("zone"))
+        events.check(source, empty_ok=not path.is_file())
+        result.skipped[:0] = events.skipped()
+    except OSError as exc:
+        raise fail(f"{source}: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise fail(str(exc)) from exc
     typer.echo(json.dumps(result.to_json(), indent=1) if as_json else result.text())

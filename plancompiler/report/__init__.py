@@ -6,11 +6,12 @@ html (the report as one HTML page). This is the door: the rest of plancompiler i
 from __future__ import annotations
 
 from plancompiler.report.analysis import build_report
-from plancompiler.report.events import parse_events, parse_ts, read_events
+from plancompiler.report.events import EventLines, parse_events, parse_ts, read_events
 from plancompiler.report.html import render_html
 from plancompiler.report.model import Liveness, Report, Span, file_liveness, liveness
 
 __all__ = [
+    "EventLines",
     "Liveness",
     "Report",
     "Span",

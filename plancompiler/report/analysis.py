@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from plancompiler.report.events import format_ts, local_time, parse_ts, timed
+from plancompiler.report.events import KEPT_KINDS, Clock, EventLines, format_ts, local_time, parse_ts
 from plancompiler.report.model import JobStats, Liveness, Report, Span
 from runner.durations import format_duration
 from runner.logs import signature
-from runner.readers import valid_events
+from runner.readers import event_problem
 from runner.vocab import Event
 from runner.waiting import cut_middle
 
@@ -49,16 +50,45 @@ def build_report(
     skipped: Iterable[str] = (),
     zone: dict[str, Any] | None = None,
 ) -> Report:
-    """The report of EVENTS in file order; ValueError for a window that ends before it starts."""
+    """The report of EVENTS in file order, read once (they may stream from a file of a million lines): only
+    the kinds the analysis reads are kept (each with the event before it, a runner's last sign of life), and the
+    silences are found on the way. ValueError for a window that ends before it starts."""
     if since is not None and until is not None and since >= until:
         raise ValueError(
             f"--since {format_ts(since)} is not before --until {format_ts(until)}: the window would be empty"
         )
-    good, bad = valid_events(list(events), "event")
-    left_out = [*skipped, *bad]
-    kept = [event for event in good if not _refused(event)]
-    items, untimed = timed(kept, zone)
-    left_out += untimed
+    left_out = list(skipped)
+    items: list[tuple[float, dict[str, Any]]] = []
+    silences = _Silences(since, until)
+    clock = Clock(zone)
+    first: float | None = None
+    tail: tuple[float, dict[str, Any]] | None = None
+    checked = isinstance(events, EventLines)  # its lines were checked as they were read
+    for index, event in enumerate(events, 1):
+        problem = None if checked else event_problem(event)
+        if problem is not None:
+            left_out.append(f"event {index}: {problem}")
+            continue
+        if _refused(event):
+            continue
+        at = clock.time(event)
+        if at is None:
+            left_out.append(f"{event['ts'][:40]!r}: not a time")
+            continue
+        kind = event.get("event")
+        if kind != Event.HEARTBEAT:
+            silences.add(at)
+        if kind in KEPT_KINDS or first is None:
+            if tail is not None:
+                items.append(tail)
+            items.append((at, event))
+            tail = None
+        else:
+            tail = (at, event)  # kept only if a kept event follows it, or it is the last
+        if first is None:
+            first = at
+    if tail is not None:
+        items.append(tail)
     notes = _close_at_now(items, live, until)
     has_lane_events = any(e.get("event") == "lane" for _, e in items)
     spans = _lane_spans(items) if has_lane_events else _inferred_spans(items)
@@ -77,7 +107,7 @@ def build_report(
         clipped,
         jobs,
         _clusters(window),
-        _silences(window),
+        silences.top(start, end),
         not has_lane_events,
         [ln for ln in seen_lanes if any(s.lane == ln for s in clipped)] or list(lanes),
         left_out,
@@ -353,9 +383,28 @@ def _clusters(items: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]
     return [g for g in groups.values() if len(g["jobs"]) >= 2]
 
 
-def _silences(items: list[tuple[float, dict[str, Any]]], top: int = 5) -> list[tuple[float, float]]:
-    """The longest gaps between events; the runner's own `heartbeat` events are not news and do not end one."""
-    items = [(t, e) for t, e in items if e.get("event") != Event.HEARTBEAT]
-    gaps = [(items[i][0], items[i + 1][0]) for i in range(len(items) - 1)]
-    gaps.sort(key=lambda g: g[1] - g[0], reverse=True)
-    return [g for g in gaps[:top] if g[1] > g[0]]
+class _Silences:
+    """The longest gaps between consecutive events (heartbeats are not news), found as the events stream by:
+    the five longest are kept, the longest first and, of equal ones, the earlier."""
+
+    def __init__(self, since: float | None, until: float | None, top: int = 5) -> None:
+        self.since, self.until, self.keep = since, until, top
+        self.prev: float | None = None
+        self.heap: list[tuple[float, int, float, float]] = []
+        self.count = 0
+
+    def add(self, at: float) -> None:
+        if (self.since is not None and at < self.since) or (self.until is not None and at > self.until):
+            return
+        if self.prev is not None:
+            self.count += 1
+            entry = (at - self.prev, -self.count, self.prev, at)
+            if len(self.heap) < self.keep:
+                heapq.heappush(self.heap, entry)
+            elif entry > self.heap[0]:
+                heapq.heapreplace(self.heap, entry)
+        self.prev = at
+
+    def top(self, start: float, end: float) -> list[tuple[float, float]]:
+        gaps = sorted(self.heap, reverse=True)
+        return [(a, b) for _, _, a, b in gaps if b > a and a >= start and b <= end]

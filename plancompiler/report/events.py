@@ -9,10 +9,10 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from runner.readers import valid_events
+from runner.readers import event_problem, valid_events
 
 
 def _struct(text: str) -> time.struct_time:
@@ -48,10 +48,24 @@ def _hour_readings(year: int, month: int, day: int, hour: int) -> tuple[float, .
     return tuple(sorted(readings))
 
 
+@functools.lru_cache(maxsize=4096)
+def _wall_hour(prefix: str) -> tuple[float, ...]:
+    """_hour_readings of 'YYYY-MM-DD HH' (a report reads a million times in a few thousand hours)."""
+    found = _WALL.match(prefix + ":00")
+    if not found:
+        return ()
+    return _hour_readings(*(int(found.group(i)) for i in range(1, 5)))
+
+
 def local_time(text: str, after: float | None) -> float:
     """TEXT, a naive local time as the runner writes them, as epoch seconds. In the hour a DST fall-back
     repeats, a wall time has two readings: the first one not before AFTER (the previous event) is taken.
     (Per wall hour, cached: a report reads every event's time.)"""
+    if len(text) == 19 and text[13] == ":" and text[16] == ":" and text[10] in " T":  # the runner's own form
+        hour_readings = _wall_hour(text[:13])
+        minute, second = int(text[14:16]), int(text[17:19])
+        if len(hour_readings) == 1 and minute < 60 and second < 62:
+            return hour_readings[0] + minute * 60 + second  # no DST change in that hour: one reading
     found = _WALL.match(text.strip())
     if not found:
         return parse_ts(text)
@@ -101,21 +115,35 @@ def timed(
     is no real time is left out, and said."""
     items: list[tuple[float, dict[str, Any]]] = []
     bad: list[str] = []
-    last: float | None = None
-    read = _in_zone(zone)
+    clock = Clock(zone)
     for event in events:
+        value = clock.time(event)
+        if value is None:
+            bad.append(f"{event['ts'][:40]!r}: not a time")
+            continue
+        items.append((value, event))
+    return items, bad
+
+
+class Clock:
+    """Events' times one at a time, as `timed` reads them (a report streams a million events through one)."""
+
+    def __init__(self, zone: dict[str, Any] | None = None) -> None:
+        self.read = _in_zone(zone)
+        self.last: float | None = None
+
+    def time(self, event: dict[str, Any]) -> float | None:
+        """EVENT's time, never before the previous one's; None when it is no real time."""
         epoch = event.get("t")
         try:
             if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and math.isfinite(epoch):
                 value = float(epoch)
             else:
-                value = read(event["ts"], last)
+                value = self.read(event["ts"], self.last)
         except (ValueError, OverflowError):
-            bad.append(f"{event['ts'][:40]!r}: not a time")
-            continue
-        last = value if last is None else max(last, value)
-        items.append((last, event))
-    return items, bad
+            return None
+        self.last = value if self.last is None else max(self.last, value)
+        return self.last
 
 
 def parse_events(text: str, source: str, empty_ok: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
@@ -160,3 +188,100 @@ def read_events(text: str) -> list[dict[str, Any]]:
         if isinstance(value, dict):
             events.append(value)
     return events
+
+
+# Event kinds the analysis reads (spans, jobs, clusters); the rest count only for silences, by their time.
+KEPT_KINDS = frozenset(
+    {
+        "lane",
+        "runner-start",
+        "runner-stop",
+        "start",
+        "done",
+        "failed",
+        "retry",
+        "timeout",
+        "cancelled",
+        "start-failed",
+        "skipped",
+        "invalid",
+        "blocked",
+        "gpu-wait",
+        "correlated-failure",
+    }
+)
+# Before --since only what carries the lanes' state (and a seed log's busy spans) into the window matters.
+_BEFORE_KINDS = frozenset({"lane", "runner-start", "start", "done", "failed", "retry", "timeout", "cancelled"})
+_BEFORE_KINDS |= {"start-failed", "gpu-wait", "heartbeat"}
+_KIND = re.compile(r'"event": "([a-z-]+)"')
+_EPOCH = re.compile(r'"t": ([0-9]+(?:\.[0-9]+)?)\}\s*$')
+_PREFIX = '{"ts": "'
+MAX_NOTES = 1000
+
+
+class EventLines:
+    """The events of an events.jsonl read line by line (a file of a million lines is never held whole), and
+    what was wrong with the others. A line as the runner writes it (`ts`, `job`, `event` first) of a kind the
+    report does not read is taken by its time alone, unparsed. With SINCE: such a line more than two hours (a DST
+    change) before it, of a kind that cannot carry state into the window, is skipped without a record."""
+
+    def __init__(self, lines: Iterable[str], since: float | None = None) -> None:
+        self.lines = lines
+        self.cut = format_ts(since - 7200) if since is not None else None
+        self.count = 0  # lines read that are not blank
+        self.events = 0  # usable events
+        self.notes: list[str] = []
+        self.more = 0  # notes past MAX_NOTES, counted
+
+    def _note(self, text: str) -> None:
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(text)
+        else:
+            self.more += 1
+
+    def skipped(self) -> list[str]:
+        return self.notes + ([f"... and {self.more} more lines left out"] if self.more else [])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        cut = self.cut
+        for number, line in enumerate(self.lines, 1):
+            if line.startswith(_PREFIX) and line[27:29] == '",':  # as the runner writes them: ts, job, event, ...
+                found = _KIND.search(line, 29)
+                kind = found.group(1) if found is not None else None
+                if kind is not None and cut is not None and line[8:27] < cut and kind not in _BEFORE_KINDS:
+                    self.count += 1
+                    self.events += 1
+                    continue  # long before the window, and no state in it: no record built
+                if kind is not None and kind not in KEPT_KINDS:
+                    self.count += 1
+                    self.events += 1
+                    # Only its time counts (a silence ends at it): read without parsing the line.
+                    epoch = _EPOCH.search(line)
+                    yield {"ts": line[8:27], "event": kind, **({"t": float(epoch.group(1))} if epoch else {})}
+                    continue
+            if not line.strip():
+                continue
+            self.count += 1
+            try:
+                value = json.loads(line)
+            except (ValueError, RecursionError):
+                self._note(f"line {number}: not JSON")
+                continue
+            problem = event_problem(value)
+            if problem is not None:
+                self._note(f"line {number}: {problem}")
+                continue
+            self.events += 1
+            yield value
+
+    def check(self, source: str, empty_ok: bool = False) -> None:
+        """ValueError when nothing read was an event: SOURCE is then no events file (or has none yet)."""
+        if self.events:
+            return
+        if not self.count:
+            if empty_ok:
+                return  # a host's queue with nothing in it yet
+            raise ValueError(f"{source}: no events (it is empty)")
+        raise ValueError(
+            f"{source}: not an events.jsonl: none of its {self.count} lines is an event record ({self.notes[0]})"
+        )
