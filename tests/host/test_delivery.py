@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -362,7 +363,7 @@ def test_ctrl_c_ends_a_local_wait_for_the_runner_at_once(tmp_path: Path) -> None
 
 def test_an_install_of_many_files_lands_each_whole_with_the_usual_mode(tmp_path: Path) -> None:
     """The staged files are written all, then made durable by one barrier: each lands with its exact bytes (a
-    multi-byte text too), the mode open() would give under the umask, no stage left behind, the manifest after."""
+    multi-byte text too), mode 0600 whatever the umask (docs/trust.md), no stage left behind, the manifest after."""
     root = tmp_path / "q"
     files = {f"j{i:04d}.job": f"# LANE=cpu\necho {i} é {'x' * (i % 97)}\n" for i in range(2000)}
     host = Host(name=str(root), root=str(root))
@@ -374,7 +375,5 @@ def test_an_install_of_many_files_lands_each_whole_with_the_usual_mode(tmp_path:
         session.close()
     assert sorted(answer["installed"]) == sorted(files) and answer["generation"] == 1
     assert {p.name: p.read_text() for p in (root / "queue").iterdir()} == files
-    (tmp_path / "plain").write_text("")
-    mode = (tmp_path / "plain").stat().st_mode
-    assert {p.stat().st_mode for p in (root / "queue").iterdir()} == {mode}
+    assert {p.stat().st_mode for p in (root / "queue").iterdir()} == {stat.S_IFREG | 0o600}
     assert not [p for p in root.iterdir() if p.name.startswith(".plan-stage-")]
