@@ -76,7 +76,7 @@ def main() -> None:
         variants = {
             "plan report EVENTS": plan_cli("report", str(path)),
             f"plan report EVENTS --since '{middle}' (the last half)": plan_cli("report", str(path), "--since", middle),
-            f"plan report EVENTS --since '{last}' (its last line's time)": plan_cli("report", str(path), "--since", last),
+            f"plan report EVENTS --since '{last}' (the last line)": plan_cli("report", str(path), "--since", last),
             "python3 -m this (a bare interpreter)": [sys.executable, "-m", "this"],
         }
         wall: dict[str, list[float]] = {name: [] for name in variants}
