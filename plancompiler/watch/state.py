@@ -11,7 +11,7 @@ from pathlib import Path
 from plancompiler.hosts import Host
 from plancompiler.watch.args import DEFAULT_EVENTS
 from plancompiler.watch.incidents import Incident, ack, dump_incidents, load_incidents
-from runner.files import atomic_write
+from runner.files import atomic_write, read_json
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class WatchState:
     @classmethod
     def load(cls, path: Path) -> WatchState:
         try:
-            data = json.loads(path.read_text())
+            data = read_json(path)  # a regular file only, never blocking: a FIFO as --state is no state
             values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
             values["incidents"] = load_incidents(values.get("incidents"))
             return cls(**values)

@@ -124,3 +124,21 @@ def test_retry_and_cancel_refuse_a_job_name_no_file_can_have(tmp_path: Path) -> 
         assert code == 2 and "bad job name" in output, (command, output)
         assert time.monotonic() - started < 5, "refused at once, not after the control wait"
     assert not (root / "control").exists() or not os.listdir(root / "control")
+
+
+def test_watch_state_that_is_a_fifo_is_no_state_and_never_blocks(tmp_path: Path) -> None:
+    """`plan watch --state FIFO` waited forever for a writer; now the FIFO reads as no state (a first probe)."""
+    fifo = tmp_path / "state"
+    os.mkfifo(fifo)
+    code = (
+        "from pathlib import Path\nfrom plancompiler.watch.state import WatchState\n"
+        f"print(WatchState.load(Path({str(fifo)!r})).offset)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "-1", done.stderr
