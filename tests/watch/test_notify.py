@@ -18,6 +18,7 @@ from runner.alerts.book import BOOK_FILE
 from runner.alerts.notify import BadTarget, Outbox, target
 from tests.conftest import RunnerProcess, wait_for, write_job
 from tests.inprocess import plan_main
+from tests.sshd import IN_CI
 
 
 class Received:
@@ -155,6 +156,7 @@ def test_the_watcher_notifies_and_pings_too(
     tmp_path: Path, queue_root: Path, runner: RunnerProcess, receiver: tuple[str, Received]
 ) -> None:
     where, got = receiver
+    assert importlib.util.find_spec("apprise") or not IN_CI, "CI installs plancompiler[notify]: apprise must be here"
     write_job(queue_root, "65-gate.job", "echo 'gate failed: boom-7'; exit 3\n")
     runner.start()
     wait_for(lambda: json.loads((queue_root / BOOK_FILE).read_text())["open"], 15)
