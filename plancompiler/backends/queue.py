@@ -23,6 +23,19 @@ CHANGED = "the queue changed since this push looked at it; run it again"
 __all__ = ["CHANGED", "QueueBackend", "QueuePushSession", "busy_message", "diff", "health", "plan_record"]
 
 
+def take_push_lock(host: Host, session: AgentSession, options: PushOptions) -> None:
+    """Hold ROOT/.push.lock through SESSION from probe to install (both backends), or say who holds it."""
+    got = session.ask(
+        "lock",
+        {**host.context(), "wait_s": options.lock_wait_s, "by": who(), "create": True},
+        options.lock_wait_s + host.timeout,
+    )
+    if got.get("busy"):
+        raise Refused(busy_message(host, got.get("holder") or {}))
+    if "error" in got:
+        raise Refused(f"{host.describe()}: {got['error']}")
+
+
 def busy_message(host: Host, holder: dict[str, Any]) -> str:
     return (
         f"another push to {host.name} is in progress (pid {holder.get('pid', '?')}, "
@@ -86,15 +99,7 @@ class QueueBackend:
         session = self.host.session()
         try:
             if not options.dry_run:
-                got = session.ask(
-                    "lock",
-                    {**self.host.context(), "wait_s": options.lock_wait_s, "by": who(), "create": True},
-                    options.lock_wait_s + self.host.timeout,
-                )
-                if got.get("busy"):
-                    raise Refused(busy_message(self.host, got.get("holder") or {}))
-                if "error" in got:
-                    raise Refused(f"{self.host.describe()}: {got['error']}")
+                take_push_lock(self.host, session, options)
             yield QueuePushSession(self.host, session)
         finally:
             session.close()

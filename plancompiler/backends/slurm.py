@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from plancompiler.backends.protocol import MARKS, Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
-from plancompiler.backends.queue import CHANGED, busy_message
+from plancompiler.backends.queue import CHANGED, busy_message, take_push_lock
 from plancompiler.compile import Compiled
 from plancompiler.hosts import AgentSession, Host
 from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry, SlurmLane
@@ -168,15 +168,7 @@ class SlurmBackend:
         session = self.host.session()
         try:
             if not options.dry_run:
-                got = session.ask(
-                    "lock",
-                    {**self.host.context(), "wait_s": options.lock_wait_s, "by": who(), "create": True},
-                    options.lock_wait_s + self.host.timeout,
-                )
-                if got.get("busy"):
-                    raise Refused(busy_message(self.host, got.get("holder") or {}))
-                if "error" in got:
-                    raise Refused(f"{self.host.describe()}: {got['error']}")
+                take_push_lock(self.host, session, options)
             yield SlurmPushSession(self.host, session, options)
         finally:
             session.close()
