@@ -29,7 +29,11 @@ sys.dont_write_bytecode = False
 def write_job(root: Path, name: str, text: str, state: str = "queue") -> Path:
     path = root / state / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    # Whole or not at all, as a push lands it: RunnerProcess runs with --settle 0, and a runner that is already
+    # up could read a file written in place while it is still empty (`invalid: empty file`).
+    part = path.with_name(f".{name}.part")
+    part.write_text(text)
+    os.replace(part, path)
     return path
 
 
