@@ -178,6 +178,9 @@ def stdin_program(words: list[str]) -> str:
     name = os.path.basename(head)
     args = [unquote(w) for w in found[1:]]
     reason = f"in a heredoc that {name} reads as code"
+    if split and os.path.basename(unquote(split[0])) == "xargs" and found is not split:
+        if not _expansion(head) and verdict(name, args, "", set()).code:  # xargs makes stdin the program
+            return f"in a heredoc that xargs {name} reads as code"
     if _expansion(head):
         return f"in a heredoc fed to {head}, a command that is itself an expansion (what it runs cannot be told),"
     if name in ("ssh", "source", ".", "eval"):
@@ -191,6 +194,8 @@ def _program_from_stdin(name: str, args: list[str]) -> bool:
     """Whether interpreter NAME, given ARGS, reads its program from stdin (a shell with -s or no script, ...)."""
     positionals = [a for a in args if not a.startswith(("-", "+")) or a == "-"]
     from_stdin = not positionals or positionals[0] in ("-", "/dev/stdin")
+    if name in ("su", "runuser"):  # the positional is the user; without -c the user's shell reads stdin
+        return not any(_program_option(a, "c", ("--command", "--session-command")) for a in args)
     if SHELL.fullmatch(name):
         options = "".join(a[1:] for a in args if a.startswith(("-", "+")) and not a.startswith("--"))
         if "c" in options:

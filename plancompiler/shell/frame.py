@@ -37,6 +37,10 @@ class Frame:
     piped_docs: list[int] = field(default_factory=list)  # cmd: their heredocs (pending indices)
     alts: list[tuple[list[str], list[str]]] = field(default_factory=list)  # cmd: other {% if %} branches' words
     procsub: bool = False  # cmd: the inside of <( ): its output is a file the outer command reads
+    seen: list[tuple[int, int]] = field(default_factory=list)  # cmd: every value in this frame, in order
+    marks: list[int] = field(default_factory=list)  # cmd: len(seen) at each open { ( if for while until case
+    closed: list[tuple[int, int]] = field(default_factory=list)  # cmd: the values of the compound just closed
+    func: tuple[str, int] | None = None  # cmd: a function being defined: its name, len(marks) at `name()`
     alt_cut: int = 0  # cmd: how much of `word` was read before the branches closed (alts have their own start)
 
 

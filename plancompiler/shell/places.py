@@ -80,6 +80,7 @@ def _mark_value(sc: ScanState, top: Frame, cmd: Frame, line: int, col: int) -> N
         for frame in sc.stack:
             if frame.kind == "cmd":
                 frame.values.append((line, col))  # what a pipeline's later command may read as code
+                frame.seen.append((line, col))
 
 
 def _value_code(sc: ScanState, top: Frame, cmd: Frame, line: int, col: int) -> tuple[str, str]:
@@ -109,6 +110,10 @@ def _enclosing_code(sc: ScanState, cmd: Frame) -> str:
             return f"inside a $( ) {frame.code}"
         if frame.kind != "cmd":
             continue
+        if inner.procsub and frame.words and frame.words[-1] in ("<", "0<"):
+            why = shellcmd.stdin_program(frame.words[:-1])  # `bash < <(...)`: the output is its stdin
+            if why:
+                return "inside a <( ) " + why.replace("in a heredoc that ", "whose output ").replace(" as code", "")
         name = shellcmd.command(frame.words)[:1]
         if inner.procsub and name and shellcmd.runs_files(name[0]):
             return f"inside a <( ) whose output {name[0]} runs"

@@ -16,6 +16,8 @@ from plancompiler.shell.commands import ARITH_OPS, DECLARE, KEYWORDS
 from plancompiler.shell.frame import EXPR, TAG, Frame, Site, skip
 
 _REDIR_START = re.compile(r"(\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?[<>&]*")  # a word a redirection may go on
+_OPENERS = {"{", "if", "for", "while", "until", "case", "select"}  # a compound command's start and end words
+_CLOSERS = {"}", "fi", "done", "esac"}
 _ARRAY_START = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
 
@@ -30,6 +32,7 @@ class Scanner:
         self.pending: list[tuple[str, bool, bool, str]] = []  # heredocs whose bodies start at the next newline
         self.sites: list[Site] = []
         self.problems: list[tuple[int, int, str]] = []
+        self.functions: dict[str, list[tuple[int, int]]] = {}  # a function's name: the values in its body
         self.integers: set[str] = set()  # names declared -i: assigning a value to them is arithmetic
         self.text = ""
 
@@ -266,14 +269,18 @@ class Scanner:
             if text.startswith("((", i) and not top.word and (not top.words or top.words == ["for"]):
                 self.stack.append(Frame("opaque", "))", "(( )) arithmetic"))
                 return i + 2
+            if text.startswith("()", i) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.:-]*", top.word) and not top.words:
+                top.func = (top.word, len(top.marks))  # `name()`: its body is the next compound command
             top.depth += 1
             self._end_word(top)
             self._end_command(top)
+            top.marks.append(len(top.seen))
             return i + 1
         self._end_word(top)
         self._end_command(top)
         if top.depth:
             top.depth -= 1
+            self._close(top)
         elif top.closer == ")":
             self.stack.pop()
         return i + 1
@@ -297,6 +304,10 @@ class Scanner:
                         "which runs $( ) in it; compare strings with ==, or check it is a number",
                     )
                 )
+            if not top.words and word in _OPENERS:
+                top.marks.append(len(top.seen))
+            elif not top.words and word in _CLOSERS:
+                self._close(top)
             if not top.words and (word in KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word, re.S)):
                 return  # a keyword or an assignment before the command: the command is still to come
             if top.closer == ")" and word == "case":
@@ -307,16 +318,28 @@ class Scanner:
             elif not top.cond and not top.array and word == "[[" and shellcmd.command(top.words) == ["[["]:
                 top.cond = True
 
+    def _close(self, top: Frame) -> None:
+        """A compound command ends: its values are what it may pipe into an interpreter (or a function's body)."""
+        if not top.marks:
+            return
+        top.closed = top.seen[top.marks.pop() :]
+        if top.func and len(top.marks) == top.func[1] and top.closed:
+            self.functions[top.func[0]] = top.closed
+            top.func = None
+
     def _end_command(self, top: Frame, pipe: bool = False) -> None:
         """The simple command in TOP is over (PIPE: its output feeds the next one): decide its heredocs and
         here-strings, and whether the pipeline's earlier commands feed their values to an interpreter."""
         if top.heredocs or top.strings or top.piped or top.piped_docs:
             self._fed_to_stdin(top)
         if pipe:
-            top.piped, top.piped_docs = top.piped + top.values, top.piped_docs + top.heredocs
+            called = shellcmd.command(top.words)[:1]
+            body = self.functions.get(called[0], []) if called else []
+            top.piped = top.piped + top.values + top.closed + body
+            top.piped_docs = top.piped_docs + top.heredocs
         else:
             top.piped, top.piped_docs = [], []
-        top.values = []
+        top.values, top.closed = [], []
         words = shellcmd.command(top.words)
         if (
             words[:1]

@@ -28,6 +28,7 @@ FLAGGED = [
     (re.compile(r"Rscript|R"), "e", ()),
     (re.compile(r"tclsh[\d.]*|wish[\d.]*|osascript"), "e", ()),
     (re.compile(r"su|runuser"), "c", ("--command", "--session-command")),
+    (re.compile(r"script"), "c", ("--command",)),  # script -c runs its argument with $SHELL -c
 ]
 # Programs whose first positional argument is the program, unless a file option gives it: (options with an
 # argument, options whose argument is code, options naming a program file, options taking two arguments).

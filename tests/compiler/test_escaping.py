@@ -89,6 +89,12 @@ CONTEXTS: dict[str, Context] = {
     "double": ("printf '%s' \"{{ v }}\"", lambda v: v, lambda v: False),
     "double-inside": ("printf '%s' \"<{{ v }}|${HOME_UNSET}{{ v }}>\"", lambda v: f"<{v}|{v}>", lambda v: False),
     "single": ("printf '%s' '{{ v }}'", lambda v: v, lambda v: False),
+    "group-piped": ("{ printf '%s' {{ v }}; } | cat", lambda v: v, lambda v: False),
+    "subshell-piped": ("( printf '%s' {{ v }} ) | cat", lambda v: v, lambda v: False),
+    "function-piped": ("f() { printf '%s' {{ v }}; }; f | cat", lambda v: v, lambda v: False),
+    "loop-piped": ("for i in 1; do printf '%s' {{ v }}; done | cat", lambda v: v, lambda v: False),
+    "procsub-stdin": ("cat < <(printf '%s' {{ v }})", lambda v: v, lambda v: False),
+    "xargs-data": ("printf '%s' {{ v }} | xargs -0 printf '%s'", lambda v: v, lambda v: False),
     "single-inside": ("printf '%s' '<{{ v }}>'\"{{ v }}\"", lambda v: f"<{v}>{v}", lambda v: False),
     "heredoc": ("cat <<EOF\n{{ v }}\nEOF", lambda v: v + "\n", lambda v: "EOF" in v.split("\n")),
     "heredoc-framed": (
@@ -564,6 +570,21 @@ REVIEW_REFUSED = [
     ("cat <<EOF | bash\n{{ v }}\nEOF", CMD, "R005", "in a heredoc that bash reads as code"),
     ("echo {{ v }} | sh", CMD, "R005", "piped into sh, which reads its program from stdin"),
     ('echo "$(printf %s {{ v }})" | cat | bash -s', CMD, "R005", "piped into bash, which reads its program"),
+    # issue 28: a compound command or a function's output piped into an interpreter; coproc
+    ("{ echo {{ v }}; } | bash", CMD, "R005", "piped into bash, which reads its program from stdin"),
+    ("( echo {{ v }} ) | bash", CMD, "R005", "piped into bash, which reads its program from stdin"),
+    ("f() { echo {{ v }}; }; f | bash", CMD, "R005", "piped into bash, which reads its program from stdin"),
+    ("if true; then echo {{ v }}; fi | sh", CMD, "R005", "piped into sh, which reads its program from stdin"),
+    ("for i in 1; do echo {{ v }}; done | bash", CMD, "R005", "piped into bash, which reads its program"),
+    ("while true; do echo {{ v }}; break; done | bash", CMD, "R005", "piped into bash, which reads its"),
+    ("case x in x) echo {{ v }} ;; esac | bash", CMD, "R005", "piped into bash, which reads its program"),
+    ("coproc bash <<< {{ v }}", CMD, "R005", "in a here-string that bash reads as code"),
+    # issue 28: stdin that becomes a program through xargs, su, a < <( ), or script -c
+    ("bash < <(echo {{ v }})", CMD, "R005", "inside a <( ) whose output bash reads"),
+    ("echo {{ v }} | xargs -0 bash -c", CMD, "R005", "piped into xargs bash, which reads its program"),
+    ("echo {{ v }} | su root", CMD, "R005", "piped into su, which reads its program from stdin"),
+    ("script -qc {{ v }} /dev/null", CMD, "R005", "as script's program (after -qc)"),
+    ("script -q --command {{ v }} /dev/null", CMD, "R005", "as script's program (after --command)"),
 ]
 
 
@@ -610,7 +631,18 @@ def test_review_reproductions_are_refused_at_the_value(
 def test_the_review_forms_run_the_value_when_quoted_as_plain_data(tmp_path: Path) -> None:
     """The refused forms are real: each, with its value only shell-quoted (what main wrote), runs the value."""
     # they loop, need a service, other code, or two different values
-    skip = ("watch", "srun", "sudo", "jq", "node", "python3.11", "{%", "printf {{ v }} {{ v }}")
+    skip = (
+        "watch",
+        "srun",
+        "sudo",
+        "su root",
+        "coproc bash",
+        "jq",
+        "node",
+        "python3.11",
+        "{%",
+        "printf {{ v }} {{ v }}",
+    )
     for n, (body, value, _, _) in enumerate(REVIEW_REFUSED):
         if any(word in body for word in skip):
             continue
@@ -631,6 +663,13 @@ def test_the_review_forms_run_the_value_when_quoted_as_plain_data(tmp_path: Path
 
 # Forms next to the refused ones that keep the value data: rendered, run by bash, print the value, run nothing.
 REVIEW_ACCEPTED = [
+    ("printf %s {{ v }} | xargs -0 printf %s", CMD, CMD),
+    ("cat < <(printf %s {{ v }})", CMD, CMD),
+    ("{ printf %s {{ v }}; } | cat", CMD, CMD),
+    ("( printf %s {{ v }} ) | cat", CMD, CMD),
+    ("f() { printf %s {{ v }}; }; g() { true; }; g | bash; f | cat", CMD, CMD),
+    ("printf %s {{ v }}; { true; } | bash", CMD, CMD),
+    ("printf %s {{ v }} | xargs -0 bash -c 'printf %s \"$1\"' _", CMD, CMD),
     ("timeout 10 cat <<EOF\n{{ v }}\nEOF", CMD, CMD + "\n"),
     ("cat 2>&1 <<EOF\n{{ v }}\nEOF", CMD, CMD + "\n"),
     ("<<EOF cat\n{{ v }}\nEOF", CMD, CMD + "\n"),
