@@ -30,6 +30,13 @@ from plancompiler.shell.verdicts import Verdict, verdict
 __all__ = ["ARITH_OPS", "DECLARE", "EXPR", "KEYWORDS", "Verdict", "analyse", "command", "runs_files", "stdin_program"]
 
 
+PROGRAM = "(mark a trusted program with {{ v | program }})"
+
+
+def _program(what: str) -> Verdict:
+    return Verdict(f"{what} {PROGRAM}")
+
+
 def unquote(word: str) -> str:
     return re.sub(r"\\(.)", r"\1", word, flags=re.S).replace("'", "").replace('"', "")
 
@@ -142,6 +149,9 @@ def analyse(words: list[str], current: str, integers: set[str]) -> Verdict:
     code_var = re.match(r"(BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND)\+?=", unquote(current))
     if code_var:
         return Verdict(f"in {code_var.group(1)}, whose value bash expands and runs,")
+    path_var = re.match(r"(PATH|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT)\+?=", unquote(current))
+    if path_var:
+        return _program(f"in {path_var.group(1)}, which picks the programs run")
     split, at, herestring = _split([*words, current + EXPR])
     if herestring:
         return Verdict(herestring=True)
@@ -151,9 +161,16 @@ def analyse(words: list[str], current: str, integers: set[str]) -> Verdict:
         assigned = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=", current)
         if assigned and assigned.group(1) in integers:
             return Verdict("in an assignment to an integer (-i) variable, which is evaluated as arithmetic,")
+        if not assigned and current + EXPR == split[0]:
+            return _program("in command-name position")
         return Verdict()
+    execs = ("-exec", "-execdir", "-ok", "-okdir")
+    if unquote(split[at - 1]) in execs and "find" in [os.path.basename(unquote(w)) for w in split[: at - 1]]:
+        return _program(f"as the program find {unquote(split[at - 1])} runs")
     found, k = _unwrap(split, at)
-    if not found or k is None or k == 0:
+    if found and k == 0:
+        return _program(f"as the program {unquote(split[0])} runs")
+    if not found or k is None:
         return Verdict()
     head = unquote(found[0])
     if _expansion(head):
@@ -163,7 +180,28 @@ def analyse(words: list[str], current: str, integers: set[str]) -> Verdict:
     name = os.path.basename(head)
     args = [unquote(w) for w in found[1:k]]
     cur = unquote(current)
+    if name in (".", "source") and not args and not cur.startswith("-"):
+        return _program(f"as the file {name} runs")
+    if SHELL.fullmatch(name) and not cur.startswith(("-", "+")) and _shell_script(args):
+        return _program(f"as the script {name} runs")
     return verdict(name, args, cur, integers)
+
+
+def _shell_script(args: list[str]) -> bool:
+    """The next positional word after ARGS is the script file a shell runs (no -c, no script yet)."""
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--":
+            continue
+        elif a.startswith(("-", "+")) and len(a) > 1:
+            if ("c" in a[1:] or "s" in a[1:]) and not a.startswith("--"):
+                return False
+            skip = a in ("--rcfile", "--init-file", "-o", "+o", "-O", "+O")
+        else:
+            return False
+    return not skip
 
 
 def stdin_program(words: list[str]) -> str:

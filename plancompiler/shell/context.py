@@ -89,7 +89,8 @@ def _placeholders(
             if tok.type == "variable_begin":
                 inner = tokens[i + 1 : j]
                 is_sh = len(inner) >= 2 and inner[-2].type == "pipe" and inner[-1].test("name:sh")
-                places.append((tok.lineno, col_of(tok.lineno), is_sh, None))
+                program = len(inner) >= 2 and inner[-2].type == "pipe" and inner[-1].test("name:program")
+                places.append((tok.lineno, col_of(tok.lineno), is_sh, "program" if program else None))
                 exprs.append((i, j))
                 text.append(EXPR)
                 i = j
@@ -302,5 +303,6 @@ def shell_environment(limits: Limits | None = None, **kwargs: Any) -> BoundedSan
         " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     )
     env.filters["q"] = lambda value: value  # every value is quoted for its place; kept for old templates
+    env.filters["program"] = lambda value: value  # a trusted program's name: escaped as data, allowed to run
     env.filters["_esc"] = escape
     return env

@@ -40,6 +40,7 @@ class Frame:
     seen: list[tuple[int, int]] = field(default_factory=list)  # cmd: every value in this frame, in order
     marks: list[int] = field(default_factory=list)  # cmd: len(seen) at each open { ( if for while until case
     closed: list[tuple[int, int]] = field(default_factory=list)  # cmd: the values of the compound just closed
+    pattern: bool = False  # cmd: reading a case pattern (after `in` or `;;`, before its `)`)
     func: tuple[str, int] | None = None  # cmd: a function being defined: its name, len(marks) at `name()`
     alt_cut: int = 0  # cmd: how much of `word` was read before the branches closed (alts have their own start)
 

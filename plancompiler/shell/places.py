@@ -15,7 +15,7 @@ from plancompiler.shell import commands as shellcmd
 from plancompiler.shell.frame import EXPR, TAG, Frame, ScanState, Site, signature, words_now
 
 
-def expression(sc: ScanState, line: int, col: int, is_sh: bool, preceding: str) -> None:
+def expression(sc: ScanState, line: int, col: int, is_sh: bool, preceding: str, program: bool = False) -> None:
     stack = sc.stack
     top = stack[-1]
     cmd = next(f for f in reversed(stack) if f.kind == "cmd")
@@ -50,6 +50,10 @@ def expression(sc: ScanState, line: int, col: int, is_sh: bool, preceding: str) 
         return
     code, check = _value_code(sc, top, cmd, line, col)
     code = code or _enclosing_code(sc, cmd)
+    if cmd.pattern and code.startswith("in command-name position"):
+        code = ""  # a case pattern, not a command
+    if program and code.endswith(shellcmd.PROGRAM):
+        code = ""  # `{{ v | program }}`: the template trusts the value as a program to run
     if code:
         sc.problems.append(
             (

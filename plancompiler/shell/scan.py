@@ -44,9 +44,9 @@ class Scanner:
         while i < n:
             ch = text[i]
             if ch == EXPR:
-                line, col, is_sh, _ = places[self.k]
+                line, col, is_sh, info = places[self.k]
                 self.k += 1
-                shellplaces.expression(self, line, col, is_sh, text[max(0, i - 80) : i])
+                shellplaces.expression(self, line, col, is_sh, text[max(0, i - 80) : i], info == "program")
                 i += 1
                 continue
             if ch == TAG:
@@ -223,6 +223,8 @@ class Scanner:
             self._end_word(top)
             pipe = ch == "|" and nxt != "|" and text[i - 1 : i] != "|" or ch == "&" and text[i - 1 : i] == "|"
             self._end_command(top, pipe)
+            if ch == ";" and nxt in (";", "&") or ch == "&" and text[i - 1 : i] == ";":
+                top.pattern = True  # `;;`, `;&`, `;;&`: the next case pattern
             return i + 1
         top.word += ch
         return i + 1
@@ -277,6 +279,10 @@ class Scanner:
             top.marks.append(len(top.seen))
             return i + 1
         self._end_word(top)
+        if top.pattern and top.words == [] or top.pattern and not top.depth:
+            top.pattern = False  # the `)` of a case pattern: its commands follow
+            self._end_command(top)
+            return i + 1
         self._end_command(top)
         if top.depth:
             top.depth -= 1
@@ -307,6 +313,7 @@ class Scanner:
             if not top.words and word in _OPENERS:
                 top.marks.append(len(top.seen))
             elif not top.words and word in _CLOSERS:
+                top.pattern = top.pattern and word != "esac"
                 self._close(top)
             if not top.words and (word in KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word, re.S)):
                 return  # a keyword or an assignment before the command: the command is still to come
@@ -332,6 +339,8 @@ class Scanner:
         here-strings, and whether the pipeline's earlier commands feed their values to an interpreter."""
         if top.heredocs or top.strings or top.piped or top.piped_docs:
             self._fed_to_stdin(top)
+        if top.words[:1] == ["case"] and top.words[-1:] == ["in"]:
+            top.pattern = True
         if pipe:
             called = shellcmd.command(top.words)[:1]
             body = self.functions.get(called[0], []) if called else []

@@ -79,7 +79,7 @@ TEMPLATES = {
     "words.sh.j2": """\
 # job {{ a }}: {{ c }}
 set -eu
-{{ a }} {{ b }}
+{{ a | program }} {{ b }}
 cd {{ b }}
 rm -rf {{ b }}
 rm -rf "{{ a }}"/
