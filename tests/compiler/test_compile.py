@@ -412,7 +412,7 @@ HOSTILE_PLANS = [
     ),
     ("plan: t\nvars:\n  ? [a, b]\n  : 1\njobs: []\n", "P001", 3, 5, "a key must be a plain value"),
     (
-        "plan: t\njobs:\n  - name: a\n    run: |\n      {% macro m() %}{{ m() }}{% endmacro %}\n      echo {{ m() }}\n",
+        "plan: t\njobs:\n  - name: a\n    run: |\n      {% macro m() %}x {{ m() }}{% endmacro %}\n      echo {{ m() }}\n",
         "R003",
         5,
         7,

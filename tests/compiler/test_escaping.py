@@ -719,7 +719,7 @@ def test_an_included_template_must_end_outside_quotes(tmp_path: Path) -> None:
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "open.j2").write_text('echo "')
     (tmp_path / "templates" / "close.j2").write_text('"')
-    (tmp_path / "templates" / "main.sh.j2").write_text('{% include "open.j2" %}\n{{ v }}\n{% include "close.j2" %}\n')
+    (tmp_path / "templates" / "main.sh.j2").write_text('{% include "open.j2" %}\nx {{ v }}\n{% include "close.j2" %}\n')
     (tmp_path / "p.yaml").write_text(
         'plan: t\njobs:\n  - name: j\n    template: main.sh.j2\n    with: {v: "$(touch PWNED)"}\n'
     )
@@ -850,7 +850,7 @@ def test_interpreters_behind_wrappers_and_options_never_run_a_value(tmp_path: Pa
     )
     compiled = compile_plan(plan, lint=False)
     assert {d.code for d in compiled.diagnostics} <= {"R005", "R006"}
-    assert len(compiled.jobs) > 100  # the grid's data-only forms render
+    assert len(compiled.jobs) > 60  # the grid's data-only forms render (`source {}` names a program: refused)
     script = []
     for job in compiled.jobs:
         body = job.text.split("\n", job.header_lines)[-1]
@@ -870,3 +870,47 @@ def test_interpreters_behind_wrappers_and_options_never_run_a_value(tmp_path: Pa
     assert len(list(work.iterdir())) == len(compiled.jobs)
     ran = sorted(p.parent.name for p in work.glob("*/PWNED"))
     assert not ran, [(bodies[int(n.split("-")[0][1:])], GRID_VALUES[int(n.split("-")[1])]) for n in ran][:5]
+
+
+# issue 28: a value that names the program run is refused unless the template marks it {{ v | program }}.
+PROGRAM_FORMS = [
+    ("{{ v }} ARGS", "in command-name position"),
+    ("./{{ v }}", "in command-name position"),
+    ("xargs {{ v }} < /dev/null", "as the program xargs runs"),
+    ("find /dev/null -exec {{ v }} \\;", "as the program find -exec runs"),
+    ("env {{ v }}", "as the program env runs"),
+    ("timeout 5 {{ v }}", "as the program timeout runs"),
+    ("nice {{ v }}", "as the program nice runs"),
+    ("nohup {{ v }}", "as the program nohup runs"),
+    ("exec {{ v }}", "as the program exec runs"),
+    ("command {{ v }}", "as the program command runs"),
+    ("sudo {{ v }}", "as the program sudo runs"),
+    (". {{ v }}", "as the file . runs"),
+    ("source {{ v }}", "as the file source runs"),
+    ("bash {{ v }}", "as the script bash runs"),
+    ("bash -e {{ v }} arg", "as the script bash runs"),
+    ("PATH={{ v }}:$PATH", "in PATH, which picks the programs run"),
+    ("export PATH={{ v }}:$PATH", "in PATH, which picks the programs run"),
+    ("LD_PRELOAD={{ v }} true", "in LD_PRELOAD, which picks the programs run"),
+]
+
+
+@pytest.mark.parametrize("body, why", PROGRAM_FORMS)
+def test_a_value_as_the_program_run_is_refused_unless_marked_program(tmp_path: Path, body: str, why: str) -> None:
+    (tmp_path / "plain").mkdir()
+    plan, compiled = _one_job(tmp_path / "plain", body, CMD)
+    assert not compiled.jobs and {d.code for d in compiled.diagnostics} == {"R005"}
+    assert any(why in d.message and "| program" in d.message for d in compiled.diagnostics)
+    first = compiled.diagnostics[0]
+    assert plan.read_text().split("\n")[first.line - 1][first.col - 1 :].startswith("{{ v }}")
+    (tmp_path / "marked").mkdir()
+    _, marked = _one_job(tmp_path / "marked", body.replace("{{ v }}", "{{ v | program }}"), "/bin/true")
+    assert [j.name for j in marked.jobs] == ["a"], [d.text() for d in marked.diagnostics]
+    assert "/bin/true" in marked.jobs[0].text
+
+
+def test_the_same_words_as_data_pass(tmp_path: Path) -> None:
+    """Beside the program forms: the value as an argument, after bash -c's program, after bash -s, in a case."""
+    body = "echo {{ v }}; bash -c 'printf %s \"$1\"' _ {{ v }}; bash -s {{ v }} </dev/null\ncase x in {{ v }}) ;; esac"
+    _, compiled = _one_job(tmp_path, body, CMD)
+    assert [j.name for j in compiled.jobs] == ["a"], [d.text() for d in compiled.diagnostics]

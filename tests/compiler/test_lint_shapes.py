@@ -113,17 +113,17 @@ sleep {{ n }}
 return {{ n }}
 """,
     "names.sh.j2": """\
-{{ a }}=1
+{{ a | program }}=1
 echo "${m0001:-}" "${m0003:-}" "$a1"
 [ "{{ a }}" = "m0005" ] && echo literal
 read -r {{ a }} </dev/null || true
 export {{ a }}
 """,
     "blocks.sh.j2": """\
-{% set p %}{{ a }}/x{% endset %}
+{% set p %}{{ a | program }}/x{% endset %}
 echo {{ p }} "{{ p }}"
 {% macro m(v) %}echo {{ v }}{% endmacro %}
-{{ m(b) }}
+{{ m(b) | program }}
 {{ m(c) | sh }}
 {% for w in l %}
 touch {{ w }}
