@@ -28,7 +28,7 @@ from runner.agent.delivery import ADHOC_PLAN
 
 SOURCE = "plan add"  # where an add's findings point: its command line has no file
 # The body of a job whose command is words: each one quoted by the renderer; of one whose command is shell.
-RUN_WORDS = "{{ argv }}\n"
+RUN_WORDS = "{{ argv | program }}\n"  # the user names the program: a trusted one
 RUN_SHELL = "{{ script | sh }}\n"
 
 
