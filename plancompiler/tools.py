@@ -28,8 +28,21 @@ def run_command(
     if max_bytes is not None:
         return _bounded(argv, timeout, stdin, env, max_bytes)
     data = stdin.encode() if isinstance(stdin, str) else stdin
+    proc = _start(argv, data, env)
     try:
-        proc = subprocess.Popen(
+        out, err = proc.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return 124, out.decode(errors="replace"), err.decode(errors="replace") + f"\n(timed out after {timeout:g}s)"
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _start(argv: Sequence[str], data: bytes | None, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
+    """ARGV in a session of its own (so a timeout ends its whole tree), pipes for its output; a missing program is
+    a PlanError."""
+    try:
+        return subprocess.Popen(
             list(argv),
             stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -39,13 +52,6 @@ def run_command(
         )
     except FileNotFoundError as exc:
         raise PlanError(f"{argv[0]} not found: {exc.strerror}") from exc
-    try:
-        out, err = proc.communicate(data, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        return 124, out.decode(errors="replace"), err.decode(errors="replace") + f"\n(timed out after {timeout:g}s)"
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 def _bounded(
@@ -58,17 +64,7 @@ def _bounded(
     import time
 
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise PlanError(f"{argv[0]} not found: {exc.strerror}") from exc
+    proc = _start(argv, data, env)
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     in_fd = proc.stdin.fileno() if proc.stdin is not None else -1
