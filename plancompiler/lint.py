@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from plancompiler.checkmemo import cache_dir
 from plancompiler.diagnostics import Diagnostic, PlanError
 from plancompiler.load import Source
+from plancompiler.memo.checkmemo import cache_dir
+from plancompiler.memo.shapes import Shape, shapes
 from plancompiler.render import RenderedJob
 from plancompiler.sandbox import Limits
-from plancompiler.shapes import Shape, shapes
 from plancompiler.tools import find_tool, run_command
 from runner.files import atomic_write
 
@@ -51,7 +51,7 @@ def lint_jobs(
     With USE_CACHE, a job whose exact text the last check of this plan linted is not linted again."""
     if not use_cache:
         return _map(lint_findings(jobs, use_cache, workers, progress, template_dirs, limits), source)
-    from plancompiler.lintmemo import JobMemo
+    from plancompiler.memo.lintmemo import JobMemo
 
     memo = JobMemo(source.path)
     findings: list[Finding] = []

@@ -96,7 +96,7 @@ def _status(args: argparse.Namespace) -> int:
     from runner.files import read_json
     from runner.queue import fresh_status
     from runner.readers import status_problem
-    from runner.status import render_status
+    from runner.views.status import render_status
 
     if not args.root.is_dir():
         what = "does not exist" if not os.path.lexists(args.root) else "is not a directory"
@@ -124,7 +124,7 @@ def _gpus(args: argparse.Namespace) -> int:
     from runner import procs
     from runner.digest import sha1_hex
     from runner.service.gpu import GpuRules, GpuWatch, Roots, find_devices, gpu_status
-    from runner.status import gpu_lines
+    from runner.views.status import gpu_lines
 
     roots = Roots(args.gpu_proc, args.gpu_sys, args.gpu_dev)
     watch = GpuWatch(

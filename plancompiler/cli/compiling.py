@@ -46,8 +46,8 @@ def check(
 
 
 def _checked(path: Path, sets: list[str] | None, templates: list[Path] | None, no_cache: bool):
-    """PATH's check, remembered or compiled (plancompiler/checkmemo.py)."""
-    from plancompiler import checkmemo
+    """PATH's check, remembered or compiled (plancompiler/memo/checkmemo.py)."""
+    from plancompiler.memo import checkmemo
 
     def compile_() -> checkmemo.Checked:
         return compile_one(path, sets, templates, no_cache)

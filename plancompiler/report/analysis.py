@@ -13,8 +13,8 @@ from plancompiler.report.model import JobStats, Liveness, Report, Span
 from runner.durations import format_duration
 from runner.logs import signature
 from runner.readers import event_problem
+from runner.views.waiting import cut_middle
 from runner.vocab import Event
-from runner.waiting import cut_middle
 
 # The synthetic last event that carries the window to its end: the runner alive now (or down since its
 # last sign of life) is the truth after the last event, not nothing.

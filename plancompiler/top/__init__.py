@@ -1,6 +1,6 @@
 """`plan top`: every host's queue live on one screen, refreshed by `plan watch`'s bounded probes.
 
-frame (the screen, a pure function of what the probes saw; waiting jobs grouped by runner.waiting, as plan status
+frame (the screen, a pure function of what the probes saw; waiting jobs grouped by runner.views.waiting, as plan status
 groups them), probes (one probe thread per host), keys (what each key does), app (the loop). This is the door: the
 command imports the names below, from `plancompiler.top`."""
 

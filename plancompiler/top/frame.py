@@ -10,7 +10,7 @@ from typing import Any
 from plancompiler.watch import Incident
 from runner.durations import format_duration
 from runner.readers import terminal_safe
-from runner.waiting import group_waiting
+from runner.views.waiting import group_waiting
 
 KEYS = "q quit  j/k select  l log  a ack  r retry  c cancel  / filter"
 # Reasons whose group shows when its first job is estimated to start (the others wait on no clock).

@@ -9,7 +9,7 @@ from plancompiler.hosts import Host
 from plancompiler.watch.book import book_conditions, book_of
 from plancompiler.watch.judge import ENDS, answer_now, checked_events, status_corrupt
 from runner.readers import terminal_safe
-from runner.status import render_status
+from runner.views.status import render_status
 
 
 def status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from plancompiler.compile import compile_plan, template_dirs
 from plancompiler.lint import Finding, lint_findings
-from plancompiler.shapes import shapes
+from plancompiler.memo.shapes import shapes
 
 REPO = Path(__file__).resolve().parents[2]
 

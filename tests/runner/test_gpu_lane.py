@@ -15,7 +15,7 @@ import pytest
 from plancompiler.report import build_report
 from runner import procs
 from runner.alerts.book import BOOK_FILE
-from runner.status import render_status
+from runner.views.status import render_status
 from tests.conftest import RunnerProcess, plan_cli, wait_for, write_job
 from tests.gpubox import AMDGPU_FDINFO, GpuBox
 from tests.ticking import Ticking

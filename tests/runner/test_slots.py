@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from plancompiler.report import build_report
-from runner.status import render_status
+from runner.views.status import render_status
 from tests.ticking import Ticking
 
 cli = CliRunner()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.waiting import cut_middle, group_waiting
+from runner.views.waiting import cut_middle, group_waiting
 from tests.conftest import REPO, RunnerProcess, pid_alive, plan_cli, wait_for, write_job
 from tests.sshd import Sshd
 

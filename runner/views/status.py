@@ -7,7 +7,7 @@ from typing import Any
 
 from runner.durations import format_duration
 from runner.readers import terminal_safe
-from runner.waiting import cut_middle, every_waiter, group_waiting
+from runner.views.waiting import cut_middle, every_waiter, group_waiting
 
 DETAIL_WIDTH = 90  # a REQUIRES or command longer than this is cut in the middle: the file name at its end survives
 

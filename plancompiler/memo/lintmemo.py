@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterable
 
-from plancompiler.checkmemo import cache_dir, code_identity
+from plancompiler.memo.checkmemo import cache_dir, code_identity
 from plancompiler.render import RenderedJob
 
 _VERSION = "1"

@@ -27,7 +27,7 @@ from plancompiler.tools import find_tool
 
 _MAX_FILES = 2000
 _MAX_BYTES = 8 << 20
-_PACKAGES = Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / "runner"
+_PACKAGES = Path(__file__).resolve().parent.parent, Path(__file__).resolve().parent.parent.parent / "runner"
 
 
 def cache_dir() -> Path:

@@ -1,5 +1,5 @@
 """The waiting queue at a glance (a view model): queued jobs grouped by reason and blocker, with counts and the
-oldest few, for `plan status`, `runner status` and `plan top`. No printing here: `runner.status` lays it out."""
+oldest few, for `plan status`, `runner status` and `plan top`. No printing here: `runner.views.status` lays it out."""
 
 from __future__ import annotations
 
