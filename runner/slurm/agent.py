@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.limits import read_limits
 from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import LOST, lost_job, open_ledger
+from runner.slurm.records import Attempt, JobRecord, Ledger
 from runner.slurm.retry import retry_due
 from runner.slurm.submit import Submitted
 from runner.slurm.view import logs, status
@@ -35,22 +36,22 @@ from runner.slurm.wrapper import wrapper_text
 __all__ = ["history", "logs", "push", "status", "wrapper"]  # status, history and logs: the agent's other modes
 
 
-def adopt(plan: str, request: dict[str, Any], jobs: dict[str, Any], live: Live) -> None:
+def adopt(plan: str, request: dict[str, Any], jobs: dict[str, JobRecord], live: Live) -> None:
     """Jobs an earlier version of this backend submitted (a bare job name, no ledger entry) that squeue still
     has: taken into the ledger as they are, so an upgrade neither runs them twice nor cancels them."""
     for job in request["jobs"]:
         if job["name"] in jobs:
             continue
-        found = [j for j in live.values() if j["plan"] == plan and j["name"] == job["name"]]
+        found = [j for j in live.values() if j.plan == plan and j.name == job["name"]]
         if found:
-            newest = max(found, key=lambda j: j["id"])
-            jobs[job["name"]] = {
-                "hash": newest["hash"],
-                "lane": job.get("lane", ""),
-                "deps": job.get("deps", []),
-                "slurm_name": newest["name"],
-                "attempts": [{"id": newest["id"], "hash": newest["hash"], "attempt": 1, "state": None}],
-            }
+            newest = max(found, key=lambda j: int(str(j.id).partition("_")[0]))
+            jobs[job["name"]] = JobRecord(
+                hash=newest.hash,
+                lane=job.get("lane", ""),
+                deps=tuple(job.get("deps", [])),
+                slurm_name=newest.name,
+                attempts=(Attempt(id=newest.id, hash=newest.hash),),
+            )
 
 
 def lane_licences(request: dict[str, Any]) -> dict[str, list[str]]:
@@ -67,7 +68,9 @@ def _holds(condition: str | None, root: str) -> bool:
     return bool(condition) and evaluate(compile_condition(str(condition)), root, 30).holds
 
 
-def _decide(root: str, request: dict[str, Any], job: dict[str, Any], record: Any, live: Live) -> tuple[list[str], bool]:
+def _decide(
+    root: str, request: dict[str, Any], job: dict[str, Any], record: JobRecord | None, live: Live
+) -> tuple[list[str], bool]:
     """([mark, name, note], whether to submit it) for one job of the plan, against the ledger and Slurm."""
     name = job["name"]
     state, last = state_of(record, live)
@@ -75,23 +78,23 @@ def _decide(root: str, request: dict[str, Any], job: dict[str, Any], record: Any
         if _holds(job.get("done_if"), root):
             return ["d", name, "DONE_IF already holds: not submitted"], False
         return ["+", name, ""], True
-    same = last.get("hash") == job["hash"]
+    same = last.hash == job["hash"]
     if state in ACTIVE or state == "GATED":
         if same:
-            return ["=", name, f"pending as {last['id']}"], False
-        return ["~", name, f"pending {last['id']} has other content: a new job replaces it"], True
+            return ["=", name, f"pending as {last.id}"], False
+        return ["~", name, f"pending {last.id} has other content: a new job replaces it"], True
     if state in RUNNING:
-        return [">" if same else ">~", name, f"running as {last['id']}"], False
+        return [">" if same else ">~", name, f"running as {last.id}"], False
     if state == "COMPLETED":
         if same or _holds(job.get("done_if"), root):
-            return ["d", name, f"completed as {last['id']}"], False
+            return ["d", name, f"completed as {last.id}"], False
         return ["~", name, "completed before; content changed, submitted again"], True
     if state == LOST:
         lost = "lost with the ledger: a push submitted it, and neither squeue, sacct nor a result file knows it now"
         if request.get("retry_failed"):
             return ["r", name, f"{lost}; resubmitted"], True
         return ["!", name, f"{lost}; not resubmitted without --retry-failed"], False
-    ident = f"{state} as {last['id']}"
+    ident = f"{state} as {last.id}"
     if request.get("retry_failed"):
         return ["r", name, f"{ident}; resubmitted"], True
     why = "; Slurm no longer knows it and left no final state" if state == "UNKNOWN" else ""
@@ -99,8 +102,8 @@ def _decide(root: str, request: dict[str, Any], job: dict[str, Any], record: Any
 
 
 def diff(
-    root: str, request: dict[str, Any], jobs: dict[str, Any], live: Live
-) -> tuple[list[list[str]], list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    root: str, request: dict[str, Any], jobs: dict[str, JobRecord], live: Live
+) -> tuple[list[list[str]], list[dict[str, Any]], list[tuple[str, JobRecord]]]:
     """(changes as [mark, name, note], jobs to submit, retired (name, record) pairs) for one plan."""
     changes: list[list[str]] = []
     submit: list[dict[str, Any]] = []
@@ -108,17 +111,17 @@ def diff(
         change, go = _decide(root, request, job, jobs.get(job["name"]), live)
         changes.append(change)
         if go:
-            last = ledger_mod.current(jobs[job["name"]]) if job["name"] in jobs else None
+            last = jobs[job["name"]].current if job["name"] in jobs else None
             replaces = change[0] == "~" and change[2].startswith("pending") and last is not None
-            submit.append(dict(job, replaces=last["id"]) if replaces and last else job)
+            submit.append(dict(job, replaces=last.id) if replaces and last else job)
     submit = _hold_orphans(submit, jobs, live, changes)
     _note_dependents(request, jobs, live, changes, {job["name"] for job in submit})
     return changes, submit, _retire(request, jobs, live, changes)
 
 
 def _retire(
-    request: dict[str, Any], jobs: dict[str, Any], live: Live, changes: list[list[str]]
-) -> list[tuple[str, dict[str, Any]]]:
+    request: dict[str, Any], jobs: dict[str, JobRecord], live: Live, changes: list[list[str]]
+) -> list[tuple[str, JobRecord]]:
     """Jobs of the ledger no longer in the plan: said, and (unless --no-prune) retired."""
     names = {job["name"] for job in request["jobs"]}
     prune = request.get("prune", True)
@@ -126,7 +129,7 @@ def _retire(
     for name in sorted(set(jobs) - names):
         state, last = state_of(jobs[name], live)
         if state in ACTIVE or state in RUNNING or state == "GATED":
-            where = f"{state} as {last['id']}" if last else state
+            where = f"{state} as {last.id}" if last else state
             kept = "" if prune else "; kept (--no-prune)"
             changes.append(["-" if prune else "=", name, f"no longer in the plan ({where}){kept}"])
         if prune:
@@ -134,15 +137,15 @@ def _retire(
     return retired
 
 
-def _failed_and_forgotten(record: dict[str, Any], live: Live) -> bool:
+def _failed_and_forgotten(record: JobRecord, live: Live) -> bool:
     state, last = state_of(record, live)
     return (state in FINISHED_BAD or state in ("UNKNOWN", LOST)) and (
-        last is None or live_of(record, last["id"], live) is None
+        last is None or live_of(record, last.id, live) is None
     )
 
 
 def _hold_orphans(
-    submit: list[dict[str, Any]], jobs: dict[str, Any], live: Live, changes: list[list[str]]
+    submit: list[dict[str, Any]], jobs: dict[str, JobRecord], live: Live, changes: list[list[str]]
 ) -> list[dict[str, Any]]:
     """Jobs whose producer failed (or is unknown) and is not resubmitted now, where squeue no longer has that
     producer to block them on: held, since submitted they would run without its outputs."""
@@ -168,7 +171,7 @@ def _hold_orphans(
 
 def _note_dependents(
     request: dict[str, Any],
-    jobs: dict[str, Any],
+    jobs: dict[str, JobRecord],
     live: Live,
     changes: list[list[str]],
     resubmitted: set[str],
@@ -207,10 +210,10 @@ def _levels(submit: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 class Decided:
     """One plan's push as diffed under the push lock: what the user is shown, and what applying it does."""
 
-    ledger: dict[str, Any]
+    ledger: Ledger
     live: Live
     submit: list[dict[str, Any]]
-    retired: list[tuple[str, dict[str, Any]]]
+    retired: list[tuple[str, JobRecord]]
     result: dict[str, Any]
 
 
@@ -275,7 +278,7 @@ def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
     if retried:
         result["retried"] = retried
     if rebuilt:
-        result["rebuilt"] = rebuilt["note"]
+        result["rebuilt"] = rebuilt.note
         lost = sorted(n for n in jobs if lost_job(jobs[n]))
         if lost and not request.get("retry_failed"):
             result["error"] = (
@@ -298,7 +301,7 @@ def _apply_kept(root: str, request: dict[str, Any]) -> dict[str, Any]:
     started = [
         job["name"]
         for job in decided.submit
-        if job.get("replaces") and (live.get(job["replaces"]) or {}).get("state") not in ACTIVE
+        if job.get("replaces") and getattr(live.get(job["replaces"]), "state", None) not in ACTIVE
     ]
     if started:  # the pending job it was to replace has started (or ended) since: the diff no longer holds
         return {"changed": f"{', '.join(started)} no longer pending as when this push looked"}
@@ -334,8 +337,9 @@ def _commit(root: str, request: dict[str, Any], decided: Decided, env: dict[str,
         result["submitted"] = {}
         result["withdrawn"] = cancelled
         return result
-    entry = decided.ledger["plans"][plan]
-    entry.update(by=request.get("by") or "?", pushed_at=timestamp(time.time()), lanes=lane_licences(request))
+    entry = decided.ledger.plan(plan)
+    entry.by, entry.pushed_at = request.get("by") or "?", timestamp(time.time())
+    entry.lanes = {lane: tuple(wanted) for lane, wanted in lane_licences(request).items()}
     ledger_mod.save(root, decided.ledger)
     if any(job.get("gate") for job in decided.submit):  # held: released now if open, else watched
         try:
@@ -349,11 +353,11 @@ def _apply(root: str, request: dict[str, Any], decided: Decided, chunk: int, env
     plan, live, submit, result = request["plan"], decided.live, decided.submit, decided.result
     jobs = ledger_mod.plan_jobs(decided.ledger, plan)
     current = {name: state_of(record, live) for name, record in jobs.items()}
-    ids = {n: last["id"] for n, (state, last) in current.items() if last is not None and _holds_slot(state)}
+    ids = {n: last.id for n, (state, last) in current.items() if last and last.id is not None and _holds_slot(state)}
     failed = {
-        n: last["id"]
+        n: last.id
         for n, (state, last) in current.items()
-        if last is not None and state in FINISHED_BAD and last["id"] in live
+        if last is not None and last.id is not None and state in FINISHED_BAD and last.id in live
     }
     done = Submitted(ids, chunk=chunk)
     if submit:
@@ -372,8 +376,8 @@ def _apply(root: str, request: dict[str, Any], decided: Decided, chunk: int, env
             cancel.append(job["replaces"])
     for name, record in decided.retired:
         state, last = state_of(record, live)
-        if last is not None and _holds_slot(state):
-            cancel.append(last["id"])
+        if last is not None and last.id is not None and _holds_slot(state):
+            cancel.append(last.id)
         del jobs[name]
         ledger_mod.remove_results(root, plan, name)
     if cancel:
@@ -386,13 +390,18 @@ def _holds_slot(state: str) -> bool:
     return state in ACTIVE or state in RUNNING or state == "GATED"
 
 
-def _cancel(jobs: dict[str, Any], cancel: list[SlurmId], result: dict[str, Any], env: dict[str, str]) -> None:
+def _cancel(jobs: dict[str, JobRecord], cancel: list[SlurmId], result: dict[str, Any], env: dict[str, str]) -> None:
     slurm(["scancel", *(str(i) for i in cancel)], env)  # one call for all of them
     result["cancelled"] = cancel
-    for record in jobs.values():
-        for attempt in record.get("attempts", []):
-            if attempt["id"] in cancel and attempt.get("state") not in ledger_mod.FINAL:
-                attempt.update(state="CANCELLED", reason="replaced by a push")
+    for name, record in jobs.items():
+        if any(a.id in cancel and a.state not in ledger_mod.FINAL for a in record.attempts):
+            attempts = tuple(
+                replace(a, state="CANCELLED", reason="replaced by a push")
+                if a.id in cancel and a.state not in ledger_mod.FINAL
+                else a
+                for a in record.attempts
+            )
+            jobs[name] = replace(record, attempts=attempts)
 
 
 def wrapper(root: str, job: dict[str, Any], plan: str, slurm_conf: str | None = None) -> str:

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from runner.config import Config
 from runner.files import atomic_write, read_json
 from runner.logs import tail_lines
 from runner.queue import timestamp
+from runner.slurm.records import AttemptResult
 from runner.slurm.wrapper import submit_env, wrapper_text, write_once
 
 _DEP = re.compile(r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?")
@@ -186,7 +188,7 @@ def slurm_ended(job_id: int | str) -> bool:
 def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     root, label = spec["root"], f"{spec['plan']}/{spec['name']}"
     job_id = this_job()
-    result: dict[str, Any] = {"id": job_id, "attempt": attempt, "start": time.time()}
+    result = AttemptResult(id=job_id, attempt=attempt, start=time.time())
     config = Config(
         root=Path(root),
         backoff_base_s=float(spec.get("backoff_base_s", Config.backoff_base_s)),
@@ -198,7 +200,7 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
             f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in "
             f"{spec.get('gate_interval_s', 60):g}s"
         )
-        result.update(kind="gated", state="GATED", next_attempt=attempt)
+        result = replace(result, kind="gated", state="GATED", next_attempt=attempt)
         return _finish(spec, result, attempt, float(spec.get("gate_interval_s", 60)), 0)
     _say(
         f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.get('retries', 1)} on "
@@ -218,44 +220,46 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
         and not timed_out
         and (not done_if or evaluate(compile_condition(done_if), root, config.condition_timeout_s).holds)
     )
-    result["rc"] = rc
     if ok:
-        result.update(kind="done", state="COMPLETED")
+        kind, state = "done", "COMPLETED"
     elif timed_out:
         _say(f"TIMEOUT: {spec['name']} ended after {spec.get('timeout_s'):g}s")
-        result.update(kind="timeout", state="TIMEOUT")
+        kind, state = "timeout", "TIMEOUT"
     else:
         if rc == 0:
             _say("exited 0 but DONE_IF is false")
-        result.update(kind="failed", state="FAILED")
-    result["tail"] = tail_lines(Path(spec["log"]), config.tail_lines)
+        kind, state = "failed", "FAILED"
+    result = replace(
+        result, rc=rc, kind=kind, state=state, tail=tuple(tail_lines(Path(spec["log"]), config.tail_lines))
+    )
     if not ok and attempt < int(spec.get("retries", 1)):
-        result["next_attempt"] = attempt + 1
+        result = replace(result, next_attempt=attempt + 1)
         return _finish(spec, result, attempt, config.backoff_s(attempt), rc or 1)
     return _finish(spec, result, attempt, None, 0 if ok else (rc or 1))
 
 
-def _finish(spec: dict[str, Any], result: dict[str, Any], attempt: int, wait_s: float | None, code: int) -> int:
+def _finish(spec: dict[str, Any], result: AttemptResult, attempt: int, wait_s: float | None, code: int) -> int:
     """Submit the next try (if any) and leave the result file, both under the push lock, so a push sees either
     this job as current or its successor with its dependents already moved."""
     root = spec["root"]
-    result["end"] = time.time()
-    got = pushlock.lock(root, {"wait_s": 120, "by": f"slurm job {result['id']}"})
+    end = time.time()
+    result = replace(result, end=end)
+    got = pushlock.lock(root, {"wait_s": 120, "by": f"slurm job {result.id}"})
     try:
         if _STOPPED:  # Slurm stopped the job after its body ended: its state, not this result, says how it ended
             return 128 + _STOPPED[0]
         if wait_s is not None:
-            new, moved, error = resubmit(spec, int(result["next_attempt"]), wait_s, result["id"])
-            result.update(next_id=new, wait_s=wait_s, moved=moved)
+            new, moved, error = resubmit(spec, int(result.next_attempt or attempt + 1), wait_s, result.id)
+            result = replace(result, next_id=new, wait_s=wait_s, moved=tuple(moved))
             if new is None:  # kept due: the agent submits it at the next push, status or watch contact
                 _say(f"could not submit the next try: {error}; it is submitted at the next push, status or watch")
-                result["retry_due"] = result["end"] + wait_s
+                result = replace(result, retry_due=end + wait_s)
                 code = code or 1
             else:
                 _say(f"next try is Slurm job {new}, not before {timestamp(time.time() + wait_s)}")
         directory = Path(root) / "results" / spec["plan"] / spec["name"]
         directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(directory / f"{result['id']}.json", json.dumps(result).encode())
+        atomic_write(directory / f"{result.id}.json", json.dumps(result.to_json()).encode())
     finally:
         if got.get("locked"):
             pushlock.release_lock()

@@ -4,6 +4,7 @@ noticed them; and `plan report`'s history made of them (runner.slurm.view shows 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Tuple
 
 from runner.logs import tail_lines
@@ -12,6 +13,7 @@ from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.query import ControllerDown, Live, env_for, live_of, sacct, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
+from runner.slurm.records import Attempt, JobRecord, Ledger
 from runner.slurm.retry import SLURM_ENDED
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Event
@@ -34,112 +36,123 @@ def job_key(plan: str, name: str) -> str:
     return f"{plan}/{name}.job"
 
 
-def blocked(record: dict[str, Any], attempt: dict[str, Any], plan_jobs: dict[str, Any], live: Live) -> bool:
+def blocked(record: JobRecord, attempt: Attempt, plan_jobs: dict[str, JobRecord], live: Live) -> bool:
     """Cancelled because a producer failed: squeue says DependencyNeverSatisfied; sacct only says Dependency,
     so then a producer's failure in the ledger decides."""
-    seen = live_of(record, attempt["id"], live) or {}
-    if attempt.get("state") != "CANCELLED" and seen.get("state") != "CANCELLED":
+    seen = live_of(record, attempt.id, live)
+    if attempt.state != "CANCELLED" and (seen is None or seen.state != "CANCELLED"):
         return False
-    reason = seen.get("reason") or attempt.get("reason") or ""
+    reason = (seen.reason if seen else "") or attempt.reason
     if reason == "DependencyNeverSatisfied":
         return True
     return reason.startswith("Dependency") and any(
-        state_of(plan_jobs.get(dep), live)[0] in FINISHED_BAD for dep in record.get("deps", [])
+        state_of(plan_jobs.get(dep), live)[0] in FINISHED_BAD for dep in record.deps
     )
 
 
-def never_ran(info: dict[str, Any]) -> bool:
+@dataclass(frozen=True)
+class Known:
+    """What is known of one attempt: the ledger's, Slurm's over it, the wrapper's own record over both."""
+
+    state: str | None
+    reason: str
+    start: float | None
+    end: float | None
+
+
+def never_ran(info: Known) -> bool:
     """Cancelled while pending: Slurm gives it a start time (the cancel's), but its reason is still why it was
     waiting (Dependency, Resources, ...); a job cancelled while it ran has reason None."""
-    return info.get("state") == "CANCELLED" and info.get("reason") not in (None, "", "None")
+    return info.state == "CANCELLED" and info.reason not in ("", "None")
 
 
-def _event_of(
-    record: dict[str, Any], attempt: dict[str, Any], info: dict[str, Any], jobs: dict[str, Any], live: Live
-) -> Event | None:
+def _event_of(record: JobRecord, attempt: Attempt, info: Known, jobs: dict[str, JobRecord], live: Live) -> Event | None:
     """The event an attempt ended with: its wrapper's kind (a retry where a next attempt followed), else what
     Slurm's final state says; None while it has not ended."""
-    attempts = record.get("attempts") or []
-    followed = attempts[-1] is not attempt
-    if attempt.get("retry_due") is not None and not followed:
+    followed = record.attempts[-1] is not attempt
+    if attempt.retry_due is not None and not followed:
         return None  # its next try is due, not yet submitted: a retry once it is (runner.slurm.retry)
-    if attempt.get("kind"):
-        if followed and attempt["kind"] in ("failed", "timeout"):
+    if attempt.kind:
+        if followed and attempt.kind in ("failed", "timeout"):
             return Event.RETRY
-        return _RESULT_EVENT.get(str(attempt["kind"]))
-    if info.get("state") not in ledger_mod.FINAL or info.get("state") in RUNNING:
+        return _RESULT_EVENT.get(attempt.kind)
+    if info.state not in ledger_mod.FINAL or info.state in RUNNING:
         return None
-    if followed and info.get("state") in SLURM_ENDED:  # the agent submitted its next try (runner.slurm.retry)
+    if followed and info.state in SLURM_ENDED:  # the agent submitted its next try (runner.slurm.retry)
         return Event.RETRY
-    kind = _STATE_EVENT.get(str(info["state"]))
+    kind = _STATE_EVENT.get(str(info.state))
     if kind is Event.CANCELLED and blocked(record, attempt, jobs, live):
         return Event.BLOCKED
     return kind
 
 
 def _end_details(
-    root: str, where: tuple[str, str], record: dict[str, Any], attempt: dict[str, Any], kind: Event, info: dict
+    root: str, where: tuple[str, str], record: JobRecord, attempt: Attempt, kind: Event, info: Known
 ) -> dict[str, Any]:
     plan, name = where
-    details = {**_base(record, attempt), "rc": attempt.get("rc")}
-    if info.get("state"):  # a gate's check has none of its own: a null state is a malformed event
-        details["state"] = info["state"]
-    attempts = record.get("attempts") or []
+    details = {**_base(record, attempt), "rc": attempt.rc}
+    if info.state:  # a gate's check has none of its own: a null state is a malformed event
+        details["state"] = info.state
     if kind is Event.RETRY:
-        nxt = attempts[attempts.index(attempt) + 1]
-        details.update(next_attempt=nxt.get("attempt"), next_slurm_id=nxt["id"], backoff_s=attempt.get("wait_s"))
-        if attempt.get("cause"):  # OUT_OF_MEMORY, TIMEOUT, NODE_FAIL...: Slurm ended it, or its wrapper's kind
-            details["cause"] = attempt["cause"]
+        nxt = record.attempts[record.attempts.index(attempt) + 1]
+        details.update(next_attempt=nxt.attempt, next_slurm_id=nxt.id, backoff_s=attempt.wait_s)
+        if attempt.cause:  # OUT_OF_MEMORY, TIMEOUT, NODE_FAIL...: Slurm ended it, or its wrapper's kind
+            details["cause"] = attempt.cause
     if kind in (Event.FAILED, Event.TIMEOUT, Event.RETRY):
-        details["tail"] = attempt.get("tail") or tail_lines(job_paths(root, plan, name, "")["log"], 5)
-    if info.get("reason") and kind in (Event.CANCELLED, Event.BLOCKED):
-        details["reason"] = info["reason"]
+        details["tail"] = list(attempt.tail) or tail_lines(job_paths(root, plan, name, "")["log"], 5)
+    if info.reason and kind in (Event.CANCELLED, Event.BLOCKED):
+        details["reason"] = info.reason
     return details
 
 
-def _base(record: dict[str, Any], attempt: dict[str, Any]) -> dict[str, Any]:
-    return {"slurm_id": attempt["id"], "attempt": attempt.get("attempt", 1), "lane": record.get("lane", "")}
+def _base(record: JobRecord, attempt: Attempt) -> dict[str, Any]:
+    return {"slurm_id": attempt.id, "attempt": attempt.attempt, "lane": record.lane}
 
 
-def _seen_info(record: dict[str, Any], attempt: dict[str, Any], live: Live) -> dict[str, Any]:
+def _seen_info(record: JobRecord, attempt: Attempt, live: Live) -> Known:
     """What is known of one attempt: the ledger's, Slurm's over it, the wrapper's own record over both."""
-    seen = live_of(record, attempt["id"], live) or {}
-    info = {**attempt, **{k: v for k, v in seen.items() if v is not None}}
-    if attempt.get("result"):
-        info.update({k: attempt[k] for k in ("start", "end", "state") if attempt.get(k)})
+    seen = live_of(record, attempt.id, live)
+    info = Known(attempt.state, attempt.reason, attempt.start, attempt.end)
+    if seen is not None:
+        info = Known(
+            seen.state or info.state,
+            seen.reason,
+            seen.start if seen.start is not None else info.start,
+            seen.end if seen.end is not None else info.end,
+        )
+    if attempt.result:
+        info = Known(attempt.state or info.state, info.reason, attempt.start or info.start, attempt.end or info.end)
     return info
 
 
-def _started(attempt: dict[str, Any], info: dict[str, Any]) -> bool:
-    return bool(
-        info.get("start") and attempt.get("kind") != "gated" and info.get("state") not in ACTIVE and not never_ran(info)
-    )
+def _started(attempt: Attempt, info: Known) -> bool:
+    return bool(info.start and attempt.kind != "gated" and info.state not in ACTIVE and not never_ran(info))
 
 
 Found = Tuple[float, str, Event, Dict[str, Any], str]
 
 
-def _job_events(root: str, plan: str, name: str, jobs: dict[str, Any], live: Live) -> list[Found]:
+def _job_events(root: str, plan: str, name: str, jobs: dict[str, JobRecord], live: Live) -> list[Found]:
     record = jobs[name]
     key = job_key(plan, name)
     out: list[Found] = []
-    for attempt in record.get("attempts") or []:
+    for attempt in record.attempts:
         info = _seen_info(record, attempt, live)
         if _started(attempt, info):
-            out.append((float(info["start"]), key, Event.START, _base(record, attempt), f"{attempt['id']}:start"))
+            out.append((float(info.start or 0), key, Event.START, _base(record, attempt), f"{attempt.id}:start"))
         kind = _event_of(record, attempt, info, jobs, live)
-        if kind is not None and info.get("end"):
+        if kind is not None and info.end:
             details = _end_details(root, (plan, name), record, attempt, kind, info)
-            out.append((float(info["end"]), key, kind, details, f"{attempt['id']}:end"))
+            out.append((float(info.end), key, kind, details, f"{attempt.id}:end"))
     return out
 
 
-def attempt_events(root: str, ledger: dict[str, Any], live: Live, plan: str | None = None) -> list[Found]:
+def attempt_events(root: str, ledger: Ledger, live: Live, plan: str | None = None) -> list[Found]:
     """(ts, job key, event, details, seen key) for every attempt start and end the ledger and squeue know."""
     out: list[Found] = []
-    for plan_name, entry in ledger["plans"].items():
+    for plan_name, entry in ledger.plans.items():
         if plan is None or plan_name == plan:
-            jobs = entry.get("jobs") or {}
+            jobs = entry.jobs
             for name in jobs:
                 out += _job_events(root, plan_name, name, jobs, live)
     out.sort(key=lambda e: e[0])
@@ -164,7 +177,7 @@ def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
         {"ts": _iso(ts), "job": key, "event": kind.value, **details, "t": round(ts, 3)}
         for ts, key, kind, details, _ in attempt_events(root, ledger, live, plan)
     ]
-    return {"accounting": not why, "why": why, "events": events, "plans": sorted(ledger["plans"])}
+    return {"accounting": not why, "why": why, "events": events, "plans": sorted(ledger.plans)}
 
 
 def _iso(ts: float) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from runner.conditions import compile_condition, evaluate
 from runner.slurm.query import Live, live_of, slurm, state_of
+from runner.slurm.records import JobRecord, Ledger
 from runner.slurm.retry import spec_of
 from runner.slurm.wrapper import runner_path, submit_env
 
@@ -21,34 +22,32 @@ KEEPER = ".plan-gates"  # the keeper's Slurm job name; its comment is not `plan=
 HELD = "JobHeldUser"
 
 
-def gated_and_held(root: str, plan: str, name: str, record: dict[str, Any], live: Live) -> dict[str, Any] | None:
+def gated_and_held(root: str, plan: str, name: str, record: JobRecord, live: Live) -> dict[str, Any] | None:
     """The bundle element of NAME if its current attempt waits, held, for its gate; else None."""
     state, last = state_of(record, live)
     if last is None or state != "PENDING":
         return None
-    cur = live_of(record, last["id"], live) or {}
-    if cur.get("reason") != HELD:
+    cur = live_of(record, last.id, live)
+    if cur is None or cur.reason != HELD:
         return None
     found = spec_of(root, plan, name, record)
     return found[2] if found is not None and found[2].get("gate") else None
 
 
-def check_gates(
-    root: str, ledger: dict[str, Any], live: Live, env: dict[str, str], request: dict[str, Any]
-) -> list[str]:
+def check_gates(root: str, ledger: Ledger, live: Live, env: dict[str, str], request: dict[str, Any]) -> list[str]:
     """Release every held gated job whose gate holds now; while one stays closed, see that a keeper will look
     again within gate_interval. What was released, a line each."""
     released: list[str] = []
     closed: list[float] = []
-    for plan, entry in ledger["plans"].items():
-        for name, record in sorted((entry.get("jobs") or {}).items()):
+    for plan, entry in ledger.plans.items():
+        for name, record in sorted(entry.jobs.items()):
             element = gated_and_held(root, plan, name, record, live)
             if element is None:
                 continue
             if not evaluate(compile_condition(str(element["gate"])), root, 30).holds:
                 closed.append(float(element.get("gate_interval_s") or 60))
                 continue
-            job_id = str(record["attempts"][-1]["id"])
+            job_id = str(record.attempts[-1].id)
             if slurm(["scontrol", "release", job_id], env)[0] == 0:
                 released.append(f"{plan}/{name} ({job_id}): its REQUIRES holds; released")
     if closed:

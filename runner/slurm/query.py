@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Any, Dict, Union
+from typing import Any, Dict
 
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE
+from runner.slurm.records import Accounted, Attempt, JobRecord, Ledger, LiveJob, SlurmId
 
 SQUEUE_FIELDS = (
     "JobArrayID",
@@ -26,8 +27,7 @@ SQUEUE_FIELDS = (
     "RestartCnt",
     "WorkDir",  # last: a path may hold anything, even the separator
 )
-SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
-Live = Dict[SlurmId, Dict[str, Any]]  # what squeue knows, by id
+Live = Dict[SlurmId, LiveJob]  # what squeue knows, by id
 
 
 def slurm_id(text: str) -> SlurmId:
@@ -81,22 +81,22 @@ def squeue(env: dict[str, str]) -> Live:
             continue
         plan, _, digest = parts[9][5:].partition("@")
         job_id = slurm_id(parts[0])
-        jobs[job_id] = {
-            "id": job_id,
-            "job_id": parts[10].strip(),
-            "name": parts[1],
-            "state": parts[2].split()[0],
-            "reason": parts[3],
-            "plan": plan,
-            "hash": digest,
-            "dependency": parts[8],
-            "start": slurm_time(parts[4]) if parts[2] not in ACTIVE else None,
-            "end": slurm_time(parts[5]),
-            "eligible": slurm_time(parts[6]),
-            "submitted": slurm_time(parts[7]),
-            "restarts": int(parts[11]) if parts[11].strip().isdigit() else 0,
-            "workdir": parts[12][:-1] if parts[12].endswith("|") else parts[12],
-        }
+        jobs[job_id] = LiveJob(
+            id=job_id,
+            job_id=parts[10].strip(),
+            name=parts[1],
+            state=parts[2].split()[0],
+            reason=parts[3],
+            plan=plan,
+            hash=digest,
+            dependency=parts[8],
+            start=slurm_time(parts[4]) if parts[2] not in ACTIVE else None,
+            end=slurm_time(parts[5]),
+            eligible=slurm_time(parts[6]),
+            submitted=slurm_time(parts[7]),
+            restarts=int(parts[11]) if parts[11].strip().isdigit() else 0,
+            workdir=parts[12][:-1] if parts[12].endswith("|") else parts[12],
+        )
     return jobs
 
 
@@ -118,67 +118,67 @@ def sacct(
     return True, "", out.splitlines()
 
 
-def sacct_states(lines: list[str]) -> Live:
-    found: Live = {}
+def sacct_states(lines: list[str]) -> dict[SlurmId, Accounted]:
+    found: dict[SlurmId, Accounted] = {}
     for line in lines:
         parts = line.split("|")
         if len(parts) < 9 or not parts[0].split("_")[0].isdigit():
             continue
         job_id = slurm_id(parts[0])
-        found[job_id] = {
-            "id": job_id,
-            "state": parts[2].split()[0],
-            "reason": parts[7],
-            "start": slurm_time(parts[3]),
-            "end": slurm_time(parts[4]),
-            "eligible": slurm_time(parts[8]),
-        }
+        found[job_id] = Accounted(
+            id=job_id,
+            state=parts[2].split()[0],
+            reason=parts[7],
+            start=slurm_time(parts[3]),
+            end=slurm_time(parts[4]),
+            eligible=slurm_time(parts[8]),
+        )
     return found
 
 
-def sync(root: str, ledger: dict[str, Any], live: Live, env: dict[str, str]) -> str:
+def sync(root: str, ledger: Ledger, live: Live, env: dict[str, str]) -> str:
     """Fold result files, squeue and (for what squeue forgot) sacct into the ledger. Returns why sacct is off
     ("" when it answered or was not needed)."""
     ledger_mod.fold_results(root, ledger)
-    forgotten: list[tuple[dict[str, Any], SlurmId]] = []
-    for entry in ledger["plans"].values():
-        for record in (entry.get("jobs") or {}).values():
-            last = ledger_mod.current(record)
-            if last is None:
+    forgotten: list[tuple[dict[str, JobRecord], str, SlurmId]] = []
+    for entry in ledger.plans.values():
+        for name, record in entry.jobs.items():
+            last = record.current
+            if last is None or last.id is None:
                 continue
-            found = live_of(record, last["id"], live)
+            found = live_of(record, last.id, live)
             if found is not None:
-                ledger_mod.record_state(record, found)
-            elif last.get("state") not in ledger_mod.FINAL and last.get("state") != "GATED":
-                forgotten.append((record, last["id"]))
+                entry.jobs[name] = ledger_mod.record_state(record, found)
+            elif last.state not in ledger_mod.FINAL and last.state != "GATED":
+                forgotten.append((entry.jobs, name, last.id))
     if not forgotten:
         return ""
-    on, why, lines = sacct(env, [i for _, i in forgotten])
+    on, why, lines = sacct(env, [i for _, _, i in forgotten])
     if on:
         accounted = sacct_states(lines)
-        for record, job_id in forgotten:
+        for jobs, name, job_id in forgotten:
             if job_id in accounted:
-                ledger_mod.record_state(record, accounted[job_id])
+                jobs[name] = ledger_mod.record_state(jobs[name], accounted[job_id])
     return why
 
 
-def live_of(record: dict[str, Any], job_id: SlurmId, live: Live) -> dict[str, Any] | None:
+def live_of(record: JobRecord, job_id: SlurmId | None, live: Live) -> LiveJob | None:
     """squeue's job JOB_ID if it is still this ledger job: a restarted controller may reuse ids for other jobs.
     An attempt that ran as an array element carries the array's name; the others the job's."""
-    found = live.get(job_id)
+    found = live.get(job_id) if job_id is not None else None
     if found is None:
         return None
-    named = next((a.get("slurm_name") for a in record.get("attempts") or [] if a.get("id") == job_id), None)
-    expected = named or record.get("slurm_name")
-    return None if expected and found["name"] != expected else found
+    named = next((a.slurm_name for a in record.attempts if a.id == job_id and a.slurm_name), None)
+    expected = named or record.slurm_name
+    return None if expected and found.name != expected else found
 
 
-def state_of(record: dict[str, Any] | None, live: Live) -> tuple[str, dict[str, Any] | None]:
+def state_of(record: JobRecord | None, live: Live) -> tuple[str, Attempt | None]:
     """The current attempt's state: squeue's while it knows the job, else the ledger's final one, else UNKNOWN."""
-    last = ledger_mod.current(record) if record else None
+    last = record.current if record else None
     if record is None or last is None:
         return "NONE", None
-    found = live_of(record, last["id"], live)
+    found = live_of(record, last.id, live)
     if found is not None:
-        return found["state"], last
-    return last.get("state") or "UNKNOWN", last
+        return found.state, last
+    return last.state or "UNKNOWN", last

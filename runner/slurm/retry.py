@@ -8,14 +8,15 @@ had re-pointed them itself."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from runner.config import Config
 from runner.files import read_json_or_none
-from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE, RUNNING
 from runner.slurm.query import Live, live_of, slurm, state_of
+from runner.slurm.records import Attempt, JobRecord, Ledger, SlurmId
 from runner.slurm.submit import hand_over
 from runner.slurm.wrapper import submit_env, wrapper_text
 
@@ -23,40 +24,48 @@ from runner.slurm.wrapper import submit_env, wrapper_text
 SLURM_ENDED = ("OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL")
 
 
-def spec_of(root: str, plan: str, name: str, record: dict[str, Any]) -> tuple[str, int, dict[str, Any]] | None:
+def spec_of(root: str, plan: str, name: str, record: JobRecord) -> tuple[str, int, dict[str, Any]] | None:
     """(bundle, entry, element) of NAME's current content: where its attempts were, or the newest bundle of
     the plan holding it (a ledger rebuilt, or written before attempts named their bundle)."""
-    for attempt in reversed(record.get("attempts") or []):
-        if attempt.get("bundle") is not None and attempt.get("entry") is not None:
-            found = read_json_or_none(attempt["bundle"])
+    for attempt in reversed(record.attempts):
+        if attempt.bundle is not None and attempt.entry is not None:
+            found = read_json_or_none(attempt.bundle)
             elements = found.get("elements") if isinstance(found, dict) else None
-            if isinstance(elements, list) and int(attempt["entry"]) < len(elements):
-                return str(attempt["bundle"]), int(attempt["entry"]), elements[int(attempt["entry"])]
+            if isinstance(elements, list) and attempt.entry < len(elements):
+                return attempt.bundle, attempt.entry, elements[attempt.entry]
     bundles = sorted(Path(root, "scripts", plan).glob("bundle.*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in bundles:
         found = read_json_or_none(path)
         for entry, element in enumerate(found.get("elements", []) if isinstance(found, dict) else []):
-            if element.get("name") == name and element.get("hash") == record.get("hash"):
+            if element.get("name") == name and element.get("hash") == record.hash:
                 return str(path), entry, element
     return None
 
 
-def _due(root: str, plan: str, name: str, record: dict[str, Any], live: Live, now: float) -> dict[str, Any] | None:
-    """The next try NAME needs now, if any: {attempt, wait_s, cause}."""
+@dataclass(frozen=True)
+class Due:
+    """A next try a job needs now: its attempt number, how long it waits, and why (the cause said)."""
+
+    attempt: int
+    wait_s: float
+    cause: str
+
+
+def _due(root: str, plan: str, name: str, record: JobRecord, live: Live, now: float) -> Due | None:
+    """The next try NAME needs now, if any."""
     state, last = state_of(record, live)
-    if last is None or last.get("next_id"):
+    if last is None or last.next_id:
         return None
-    if last.get("retry_due") is not None:  # its wrapper could not submit it
-        return {
-            "attempt": int(last.get("next_attempt") or int(last.get("attempt") or 1) + 1),
-            "wait_s": max(1.0, float(last["retry_due"]) - now),
-            "cause": str(last.get("kind") or "failed").upper(),
-        }
-    if state not in SLURM_ENDED or last.get("result"):
+    if last.retry_due is not None:  # its wrapper could not submit it
+        return Due(
+            attempt=last.next_attempt or last.attempt + 1,
+            wait_s=max(1.0, last.retry_due - now),
+            cause=(last.kind or "failed").upper(),
+        )
+    if state not in SLURM_ENDED or last.result:
         return None
     found = spec_of(root, plan, name, record)
-    attempt = int(last.get("attempt") or 1)
-    if found is None or attempt >= int(found[2].get("retries") or 1):
+    if found is None or last.attempt >= int(found[2].get("retries") or 1):
         return None
     element = found[2]
     config = Config(
@@ -64,17 +73,18 @@ def _due(root: str, plan: str, name: str, record: dict[str, Any], live: Live, no
         backoff_base_s=float(element.get("backoff_base_s", Config.backoff_base_s)),
         backoff_max_s=float(element.get("backoff_max_s", Config.backoff_max_s)),
     )
-    ended = float(last.get("end") or now)
-    return {"attempt": attempt + 1, "wait_s": max(1.0, ended + config.backoff_s(attempt) - now), "cause": state}
+    ended = last.end or now
+    return Due(last.attempt + 1, max(1.0, ended + config.backoff_s(last.attempt) - now), state)
 
 
 def _submit(
-    root: str, plan: str, name: str, record: dict[str, Any], attempt: int, extra: list[str], env: dict[str, str]
-) -> tuple[int | None, str]:
-    """ATTEMPT of NAME as a new Slurm job with EXTRA options (--begin, --dependency); (its id, or None and why)."""
+    root: str, plan: str, name: str, record: JobRecord, attempt: int, extra: list[str], env: dict[str, str]
+) -> tuple[int, Attempt] | str:
+    """ATTEMPT of NAME as a new Slurm job with EXTRA options (--begin, --dependency): its id and new attempt (for
+    the caller to add to the record), or why it could not be submitted."""
     found = spec_of(root, plan, name, record)
     if found is None:
-        return None, f"{plan}/{name}: no bundle holds its script any more"
+        return f"{plan}/{name}: no bundle holds its script any more"
     bundle, entry, element = found
     script = wrapper_text(
         root,
@@ -89,29 +99,28 @@ def _submit(
         ["sbatch", "--parsable", *element["sbatch"], *extra], submit_env(env.get("SLURM_CONF")), 60, script
     )
     if rc != 0:
-        return None, err.strip()
+        return err.strip()
     new = int(out.strip().split(";")[0])
-    record["attempts"].append(
-        {"id": new, "hash": element.get("hash"), "attempt": attempt, "submitted": time.time(), "state": None}
+    return new, Attempt(
+        id=new, hash=element.get("hash"), attempt=attempt, submitted=time.time(), bundle=bundle, entry=entry
     )
-    record["attempts"][-1].update(bundle=bundle, entry=entry)
-    return new, ""
 
 
-def _order(job_id: Any) -> int:
+def _order(job_id: SlurmId | None) -> int:
     return int(str(job_id).partition("_")[0] or 0)
 
 
-def _cancelled_for_a_producer(record: dict[str, Any], live: Live) -> dict[str, Any] | None:
+def _cancelled_for_a_producer(record: JobRecord, live: Live) -> Attempt | None:
     """The current attempt, if Slurm cancelled it because a producer failed (not a user's scancel)."""
     state, last = state_of(record, live)
-    if last is None or state != "CANCELLED" or last.get("result"):
+    if last is None or state != "CANCELLED" or last.result:
         return None
-    reason = (live_of(record, last["id"], live) or {}).get("reason") or last.get("reason") or ""
+    seen = live_of(record, last.id, live)
+    reason = (seen.reason if seen else "") or last.reason
     return last if reason.startswith("Dependency") else None
 
 
-def requeue_dependents(root: str, plan: str, jobs: dict[str, Any], live: Live, env: dict[str, str]) -> list[str]:
+def requeue_dependents(root: str, plan: str, jobs: dict[str, JobRecord], live: Live, env: dict[str, str]) -> list[str]:
     """Submit again each job Slurm cancelled for a producer that has had a next try since (its current attempt
     newer than the cancelled job), after that try; a chain of them in one sweep, producers first."""
     done: list[str] = []
@@ -124,53 +133,53 @@ def requeue_dependents(root: str, plan: str, jobs: dict[str, Any], live: Live, e
             if cancelled is None:
                 continue
             waits, retried, lost = [], False, False
-            for dep in record.get("deps") or []:
+            for dep in record.deps:
                 state, last = state_of(jobs.get(dep), live)
                 if last is None:
                     continue
-                newer = _order(last["id"]) > _order(cancelled["id"])
+                newer = _order(last.id) > _order(cancelled.id)
                 if state in ACTIVE or state in RUNNING or state == "COMPLETED" and newer:
                     retried = retried or newer
                     if state != "COMPLETED":
-                        waits.append(str(last["id"]))
+                        waits.append(str(last.id))
                 elif state != "COMPLETED":
                     lost = True  # a producer failed for good: the job stays blocked
             if not retried or lost:
                 continue
             extra = [f"--dependency=afterok:{':'.join(waits)}"] if waits else []
-            again, why = _submit(root, plan, name, record, int(cancelled.get("attempt") or 1), extra, env)
-            if again is None:
-                done.append(f"{plan}/{name}: could not be submitted again: {why}")
+            again = _submit(root, plan, name, record, cancelled.attempt, extra, env)
+            if isinstance(again, str):
+                done.append(f"{plan}/{name}: could not be submitted again: {again}")
                 continue
-            done.append(f"{plan}/{name}: submitted again as {again}{', after ' + ', '.join(waits) if waits else ''}")
+            jobs[name] = record.with_attempt(again[1])
+            done.append(f"{plan}/{name}: submitted again as {again[0]}{', after ' + ', '.join(waits) if waits else ''}")
             changed = True
     return done
 
 
-def retry_due(
-    root: str, ledger: dict[str, Any], live: Live, env: dict[str, str], now: float | None = None
-) -> list[str]:
+def retry_due(root: str, ledger: Ledger, live: Live, env: dict[str, str], now: float | None = None) -> list[str]:
     """Submit every next try that is due and the dependents Slurm cancelled for want of it; what was done, a
     line each (for the caller's answer)."""
     now = time.time() if now is None else now
     done: list[str] = []
-    for plan, entry in ledger["plans"].items():
-        jobs = entry.get("jobs") or {}
+    for plan, entry in ledger.plans.items():
+        jobs = entry.jobs
         for name in sorted(jobs):
             record = jobs[name]
             due = _due(root, plan, name, record, live, now)
-            if due is None:
+            last = record.current
+            if due is None or last is None or last.id is None:
                 continue
-            last = ledger_mod.current(record)
-            assert last is not None
-            new, why = _submit(root, plan, name, record, due["attempt"], [f"--begin=now+{int(due['wait_s'])}"], env)
-            if new is None:
-                done.append(f"{plan}/{name}: the next try could not be submitted: {why}")
+            submitted = _submit(root, plan, name, record, due.attempt, [f"--begin=now+{int(due.wait_s)}"], env)
+            if isinstance(submitted, str):
+                done.append(f"{plan}/{name}: the next try could not be submitted: {submitted}")
                 continue
-            last.update(next_id=new, wait_s=due["wait_s"], cause=due["cause"], retried_by="agent")
-            last.pop("retry_due", None)
-            record["attempts"][-1]["after"] = due["cause"].lower()
-            done.append(f"{plan}/{name}: attempt {due['attempt']} is Slurm job {new} (after {due['cause']})")
-            done += [f"{plan}/{name}: re-pointed {moved}" for moved in hand_over(last["id"], new, live, env)]
+            new_id, new = submitted
+            retried = replace(
+                last, next_id=new_id, wait_s=due.wait_s, cause=due.cause, retried_by="agent", retry_due=None
+            )
+            jobs[name] = record.with_current(retried).with_attempt(replace(new, after=due.cause.lower()))
+            done.append(f"{plan}/{name}: attempt {due.attempt} is Slurm job {new_id} (after {due.cause})")
+            done += [f"{plan}/{name}: re-pointed {moved}" for moved in hand_over(last.id, new_id, live, env)]
         done += requeue_dependents(root, plan, jobs, live, env)
     return done

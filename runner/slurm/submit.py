@@ -15,13 +15,14 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from runner.slurm.attempt import pending_updates
 from runner.slurm.ledger import ACTIVE
-from runner.slurm.query import ControllerDown, Live, SlurmId, slurm
+from runner.slurm.query import ControllerDown, Live, slurm
+from runner.slurm.records import Attempt, JobRecord, SlurmId
 from runner.slurm.wrapper import (
     array_options,
     element,
@@ -205,30 +206,40 @@ def _record(plan: str, unit: Unit, rc: int, out: str, err: str, done: Submitted)
 
 def hand_over(old: SlurmId, new: SlurmId, live: Live, env: dict[str, str]) -> list[str]:
     """Re-point the pending jobs that wait on OLD to NEW (before OLD is cancelled, so none is killed)."""
-    listing = "\n".join(
-        f"{job['job_id']}|{job['id']}|{job['dependency']}" for job in live.values() if job["state"] in ACTIVE
-    )
+    listing = "\n".join(f"{job.job_id}|{job.id}|{job.dependency}" for job in live.values() if job.state in ACTIVE)
     moved = []
     for job_id, dep in pending_updates(listing, old, new):
         if slurm(["scontrol", "update", f"JobId={job_id}", f"Dependency={dep}"], env)[0] == 0:
             moved.append(job_id)
-            for job in live.values():
-                if job["job_id"] == job_id or str(job["id"]) == job_id:
-                    job["dependency"] = dep
+            for key, job in list(live.items()):
+                if job.job_id == job_id or str(job.id) == job_id:
+                    live[key] = replace(job, dependency=dep)
     return moved
 
 
 def record_new(
-    plan: str, jobs: dict[str, Any], job: dict[str, Any], new: tuple[SlurmId, str], where: tuple[str, int] | None = None
+    plan: str,
+    jobs: dict[str, JobRecord],
+    job: dict[str, Any],
+    new: tuple[SlurmId, str],
+    where: tuple[str, int] | None = None,
 ) -> None:
     """A submitted job's ledger entry gets its new attempt (an array element's keeps the array's name), with
     WHERE its spec is (bundle, entry), for a retry the agent submits (runner.slurm.retry)."""
-    record = jobs.setdefault(job["name"], {"attempts": []})
-    record.update(hash=job["hash"], lane=job.get("lane", ""), deps=job.get("deps", []))
-    record["slurm_name"] = f"{plan}/{job['name']}"
-    attempt = {"id": new[0], "hash": job["hash"], "attempt": 1, "submitted": time.time(), "state": None}
-    if where is not None:
-        attempt.update(bundle=where[0], entry=where[1])
-    if new[1] != record["slurm_name"]:
-        attempt["slurm_name"] = new[1]
-    record.setdefault("attempts", []).append(attempt)
+    slurm_name = f"{plan}/{job['name']}"
+    record = replace(
+        jobs.get(job["name"]) or JobRecord(),
+        hash=job["hash"],
+        lane=job.get("lane", ""),
+        deps=tuple(job.get("deps", [])),
+        slurm_name=slurm_name,
+    )
+    attempt = Attempt(
+        id=new[0],
+        hash=job["hash"],
+        submitted=time.time(),
+        bundle=where[0] if where else None,
+        entry=where[1] if where else None,
+        slurm_name=new[1] if new[1] != slurm_name else None,
+    )
+    jobs[job["name"]] = record.with_attempt(attempt)

@@ -21,6 +21,7 @@ from runner.slurm.gates import HELD, check_gates, gated_and_held
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.query import ControllerDown, Live, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
+from runner.slurm.records import Attempt, JobRecord, Ledger, LiveJob
 from runner.slurm.retry import SLURM_ENDED, retry_due
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Reason
@@ -42,12 +43,12 @@ REASONS = {
 }
 
 
-def _dependency_names(cur: dict[str, Any], names: dict[str, str]) -> list[str]:
+def _dependency_names(cur: LiveJob, names: dict[str, str]) -> list[str]:
     """The jobs squeue's %E says CUR waits on, by plan/name where the ledger knows them (aftercorr: the same
     element of the producer array)."""
-    task = str(cur["id"]).partition("_")[2]
+    task = str(cur.id).partition("_")[2]
     waits = []
-    for part in cur["dependency"].replace(",", ":").split(":"):
+    for part in cur.dependency.replace(",", ":").split(":"):
         ident = part.split("(")[0]
         if not ident[:1].isdigit():
             continue
@@ -57,36 +58,34 @@ def _dependency_names(cur: dict[str, Any], names: dict[str, str]) -> list[str]:
     return waits
 
 
-def _waiting(
-    key: str, record: dict[str, Any], last: dict[str, Any], cur: dict[str, Any] | None, names: dict[str, str]
-) -> dict[str, Any]:
-    reason_text = cur["reason"] if cur else "BeginTime"
+def _waiting(key: str, record: JobRecord, last: Attempt, cur: LiveJob | None, names: dict[str, str]) -> dict[str, Any]:
+    reason_text = cur.reason if cur else "BeginTime"
     reason = REASONS.get(reason_text.split(",")[0], Reason.ORDER)
     detail = reason_text
-    if reason is Reason.BACKOFF and last.get("after") == "gated":
+    if reason is Reason.BACKOFF and last.after == "gated":
         reason, detail = Reason.REQUIRES, "its external REQUIRES was false; checked again at the begin time"
-    elif cur and cur.get("restarts"):  # Slurm requeued it (node failure, scontrol requeue): Slurm's reason
-        begins = f"; eligible again at {timestamp(cur['eligible'])}" if cur.get("eligible") else ""
-        detail = f"requeued by Slurm ({cur['restarts']} times), {reason_text}{begins}"
+    elif cur and cur.restarts:  # Slurm requeued it (node failure, scontrol requeue): Slurm's reason
+        begins = f"; eligible again at {timestamp(cur.eligible)}" if cur.eligible else ""
+        detail = f"requeued by Slurm ({cur.restarts} times), {reason_text}{begins}"
     elif reason is Reason.BACKOFF:
-        after = str(last.get("after") or "").upper()
+        after = (last.after or "").upper()
         cause = f" after {after}" if after in SLURM_ENDED else ""
-        detail = f"attempt {last.get('attempt', 1)} waits out the retry backoff{cause}"
+        detail = f"attempt {last.attempt} waits out the retry backoff{cause}"
     blocker = ""
-    if cur and cur["dependency"] not in ("(null)", ""):
+    if cur and cur.dependency not in ("(null)", ""):
         blocker = ", ".join(_dependency_names(cur, names))
         detail += f": {blocker}"
-    since = (cur or {}).get("eligible") or (cur or {}).get("submitted") or last.get("submitted")
-    if since and cur and cur.get("submitted") and since > time.time():  # a begin time ahead: waiting since submitted
-        since = cur["submitted"]
+    since = (cur.eligible or cur.submitted if cur else None) or last.submitted
+    if since and cur and cur.submitted and since > time.time():  # a begin time ahead: waiting since submitted
+        since = cur.submitted
     return {
         "job": key,
-        "lane": record.get("lane", ""),
+        "lane": record.lane,
         "reason": reason.value,
         "detail": detail,
         "blocker": blocker,
         "since": since,
-        "slurm_id": last["id"],
+        "slurm_id": last.id,
     }
 
 
@@ -115,8 +114,8 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     return {"status": shown, "runner_alive": True, "now": now, "counts": shown["counts"]}
 
 
-def _record_events(root: str, ledger: dict[str, Any], live: Live) -> None:
-    seen = ledger.setdefault("seen", {})
+def _record_events(root: str, ledger: Ledger, live: Live) -> None:
+    seen = ledger.seen
     queue = Queue(Path(root))
     try:
         for ts, key, kind, details, mark in attempt_events(root, ledger, live):
@@ -141,12 +140,12 @@ def licences(env: dict[str, str]) -> dict[str, int]:
     return found
 
 
-def lane_slots(ledger: dict[str, Any], totals: dict[str, int]) -> dict[str, int]:
+def lane_slots(ledger: Ledger, totals: dict[str, int]) -> dict[str, int]:
     """Lane -> how many of its jobs can run at once: a lane's slots are its licence counts on Slurm (the fewest
     jobs any of its licences allows). A lane without licences has no count here."""
     slots: dict[str, int] = {}
-    for entry in ledger["plans"].values():
-        for lane, wanted in (entry.get("lanes") or {}).items():
+    for entry in ledger.plans.values():
+        for lane, wanted in entry.lanes.items():
             counts = [totals[n] // max(1, int(c)) for n, c in (w.partition(":")[::2] for w in wanted) if n in totals]
             if counts:
                 slots[lane] = min(counts)
@@ -154,16 +153,16 @@ def lane_slots(ledger: dict[str, Any], totals: dict[str, int]) -> dict[str, int]
 
 
 def _running(
-    root: str, plan: str, name: str, record: dict[str, Any], last: dict[str, Any], cur: Any, now: float
+    root: str, plan: str, name: str, record: JobRecord, last: Attempt, cur: LiveJob | None, now: float
 ) -> dict[str, Any]:
     log = job_paths(root, plan, name, "")["log"]
-    start = (cur or {}).get("start") or now
+    start = (cur.start if cur else None) or now
     return {
         "job": job_key(plan, name),
-        "lane": record.get("lane", ""),
-        "pid": int(cur["job_id"]) if cur and str(cur.get("job_id", "")).isdigit() else None,
-        "slurm_id": last["id"],
-        "attempt": last.get("attempt", 1),
+        "lane": record.lane,
+        "pid": int(cur.job_id) if cur and cur.job_id.isdigit() else None,
+        "slurm_id": last.id,
+        "attempt": last.attempt,
         "started": start,
         "elapsed_s": now - start,
         "log_size": _size(log),
@@ -173,46 +172,44 @@ def _running(
     }
 
 
-def _due(key: str, record: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+def _due(key: str, record: JobRecord, last: Attempt) -> dict[str, Any]:
     """A next try its wrapper could not submit (the controller did not answer): kept, never dropped."""
     return {
         "job": key,
-        "lane": record.get("lane", ""),
+        "lane": record.lane,
         "reason": Reason.BACKOFF.value,
-        "detail": f"attempt {last.get('next_attempt') or '?'} could not be submitted when attempt "
-        f"{last.get('attempt', 1)} failed (the Slurm controller did not answer): it is submitted at the next "
+        "detail": f"attempt {last.next_attempt or '?'} could not be submitted when attempt "
+        f"{last.attempt} failed (the Slurm controller did not answer): it is submitted at the next "
         "push, status or watch",
         "blocker": "",
-        "since": last.get("end"),
-        "slurm_id": last["id"],
+        "since": last.end,
+        "slurm_id": last.id,
     }
 
 
 def _blocked_item(
-    item: dict[str, Any], record: dict[str, Any], jobs: dict[str, Any], live: Live, cur: dict[str, Any] | None
+    item: dict[str, Any], record: JobRecord, jobs: dict[str, JobRecord], live: Live, cur: LiveJob | None
 ) -> dict[str, Any]:
-    bad = [d for d in record.get("deps", []) if state_of(jobs.get(d), live)[0] in FINISHED_BAD]
-    said = f" (Slurm: {cur['reason']})" if cur and cur.get("reason") not in (None, "", "None") else ""
+    bad = [d for d in record.deps if state_of(jobs.get(d), live)[0] in FINISHED_BAD]
+    said = f" (Slurm: {cur.reason})" if cur and cur.reason not in ("", "None") else ""
     detail = f"its producer {', '.join(bad) or '?'} failed{said}"
     return dict(item, reason=Reason.BLOCKED.value, blocker=", ".join(bad), detail=detail)
 
 
-def view(
-    root: str, ledger: dict[str, Any], live: Live, now: float, totals: dict[str, int] | None = None
-) -> dict[str, Any]:
+def view(root: str, ledger: Ledger, live: Live, now: float, totals: dict[str, int] | None = None) -> dict[str, Any]:
     running: list[dict[str, Any]] = []
     queued: list[dict[str, Any]] = []
     counts = {"queue": 0, "running": 0, "done": 0, "failed": 0}
-    names = {str(a["id"]): job_key(p, n) for p, n, r in _records(ledger) for a in r.get("attempts") or []}
+    names = {str(a.id): job_key(p, n) for p, n, r in _records(ledger) for a in r.attempts}
     used: set[str] = set()
     for plan, name, record in _records(ledger):
-        jobs = ledger["plans"][plan].get("jobs") or {}
+        jobs = ledger.plans[plan].jobs
         state, last = state_of(record, live)
         if last is None:
             continue
-        used.add(record.get("lane", ""))
-        cur = live_of(record, last["id"], live)
-        if last.get("retry_due") is not None and not last.get("next_id"):
+        used.add(record.lane)
+        cur = live_of(record, last.id, live)
+        if last.retry_due is not None and not last.next_id:
             counts["queue"] += 1
             queued.append(_due(job_key(plan, name), record, last))
         elif state in RUNNING:
@@ -221,7 +218,7 @@ def view(
         elif state in ACTIVE or state == "GATED":
             counts["queue"] += 1
             item = _waiting(job_key(plan, name), record, last, cur, names)
-            if cur and cur.get("reason") == HELD and gated_and_held(root, plan, name, record, live):
+            if cur and cur.reason == HELD and gated_and_held(root, plan, name, record, live):
                 item.update(
                     reason=Reason.REQUIRES.value,
                     detail="its external REQUIRES is false: held (no Slurm job runs for it), checked from the "
@@ -255,11 +252,11 @@ def view(
     }
 
 
-def _records(ledger: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+def _records(ledger: Ledger) -> list[tuple[str, str, JobRecord]]:
     return [
         (plan, name, record)
-        for plan, entry in sorted(ledger["plans"].items())
-        for name, record in sorted((entry.get("jobs") or {}).items())
+        for plan, entry in sorted(ledger.plans.items())
+        for name, record in sorted(entry.jobs.items())
     ]
 
 
@@ -301,16 +298,19 @@ def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
     job = job[: -len(".job")] if job.endswith(".job") else job
     plan, _, name = job.rpartition("/")
     ledger = ledger_mod.load(root)
-    plans = [plan] if plan else [p for p, e in ledger["plans"].items() if name in (e.get("jobs") or {})]
+    plans = [plan] if plan else [p for p, e in ledger.plans.items() if name in e.jobs]
     if len(plans) != 1 or ".." in job or name.startswith("."):
         return {
             "error": f"no job {job}.job pushed here"
             if not plans
             else f"{name}.job is in plans {', '.join(sorted(plans))}: name one, as PLAN/{name}.job"
         }
-    record = (ledger["plans"].get(plans[0], {}).get("jobs") or {}).get(name)
-    last = ledger_mod.current(record) if isinstance(record, dict) else None
-    state = {"RUNNING": "running", "COMPLETED": "done"}.get(str((last or {}).get("state")), "queue" if last else None)
+    entry = ledger.plans.get(plans[0])
+    record = entry.jobs.get(name) if entry else None
+    last = record.current if record else None
+    state = {"RUNNING": "running", "COMPLETED": "done"}.get(
+        str(last.state if last else None), "queue" if last else None
+    )
     path = str(job_paths(root, plans[0], name, "")["log"])
 
     offset = int(request.get("offset", -1))

@@ -311,9 +311,12 @@ def test_a_gate_checks_events_are_valid_events_once_slurm_has_forgotten_the_chec
     requires-wait event carried `"state": null`, which every reader skipped as malformed."""
     from runner.readers import event_problem
     from runner.slurm.events import attempt_events
+    from runner.slurm.records import Ledger, parse_ledger
 
     gated = {"id": 7, "attempt": 1, "kind": "gated", "result": True, "start": 1.0, "end": 2.0, "state": None}
-    ledger = {"plans": {"gt": {"jobs": {"g": {"lane": "cpu", "deps": [], "attempts": [gated, {"id": 9}]}}}}}
+    raw = {"plans": {"gt": {"jobs": {"g": {"lane": "cpu", "deps": [], "attempts": [gated, {"id": 9}]}}}}}
+    ledger = parse_ledger({"version": 2, **raw})
+    assert isinstance(ledger, Ledger), ledger
     found = attempt_events(str(tmp_path), ledger, {})
     events = [{"ts": "2026-12-03 10:00:00", "job": key, "event": kind.value, **d} for _, key, kind, d, _ in found]
     assert [e["event"] for e in events] == ["requires-wait"]

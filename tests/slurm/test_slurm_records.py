@@ -1,0 +1,158 @@
+"""The Slurm backend's records at their JSON boundary (runner.slurm.records): the ledger and an attempt's result
+file parse to typed records or a located error, and write back the same JSON. No cluster needed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from runner.slurm import ledger as ledger_mod
+from runner.slurm.records import Attempt, AttemptResult, JobRecord, Ledger, RecordError, parse_ledger, parse_result
+
+WRITTEN = {
+    "version": 2,
+    "generation": 3,
+    "plans": {
+        "lf": {
+            "by": "me@box",
+            "pushed_at": "2026-12-03 10:00:00",
+            "lanes": {"net": ["net:1"]},
+            "jobs": {
+                "p1": {
+                    "hash": "abc",
+                    "lane": "net",
+                    "deps": ["p0"],
+                    "slurm_name": "lf/p1",
+                    "attempts": [
+                        {
+                            "id": 12,
+                            "hash": "abc",
+                            "attempt": 1,
+                            "submitted": 1.5,
+                            "state": "FAILED",
+                            "result": True,
+                            "kind": "failed",
+                            "rc": 3,
+                            "tail": ["boom"],
+                            "wait_s": 30.0,
+                            "moved": ["14"],
+                            "bundle": "/r/scripts/lf/bundle.1.json",
+                            "entry": 0,
+                        },
+                        {"id": 13, "hash": "abc", "attempt": 2, "submitted": 2.0, "state": None, "after": "failed"},
+                        {
+                            "id": "20_3",
+                            "hash": "abc",
+                            "attempt": 1,
+                            "submitted": None,
+                            "state": None,
+                            "slurm_name": "lf/a..d",
+                        },
+                    ],
+                }
+            },
+        }
+    },
+    "seen": {"12:end": True},
+}
+
+
+def test_a_ledger_parses_to_typed_records_and_writes_back_the_same_json() -> None:
+    ledger = parse_ledger(json.loads(json.dumps(WRITTEN)))
+    assert isinstance(ledger, Ledger), ledger
+    record = ledger.plans["lf"].jobs["p1"]
+    assert isinstance(record, JobRecord) and record.deps == ("p0",) and record.lane == "net"
+    first, second, third = record.attempts
+    assert first == Attempt(
+        id=12,
+        hash="abc",
+        submitted=1.5,
+        state="FAILED",
+        result=True,
+        kind="failed",
+        rc=3,
+        tail=("boom",),
+        wait_s=30.0,
+        moved=("14",),
+        bundle="/r/scripts/lf/bundle.1.json",
+        entry=0,
+    )
+    assert second.attempt == 2 and second.after == "failed" and third.id == "20_3" and record.current is third
+    assert ledger.to_json() == WRITTEN
+
+
+def test_a_ledger_field_of_the_wrong_kind_is_a_located_error() -> None:
+    for path, value, where, said in (
+        (
+            ("plans", "lf", "jobs", "p1", "attempts", 1, "attempt"),
+            "2",
+            "plans.lf.jobs.p1.attempts[1].attempt",
+            "an integer",
+        ),
+        (("plans", "lf", "jobs", "p1", "attempts", 0, "tail"), "boom", "plans.lf.jobs.p1.attempts[0].tail", "a list"),
+        (("plans", "lf", "jobs", "p1", "deps"), [7], "plans.lf.jobs.p1.deps[0]", "a string"),
+        (
+            ("plans", "lf", "jobs", "p1", "attempts", 0, "sate"),
+            "FAILED",
+            "plans.lf.jobs.p1.attempts[0]",
+            "unknown key 'sate'",
+        ),
+        (("plans", "lf", "jobs", "p1", "attempts", 2, "id"), None, "", ""),  # a LOST job's attempt has no id
+    ):
+        raw = json.loads(json.dumps(WRITTEN))
+        holder = raw
+        for key in path[:-1]:
+            holder = holder[key]
+        holder[path[-1]] = value
+        found = parse_ledger(raw)
+        if not where:
+            assert isinstance(found, Ledger), found
+            continue
+        assert isinstance(found, RecordError) and found.where == where and said in found.message, found
+        assert str(found).startswith(f"{where}: ")
+    assert parse_ledger({"version": 1, "plans": {}}) == RecordError("", "not a version-2 ledger")
+    assert parse_ledger([]) == RecordError("", "not a version-2 ledger")
+
+
+def test_a_ledger_this_version_cannot_read_is_distrusted_naming_where_and_its_backup_read(tmp_path: Path) -> None:
+    """Never read as empty, never a traceback: the push rebuilds it (runner.slurm.rebuild) and says why."""
+    (tmp_path / "scripts").mkdir()
+    bad = json.loads(json.dumps(WRITTEN))
+    bad["plans"]["lf"]["jobs"]["p1"]["attempts"][0]["rc"] = "3"
+    (tmp_path / "slurm.json").write_text(json.dumps(bad))
+    ledger, why = ledger_mod.read(str(tmp_path))
+    assert ledger == Ledger() and why == (
+        "slurm.json is not a ledger this version wrote (plans.lf.jobs.p1.attempts[0].rc: an integer was expected, "
+        "not str)"
+    )
+    (tmp_path / "slurm.json.1").write_text(json.dumps(WRITTEN))
+    ledger, why = ledger_mod.read(str(tmp_path))
+    assert ledger.generation == 3 and why.endswith("its previous generation (slurm.json.1) was read"), why
+    ledger_mod.save(str(tmp_path), ledger)  # the damaged file is not kept over the good backup
+    assert json.loads((tmp_path / "slurm.json").read_text()) == {**WRITTEN, "generation": 4}
+    assert json.loads((tmp_path / "slurm.json.1").read_text()) == WRITTEN
+
+
+def test_an_attempts_result_file_parses_and_is_folded_into_its_attempt(tmp_path: Path) -> None:
+    result = AttemptResult(id=13, attempt=2, start=5.0, end=9.0, kind="failed", state="FAILED", rc=1, tail=("x",))
+    result = replace(result, next_attempt=3, next_id=15, wait_s=60.0, moved=("16",))
+    written = result.to_json()
+    assert written["next_id"] == 15 and written["moved"] == ["16"] and "retry_due" not in written
+    assert parse_result(json.loads(json.dumps(written))) == result
+    assert parse_result({"attempt": 1}, "r/13.json") == RecordError("r/13.json", "no 'id'")
+    assert parse_result({"id": 13, "end": "soon"}, "r/13.json") == RecordError(
+        "r/13.json.end", "a number was expected, not str"
+    )
+
+    raw = json.loads(json.dumps(WRITTEN))
+    del raw["plans"]["lf"]["jobs"]["p1"]["attempts"][2]  # attempt 13 is the current one
+    ledger = parse_ledger(raw)
+    assert isinstance(ledger, Ledger)
+    (tmp_path / "results" / "lf" / "p1").mkdir(parents=True)
+    (tmp_path / "results" / "lf" / "p1" / "13.json").write_text(json.dumps(written))
+    folded = ledger_mod.fold_results(str(tmp_path), ledger)
+    assert folded == [("lf", "p1", result)]
+    attempts = ledger.plans["lf"].jobs["p1"].attempts
+    assert attempts[1].result and attempts[1].state == "FAILED" and attempts[1].tail == ("x",)
+    assert attempts[-1] == Attempt(id=15, hash="abc", attempt=3, submitted=9.0, after="failed")
