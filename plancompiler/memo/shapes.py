@@ -164,9 +164,10 @@ def _shape_filter(values: _Values):
     def shape_escape(
         value: Any, context: str, line: int, col: int, delim: str = "", dash: int = 0, check: str = ""
     ) -> Escaped:
-        if context == "sh" or isinstance(value, Shell) or check:
+        if context == "sh" or isinstance(value, Shell) or check in ("name", "decl"):
             # code, or a value checked as a name: its own text is what shellcheck and bash must judge
             return escape(value, context, line, col, delim, dash, check)
+        # a program's name (check "program"): its text is judged as any word's, so it may be a placeholder
         key = (value, context, delim, dash) if type(value) is str else None
         real = escaped.get(key) if key is not None else None
         if real is None:

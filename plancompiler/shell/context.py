@@ -213,6 +213,15 @@ def _check(check: str, texts: list[str], line: int, col: int) -> None:
             "the value stands where bash reads a variable name, whose [ ] subscript "
             f"it would evaluate as code; it must be a plain name (letters, digits, _): {_preview(shown)}",
         )
+    first = texts[0] if texts else ""
+    if check in ("program", "program-in") and ("=" in first or check == "program" and first.startswith("-")):
+        raise ValueRefused(
+            line,
+            col,
+            "a program marked | program must not start with - or hold =: a command before it (env, sudo, "
+            f"timeout, xargs, ...) would read it as an option or a variable to set (env -S, BASH_ENV= run "
+            f"code): {_preview(first)}",
+        )
     if check == "decl" and joined.startswith("("):
         raise ValueRefused(
             line,

@@ -14,8 +14,13 @@ from typing import Any
 from plancompiler.shell import commands as shellcmd
 from plancompiler.shell.frame import EXPR, TAG, Frame, ScanState, Site, signature, words_now
 
+_NAME_PART = re.compile(r"[A-Za-z0-9_\x00]*")
+_ASSIGNED = re.compile(r"[A-Za-z0-9_\x00]*(\[[^\]]*\])?\+?=")
 
-def expression(sc: ScanState, line: int, col: int, is_sh: bool, preceding: str, program: bool = False) -> None:
+
+def expression(sc: ScanState, line: int, col: int, is_sh: bool, around: tuple[str, str], program: bool = False) -> None:
+    """A `{{ }}` at LINE:COL, with AROUND the template text before and after it (PROGRAM: marked | program)."""
+    preceding, following = around
     stack = sc.stack
     top = stack[-1]
     cmd = next(f for f in reversed(stack) if f.kind == "cmd")
@@ -52,8 +57,7 @@ def expression(sc: ScanState, line: int, col: int, is_sh: bool, preceding: str, 
     code = code or _enclosing_code(sc, cmd)
     if cmd.pattern and code.startswith("in command-name position"):
         code = ""  # a case pattern, not a command
-    if program and code.endswith(shellcmd.PROGRAM):
-        code = ""  # `{{ v | program }}`: the template trusts the value as a program to run
+    code, check = _named(sc, cmd, line, col, code, check, following, program)
     if code:
         sc.problems.append(
             (
@@ -71,6 +75,34 @@ def expression(sc: ScanState, line: int, col: int, is_sh: bool, preceding: str, 
         sc.sites.append(Site(line, col, "cond", check=check))  # always quoted: -n would be an operator
     else:
         sc.sites.append(Site(line, col, "bare", check=check))
+
+
+def _named(
+    sc: ScanState, cmd: Frame, line: int, col: int, code: str, check: str, following: str, program: bool
+) -> tuple[str, str]:
+    """A value that names what bash runs or assigns: an assignment's name is refused; a program marked
+    `{{ v | program }}` is allowed, checked as a program's name (CODE, CHECK: as judged so far)."""
+    if (
+        code.startswith("in command-name position")
+        and _NAME_PART.fullmatch(cmd.word[:-1])
+        and _ASSIGNED.match(following)
+    ):
+        sc.problems.append(
+            (
+                line,
+                col,
+                "a value in an assignment's name: bash assigns only to a name written in the template "
+                "(a name with a quoted value in it is run as a command); write the name in the template, "
+                "or use printf -v {{ name }} %s VALUE, whose name must be a plain one",
+            )
+        )
+        return "", check
+    if not (program and code.endswith(shellcmd.PROGRAM)):
+        return code, check
+    if re.match(r"in [A-Z_]+, which picks", code):
+        return "", check  # a directory or library path in PATH=, LD_PRELOAD=: not a word a wrapper reads
+    # `{{ v | program }}`: the template trusts the value as a program to run, by a name no wrapper misreads
+    return "", "program" if not cmd.word[:-1].strip("'\"") else "program-in"
 
 
 def _mark_value(sc: ScanState, top: Frame, cmd: Frame, line: int, col: int) -> None:

@@ -46,7 +46,8 @@ class Scanner:
             if ch == EXPR:
                 line, col, is_sh, info = places[self.k]
                 self.k += 1
-                shellplaces.expression(self, line, col, is_sh, text[max(0, i - 80) : i], info == "program")
+                around = (text[max(0, i - 80) : i], text[i + 1 : i + 81])
+                shellplaces.expression(self, line, col, is_sh, around, info == "program")
                 i += 1
                 continue
             if ch == TAG:
@@ -219,6 +220,9 @@ class Scanner:
                 return done
         if ch in "()":
             return self._paren(top, text, i, ch)
+        if ch == "|" and top.pattern:
+            self._end_word(top)  # `a|b)`: another pattern of the same case item, not a pipe
+            return i + 1
         if ch in ";&|":
             self._end_word(top)
             pipe = ch == "|" and nxt != "|" and text[i - 1 : i] != "|" or ch == "&" and text[i - 1 : i] == "|"
@@ -271,7 +275,13 @@ class Scanner:
             if text.startswith("((", i) and not top.word and (not top.words or top.words == ["for"]):
                 self.stack.append(Frame("opaque", "))", "(( )) arithmetic"))
                 return i + 2
-            if text.startswith("()", i) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.:-]*", top.word) and not top.words:
+            if top.pattern and not top.word and not top.words:
+                return i + 1  # `(a)`: a case pattern's optional opening parenthesis
+            if (
+                text.startswith("()", i)
+                and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.:-]*", top.word)
+                and top.words in ([], ["function"])
+            ):
                 top.func = (top.word, len(top.marks))  # `name()`: its body is the next compound command
             top.depth += 1
             self._end_word(top)
@@ -279,7 +289,7 @@ class Scanner:
             top.marks.append(len(top.seen))
             return i + 1
         self._end_word(top)
-        if top.pattern and top.words == [] or top.pattern and not top.depth:
+        if top.pattern:
             top.pattern = False  # the `)` of a case pattern: its commands follow
             self._end_command(top)
             return i + 1
@@ -317,9 +327,15 @@ class Scanner:
                 self._close(top)
             if not top.words and (word in KEYWORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word, re.S)):
                 return  # a keyword or an assignment before the command: the command is still to come
+            if top.words == ["function"] and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.:-]*", word):
+                top.func, top.words = (word, len(top.marks)), []  # `function f { ... }`: the body comes next
+                return
             if top.closer == ")" and word == "case":
                 self.confused = True  # a pattern's `)` would read as the end of the $( ): values after it are unsure
             top.words.append(word)
+            if len(top.words) == 3 and top.words[0] == "case" and word == "in":
+                self._end_command(top)  # the patterns start: `case x in a) ...` on one line too
+                return
             if top.cond and word == "]]":
                 top.cond = False
             elif not top.cond and not top.array and word == "[[" and shellcmd.command(top.words) == ["[["]:

@@ -578,6 +578,10 @@ REVIEW_REFUSED = [
     ("for i in 1; do echo {{ v }}; done | bash", CMD, "R005", "piped into bash, which reads its program"),
     ("while true; do echo {{ v }}; break; done | bash", CMD, "R005", "piped into bash, which reads its"),
     ("case x in x) echo {{ v }} ;; esac | bash", CMD, "R005", "piped into bash, which reads its program"),
+    ("function f { echo {{ v }}; }; f | bash", CMD, "R005", "piped into bash, which reads its program"),
+    ("function f() { echo {{ v }}; }\nf | sh", CMD, "R005", "piped into sh, which reads its program"),
+    ("function f ( echo {{ v }} ); f | bash", CMD, "R005", "piped into bash, which reads its program"),
+    ("case x in (x) echo {{ v }} ;; esac | bash", CMD, "R005", "piped into bash, which reads its program"),
     ("coproc bash <<< {{ v }}", CMD, "R005", "in a here-string that bash reads as code"),
     # issue 28: stdin that becomes a program through xargs, su, a < <( ), or script -c
     ("bash < <(echo {{ v }})", CMD, "R005", "inside a <( ) whose output bash reads"),
@@ -700,6 +704,10 @@ REVIEW_ACCEPTED = [
     ("echo {{ v }} || bash", CMD, CMD + "\n"),
     ("echo {{ v }} | python3 -c 'import sys; print(sys.stdin.read(), end=\"\")'", CMD, CMD + "\n"),
     ("bash -s {{ v }} <<'EOF'\nprintf '%s' \"$1\"\nEOF", CMD, CMD),
+    ("function f { printf %s {{ v }}; }; f | cat", CMD, CMD),
+    ("case x in (x) printf %s {{ v }};; esac", CMD, CMD),
+    ("case {{ v }} in (x|y) ;; (*) printf %s {{ v }} ;; esac", CMD, CMD),
+    ("( case x in x|y) printf %s {{ v }} ;; esac )", CMD, CMD),
 ]
 
 
@@ -892,6 +900,9 @@ PROGRAM_FORMS = [
     ("PATH={{ v }}:$PATH", "in PATH, which picks the programs run"),
     ("export PATH={{ v }}:$PATH", "in PATH, which picks the programs run"),
     ("LD_PRELOAD={{ v }} true", "in LD_PRELOAD, which picks the programs run"),
+    ("case x in (a) {{ v }} ;; esac", "in command-name position"),
+    ("case x in (a) echo 1 ;; (b|c) {{ v }} ;; esac", "in command-name position"),
+    ("( case x in a) echo ;; esac; {{ v }} )", "in command-name position"),
 ]
 
 
@@ -914,3 +925,43 @@ def test_the_same_words_as_data_pass(tmp_path: Path) -> None:
     body = "echo {{ v }}; bash -c 'printf %s \"$1\"' _ {{ v }}; bash -s {{ v }} </dev/null\ncase x in {{ v }}) ;; esac"
     _, compiled = _one_job(tmp_path, body, CMD)
     assert [j.name for j in compiled.jobs] == ["a"], [d.text() for d in compiled.diagnostics]
+
+
+@pytest.mark.parametrize(
+    "body", ["{{ v }}=1", "x{{ v }}=1 true", "{{ v | program }}=1", "{{ v }}[0]=1", "a=1 {{ v }}+=x"]
+)
+def test_a_value_as_an_assignments_name_is_refused_at_the_value(tmp_path: Path, body: str) -> None:
+    """`{{ v }}=1` assigns when the value is a plain name (`PATH`, `BASH_ENV`: whatever the value says) and runs a
+    command when it is not: never what the template says. A program mark does not make it one either."""
+    plan, compiled = _one_job(tmp_path, body, "PATH")
+    assert not compiled.jobs and [d.code for d in compiled.diagnostics] == ["R005"]
+    assert "in an assignment's name" in compiled.diagnostics[0].message
+    first = compiled.diagnostics[0]
+    assert plan.read_text().split("\n")[first.line - 1][first.col - 1 :].startswith("{{ v")
+
+
+@pytest.mark.parametrize(
+    "body, value",
+    [
+        ("env {{ v | program }} bash s.sh", "BASH_ENV=$(touch PWNED)"),
+        ("env {{ v | program }}", "-S touch PWNED"),
+        ("{{ v | program }} ARG", "-x"),
+        ("env ./{{ v | program }}", "a=$(touch PWNED)"),
+        ('sudo "{{ v | program }}" true', "-s"),
+    ],
+)
+def test_a_marked_program_that_a_wrapper_would_read_as_an_option_or_assignment_is_refused(
+    tmp_path: Path, body: str, value: str
+) -> None:
+    """`env '-S touch PWNED'` and `env 'BASH_ENV=$(touch PWNED)' bash s.sh` run code: a program's name never
+    starts with - or holds =."""
+    plan, compiled = _one_job(tmp_path, body, value)
+    assert not compiled.jobs and [d.code for d in compiled.diagnostics] == ["R006"]
+    assert "must not start with - or hold =" in compiled.diagnostics[0].message
+    first = compiled.diagnostics[0]
+    assert plan.read_text().split("\n")[first.line - 1][first.col - 1 :].startswith(("{{ v", '"{{ v'))
+    if body.startswith("env {{"):  # the reason is real: quoted as data only, bash runs the value
+        (tmp_path / "s.sh").write_text("true\n")
+        script = body.replace("{{ v | program }}", shlex.quote(value))
+        subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, timeout=30)
+        assert (tmp_path / "PWNED").exists(), script

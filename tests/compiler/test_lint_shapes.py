@@ -113,7 +113,7 @@ sleep {{ n }}
 return {{ n }}
 """,
     "names.sh.j2": """\
-{{ a | program }}=1
+declare {{ a }}=1
 echo "${m0001:-}" "${m0003:-}" "$a1"
 [ "{{ a }}" = "m0005" ] && echo literal
 read -r {{ a }} </dev/null || true
