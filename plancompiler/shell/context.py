@@ -21,6 +21,7 @@ from jinja2.lexer import Token, TokenStream
 
 from plancompiler.sandbox import BoundedSandbox, Limits
 from plancompiler.shell.scan import EXPR, TAG, Scanner, Site
+from plancompiler.shell.tables import CODE_BUILTINS
 
 # Heredoc values are framed by these (a value can hold neither) so the rendered job can be checked
 # for a line that a value turned into the heredoc's end.
@@ -214,20 +215,31 @@ def _check(check: str, texts: list[str], line: int, col: int) -> None:
             f"it would evaluate as code; it must be a plain name (letters, digits, _): {_preview(shown)}",
         )
     first = texts[0] if texts else ""
-    if check in ("program", "program-in") and ("=" in first or check == "program" and first.startswith("-")):
-        raise ValueRefused(
-            line,
-            col,
-            "a program marked | program must not start with - or hold =: a command before it (env, sudo, "
-            f"timeout, xargs, ...) would read it as an option or a variable to set (env -S, BASH_ENV= run "
-            f"code): {_preview(first)}",
-        )
+    if check in ("program", "program-in"):
+        _check_program(first, check == "program", line, col)
     if check == "decl" and joined.startswith("("):
         raise ValueRefused(
             line,
             col,
             "the value starts with ( where declare/local would read it as a compound "
             f"array assignment and run what it holds: {_preview(shown)}",
+        )
+
+
+def _check_program(name: str, starts: bool, line: int, col: int) -> None:
+    """A value marked | program: a name that runs that program and nothing else. STARTS: it starts its word."""
+    why = ""
+    if "=" in name:
+        why = "holds =, which env and sudo read as a variable to set (env BASH_ENV=... runs code)"
+    elif starts and name.startswith("-"):
+        why = "starts with -, which the command before it would read as an option (env -S runs code)"
+    elif starts and name.startswith("%"):
+        why = "starts with %, which bash runs as fg, a job spec, whatever its quotes"
+    elif starts and name in CODE_BUILTINS:
+        why = "names a shell builtin, which a quoted name still runs, and which runs or names what follows"
+    if why:
+        raise ValueRefused(
+            line, col, f"a program marked | program {why}: name a program by its path (/usr/bin/...): {_preview(name)}"
         )
 
 

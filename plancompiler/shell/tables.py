@@ -150,6 +150,12 @@ ALWAYS = {
     "watch": "in a watch command (watch runs it with sh -c)",
     "parallel": "in a parallel command (parallel runs it with a shell)",
 }
+# Builtins a quoted name still runs, that run their arguments as code, hand them to another command, or take
+# variable names (whose subscripts are code): a value marked | program may not name one (a path may: /usr/bin/x).
+CODE_BUILTINS = frozenset(
+    "eval source . trap let alias fc bind complete compgen enable mapfile readarray read declare typeset local "
+    "export readonly unset builtin command exec coproc hash getopts".split()
+)
 # Options the tables know take no argument (so are not ambiguous): flags such as -n, -r, -s.
 KNOWN_FLAGS = frozenset(
     {

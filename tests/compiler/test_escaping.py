@@ -199,6 +199,152 @@ def test_every_context_prints_every_hostile_value_byte_exact_and_runs_none(tmp_p
     assert sorted(p.name for p in work.iterdir()) == []  # nothing was created: no value ran
 
 
+# issue 28: the forms where a value names the program run, and the pipelines that feed an interpreter. Each
+# shape: (body, the refusal's reason, what a marked one prints when run: the stub it names says its name).
+STUB = "#!/bin/bash\nprintf '<%s>' \"${BASH_SOURCE[0]##*/}\"\n"  # run, sourced or read by bash: its own name
+NAMED = "<{v}>"
+PROGRAM_SHAPES = [
+    ("{{ v }} ARG", "in command-name position", NAMED),
+    ("./{{ v }} ARG", "in command-name position", NAMED),
+    ("xargs {{ v }} </dev/null", "as the program xargs runs", NAMED),
+    ("find . -maxdepth 0 -exec {{ v }} \\;", "as the program find -exec runs", NAMED),
+    ("env {{ v }} ARG", "as the program env runs", NAMED),
+    ("timeout 5 {{ v }}", "as the program timeout runs", NAMED),
+    ("nice -n 1 {{ v }}", "as the program nice runs", NAMED),
+    ("nohup {{ v }}", "as the program nohup runs", NAMED),
+    ("( exec {{ v }} ARG )", "as the program exec runs", NAMED),
+    ("command {{ v }}", "as the program command runs", NAMED),
+    ("sudo -n ./{{ v }}", "as the program sudo runs", ""),  # "": checked, not run (sudo may be absent)
+    (". {{ v }}", "as the file . runs", NAMED),
+    ("source {{ v }} ARG", "as the file source runs", NAMED),
+    ("bash {{ v }} ARG", "as the script bash runs", NAMED),
+    ("bash -e {{ v }}", "as the script bash runs", NAMED),
+    ("PATH=./d{{ v }}:$PATH prog", "in PATH, which picks the programs run", "<prog>"),
+    ("export PATH=./d{{ v }}:$PATH; prog", "in PATH, which picks the programs run", "<prog>"),
+    ("LD_PRELOAD=./l{{ v }} ./prog", "in LD_PRELOAD, which picks the programs run", "<prog>"),
+    ("exec 4>&1; coproc {{ v }} >&4; wait", "as the program coproc runs", NAMED),
+    # the value as the interpreter a compound command, a function, a < <( ) or xargs feeds
+    ("{ echo hi; } | {{ v }}", "in command-name position", NAMED),
+    ("( echo hi ) | {{ v }}", "in command-name position", NAMED),
+    ("f() { echo hi; }; f | {{ v }}", "in command-name position", NAMED),
+    ("function f { echo hi; }; f | {{ v }}", "in command-name position", NAMED),
+    ("for i in 1; do echo hi; done | {{ v }}", "in command-name position", NAMED),
+    ("case x in (x) echo hi;; esac | {{ v }}", "in command-name position", NAMED),
+    ("{{ v }} < <(echo hi)", "in command-name position", NAMED),
+    ("echo hi | xargs -0 {{ v }}", "as the program xargs runs", NAMED),
+]
+# A value these feed to an interpreter is code: refused unmarked, and marked | program too (a program mark says
+# the value names a program to run, not that it is shell code: that is | sh).
+CODE_SHAPES = [
+    ("{ echo {{ v }}; } | bash", "piped into bash"),
+    ("( echo {{ v }} ) | bash", "piped into bash"),
+    ("f() { echo {{ v }}; }; f | bash", "piped into bash"),
+    ("function f { echo {{ v }}; }; f | bash", "piped into bash"),
+    ("if true; then echo {{ v }}; fi | sh", "piped into sh"),
+    ("while true; do echo {{ v }}; break; done | bash", "piped into bash"),
+    ("case x in (x) echo {{ v }};; esac | bash", "piped into bash"),
+    ("bash < <(echo {{ v }})", "inside a <( ) whose output bash reads"),
+    ("echo {{ v }} | xargs -0 bash -c", "piped into xargs bash"),
+    ("script -qc {{ v }} /dev/null", "as script's program"),
+    ("coproc bash <<< {{ v }}", "in a here-string that bash reads as code"),
+    ("echo {{ v }} | su root", "piped into su"),
+    ("echo hi | su root -c {{ v }}", "as su's program"),
+]
+
+
+def _program_name_refused(body: str, value: str) -> bool:
+    """A marked value that starts its word must not start with - or % or name a code-running builtin, and none
+    may hold = (the value of PATH=, LD_PRELOAD= is a directory or library, not a word a command reads)."""
+    if "PATH=" in body or "LD_PRELOAD=" in body:
+        return False
+    return "=" in value or (value.startswith(("-", "%")) and "./{{" not in body)
+
+
+def _located(plan: Path, compiled: Any) -> bool:
+    lines = plan.read_text().split("\n")
+    return all(lines[d.line - 1][d.col - 1 :].startswith("{{") for d in compiled.diagnostics)
+
+
+@pytest.mark.long
+def test_every_program_shape_refuses_a_value_unless_marked_and_then_runs_that_program_alone(tmp_path: Path) -> None:
+    """Each shape × values drawn from the hostile corpus: unmarked, refused where the value stands (R005); marked
+    | program, the job runs under real bash the stub of that very name and nothing else. Code shapes stay refused."""
+    rng = random.Random(28)
+    values = [v for v in corpus() if "/" not in v and v not in ("", ".", "..")]  # each must name a file
+    cases = [(body, why, prints, v) for body, why, prints in PROGRAM_SHAPES for v in rng.sample(values, 12)]
+    code_cases = [(body, why, v) for body, why in CODE_SHAPES for v in rng.sample(values, 4)]
+    bodies = [c[0] for c in cases] + [c[0] for c in code_cases]
+    chosen = [c[3] for c in cases] + [c[2] for c in code_cases]
+    jobs = []
+    for n, (body, v) in enumerate(zip(bodies, chosen, strict=True)):
+        marked = body.replace("{{ v }}", "{{ v | program }}")
+        for name, text in ((f"u{n}", body), (f"m{n}", marked)):
+            jobs.append(f"  - name: {name}\n    with: {{v: {json.dumps(v)}}}\n    run: {json.dumps(text)}\n")
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: t\njobs:\n" + "".join(jobs))
+    compiled = compile_plan(plan, lint=False)
+    assert _located(plan, compiled), [d.text() for d in compiled.diagnostics if "{{" not in d.text()][:3]
+    names = [ln.split(": ", 1)[1] for ln in plan.read_text().split("\n") if ln.startswith("  - name: ")]
+    found: dict[str, set[tuple[str, str]]] = {}  # each job's findings (the run: line is the job's 3rd)
+    for d in compiled.diagnostics:
+        assert 3 <= d.line < 3 + 3 * len(names), d.text()
+        found.setdefault(names[(d.line - 3) // 3], set()).add((d.code, d.message))
+    rendered = {job.name: job for job in compiled.jobs}
+    for n, (body, v) in enumerate(zip(bodies, chosen, strict=True)):
+        why = cases[n][1] if n < len(cases) else code_cases[n - len(cases)][1]
+        unmarked = found.get(f"u{n}", set())
+        assert f"u{n}" not in rendered and {c for c, _ in unmarked} == {"R005"}, (body, v, unmarked)
+        assert any(why in m for _, m in unmarked), (body, v, unmarked)
+        marked = found.get(f"m{n}", set())
+        if n >= len(cases):  # code: a program mark changes nothing
+            assert f"m{n}" not in rendered and {c for c, _ in marked} == {"R005"}, (body, v, marked)
+        elif _program_name_refused(body, v):
+            assert {c for c, _ in marked} == {"R006"}, (body, v, marked)
+            assert all("a program marked | program " in m for _, m in marked)
+        else:
+            assert f"m{n}" in rendered, (body, v, marked)
+    # The marked jobs that rendered, run by one bash: each in a subshell of its own, in a directory holding a stub
+    # for every value (and a directory d<value> holding prog, for PATH=), stdin empty, output to files of its own.
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    (tmp_path / "stub").write_text(STUB)
+    (tmp_path / "stub").chmod(0o755)
+    for v in set(chosen):
+        (work / v).symlink_to(tmp_path / "stub")
+        (work / f"d{v}").mkdir()
+        (work / f"d{v}" / "prog").symlink_to(tmp_path / "stub")
+    (work / "prog").symlink_to(tmp_path / "stub")
+    expected = {}
+    script = []
+    for n, (_, _, prints, v) in enumerate(cases):
+        job = rendered.get(f"m{n}")
+        if job is None or not prints:
+            continue
+        text = job.text.split("\n", job.header_lines)[-1]
+        script.append(f"(\n{text}\n) </dev/null >{out}/{n} 2>{out}/{n}.err\n")
+        expected[n] = prints.format(v=v)
+    assert len(expected) > 200
+    (tmp_path / "cases.sh").write_text("".join(script))
+    before = sorted(p.name for p in work.iterdir())
+    env = {"PATH": f"{work}:/usr/bin:/bin", "HOME": "/nonexistent-home"}
+    subprocess.run(["bash", str(tmp_path / "cases.sh")], cwd=work, capture_output=True, timeout=300, env=env)
+    wrong = {
+        (cases[n][0], cases[n][3]): (out / str(n)).read_text()
+        for n, want in expected.items()
+        if (out / str(n)).read_text() != want
+    }
+    assert not wrong, list(wrong.items())[:5]
+    errors = {
+        (cases[n][0], cases[n][3]): (out / f"{n}.err").read_text()
+        for n in expected
+        if (out / f"{n}.err").stat().st_size and "LD_PRELOAD" not in cases[n][0]  # ld.so: no such library
+    }
+    assert not errors, list(errors.items())[:5]
+    assert sorted(p.name for p in work.iterdir()) == before  # nothing made, no PWNED: only the stubs ran
+    assert not list(tmp_path.rglob("PWNED"))
+
+
 @pytest.mark.parametrize(
     "value, what", [("a\0b", "a NUL byte"), ("a\r\nb", "a carriage return"), ("ok\r", "a carriage return")]
 )
@@ -948,16 +1094,19 @@ def test_a_value_as_an_assignments_name_is_refused_at_the_value(tmp_path: Path, 
         ("{{ v | program }} ARG", "-x"),
         ("env ./{{ v | program }}", "a=$(touch PWNED)"),
         ('sudo "{{ v | program }}" true', "-s"),
+        ("{{ v | program }} ARG", "%s"),
+        ("{{ v | program }} {{ v }}", "eval"),
+        ("{{ v | program }} ./x", "source"),
     ],
 )
 def test_a_marked_program_that_a_wrapper_would_read_as_an_option_or_assignment_is_refused(
     tmp_path: Path, body: str, value: str
 ) -> None:
-    """`env '-S touch PWNED'` and `env 'BASH_ENV=$(touch PWNED)' bash s.sh` run code: a program's name never
-    starts with - or holds =."""
+    """`env '-S touch PWNED'` and `env 'BASH_ENV=$(touch PWNED)' bash s.sh` run code, `'%s'` runs fg, `'eval'`
+    its arguments: a program's name never starts with - or %, holds =, or names such a builtin."""
     plan, compiled = _one_job(tmp_path, body, value)
     assert not compiled.jobs and [d.code for d in compiled.diagnostics] == ["R006"]
-    assert "must not start with - or hold =" in compiled.diagnostics[0].message
+    assert "a program marked | program " in compiled.diagnostics[0].message
     first = compiled.diagnostics[0]
     assert plan.read_text().split("\n")[first.line - 1][first.col - 1 :].startswith(("{{ v", '"{{ v'))
     if body.startswith("env {{"):  # the reason is real: quoted as data only, bash runs the value
