@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -54,3 +55,20 @@ def test_plan_status_honours_the_hosts_file_timeout(tmp_path: Path, queue_root: 
     finally:
         os.kill(sshd.proc.pid, signal.SIGCONT)
     assert ran.returncode == 3 and "unreachable" in ran.stderr and took < 10, (took, ran.stderr)
+
+
+def test_plan_status_waits_the_hosts_file_timeout_unless_timeout_is_given(
+    tmp_path: Path, queue_root: Path, sshd: Sshd
+) -> None:
+    """Issue 28: --timeout once defaulted to 60 s over the hosts file's `timeout:`; now that wins unless given."""
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nexec sleep 6\n")  # a box whose python connects, then answers nothing
+    slow.chmod(0o755)
+    hosts = sshd.hosts_file(queue_root, name="slowbox", timeout=1)
+    hosts.write_text(hosts.read_text().replace(f"python: {sys.executable}", f"python: {slow}"))
+    for extra, limit in (((), "1s"), (("--timeout", "2"), "2s")):
+        started = time.monotonic()
+        ran = plan_main("status", "slowbox", "--hosts", str(hosts), *extra, cwd=tmp_path, cache=tmp_path)
+        took = time.monotonic() - started
+        assert ran.returncode == 3 and f"no answer within {limit}" in ran.stderr, (extra, ran.stderr)
+        assert took < 8, (extra, took)
