@@ -280,7 +280,15 @@ def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
     if rebuilt:
         result["rebuilt"] = rebuilt.note
         lost = sorted(n for n in jobs if lost_job(jobs[n]))
-        if lost and not request.get("retry_failed"):
+        unplaced = [u for u in rebuilt.unplaced if u.startswith(f"{plan} (")]
+        if unplaced:  # before the lost jobs: they are likely among them
+            result["error"] = (
+                f"squeue has {len(unplaced)} pending or running jobs of plan {plan} under this root that the "
+                f"ledger cannot be rebuilt with: which plan job each is cannot be told (an array's members file "
+                f"under scripts/{plan} is gone): {', '.join(unplaced)}. Nothing was submitted; cancel them "
+                "(scancel) or let them end, then push again"
+            )
+        elif lost and not request.get("retry_failed"):
             result["error"] = (
                 f"{len(lost)} jobs of plan {plan} cannot be accounted for: a push submitted them, and neither "
                 f"squeue, sacct nor a result file knows them now: {', '.join(lost)}. Nothing was submitted; "

@@ -219,7 +219,8 @@ def test_a_lost_truncated_or_unreadable_ledger_is_rebuilt_and_nothing_runs_twice
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
         assert code == 0 and "pushed: 7 submitted" in out, out
         a = attempts(root, "lr", "a")[0]["id"]
-        wait_for(lambda: ended(root, "lr", "c") == "COMPLETED", 60, 0.2)
+        c = str(attempts(root, "lr", "c")[0]["id"])  # ended in squeue too: its wrapper writes its result first
+        wait_for(lambda: any(j["id"] == c and j["state"] == "COMPLETED" for j in slurm.squeue()), 60, 0.2)
         wait_for(lambda: any(j["id"] == str(a) and j["state"] == "RUNNING" for j in slurm.squeue()), 60, 0.2)
         ids = sorted(j["id"] for j in slurm.squeue(expand=True) if j["name"].startswith("lr/"))
         text = (root / "slurm.json").read_bytes()
@@ -243,4 +244,55 @@ def test_a_lost_truncated_or_unreadable_ledger_is_rebuilt_and_nothing_runs_twice
         gate.touch()
         wait_for(lambda: all(ended(root, "lr", j) == "COMPLETED" for j in ("b", "d0", "d3")), 90, 0.2)
     finally:
+        cancel_root(slurm, root)
+
+
+def test_an_older_ledger_generation_restored_is_rebuilt_and_nothing_runs_twice(tmp_path: Path, slurm: Slurm) -> None:
+    """slurm.json replaced by an older generation (a restored backup): squeue has pending jobs and the results
+    directory an attempt the ledger does not record. The re-push says the ledger is older than Slurm's truth,
+    rebuilds it under the lock and submits nothing again; an array element it cannot tell (its members file
+    gone) refuses the push (exit 1) naming it, with nothing submitted."""
+    root, gate = tmp_path / "submit", tmp_path / "gate"
+    first = f"  - name: a\n    run: {held_until(gate)}; touch {tmp_path}/a\n    outputs: ['{tmp_path}/a']\n"
+    p = write_plan(tmp_path / "so.yaml", "so", first)
+    hosts = slurm.hosts_file(root)
+    ids: list[str] = []
+    try:
+        assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+        older = (root / "slurm.json").read_bytes()  # generation 1: a only
+        write_plan(
+            p,
+            "so",
+            first
+            + "  - name: 'e{{ i }}'\n    foreach: {i: [0, 1, 2, 3]}\n    run: 'true'\n    requires: [{after: a}]\n"
+            "  - name: f\n    run: 'true'\n",
+        )
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0 and "pushed: 5 submitted" in out, out
+        f = str(attempts(root, "so", "f")[0]["id"])
+        wait_for(lambda: any(j["id"] == f and j["state"] == "COMPLETED" for j in slurm.squeue()), 60, 0.2)
+        ids = sorted(j["id"] for j in slurm.squeue(expand=True) if j["name"].startswith("so/"))
+        assert len(ids) == 6, ids
+
+        (root / "slurm.json").write_bytes(older)
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 0 and "pushed: 0 submitted" in out, out
+        assert "warning: the ledger could not be trusted (slurm.json (generation 1) is older than Slurm's truth" in out
+        # the pending elements from squeue; f, ended, from its result file alone (squeue's ended jobs are not asked)
+        assert re.search(rf"it does not record so/e0 \(\d+_0\), .*so/e3 \(\d+_3\), so/f \({f}\)\): rebuilt", out), out
+        assert re.search(r"  =  e3\.job  \(pending as \d+_3\)", out) and re.search(r"  d  f\.job  \(completed as", out)
+        now = sorted(j["id"] for j in slurm.squeue(expand=True) if j["name"].startswith("so/"))
+        assert now == ids, out  # nothing submitted again, nothing cancelled
+        assert sorted(ledger(root)["plans"]["so"]["jobs"]) == ["a", "e0", "e1", "e2", "e3", "f"]
+
+        (root / "slurm.json").write_bytes(older)
+        members = next((root / "scripts" / "so").glob("array.*.json"))
+        members.rename(tmp_path / "members.json")
+        code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+        assert code == 1 and "refused; nothing was changed" in out, out
+        assert re.search(r"squeue has 4 pending or running jobs of plan so under this root that the ledger cannot", out)
+        assert re.search(r"so \(\d+_0\), so \(\d+_1\), so \(\d+_2\), so \(\d+_3\)\. Nothing was submitted", out), out
+        assert sorted(j["id"] for j in slurm.squeue(expand=True) if j["name"].startswith("so/")) == ids
+    finally:
+        subprocess.run(["scancel", *{i.partition("_")[0] for i in ids}], env=slurm.env, capture_output=True)
         cancel_root(slurm, root)

@@ -8,7 +8,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from runner.slurm import ledger as ledger_mod
-from runner.slurm.records import Attempt, AttemptResult, JobRecord, Ledger, RecordError, parse_ledger, parse_result
+from runner.slurm.records import (
+    Attempt,
+    AttemptResult,
+    JobRecord,
+    Ledger,
+    PlanEntry,
+    RecordError,
+    parse_ledger,
+    parse_result,
+)
 
 WRITTEN = {
     "version": 2,
@@ -156,3 +165,45 @@ def test_an_attempts_result_file_parses_and_is_folded_into_its_attempt(tmp_path:
     attempts = ledger.plans["lf"].jobs["p1"].attempts
     assert attempts[1].result and attempts[1].state == "FAILED" and attempts[1].tail == ("x",)
     assert attempts[-1] == Attempt(id=15, hash="abc", attempt=3, submitted=9.0, after="failed")
+
+
+def test_a_ledger_older_than_the_result_files_is_told_from_one_that_only_lags_their_chain(tmp_path: Path) -> None:
+    """Result files of attempts the ledger reaches by their next-try chain are folded in (the ledger lags, as
+    between contacts); one it cannot reach, or of a job it lacks, says the ledger is older than Slurm's truth."""
+    from runner.slurm.rebuild import untracked
+
+    raw = json.loads(json.dumps(WRITTEN))
+    del raw["plans"]["lf"]["jobs"]["p1"]["attempts"][2]
+    ledger = parse_ledger(raw)
+    assert isinstance(ledger, Ledger)
+    results = tmp_path / "results" / "lf" / "p1"
+    results.mkdir(parents=True)
+    (results / "12.json").write_text(json.dumps(AttemptResult(id=12, state="FAILED").to_json()))
+    (results / "13.json").write_text(json.dumps(AttemptResult(id=13, kind="failed", next_id=15).to_json()))
+    (results / "15.json").write_text(json.dumps(AttemptResult(id=15, attempt=3, state="COMPLETED").to_json()))
+    ledger_mod.fold_results(str(tmp_path), ledger)
+    assert [a.id for a in ledger.plans["lf"].jobs["p1"].attempts] == [12, 13, 15]
+    assert untracked(str(tmp_path), ledger, {}) == []
+    (results / "14.json").write_text(json.dumps(AttemptResult(id=14).to_json()))  # a try the ledger never saw
+    (tmp_path / "results" / "lf" / "p9").mkdir()
+    (tmp_path / "results" / "lf" / "p9" / "20_1.json").write_text("{}")
+    assert untracked(str(tmp_path), ledger, {}) == ["lf/p1 (14)", "lf/p9 (20_1)"]
+
+
+def test_a_job_squeue_has_that_a_failed_attempts_result_expected_is_taken_as_its_next_try(tmp_path: Path) -> None:
+    """The wrapper's sbatch said it failed (the controller stopped answering) and the controller took the job
+    later: squeue's job is that next try (attempt 2, after FAILED), not a new first attempt, and none is due."""
+    from runner.slurm.rebuild import from_squeue, untracked
+    from runner.slurm.records import LiveJob
+
+    failed = Attempt(id=1, hash="h", result=True, kind="failed", state="FAILED", retry_due=5.0, next_attempt=2)
+    ledger = Ledger(
+        plans={"cd": PlanEntry(jobs={"flaky": JobRecord(hash="h", slurm_name="cd/flaky", attempts=(failed,))})}
+    )
+    ghost = LiveJob(3, "3", "cd/flaky", "PENDING", "BeginTime", "cd", "h", "", None, None, None, 9.0, 0, str(tmp_path))
+    assert untracked(str(tmp_path), ledger, {3: ghost}) == ["cd/flaky (3)"]
+    assert from_squeue(str(tmp_path), ledger, {3: ghost}) == ["cd/flaky (3)"]
+    first, second = ledger.plans["cd"].jobs["flaky"].attempts
+    assert first == replace(failed, next_id=3, retry_due=None, cause="FAILED")
+    assert second == Attempt(id=3, hash="h", attempt=2, submitted=9.0, after="failed")
+    assert untracked(str(tmp_path), ledger, {3: ghost}) == []

@@ -249,7 +249,11 @@ def test_a_next_try_the_controller_kept_from_the_wrapper_is_submitted_at_the_nex
     tries = attempts(root, "cd", "flaky")
     assert [t["attempt"] for t in tries] == [1, 2] and tries[-1]["state"] == "COMPLETED", tries
     retry = next(e for e in events if e["event"] == "retry")
-    assert retry["next_attempt"] == 2 and retry["cause"] == "FAILED", retry
+    assert retry["next_attempt"] == 2 and retry["cause"] == "FAILED", (
+        retry,
+        tries,
+        (root / "events.jsonl").read_text(),
+    )
     assert (tmp_path / "next.out").exists()
 
 
