@@ -11,6 +11,7 @@ attempt, that it does not record. Each contact checks that much, from squeue's a
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,17 +51,24 @@ def _pair(members: list[Any] | None, task: str) -> tuple[str, str | None] | None
     return found[0], str(found[1]) if found[1] else None
 
 
-def _element_by_name(root: str, plan: str, array_name: str, task: str) -> tuple[str, str | None] | None:
-    """(name, content hash) of element TASK of the array named PLAN/FIRST..LAST, from the members files of the
-    plan's arrays with those ends (sacct without job_comment has no comment to name its file by): the name
-    where they all agree, the hash where they agree too (else None: the newest body is taken)."""
+def _named(array_name: str, members: list[Any]) -> bool:
+    """Whether an array of MEMBERS can be the one named ARRAY_NAME: FIRST..LAST, or its group (`shard-*`, each
+    element's name matching it)."""
+    names = [m[0] if isinstance(m, list) and m and isinstance(m[0], str) else "" for m in members]
     first, sep, last = array_name.partition("..")
-    if not sep:
-        return None
+    if sep:
+        return bool(names) and names[0] == first and names[-1] == last
+    return bool(names) and all(fnmatch.fnmatchcase(name, array_name) for name in names)
+
+
+def element_by_name(root: str, plan: str, array_name: str, task: str) -> tuple[str, str | None] | None:
+    """(name, content hash) of element TASK of the array named PLAN/ARRAY_NAME, from the members files of the
+    plan's arrays it can be (sacct without job_comment has no comment to name its file by): the name where they
+    all agree, the hash where they agree too (else None: the newest body is taken)."""
     found = set()
     for path in Path(root, "scripts", plan).glob("array.*.json"):
         members = read_json_or_none(path)
-        if isinstance(members, list) and members and members[0][:1] == [first] and members[-1][:1] == [last]:
+        if isinstance(members, list) and _named(array_name, members):
             pair = _pair(members, task)
             if pair is not None:
                 found.add(pair)
@@ -239,7 +247,7 @@ def _accounted_job(
     if tag.startswith("array."):
         pair = _pair(_members(root, plan, tag.partition(":")[0]), task)
     else:
-        pair = _element_by_name(root, plan, name, task)
+        pair = element_by_name(root, plan, name, task)
     return None if pair is None else (plan, pair[0], pair[1], job_name)
 
 

@@ -207,3 +207,20 @@ def test_a_job_squeue_has_that_a_failed_attempts_result_expected_is_taken_as_its
     assert first == replace(failed, next_id=3, retry_due=None, cause="FAILED")
     assert second == Attempt(id=3, hash="h", attempt=2, submitted=9.0, after="failed")
     assert untracked(str(tmp_path), ledger, {3: ghost}) == []
+
+
+def test_an_array_element_is_told_by_its_arrays_name_where_sacct_has_no_comment(tmp_path: Path) -> None:
+    """FIRST..LAST or the group's name (`e*`): the element's job where every members file it can be agrees."""
+    from runner.slurm.rebuild import element_by_name
+
+    scripts = tmp_path / "scripts" / "p"
+    scripts.mkdir(parents=True)
+    (scripts / "array.1.json").write_text(json.dumps([["e0", "h0"], ["e1", "h1"], ["e2", "h2"]]))
+    (scripts / "array.2.json").write_text(json.dumps([["e0", "g0"], ["e1", "g1"], ["e2", "h2"]]))  # pushed again
+    (scripts / "array.3.json").write_text(json.dumps([["x0", "k0"], ["x1", "k1"]]))
+    assert element_by_name(str(tmp_path), "p", "e0..e2", "2") == ("e2", "h2")
+    assert element_by_name(str(tmp_path), "p", "e*", "1") == ("e1", None)  # the hash as the newest body says
+    assert element_by_name(str(tmp_path), "p", "x*", "1") == ("x1", "k1")
+    assert element_by_name(str(tmp_path), "p", "e0..e2", "3") is None
+    (scripts / "array.4.json").write_text(json.dumps([["e3", "h3"], ["e4", "h4"]]))  # another chunk of e*
+    assert element_by_name(str(tmp_path), "p", "e*", "1") is None  # e1 or e4: cannot be told
