@@ -11,6 +11,7 @@ from typing import Any
 
 from plancompiler.backends.protocol import MARKS, Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.backends.queue import CHANGED, busy_message, take_push_lock
+from plancompiler.backends.slurmanswer import PushAnswer, history_answer, push_answer
 from plancompiler.compile import Compiled
 from plancompiler.hosts import AgentSession, Host
 from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry, SlurmLane
@@ -109,52 +110,54 @@ class SlurmPushSession:
     def diff(self, compiled: Compiled, options: PushOptions) -> PushPlan:
         self.request = push_request(compiled, self.host, options)
         keep = not options.dry_run
-        answer = self.session.ask("push", {**self.host.context(), **self.request, "keep": keep}, 300)
-        if answer.get("busy"):
-            raise Refused(busy_message(self.host, answer.get("holder") or {}))
-        if "error" in answer and "changes" not in answer:
-            raise Refused(f"{self.host.describe()}: {answer['error']}")
-        self.token = str(answer.get("token") or "")
+        asked = self.session.ask("push", {**self.host.context(), **self.request, "keep": keep}, 300)
+        answer = push_answer(asked, self.host.describe())
+        if answer.busy:
+            raise Refused(busy_message(self.host, answer.holder))
+        if answer.error and answer.changes is None:
+            raise Refused(f"{self.host.describe()}: {answer.error}")
+        self.token = answer.token
         changes = [
-            Change(mark, f"{name}.job", None, note) for mark, name, note in answer.get("changes", []) if mark in MARKS
+            Change(mark, f"{name}.job", None, note) for mark, name, note in answer.changes or () if mark in MARKS
         ]
         result = PushPlan(
             self.host.describe(), compiled.name, changes, request={"submit": True}, host_state={"runner": "slurm"}
         )
-        if answer.get("rebuilt"):
-            result.warnings.append(answer["rebuilt"])
-        for path in answer.get("external_missing", []):
+        if answer.rebuilt:
+            result.warnings.append(answer.rebuilt)
+        for path in answer.external_missing:
             result.errors.append(f"external path {path} does not exist on the submit host of {self.host.name}")
-        if answer.get("error"):
-            result.errors.append(answer["error"])
+        if answer.error:
+            result.errors.append(answer.error)
         return result
 
     def apply(self, diff: PushPlan) -> PushOutcome:
-        answer = self.session.ask("push", {**self.host.context(), **self.request, "token": self.token}, 600)
-        if answer.get("busy"):
-            raise Refused(busy_message(self.host, answer.get("holder") or {}))
-        if answer.get("changed"):
-            raise Refused(f"{CHANGED} ({answer['changed']})")
-        if "error" in answer and "changes" not in answer:
-            raise Refused(f"{self.host.describe()}: {answer['error']}")
-        if answer.get("error"):  # all or nothing: nothing of this push is left in Slurm
-            diff.errors.append(answer["error"])
-        return PushOutcome(diff, not answer.get("error"), *outcome_lines(answer))
+        asked = self.session.ask("push", {**self.host.context(), **self.request, "token": self.token}, 600)
+        answer = push_answer(asked, self.host.describe())
+        if answer.busy:
+            raise Refused(busy_message(self.host, answer.holder))
+        if answer.changed:
+            raise Refused(f"{CHANGED} ({answer.changed})")
+        if answer.error and answer.changes is None:
+            raise Refused(f"{self.host.describe()}: {answer.error}")
+        if answer.error:  # all or nothing: nothing of this push is left in Slurm
+            diff.errors.append(answer.error)
+        return PushOutcome(diff, not answer.error, *outcome_lines(answer))
 
 
-def outcome_lines(answer: dict[str, Any]) -> tuple[list[str], list[str]]:
+def outcome_lines(answer: PushAnswer) -> tuple[list[str], list[str]]:
     """(notes for stderr, results for stdout) of an applied Slurm push: what was submitted, re-pointed, cancelled."""
-    submitted = answer.get("submitted", {})
+    submitted = answer.submitted
     results = [f"  submitted {name}.job as {slurm_id}" for name, slurm_id in submitted.items()]
-    for name, moved in (answer.get("repointed") or {}).items():
+    for name, moved in answer.repointed.items():
         if moved:
             results.append(
                 f"  re-pointed {len(moved)} pending dependents of {name}.job to {submitted.get(name)}: "
                 + ", ".join(str(i) for i in moved)
             )
-    if answer.get("cancelled"):
-        results.append("  cancelled " + " ".join(str(i) for i in answer["cancelled"]))
-    notes = [f"plan: {answer['error']}"] if answer.get("error") else []
+    if answer.cancelled:
+        results.append("  cancelled " + " ".join(str(i) for i in answer.cancelled))
+    notes = [f"plan: {answer.error}"] if answer.error else []
     notes.append(f"pushed: {len(submitted)} submitted")
     return notes, results
 
@@ -178,21 +181,21 @@ class SlurmBackend:
 
     def report_source(self, since: str | None, plan: str | None = None) -> ReportSource:
         """The ledger's attempts with Slurm's clocks (sacct completing what squeue forgot, where it is on)."""
-        history = self.host.call("history", {"since": since, "plan": plan}, 300)
-        if "error" in history:
-            raise Refused(f"{self.host.describe()}: {history['error']}")
-        if plan is not None and plan not in history.get("plans", []):
+        history = history_answer(self.host.call("history", {"since": since, "plan": plan}, 300), self.host.describe())
+        if history.error:
+            raise Refused(f"{self.host.describe()}: {history.error}")
+        if plan is not None and plan not in history.plans:
             raise Refused(
-                f"{self.host.describe()}: no plan {plan!r} was pushed here (plans: "
-                f"{', '.join(history.get('plans', [])) or 'none'})"
+                f"{self.host.describe()}: no plan {plan!r} was pushed here "
+                f"(plans: {', '.join(history.plans) or 'none'})"
             )
         notes = ["note: read from the submit host's ledger with Slurm's job times"]
-        if not history.get("accounting"):
+        if not history.accounting:
             notes.append(
-                f"note: accounting off ({history.get('why') or 'sacct failed'}): jobs that squeue forgot "
+                f"note: accounting off ({history.why or 'sacct failed'}): jobs that squeue forgot "
                 "before the ledger saw them end are missing"
             )
-        return ReportSource("\n".join(json.dumps(e) for e in history.get("events", [])), tuple(notes))
+        return ReportSource("\n".join(json.dumps(e) for e in history.events), tuple(notes))
 
     def operate(self, mode: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         return self.host.call(mode, request, timeout)

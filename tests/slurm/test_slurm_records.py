@@ -224,3 +224,37 @@ def test_an_array_element_is_told_by_its_arrays_name_where_sacct_has_no_comment(
     assert element_by_name(str(tmp_path), "p", "e0..e2", "3") is None
     (scripts / "array.4.json").write_text(json.dumps([["e3", "h3"], ["e4", "h4"]]))  # another chunk of e*
     assert element_by_name(str(tmp_path), "p", "e*", "1") is None  # e1 or e4: cannot be told
+
+
+def test_the_agents_answers_are_typed_where_they_reach_the_workstation_and_a_malformed_one_is_located() -> None:
+    import pytest
+
+    from plancompiler.backends.slurm import outcome_lines
+    from plancompiler.backends.slurmanswer import history_answer, push_answer
+    from plancompiler.errors import AgentError
+
+    answer = push_answer(
+        {
+            "changes": [["+", "a", ""], ["=", "b", "pending as 7_1"]],
+            "submitted": {"a": 9},
+            "repointed": {"a": ["12"]},
+            "cancelled": [8, "7_2"],
+            "accounting": "on",
+            "a key a newer agent adds": 1,
+        },
+        "lab (login)",
+    )
+    assert answer.changes == (("+", "a", ""), ("=", "b", "pending as 7_1")) and answer.cancelled == (8, "7_2")
+    assert outcome_lines(answer) == (
+        ["pushed: 1 submitted"],
+        ["  submitted a.job as 9", "  re-pointed 1 pending dependents of a.job to 9: 12", "  cancelled 8 7_2"],
+    )
+    assert push_answer({"error": "locked"}, "lab").changes is None  # refused before any diff
+    with pytest.raises(AgentError) as bad:
+        push_answer({"changes": [["+", "a"]], "submitted": {}}, "lab (login)")
+    assert str(bad.value).startswith("lab (login): the agent's push answer is malformed at changes.0.2: ")
+    assert bad.value.code == 1 and bad.value.where == "lab (login)"
+    with pytest.raises(AgentError, match=r"^lab: the agent's history answer is malformed at events: "):
+        history_answer({"events": "none"}, "lab")
+    history = history_answer({"accounting": True, "events": [{"job": "p/a.job"}], "plans": ["p"]}, "lab")
+    assert history.accounting and history.events == ({"job": "p/a.job"},) and history.plans == ("p",)
