@@ -19,10 +19,31 @@ STATES = ("queue", "running", "done", "failed")
 HEARTBEAT_FILE = "heartbeat.json"  # the runner's heartbeat, every tick; status.json only when it changed
 
 
+# What heartbeat.json carries of status.json, as of its tick (the runner writes status.json whole only on its
+# sweep, every --tick): each replaces status.json's own.
+FRESH_KEYS = (
+    "lanes",
+    "running",
+    "parked",
+    "parked_lanes",
+    "gpu_unknown",
+    "gpus",
+    "counts",
+    "waiting",
+    "disk_full",
+    "write_errors",
+    "incidents",
+    "delivery",
+    "leaks",
+)
+
+
 def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
     """STATUS (status.json as read) with the newer heartbeat of the same runner life from heartbeat.json laid
-    over it: its heartbeat, tick and running jobs' elapsed times. Every reader of status.json reads it through
-    this; status.json of a runner older than heartbeat.json (none there, or another life's) is left as it is."""
+    over it: its heartbeat and tick, the lanes, running jobs and counts as of that tick, and the waiting jobs
+    judged since status.json listed them all (`queued_set` replaces their entries, `queued_gone` drops those
+    that left the queue or wait no more). Every reader of status.json reads it through this; status.json of a
+    runner older than heartbeat.json (none there, or another life's) is left as it is."""
     if not isinstance(status, dict) or not isinstance(status.get("runner"), dict):
         return status
     try:
@@ -35,11 +56,45 @@ def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
         return status
     if ahead <= 0:
         return status
-    runner.update(heartbeat=beat["heartbeat"], heartbeat_ts=beat.get("heartbeat_ts"), tick=beat.get("tick"))
-    for run in status.get("running") or []:
-        if isinstance(run, dict) and isinstance(run.get("elapsed_s"), (int, float)):
-            run["elapsed_s"] = round(run["elapsed_s"] + ahead, 1)
-    return status
+    fresh = dict(status, runner=dict(runner, heartbeat=beat["heartbeat"], heartbeat_ts=beat.get("heartbeat_ts")))
+    fresh["runner"]["tick"] = beat.get("tick")
+    shown = beat.get("status")
+    if isinstance(shown, dict):
+        laid = dict(fresh)
+        laid.update((key, shown[key]) for key in FRESH_KEYS if key in shown)
+        if "swept" in beat:
+            laid["swept"] = beat["swept"]
+        laid["queued"] = _changed(status.get("queued"), beat.get("queued_set"), beat.get("queued_gone"))
+        from runner.readers import status_problem  # runner.readers reads files through runner.files, as this does
+
+        if not status_problem(laid):  # a heartbeat.json someone wrote by hand changes nothing a reader reads
+            return laid
+    if "running" in status:  # a runner before the overlay: its running jobs' elapsed times move on by the lead
+        fresh["running"] = [
+            dict(run, elapsed_s=round(run["elapsed_s"] + ahead, 1))
+            if isinstance(run, dict) and isinstance(run.get("elapsed_s"), (int, float))
+            else run
+            for run in status.get("running") or []
+        ]
+    return fresh
+
+
+def _changed(queued: Any, changed: Any, gone: Any) -> Any:
+    """QUEUED (status.json's list) with the entries CHANGED since replaced (or added) and the jobs GONE dropped."""
+    if not isinstance(queued, list) or not isinstance(changed, list) or not isinstance(gone, list):
+        return queued
+    if not changed and not gone:
+        return queued
+    new = {e["job"]: e for e in changed if isinstance(e, dict) and isinstance(e.get("job"), str)}
+    drop = {job for job in gone if isinstance(job, str)}
+    out = []
+    for entry in queued:
+        job = entry.get("job") if isinstance(entry, dict) else None
+        if job in drop:
+            continue
+        out.append(new.pop(job, entry) if isinstance(job, str) else entry)
+    out.extend(new.values())
+    return out
 
 
 PENDING_EVENTS_MAX = 10000
@@ -66,6 +121,7 @@ class Queue:
         self.events_error = ""
         self.last_written = 0.0  # when the last event was emitted (the heartbeat event is due after a silence)
         self.emitted: dict[str, int] = {}  # events emitted by this process, by name (the metrics count them)
+        self.moves: dict[str, int] = dict.fromkeys(STATES, 0)  # files this process moved into each state, less out
         # Inside `synced_after()`: the directories renamed into and whether events.jsonl was written, fsynced
         # when it ends. None: each move and event is fsynced at once.
         self._unsynced: set[Path] | None = None
@@ -112,6 +168,8 @@ class Queue:
             os.replace(self.dir(src) / filename, self.dir(dst) / filename)
         except FileNotFoundError:
             return False
+        self.moves[src] = self.moves.get(src, 0) - 1
+        self.moves[dst] = self.moves.get(dst, 0) + 1
         if self._unsynced is None:
             fsync_dir(self.dir(dst))
         else:

@@ -47,6 +47,8 @@ class Announcer:
         self.failures: list[tuple[float, str, str, str]] = []  # (time, job, signature, line)
         self.correlated: dict[str, int] = {}
         self._views: tuple[tuple[Any, ...], dict[str, LaneView]] | None = None  # (computed from, the views)
+        self._runs: dict[str, tuple[str, ...]] = {}  # lane -> its running jobs when its view was computed
+        self._complete = True  # every view in _views was computed from the reasons as they were then
         self.gpus: GpuWatch | None = None  # the runner's look at the GPUs (its jobs' engine time), once wired
 
     def correlate(self, now: float, filename: str, lines: list[str]) -> None:
@@ -186,15 +188,28 @@ class Announcer:
     def started(self, filename: str) -> None:
         self.throttle.forget(("start-failed", filename))
 
-    def lanes(self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> None:
-        # Each view reads every queued job's reason: computed again only when a reason, the queue or what runs
-        # changed (the scan returns the same list while the queue is unchanged).
+    def lanes(
+        self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]], every: bool = True
+    ) -> None:
+        """Each lane's state, and `idle` repeated while a lane waits. An idle lane's view reads its queued jobs'
+        reasons: computed again when a reason, the queue or what runs changed; where not EVERY (a tick between
+        sweeps), only for the lanes whose running jobs changed (the others' waiting jobs kept their reasons)."""
         key = (queued, len(queued), self.reasons.generation, tuple((r.filename, r.lane) for r in running.values()))
-        if self._views is not None and self._views[0][0] is queued and self._views[0][1:] == key[1:]:
-            views = self._views[1]
+        # views kept from before are reused unless they were left partly stale by a tick between sweeps
+        kept = self._views is not None and (self._complete or not every)
+        if kept and self._views[0][0] is queued and self._views[0][1:] == key[1:]:  # type: ignore[index]
+            views = self._views[1]  # type: ignore[index]
         else:
-            views = {lane: self._lane_view(lane, running, queued) for lane in self.config.lanes}
-            self._views = (key, views)
+            old = self._views[1] if self._views is not None and not every else {}
+            runs, runs_of = self._runs, self.config.lanes
+            self._runs = {lane: tuple(r.filename for r in running.values() if r.lane == lane) for lane in runs_of}
+            views = {
+                lane: old[lane]
+                if lane in old and runs.get(lane) == self._runs[lane]
+                else self._lane_view(lane, running, queued)
+                for lane in self.config.lanes
+            }
+            self._views, self._complete = (key, views), not old
         for lane in self.config.lanes:
             view = views[lane]
             self.set_lane(now, lane, view)
@@ -221,17 +236,20 @@ class Announcer:
         runs = [run.filename for run in running.values() if run.lane == lane]
         if runs:
             return LaneView("busy", runs[0], busy=len(runs) if self.config.slots_of(lane) > 1 else 0)
-        waiting = [
-            (f, r)
-            for f, p in queued
-            if isinstance(p.job, jobfile.JobFile) and p.job.lane == lane and (r := self.reasons.get(f))
-        ]
-        waiting = [(f, r) for f, r in waiting if r.reason != HELD]
-        if not waiting:
+        first: tuple[str, Any] | None = None
+        for f, p in queued:
+            if not isinstance(p.job, jobfile.JobFile) or p.job.lane != lane:
+                continue
+            r = self.reasons.get(f)
+            if r is None or r.reason == HELD:
+                continue
+            if r.reason not in _LANE_OWN_WAITS:  # the job that would run but for something outside it: the cause
+                return LaneView("waiting", f, r.reason, r.blocker)
+            if first is None:
+                first = (f, r)
+        if first is None:
             return LaneView("idle")
-        # The job that would run but for something outside it names the lane's cause.
-        f, reason = next(((f, r) for f, r in waiting if r.reason not in _LANE_OWN_WAITS), waiting[0])
-        return LaneView("waiting", f, reason.reason, reason.blocker)
+        return LaneView("waiting", first[0], first[1].reason, first[1].blocker)
 
     def set_lane(self, now: float, lane: str, view: LaneView) -> None:
         if self.lane_state.get(lane) == view:

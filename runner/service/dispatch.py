@@ -1,8 +1,13 @@
-"""Scheduling as a tick does it: facts gathered, the pure scheduler's decision, its actions carried out in order."""
+"""Scheduling as a tick does it: facts gathered, the pure scheduler's decision, its actions carried out in order.
+
+A sweep gathers every queued job's facts. Any other tick (a job's end, a new file, a control request) gathers
+only each lane's next candidates, in the order they start, as far as the decision needs them (the seed's rule:
+the first job whose DONE_IF is false and REQUIRES true): the jobs further down keep the reasons the last sweep
+gave them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from runner import jobfile, procs
 from runner.queue import Queue
@@ -12,7 +17,19 @@ from runner.service.announce import Announcer
 from runner.service.facts import Facts
 from runner.service.jobs import Jobs
 from runner.service.reasons import Reasons
-from runner.service.schedule import Action, GpuWait, Launch, Ready, RequiresFalse, Skip, Snapshot, Wait, decide
+from runner.service.schedule import (
+    Action,
+    GpuWait,
+    JobFacts,
+    Launch,
+    More,
+    Ready,
+    RequiresFalse,
+    Skip,
+    Snapshot,
+    Wait,
+    decide,
+)
 
 
 class Dispatcher:
@@ -34,11 +51,24 @@ class Dispatcher:
         self.announcer = announcer
         self.forget = forget  # drops everything the runner knows of a job file (it left queue/)
         self._last: tuple[object, ...] | None = None  # what the last decision was made from, when it can recur
+        self._order_key: tuple[object, ...] | None = None
+        self._order: list[tuple[str, Parsed]] = []
 
     def schedule(
-        self, now: float, queued: list[tuple[str, Parsed]], parked: str, parked_lanes: dict[str, str] | None = None
+        self,
+        now: float,
+        queued: list[tuple[str, Parsed]],
+        parked: str,
+        parked_lanes: dict[str, str] | None = None,
+        sweep: bool = True,
+        taken: Mapping[str, Parsed] | None = None,
     ) -> None:
-        snapshot = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now, parked_lanes)
+        """SWEEP: every queued job judged; else each lane's next candidates only. TAKEN: QUEUED by name."""
+        actions: list[Action] | None = None
+        if sweep:
+            snapshot = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now, parked_lanes)
+        else:
+            snapshot, actions = self._candidates(now, queued, parked, parked_lanes or {})
         # The same facts decide the same actions: a tick where nothing changed does nothing more. Not after a
         # tick that launched (a start may have failed and is tried again) or said gpu-wait (it repeats), and
         # what `blocked` reads beyond the snapshot (the manifest, the other states' files) is part of the key.
@@ -47,18 +77,82 @@ class Dispatcher:
         seen = (snapshot, self.facts.manifest.key(), self.queue.state_stamp(), len(self.state.waiting_since), orders)
         if seen == self._last:
             return
-        jobs = {filename: parsed.job for filename, parsed in queued}
-        actions = decide(self.state, snapshot, now)
+        if taken is None:
+            taken = dict(queued)
+        if actions is None:
+            actions = decide(self.state, snapshot, now)
         for action in actions:
-            self._carry_out(now, action, jobs, snapshot)
+            self._carry_out(now, action, taken, snapshot)
         recurs = not any(isinstance(a, (Launch, GpuWait)) for a in actions)
         self._last = seen if recurs else None
+
+    def _candidates(
+        self, now: float, queued: list[tuple[str, Parsed]], parked: str, parked_lanes: dict[str, str]
+    ) -> tuple[Snapshot, list[Action]]:
+        """Each lane's first jobs in the order they start, as many as its free slots and one more; where the
+        decision says a lane could start another after them (those were done, wait, or in backoff), more of that
+        lane's, twice as many each time. Each job's facts are found out once a tick."""
+        config, running = self.facts.config, self.jobs.running
+        budget = {}
+        for lane in config.lanes:
+            busy = sum(1 for run in running.values() if run.lane == lane)
+            budget[lane] = max(config.slots_of(lane) - busy, 0) + 1
+        ordered = self._ordered(queued)
+        known: dict[str, JobFacts] = {}
+        looking = self.facts.begin(self.state, now)
+        try:
+            while True:
+                facts: list[JobFacts] = []
+                taken = dict.fromkeys(budget, 0)
+                unseen: set[str] = set()
+                full = 0
+                for filename, parsed in ordered:
+                    lane = parsed.job.lane  # type: ignore[union-attr]  # the scan returns only valid jobs
+                    count = taken.get(lane)
+                    if count is None:
+                        continue
+                    if count >= budget[lane]:
+                        unseen.add(lane)
+                        continue
+                    one = known.get(filename)
+                    if one is None:
+                        one = known[filename] = looking.facts_of(filename, parsed)
+                    facts.append(one)
+                    taken[lane] = count + 1
+                    if count + 1 == budget[lane]:
+                        full += 1
+                        if full == len(budget):  # every lane has all it is shown: the rest is not looked at
+                            unseen.update(budget)
+                            break
+                snapshot = self.facts.build(facts, running, parked, now, parked_lanes, frozenset(unseen))
+                actions = decide(self.state, snapshot, now)
+                more = [a.lane for a in actions if isinstance(a, More)]
+                if not more:
+                    return snapshot, actions
+                for lane in more:
+                    budget[lane] *= 2
+        finally:
+            looking.end()
+
+    def _ordered(self, queued: list[tuple[str, Parsed]]) -> list[tuple[str, Parsed]]:
+        """QUEUED in the order jobs start: the higher priority first (a `plan move`, a PRIORITY header), equal
+        ones in name order; kept while the queue and the moves are the same."""
+        moved = self.state.priority
+        key = (id(queued), len(queued), tuple(sorted(moved.items())))
+        if self._order_key == key:
+            return self._order
+        if moved or any(parsed.job.priority for _, parsed in queued):  # type: ignore[union-attr]
+            order = sorted(queued, key=lambda item: -moved.get(item[0], item[1].job.priority))  # type: ignore[union-attr]
+        else:
+            order = queued
+        self._order_key, self._order = key, order
+        return order
 
     def _carry_out(
         self,
         now: float,
         action: Action,
-        jobs: dict[str, jobfile.JobFile | jobfile.Invalid],
+        taken: Mapping[str, Parsed],
         snapshot: Snapshot,
     ) -> None:
         if isinstance(action, Skip):
@@ -70,7 +164,7 @@ class Dispatcher:
         elif isinstance(action, Ready):
             self.state.waiting_since.pop(action.filename, None)
         elif isinstance(action, RequiresFalse):
-            requires = getattr(jobs[action.filename], "requires", None) or ""
+            requires = getattr(taken[action.filename].job, "requires", None) or ""
             self.reasons.requires_false(
                 now,
                 action.filename,
@@ -80,8 +174,8 @@ class Dispatcher:
         elif isinstance(action, GpuWait):
             self._gpu_wait(now, action.filename, list(action.users or snapshot.gpu_users or ()), action.gpu)
         elif isinstance(action, Launch):
-            self._launch(now, action, jobs)
-        else:
+            self._launch(now, action, taken)
+        elif not isinstance(action, More):
             self.announcer.forget_gpu_waits()
 
     def _gpu_wait(self, now: float, filename: str, users: list[procs.GpuUser], gpu: int | None) -> None:
@@ -89,12 +183,12 @@ class Dispatcher:
         self.reasons.gpu_foreign(now, filename, users[0], left_by, gpu)
         self.announcer.gpu_wait(now, filename, users, left_by, gpu)
 
-    def _launch(self, now: float, action: Launch, jobs: dict[str, jobfile.JobFile | jobfile.Invalid]) -> None:
+    def _launch(self, now: float, action: Launch, taken: Mapping[str, Parsed]) -> None:
         """Candidates start until the lane's free slots are full; the rest wait in `order` behind the last one
         that started (one that could not start leaves its slot to the next)."""
         started: list[str] = []
         for filename in action.candidates:
-            job = jobs[filename]
+            job = taken[filename].job
             assert isinstance(job, jobfile.JobFile)
             if len(started) >= action.slots:
                 self.reasons.set(now, filename, "order", f"{started[-1]} is ahead of it", started[-1])

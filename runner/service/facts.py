@@ -20,6 +20,49 @@ from runner.stamps.judge import Verdicts
 Blocked = Tuple[str, str, str]  # (path, producer, why) of a REQUIRES path that can never appear
 
 
+class Looking:
+    """One tick's look at queued jobs, one job at a time (`facts_of`): each path stat()ed once however many
+    jobs' conditions name it (one job's DONE_IF is often the next one's REQUIRES), the manifest read once."""
+
+    def __init__(self, facts: Facts, state: RunnerState, now: float) -> None:
+        self.facts = facts
+        self.seen: dict[str, int] = {}
+        facts.seen = self.seen  # a running job's DONE_IF judged meanwhile shares them too
+        self.backoff = state.backoff_until
+        self.manifest = facts.manifest.get()
+        self.now = now
+
+    def holds(self, cond: Condition) -> bool:  # the fast path inlined: at 10 000 queued jobs this was most of a tick
+        checks = cond.checks
+        if checks is None:  # bash decides (bounded): `holds` runs it
+            return self.facts.holds(cond)[0]
+        seen = self.seen
+        for bit, path in checks:
+            flags = seen.get(path)
+            if flags is None:
+                flags = seen[path] = stat_flags(path)
+                self.facts.stats += 1
+            if not flags & bit:
+                return False
+        return True
+
+    def facts_of(self, filename: str, parsed: Parsed) -> JobFacts:
+        """What is true of queued FILENAME now: its DONE_IF, its stamp, its REQUIRES (not in backoff)."""
+        self.facts.looked_at += 1
+        job: jobfile.JobFile = parsed.job  # type: ignore[assignment]  # the scan returns only valid jobs
+        done = parsed.done_if is not None and self.holds(parsed.done_if)  # as done_holds, stat()s shared
+        stale = None
+        if job.plan and job.outputs:  # stamps.stamped(job)
+            done, stale = self.facts._stamped(filename, parsed, self.manifest, self.now, done)
+        requires: bool | None = None
+        if not done and stale is None and (not self.backoff or self.backoff.get(filename, 0) <= self.now):
+            requires = parsed.requires is None or self.holds(parsed.requires)
+        return JobFacts(filename, job.lane, done, requires, stale, job.gpus, job.priority)
+
+    def end(self) -> None:
+        self.facts.seen = None
+
+
 class Facts:
     def __init__(self, config: Config, root_id: str, manifest: Manifest, processes: Processes) -> None:
         self.config = config
@@ -43,6 +86,9 @@ class Facts:
         # judged when it ends must see what it wrote).
         self.seen: dict[str, int] | None = None
         self.verdicts = Verdicts(self.root)  # stamped jobs' verdicts, judged again only when what they read changed
+        # Counters for --metrics (and the tests that prove a job's end looks at its lanes' next jobs alone):
+        self.looked_at = 0  # queued jobs whose facts (DONE_IF, stamp, REQUIRES) were found out
+        self.stats = 0  # stat() calls made for conditions' paths
 
     def holds(self, cond: Condition | None) -> tuple[bool, str]:
         if cond is None:
@@ -62,10 +108,12 @@ class Facts:
         for index, (bit, path) in enumerate(checks):
             if seen is None:
                 found = stat_flags(path)
+                self.stats += 1
             else:
                 found = seen.get(path)  # type: ignore[assignment]
                 if found is None:
                     found = seen[path] = stat_flags(path)
+                    self.stats += 1
             if not found & bit:
                 return index
         return -1
@@ -73,6 +121,11 @@ class Facts:
     def done_holds(self, filename: str, parsed: Parsed) -> bool:
         """A queued job's DONE_IF holds already: it is skipped, never run (the one place this is decided)."""
         return parsed.done_if is not None and self.holds(parsed.done_if)[0]
+
+    def begin(self, state: RunnerState, now: float) -> Looking:
+        """A tick's look at the queued jobs starts: stat()s shared by its jobs, the manifest read once."""
+        self.verdicts.begin(self.manifest.key(), time.time())
+        return Looking(self, state, now)
 
     def snapshot(
         self,
@@ -83,42 +136,22 @@ class Facts:
         now: float,
         parked_lanes: dict[str, str] | None = None,
     ) -> Snapshot:
-        """The scheduler's input."""
-        facts: list[JobFacts] = []
-        seen: dict[str, int] = {}
-        self.seen = seen
-        backoff = state.backoff_until
-        manifest = self.manifest.get()
-        self.verdicts.begin(self.manifest.key(), time.time())
+        """The scheduler's input: every queued job's facts (the sweep)."""
+        looking = self.begin(state, now)
+        facts = [looking.facts_of(filename, parsed) for filename, parsed in queued]
+        looking.end()
+        return self.build(facts, running, parked, now, parked_lanes or {})
 
-        def holds(cond: Condition) -> bool:  # the fast path inlined: at 10 000 queued jobs this is most of a tick
-            checks = cond.checks
-            if checks is None:  # bash decides (bounded): `holds` runs it
-                return self.holds(cond)[0]
-            for bit, path in checks:
-                flags = seen.get(path)
-                if flags is None:
-                    flags = seen[path] = stat_flags(path)
-                if not flags & bit:
-                    return False
-            return True
-
-        for filename, parsed in queued:
-            job: jobfile.JobFile = parsed.job  # type: ignore[assignment]  # the scan returns only valid jobs
-            done = parsed.done_if is not None and holds(parsed.done_if)  # as done_holds, stat()s shared
-            stale = None
-            if job.plan and job.outputs:  # stamps.stamped(job)
-                done, stale = self._stamped(filename, parsed, manifest, now, done)
-            requires: bool | None = None
-            if not done and stale is None and (not backoff or backoff.get(filename, 0) <= now):
-                requires = parsed.requires is None or holds(parsed.requires)
-            facts.append(JobFacts(filename, job.lane, done, requires, stale, job.gpus, job.priority))
-        self.seen = None
-        return self._snapshot(facts, running, parked, now, parked_lanes or {})
-
-    def _snapshot(
-        self, facts: list[JobFacts], running: dict[str, Running], parked: str, now: float, parked_lanes: dict[str, str]
+    def build(
+        self,
+        facts: list[JobFacts],
+        running: dict[str, Running],
+        parked: str,
+        now: float,
+        parked_lanes: dict[str, str],
+        unseen: frozenset[str] = frozenset(),
     ) -> Snapshot:
+        """The snapshot of FACTS (every queued job's, or the first of each lane where UNSEEN names the lane)."""
         lanes: dict[str, tuple[str, ...]] = {}
         taken: dict[int, str] = {}
         for run in running.values():
@@ -140,6 +173,7 @@ class Facts:
             gpus,
             taken,
             dict(parked_lanes),
+            unseen,
         )
 
     def _stamped(

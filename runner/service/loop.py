@@ -1,5 +1,8 @@
 """The runner's life in the foreground: tick, then wait for the next tick or for anything that should wake it
-sooner (a child's exit, a job file or control request landing, a file settling), until SIGTERM/SIGINT."""
+sooner (a child's exit, a job file or control request landing, a file settling), until SIGTERM/SIGINT.
+
+The timer's tick, every --tick whatever woke the loop in between, is the sweep (every queued job judged); a
+tick something else woke judges only what that can change (each lane's next candidates)."""
 
 from __future__ import annotations
 
@@ -35,12 +38,16 @@ def serve(runner: Runner) -> int:
     runner.start(time.time())
     runner.watch_dirs()
     dirs = [str(runner.queue.dir("queue")), str(runner.queue.dir("control"))]
+    sweep_at = time.monotonic()  # the next sweep: the first tick is one
     while not stop_signal:
         # Taken before the tick: a file that lands during the tick is seen at once afterwards
         # (the tick's own moves cost one extra tick, which then finds nothing to do).
         seen = [_mtime(d) for d in dirs] if runner.watch is None else []
+        sweep = time.monotonic() >= sweep_at
+        if sweep:
+            sweep_at = time.monotonic() + runner.config.tick_s
         try:
-            runner.tick(time.time())
+            runner.tick(time.time(), sweep=sweep)
         except OSError as exc:
             # A disk full or a permission changed under us: say so and try again next tick, rather than
             # die and be restarted in a loop. status.json stops being rewritten, so `plan watch` sees DEAD.
@@ -48,15 +55,16 @@ def serve(runner: Runner) -> int:
 
             traceback.print_exc()
             print(f"runner: tick failed: {exc}", file=sys.stderr, flush=True)
-        _wait(runner, rfd, dirs, seen, stop_signal)
+        _wait(runner, rfd, dirs, seen, stop_signal, sweep_at)
     runner.stop(time.time(), stop_signal[0])
     return 0
 
 
-def _wait(runner: Runner, rfd: int, dirs: list[str], seen: list[int], stop_signal: list[str]) -> None:
-    """Until the next tick; at once for a child's exit, and for a new file in queue/ or control/: the moment
-    it lands where inotify watches them, else within DIR_POLL_S (one stat of each directory)."""
-    wait = runner.config.tick_s
+def _wait(runner: Runner, rfd: int, dirs: list[str], seen: list[int], stop_signal: list[str], sweep_at: float) -> None:
+    """Until the next sweep (SWEEP_AT, on the monotonic clock); at once for a child's exit, and for a new file in
+    queue/ or control/: the moment it lands where inotify watches them, else within DIR_POLL_S (one stat of each
+    directory)."""
+    wait = max(sweep_at - time.monotonic(), 0.0)
     if runner.scanner.settle_due is not None:  # a file being written is taken the moment it has settled
         wait = min(wait, max(runner.scanner.settle_due - time.time(), 0.0) + 0.01)
     next_tick = time.monotonic() + wait

@@ -62,6 +62,10 @@ class TickView:
     notify_failed: int  # deliveries of notices that failed (each try), with --notify
     lane_order: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()  # every reason name, so each has a series (0 when none waits on it)
+    looked_at: int = 0  # queued jobs whose facts (DONE_IF, stamp, REQUIRES) ticks found out
+    stats: int = 0  # stat() calls made for conditions' paths
+    sweeps: int = 0  # ticks that judged every queued job
+    swept_age_s: float | None = None  # how long ago the last of them ran
 
 
 @dataclass
@@ -161,6 +165,17 @@ def _families(view: TickView) -> list[_Family]:
     notices.add(view.notices)
     failed = _Family("plan_notify_failed_tries_total", "counter", "Deliveries of notices (--notify) that failed.")
     failed.add(view.notify_failed)
+    looked = _Family(
+        "plan_runner_jobs_judged_total", "counter", "Queued jobs whose DONE_IF, stamp and REQUIRES ticks judged."
+    )
+    looked.add(view.looked_at)
+    stats = _Family("plan_runner_condition_stats_total", "counter", "stat() calls made for conditions' paths.")
+    stats.add(view.stats)
+    sweeps = _Family("plan_runner_sweeps_total", "counter", "Ticks that judged every queued job's reason.")
+    sweeps.add(view.sweeps)
+    swept = _Family("plan_runner_sweep_age_seconds", "gauge", "How long ago every queued job's reason was last judged.")
+    if view.swept_age_s is not None:
+        swept.add(round(view.swept_age_s, 3))
     return [
         info,
         start,
@@ -182,25 +197,25 @@ def _families(view: TickView) -> list[_Family]:
         acked,
         notices,
         failed,
+        looked,
+        stats,
+        sweeps,
+        swept,
     ]
 
 
 class Counts:
-    """Waiting jobs by reason and queued jobs by lane, counted again only when what they count changed: a tick's
-    cost stays apart from the queue's size."""
+    """Queued jobs by lane, counted again only when what they count changed: a tick's cost stays apart from the
+    queue's size (waiting jobs by reason are counted as reasons change: runner.service.reasons)."""
 
     def __init__(self) -> None:
-        self._reasons_key: Any = None
-        self._by_reason: dict[str, int] = {}
         self._lanes_key: Any = None
         self._by_lane: dict[str, int] = {}
 
-    def waiting(self, generation: Any, reasons: Callable[[], Iterable[str]]) -> dict[str, int]:
-        """REASONS() gives each queued job's reason; called only when GENERATION is not the one counted."""
-        if generation != self._reasons_key:
-            self._by_reason = dict(Counter(reasons()))
-            self._reasons_key = generation
-        return self._by_reason
+    @property
+    def lanes_key(self) -> Any:
+        """The key the counts by lane were last made for: passed back, they are kept as they are."""
+        return self._lanes_key
 
     def by_lane(self, generation: Any, lanes: Callable[[], Iterable[str]]) -> dict[str, int]:
         if generation != self._lanes_key:

@@ -20,6 +20,8 @@ class Reasons:
         self.state = state
         self.table: dict[str, Reason] = {}
         self.generation = 0  # changes whenever any reason (or its detail, blocker, since) does: status.json's cue
+        self.by_reason: dict[str, int] = {}  # how many jobs wait for each reason, kept as reasons change
+        self.changed: set[str] = set()  # jobs whose reason changed (or went) since status.json listed them all
 
     def get(self, filename: str) -> Reason | None:
         return self.table.get(filename)
@@ -34,18 +36,28 @@ class Reasons:
         return self.table[filename]
 
     def drop(self, filename: str) -> None:
-        if self.table.pop(filename, None) is not None:
+        reason = self.table.pop(filename, None)
+        if reason is not None:
+            self._count(reason.reason, -1)
+            self.changed.add(filename)
             self.generation += 1
 
     def keep_only(self, live: set[str]) -> None:
         for filename in [f for f in self.table if f not in live]:
-            self.table.pop(filename)
-            self.generation += 1
+            self.drop(filename)
+
+    def _count(self, reason: str, step: int) -> None:
+        count = self.by_reason.get(reason, 0) + step
+        if count:
+            self.by_reason[reason] = count
+        else:
+            self.by_reason.pop(reason, None)
 
     def _since(self, filename: str, since: float) -> None:
         reason = self.table[filename]
         if reason.since != since:
             reason.since = since
+            self.changed.add(filename)
             self.generation += 1
 
     def set(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
@@ -54,12 +66,17 @@ class Reasons:
             if current.detail != detail or current.extra != extra:
                 current.detail = detail
                 current.extra = extra or _NO_EXTRA
+                self.changed.add(filename)
                 self.generation += 1
             return
         since = now
         if reason == "requires":
             since = self.state.waiting_since.get(filename, now)
+        if current is not None:
+            self._count(current.reason, -1)
+        self._count(reason, 1)
         self.table[filename] = Reason(reason, since, detail, blocker, extra or _NO_EXTRA)
+        self.changed.add(filename)
         self.generation += 1
 
     def requires_false(self, now: float, filename: str, requires: str, blocked: tuple[str, str, str] | None) -> None:

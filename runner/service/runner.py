@@ -85,6 +85,9 @@ class Runner:
         self.counts: Counts | None = None  # for --metrics: what it counts of the queue, kept while that is unchanged
         self.started_at = 0.0
         self.ticks = 0
+        self.sweeps = 0  # ticks that judged every queued job (the timer's)
+        self.swept_at: float | None = None  # when the last of them ran: every reason is at most this old
+        self._alerted: tuple[object, ...] | None = None  # what the incidents were last judged with, beyond reasons
         self.watch: DirWatch | None = None  # set by watch_dirs(): scans read only what changed
         self._lock_fds: list[int] = []
 
@@ -225,7 +228,7 @@ class Runner:
         self._save_state(now)
         self.alerts.stop()  # what is due goes out first, within a deadline
         try:
-            self.statusfile.write(self.snapshot(), now, [], force=True)
+            self.statusfile.write(self.snapshot(self.swept_at), now, [], force=True)
         except OSError:
             pass
         self.queue.close()
@@ -234,15 +237,22 @@ class Runner:
             self.watch = None
 
     # -- the tick ------------------------------------------------------------------------------
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, sweep: bool = True) -> None:
+        """One tick at NOW. SWEEP (the timer's tick, every --tick; a test's): every queued job's reason and stamp
+        judged again, the waits re-announced, the incidents judged, status.json written whole. Otherwise (a
+        job's end, a new file, a control request woke it): only each lane's next candidates are judged, and
+        the rest keep the reasons of the last sweep (status.json's `swept` says when that was)."""
         # Its moves and events are fsynced once, at its end: after the jobs it starts (a job's end and its
         # lane's next start are in the same tick, and 3 fsyncs between them were a third of that wait).
         with self.queue.synced_after():
-            self._tick(now)
+            self._tick(now, sweep)
 
-    def _tick(self, now: float) -> None:
+    def _tick(self, now: float, sweep: bool = True) -> None:
         began = time.monotonic()  # for the metrics' tick duration only: the tick's decisions use NOW
         self.ticks += 1
+        if sweep:
+            self.sweeps += 1
+            self.swept_at = now
         # First of all: whatever lands after this stays in the watch's queue and wakes `serve` for another tick
         # (a control/ request dropped while this tick runs must not be drained with nothing to read it).
         changed = self._changed()
@@ -262,16 +272,32 @@ class Runner:
         self.jobs.sample_memory()
         self.announcer.watch_running(now, self.jobs.running)
         queued = self.scanner.scan(now, changed)
-        self.dispatcher.schedule(now, queued, self.controls.park, self.controls.park_lanes)
+        self.dispatcher.schedule(
+            now, queued, self.controls.park, self.controls.park_lanes, sweep=sweep, taken=self.scanner.taken
+        )
         if self.jobs.in_lane(self.config.gpu_lane):  # its jobs' GPU engine time: gpu-stalled, status per GPU
             self.facts.observe_gpus(now, self.jobs.running, max_age=1.0)
             self.announcer.gpu_stalls(now, self.jobs.running)
-        self.announcer.waits(now)
-        self.announcer.lanes(now, self.jobs.running, queued)
+        if sweep:  # every waiting job's repeats: on the sweep's clock
+            self.announcer.waits(now)
+        self.announcer.lanes(now, self.jobs.running, queued, every=sweep)
         self.announcer.idle(now, self.jobs.running, queued)
-        self.problems.keep(now, "incidents.json", lambda: self.alerts.tick(now, queued))
+        # The causes read every waiting job's reason: judged on the sweep's clock, and at once where what a
+        # cause is made of changed without a job's reason (a park, a failure, a hold, a full disk).
+        alerting = (
+            self.controls.park,
+            tuple(sorted(self.controls.park_lanes.items())),
+            self.jobs.disk_full,
+            tuple(sorted(self.state.held)),
+            self.queue.moves.get("failed", 0),
+        )
+        if sweep or alerting != self._alerted:
+            self._alerted = alerting
+            self.problems.keep(now, "incidents.json", lambda: self.alerts.tick(now, queued))
         self._save_state(now)
-        self.problems.keep(now, "status.json", lambda: self.statusfile.write(self.snapshot(), now, queued))
+        self.problems.keep(
+            now, "status.json", lambda: self.statusfile.write(self.snapshot(now if sweep else None), now, queued)
+        )
         self.outcomes.save_history(now)
         if now - self.queue.last_written >= self.config.heartbeat_event_s:
             # Nothing else said we were alive for that long: `plan report` measures downtime from this.
@@ -281,19 +307,21 @@ class Runner:
             from runner.service import metrics  # only with --metrics: a runner without it never loads it
 
             self.problems.keep(
-                now, path.name, lambda: metrics.write(path, self._metrics(now, queued, time.monotonic() - began))
+                now,
+                path.name,
+                lambda: metrics.write(path, self._metrics(now, queued, time.monotonic() - began, sweep)),
             )
 
-    def _metrics(self, now: float, queued: list[tuple[str, Parsed]], took: float) -> TickView:
+    def _metrics(self, now: float, queued: list[tuple[str, Parsed]], took: float, sweep: bool = True) -> TickView:
         """What --metrics shows of this tick: counts, and a few values per lane and per running job."""
         from runner.service import metrics
 
         config, running = self.config, list(self.jobs.running.values())
         if self.counts is None:
             self.counts = metrics.Counts()
-        waiting = self.counts.waiting(self.reasons.generation, lambda: (r.reason for _, r in self.reasons.items()))
-        by_lane = self.counts.by_lane(  # the jobs this tick found queued that still wait (each has its reason)
-            (self.scanner.generation, len(queued), self.reasons.generation),
+        waiting = dict(self.reasons.by_reason)
+        by_lane = self.counts.by_lane(  # the jobs the last sweep found queued that still wait (each has its reason)
+            (self.scanner.generation, len(queued), self.reasons.generation) if sweep else self.counts.lanes_key,
             lambda: (str(getattr(parsed.job, "lane", "")) for name, parsed in queued if name in self.reasons),
         )
         book, delivery = self.alerts.book.open.values(), self.alerts.delivery() or {}
@@ -306,7 +334,7 @@ class Runner:
             ticks=self.ticks,
             tick_s=took,
             parked=bool(self.controls.park),
-            directories={state: self.statusfile.count(state) for state in STATES},
+            directories={state: self.statusfile.count(state, exact=sweep) for state in STATES},
             lanes=tuple(
                 metrics.LaneSlots(lane, config.slots_of(lane), len(self.jobs.in_lane(lane))) for lane in config.lanes
             ),
@@ -321,10 +349,15 @@ class Runner:
             notify_failed=int(delivery.get("failed_tries") or 0),
             lane_order=tuple(config.lanes),
             reasons=tuple(sorted(REASON_NAMES)),
+            looked_at=self.facts.looked_at,
+            stats=self.facts.stats,
+            sweeps=self.sweeps,
+            swept_age_s=now - self.swept_at if self.swept_at is not None else None,
         )
 
-    def snapshot(self) -> Snapshot:
-        """What status.json shows of this runner now (the status file reads this value, not the runner)."""
+    def snapshot(self, sweeping: float | None = None) -> Snapshot:
+        """What status.json shows of this runner now (the status file reads this value, not the runner); SWEEPING:
+        the time of this tick, where it judged every queued job."""
         return Snapshot(
             pid=self.pid,
             instance=self.instance,
@@ -346,6 +379,9 @@ class Runner:
             leaks=tuple((pid, job) for pid, job in sorted(self.jobs.kept_leaks.items()) if self.processes.alive(pid)),
             reasons=self.reasons,
             scan_generation=self.scanner.generation,
+            sweep=sweeping is not None,
+            swept=sweeping if sweeping is not None else self.swept_at,
+            taken=self.scanner.taken,
         )
 
     def _save_state(self, now: float) -> None:

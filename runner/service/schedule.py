@@ -3,13 +3,17 @@
 `decide(state, snapshot, now)` does no I/O: the facts it needs (DONE_IF and REQUIRES outcomes, what the
 manifest says blocks a job, foreign GPU users, what runs in which lane, the park) are gathered first into a
 `Snapshot`, and what it returns are `Action`s the runner carries out in order.
+
+A snapshot may hold only the first queued jobs of a lane (`unseen` names such lanes): a job's end looks at each
+lane's next candidates in order, not at every job. Where such a lane could still start a job after the ones it
+was shown, `decide` says `More(lane)`: the caller gathers the facts of more of its jobs and decides again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 from runner.procs import GpuUser
 from runner.queue import timestamp
@@ -41,6 +45,7 @@ class Snapshot:
     gpus: tuple[int, ...] = ()  # the GPUs the gpu lane gives its jobs; (): its slots are counted, not GPUs
     gpu_taken: Mapping[int, str] = field(default_factory=dict)  # GPU -> the job of ours running on it
     parked_lanes: Mapping[str, str] = field(default_factory=dict)  # lane -> why it alone is parked
+    unseen: frozenset[str] = frozenset()  # lanes with queued jobs after those in `queued` (not looked at)
 
     def free(self, lane: str) -> int:
         return self.slots.get(lane, 1) - len(self.running.get(lane, ()))
@@ -103,7 +108,14 @@ class ForgetGpuWaits:
     """No foreign GPU user is left: their repeats end."""
 
 
-Action = Skip | Wait | RequiresFalse | Ready | GpuWait | Launch | ForgetGpuWaits
+@dataclass(frozen=True)
+class More:
+    """LANE could start a job after the ones the snapshot shows of it, and has more queued: show more of them."""
+
+    lane: str
+
+
+Action = Union[Skip, Wait, RequiresFalse, Ready, GpuWait, Launch, ForgetGpuWaits, More]
 
 
 @dataclass
@@ -132,6 +144,8 @@ def decide(state: RunnerState, snapshot: Snapshot, now: float) -> list[Action]:
                 actions.append(Launch(lane, names, len(names), {n: lanes.gpu_given[n] for n in names}))
             else:
                 actions.append(Launch(lane, tuple(lanes.launches[lane]), snapshot.free(lane)))
+        if lane in snapshot.unseen and _room(snapshot, lanes, lane):
+            actions.append(More(lane))
     if snapshot.gpu_users is not None and not snapshot.gpu_users:
         actions.append(ForgetGpuWaits())
     return actions
@@ -226,6 +240,15 @@ def _held(snapshot: Snapshot, lanes: _Lanes, lane: str, slots: bool = True) -> t
     if lane in snapshot.parked_lanes:
         return "parked", snapshot.parked_lanes[lane], ""
     return None
+
+
+def _room(snapshot: Snapshot, lanes: _Lanes, lane: str) -> bool:
+    """LANE could start one more job after the jobs decided so far (its slots or GPUs, its holds)."""
+    if lane == snapshot.gpu_lane and snapshot.gpus:
+        return bool(lanes.gpu_free) and _held(snapshot, lanes, lane, slots=False) is None
+    if len(lanes.launches.get(lane, ())) >= snapshot.free(lane) or _held(snapshot, lanes, lane) is not None:
+        return False
+    return not (lane == snapshot.gpu_lane and snapshot.gpu_users)
 
 
 def priority_of(facts: JobFacts, moved: Mapping[str, int]) -> int:

@@ -1,9 +1,13 @@
-"""status.json, rewritten when something in it changed (at least every REFRESH_S), and heartbeat.json every tick.
+"""status.json, rewritten by the sweep when something in it changed (at least every REFRESH_S), and
+heartbeat.json every tick.
 
-At 10 000 queued jobs re-encoding every job's reason each tick was most of a tick: each queued job's entry is
-kept encoded, keyed by what it shows, and the list is joined again only when a reason or the queue changed.
-The heartbeat (what `plan watch` judges a runner alive by) lives in its own small file so that it stays fresh
-while status.json does not change; `queue.fresh_status` lays it over status.json for every reader.
+status.json lists every waiting job (`queued`); it is written by the sweep (every --tick), never after a job's
+end: at 10 000 queued jobs re-encoding every job's entry was most of a tick. Each entry is kept encoded, keyed
+by what it shows, and the list is joined again only when a reason or the queue changed. heartbeat.json, small
+and written every tick, carries what changes between sweeps: the heartbeat (what `plan watch` judges a runner
+alive by), the lanes, the running jobs, the counts (by state, and of waiting jobs by reason), and the entries of
+the jobs whose reason changed since status.json listed them (`queued_set`, `queued_gone`): a job's end judges a
+few jobs, and only those are written again. `queue.fresh_status` lays it over status.json for every reader.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from runner.config import Config
 from runner.files import atomic_write, open_file
 from runner.procs import GpuUser
 from runner.queue import STATES, Queue, timestamp
-from runner.records import Parsed, Running
+from runner.records import Parsed, Reason, Running
 from runner.service.announce import LaneView, progress
 from runner.service.gpu import Observation, gpu_status
 from runner.service.reasons import Reasons
@@ -61,6 +65,9 @@ class Snapshot:
     scan_generation: int
     incidents: int = 0  # open in the incident book (runner.alerts)
     delivery: Mapping[str, Any] | None = None  # how --notify and --ping went (runner.alerts.engine.Alerts.delivery)
+    sweep: bool = True  # this tick judged every queued job: status.json lists them all again
+    swept: float | None = None  # when a tick last judged every queued job (every reason is at most this old)
+    taken: Mapping[str, Parsed] | None = None  # the queued jobs by name (their lanes)
 
 
 class StatusFile:
@@ -73,19 +80,48 @@ class StatusFile:
         self._written_queued = -1
         self._written_key: tuple[int, int, int] | None = None
         self._written_at = 0.0
-        self._counts: dict[str, tuple[int, int]] = {}  # state -> (directory mtime, files)
+        self._counts: dict[str, tuple[int, int, int]] = {}  # state -> (directory mtime, files, our moves then)
         self.writes = 0  # status.json writes (a test counts them)
 
     def write(self, runner: Snapshot, now: float, queued: list[tuple[str, Parsed]], force: bool = False) -> None:
-        """status.json (when something in it changed, or FORCE) and heartbeat.json, as of RUNNER at NOW."""
-        beat = {
+        """heartbeat.json, and status.json where this tick is a sweep (or FORCE) and something in it changed."""
+        running = self._running(runner)
+        status = self._status(runner, running)
+        full = runner.sweep or force or now - self._written_at >= REFRESH_S
+        self._beat(runner, now, status, running, delta=not full)
+        if full:
+            self._full(runner, now, queued, status, running, force)
+
+    def _beat(
+        self, runner: Snapshot, now: float, status: dict[str, Any], running: list[dict[str, Any]], delta: bool
+    ) -> None:
+        """heartbeat.json: the clock, and what changes between sweeps (DELTA: the waiting jobs judged since
+        status.json listed them all). Not fsync()ed: it is rewritten next tick, and a crash loses nothing a
+        reader needs from it."""
+        shown = {k: v for k, v in status.items() if k != "runner"}
+        shown["running"] = [
+            {**entry, "elapsed_s": round(now - run.started, 1)} for entry, run in zip(running, runner.running)
+        ]
+        beat: dict[str, Any] = {
             "pid": runner.pid,
             "instance": runner.instance,
             "heartbeat": now,
             "heartbeat_ts": timestamp(now),
             "tick": runner.ticks,
+            "swept": runner.swept,
+            "status": shown,
         }
-        # Not fsync()ed: it is rewritten next tick, and a crash loses nothing a reader needs from it.
+        if delta:
+            gone, changed = [], []
+            lanes = runner.taken or {}
+            for filename in sorted(runner.reasons.changed):
+                reason = runner.reasons.get(filename)
+                if reason is None:
+                    gone.append(filename)
+                else:
+                    parsed = lanes.get(filename)
+                    changed.append(_entry(filename, getattr(parsed.job, "lane", None) if parsed else None, reason))
+            beat["queued_gone"], beat["queued_set"] = gone, changed
         path = self.queue.heartbeat_path
         tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
         fd = open_file(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never through a symlink
@@ -94,15 +130,26 @@ class StatusFile:
         finally:
             os.close(fd)
         os.replace(tmp, path)
+
+    def _full(
+        self,
+        runner: Snapshot,
+        now: float,
+        queued: list[tuple[str, Parsed]],
+        status: dict[str, Any],
+        running: list[dict[str, Any]],
+        force: bool,
+    ) -> None:
+        """status.json with every waiting job, where something in it changed (or FORCE, or REFRESH_S passed)."""
         queued_version = self._queued_json(runner, queued)
-        running = self._running(runner)
-        status = self._status(runner, running)
         content = _encode(status)
         same = content == self._content and queued_version == self._written_queued
         same = same and _key(self.queue.status_path) == self._written_key  # nobody replaced or removed it
         if not force and same and now - self._written_at < REFRESH_S:
+            runner.reasons.changed.clear()  # what it lists is what they are
             return
         status["runner"].update(heartbeat=now, heartbeat_ts=timestamp(now), tick=runner.ticks)
+        status["swept"] = runner.swept
         for entry, run in zip(running, runner.running):
             entry["elapsed_s"] = round(now - run.started, 1)
         text = _encode(status)
@@ -114,6 +161,7 @@ class StatusFile:
         self._content, self._written_queued, self._written_at = content, queued_version, now
         self._written_key = _key(self.queue.status_path)
         self.writes += 1
+        runner.reasons.changed.clear()
 
     def _status(self, runner: Snapshot, running: list[dict[str, Any]]) -> dict[str, Any]:
         """Everything but the queued jobs and the clock (heartbeat, tick, elapsed times)."""
@@ -156,12 +204,13 @@ class StatusFile:
                 runner.config.gpus,
                 {run.filename: run.gpus for run in runner.running if run.gpus},
             ),
-            "counts": {s: self.count(s) for s in STATES},
+            "counts": {s: self.count(s, exact=runner.sweep) for s in STATES},
             "disk_full": runner.disk_full or None,
             "write_errors": {
                 **runner.write_errors,
                 **({"events.jsonl": self.queue.events_error} if self.queue.events_error else {}),
             },
+            "waiting": dict(sorted(runner.reasons.by_reason.items())),
             "incidents": runner.incidents,
             "delivery": runner.delivery,
             "leaks": [{"pid": pid, "left_by": job} for pid, job in runner.leaks],
@@ -190,19 +239,23 @@ class StatusFile:
             )
         return running
 
-    def count(self, state: str) -> int:
+    def count(self, state: str, exact: bool = True) -> int:
         """Files in STATE, listed again only when its directory changed (or changed within the last second,
-        finer than some filesystems' mtime)."""
+        finer than some filesystems' mtime). Not EXACT (a tick between sweeps): the last listing and the moves
+        this runner made since (a file another process put there is counted at the next sweep)."""
+        cached = self._counts.get(state)
+        if not exact and cached is not None:
+            return cached[1] + self.queue.moves.get(state, 0) - cached[2]
         path = self.queue.dir(state)
         try:
             mtime = os.stat(path).st_mtime_ns
         except OSError:
             mtime = -1
-        cached = self._counts.get(state)
+        moves = self.queue.moves.get(state, 0)
         if cached is not None and cached[0] == mtime and time.time() - mtime / 1e9 > 1.0:
-            return cached[1]
+            return cached[1] + moves - cached[2]
         count = len(self.queue.jobs(state))
-        self._counts[state] = (mtime, count)
+        self._counts[state] = (mtime, count, moves)
         return count
 
     def _queued_json(self, runner: Snapshot, queued: list[tuple[str, Parsed]]) -> int:
@@ -217,20 +270,24 @@ class StatusFile:
             shown = (lane, reason.reason, reason.detail, reason.blocker, reason.since)
             cached = self._entries.get(filename)
             if cached is None or cached[0] != shown:
-                entry = {
-                    "job": filename,
-                    "lane": lane,
-                    "reason": reason.reason,
-                    "detail": reason.detail,
-                    "blocker": reason.blocker,
-                    "since": reason.since,
-                }
-                cached = (shown, _encode(entry).encode())
+                cached = (shown, _encode(_entry(filename, lane, reason)).encode())
             entries[filename] = cached
         self._entries = entries
         self._queued_key = key
         self._queued_version += 1
         return self._queued_version
+
+
+def _entry(filename: str, lane: str | None, reason: Reason) -> dict[str, Any]:
+    """A waiting job as status.json lists it."""
+    return {
+        "job": filename,
+        "lane": lane,
+        "reason": reason.reason,
+        "detail": reason.detail,
+        "blocker": reason.blocker,
+        "since": reason.since,
+    }
 
 
 def _joined(entries: list[bytes]) -> list[bytes]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner import procs, stamps
+from runner.queue import fresh_status
 from runner.records import Running
 from runner.service.proctable import OsProcesses
 from runner.stamps import judge as stamp_judge
@@ -223,3 +224,77 @@ def test_a_shared_condition_and_a_changed_one_are_each_seen_on_the_next_tick(tmp
     runner.tick(T0 + 1)
     assert runner.procs.running() == ["a.job", "b.job"]
     runner.close()
+
+
+def _judged(metrics: Path, name: str) -> int:
+    """A counter as the runner's --metrics file shows it."""
+    line = next(ln for ln in metrics.read_text().splitlines() if ln.startswith(name + " "))
+    return int(line.split()[1])
+
+
+def _chain(root: Path, jobs: int) -> None:
+    """JOBS no-op cpu jobs in name order, each with its own output as its DONE_IF (a foreach plan's)."""
+    (root / "out").mkdir(parents=True, exist_ok=True)
+    for i in range(jobs):
+        write_job(root, f"j-{i:04d}.job", f"# LANE=cpu\n# DONE_IF=test -f {root}/out/{i:04d}\ndate > out/{i:04d}\n")
+
+
+def test_a_jobs_end_judges_its_lanes_next_candidates_not_the_queue(tmp_path: Path, queue_root: Path) -> None:
+    _chain(queue_root, 300)
+    metrics = tmp_path / "runner.prom"
+    q = Ticking(queue_root, metrics_path=metrics).start(T0)
+    q.tick(T0)  # the first tick is a sweep: every job judged, the first one started
+    assert q.procs.running() == ["j-0000.job"]
+    swept = _judged(metrics, "plan_runner_jobs_judged_total")
+    assert swept >= 300
+    assert q.reason("j-0200.job")["detail"] == "j-0000.job is ahead of it"
+    writes = q.runner.statusfile.writes
+    for i in range(1, 6):  # each job's end: the lane's next job starts, no other job is looked at
+        (queue_root / f"out/{i - 1:04d}").write_text("done\n")
+        q.procs.exit(f"j-{i - 1:04d}.job", 0)
+        looked, stats = q.runner.facts.looked_at, q.runner.facts.stats
+        q.runner.tick(T0 + i, sweep=False)
+        assert q.procs.running() == [f"j-{i:04d}.job"]
+        assert q.runner.facts.looked_at - looked <= 2  # its free slot's candidate, and one more
+        assert q.runner.facts.stats - stats <= 4  # their DONE_IF paths, the ended job's own
+    assert _judged(metrics, "plan_runner_jobs_judged_total") - swept <= 10
+    # status.json is the sweep's; what changed since is laid over it from heartbeat.json by every reader
+    assert q.runner.statusfile.writes == writes
+    assert q.reason("j-0200.job")["detail"] == "j-0000.job is ahead of it"  # as old as the last sweep
+    fresh = fresh_status(queue_root, q.status())
+    assert [run["job"] for run in fresh["running"]] == ["j-0005.job"]
+    assert fresh["swept"] == T0 and fresh["counts"]["done"] == 5
+    assert not any(entry["job"] <= "j-0005.job" for entry in fresh["queued"])
+    assert len(fresh["queued"]) == 294 and fresh["waiting"] == {"order": 294}
+    q.tick(T0 + 10)  # the next sweep: every reason current again
+    assert q.reason("j-0200.job")["detail"] == "j-0005.job is running in cpu"
+    assert q.runner.statusfile.writes == writes + 1 and q.status()["swept"] == T0 + 10
+    assert _judged(metrics, "plan_runner_sweeps_total") == 2
+    q.close()
+
+
+def test_a_jobs_end_looks_further_down_its_lane_only_as_far_as_a_job_can_start(queue_root: Path) -> None:
+    """The seed's rule: the first job in order whose DONE_IF is false and REQUIRES true, however far down."""
+    _chain(queue_root, 200)
+    gate = queue_root / "gate"
+    for i in range(1, 41):  # behind the first job: 40 that wait, 20 already done, then the one that can run
+        path = queue_root / f"queue/j-{i:04d}.job"
+        path.write_text(path.read_text().replace("# LANE=cpu\n", f"# LANE=cpu\n# REQUIRES=test -f {gate}\n"))
+    for i in range(41, 61):
+        (queue_root / f"out/{i:04d}").write_text("done\n")
+    q = Ticking(queue_root).start(T0)
+    q.tick(T0)
+    assert q.procs.running() == ["j-0000.job"]
+    (queue_root / "out/0000").write_text("done\n")
+    q.procs.exit("j-0000.job", 0)
+    looked = q.runner.facts.looked_at
+    q.runner.tick(T0 + 1, sweep=False)
+    assert q.procs.running() == ["j-0061.job"]
+    assert 61 <= q.runner.facts.looked_at - looked < 130  # doubling: never all 199
+    assert [e["job"] for e in q.events("skipped")] == [f"j-{i:04d}.job" for i in range(41, 61)]
+    gate.touch()  # the 40 may run now: the lane takes the first of them once its job ends
+    q.procs.exit("j-0061.job", 0)
+    (queue_root / "out/0061").write_text("done\n")
+    q.runner.tick(T0 + 2, sweep=False)
+    assert q.procs.running() == ["j-0001.job"]
+    q.close()
