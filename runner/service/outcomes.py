@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from runner import jobfile, logs, stamps, wrapper
@@ -88,7 +89,7 @@ class Outcomes:
         """A done run's length, for the estimates; history.json is written at the tick's end (save_history), after
         the jobs the tick starts, not between a job's end and its successor's start."""
         spec = ((graph or {}).get("jobs") or {}).get(filename)
-        family = spec.get("family") if isinstance(spec, dict) else None
+        family = spec.get("family") if isinstance(spec, Mapping) else None
         self.history.record(filename, family if isinstance(family, str) else None, seconds, now)
         self.history_changed = True
 

@@ -156,9 +156,9 @@ def ran_again(recorded: str | None, current: str | None) -> bool:
     return bool(current) and current != recorded
 
 
-def _entry(manifest: Mapping[str, Any] | None, filename: str) -> dict[str, Any]:
+def _entry(manifest: Mapping[str, Any] | None, filename: str) -> Mapping[str, Any]:
     entry = ((manifest or {}).get("jobs") or {}).get(filename)
-    return entry if isinstance(entry, dict) else {}
+    return entry if isinstance(entry, Mapping) else {}
 
 
 def producers_of(manifest: Mapping[str, Any] | None, filename: str) -> list[str]:
