@@ -41,6 +41,11 @@ def argv(script: str, record: Path, cgroup_procs: str | None) -> list[str]:
     return ["bash", "-c", SCRIPT, "plan-job", script, str(record), cgroup_procs or ""]
 
 
+def is_wrapper(cmdline: str) -> bool:
+    """Whether CMDLINE (a /proc cmdline, its NULs read as spaces) is a wrapper's."""
+    return cmdline.startswith(f"bash -c {SCRIPT} plan-job ")
+
+
 @dataclass(frozen=True)
 class ExitRecord:
     rc: int

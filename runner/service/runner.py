@@ -133,15 +133,29 @@ class Runner:
     def _end_leftovers(self, now: float) -> None:
         """Processes an earlier life of this root started (by their tag, or in their job's cgroup) end first."""
         leftovers = self.processes.leftovers(self.root_id + ":")
-        if leftovers:
-            self.processes.end([p.pid for p in leftovers])
+        # A wrapper none of whose job's processes is left has seen its job end by itself: it is writing the exit
+        # record, and a TERM now would make it write none (the job, finished, would run again). It is given
+        # the kill grace to finish; the rest are ended meanwhile.
+        parents = {p.ppid for p in leftovers}
+        finishing = [p.pid for p in leftovers if wrapper.is_wrapper(p.cmdline) and p.pid not in parents]
+        ended = [p for p in leftovers if p.pid not in finishing]
+        if ended:
+            self.processes.end([p.pid for p in ended])
+        deadline = time.monotonic() + self.config.kill_grace_s
+        while finishing and time.monotonic() < deadline:
+            time.sleep(0.01)
+            finishing = [pid for pid in finishing if self.processes.alive(pid)]
+        if finishing:  # still there after the grace: ended as the rest were
+            self.processes.end(finishing)
+            ended += [p for p in leftovers if p.pid in finishing]
+        if ended:
             self.queue.emit(
                 now,
                 "-",
                 Event.ORPHANS_KILLED.value,
                 why="left by an earlier runner life",
-                pids=[p.pid for p in leftovers],
-                cmds=[p.cmdline[:200] for p in leftovers],
+                pids=[p.pid for p in ended],
+                cmds=[p.cmdline[:200] for p in ended],
             )
         if not self.config.cgroup:
             return

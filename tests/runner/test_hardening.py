@@ -12,13 +12,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 
+from runner import procs, wrapper
+from runner.config import Config
+from runner.service.runner import Runner
 from tests.conftest import REPO, RunnerProcess, kill_quietly, pid_alive, read_events, wait_for, write_job
-from tests.ticking import Ticking
+from tests.ticking import FakeProcesses, Ticking
 
 IN_CI = os.environ.get("CI") == "true"
 T0 = 1_000_000.0
@@ -293,6 +296,55 @@ def test_job_that_ends_while_the_runner_is_down_is_recorded_not_rerun(tmp_path: 
         assert sorted(os.listdir(queue_root / "running")) == []
     finally:
         second.stop()
+
+
+def test_a_wrapper_caught_between_its_jobs_end_and_its_record_is_let_write_it(tmp_path: Path, queue_root: Path) -> None:
+    """The chaos bench's rare re-run of a finished job (a loaded machine widens the window): a new runner life
+    finds a wrapper whose job has ended by itself but which has not yet written its record. A TERM would make it
+    write none, and the finished job would run again: it is given the kill grace to finish, while the leftovers
+    of a job still running are ended. (In-process: which moment a real runner's scan falls on is not ours.)"""
+    job, gate = tmp_path / "job", tmp_path / "gate"
+    job.write_text(f"until [ -e {gate} ]; do sleep 0.02; done\n")
+    real = subprocess.Popen(wrapper.argv(str(job), tmp_path / "record", None))  # a real one: its command line
+    try:
+        wait_for(lambda: "plan-job" in procs.read_cmdline(real.pid))
+        cmdline = procs.read_cmdline(real.pid)
+        assert wrapper.is_wrapper(cmdline) and not wrapper.is_wrapper("bash -c sleep 1")
+    finally:
+        gate.touch()
+        real.wait()
+
+    class Leftovers(FakeProcesses):
+        """Three leftovers: a wrapper whose job has ended (it exits at the second look), and a wrapper with
+        its job still running."""
+
+        looks = 0
+        ended_pids: list[int] = []
+
+        def end(self, pids: Iterable[int]) -> None:
+            self.ended_pids.extend(pids)
+
+        def leftovers(self, tag_prefix: str) -> list[procs.Proc]:
+            return [
+                procs.Proc(101, 1, 101, "S", "bash", cmdline, "t:1-cpu-done.job"),
+                procs.Proc(201, 1, 201, "S", "bash", cmdline, "t:2-cpu-running.job"),
+                procs.Proc(202, 201, 201, "S", "bash", "bash 2-cpu-running.job", "t:2-cpu-running.job"),
+            ]
+
+        def alive(self, pid: int) -> bool:
+            self.looks += pid == 101
+            return pid != 101 or self.looks < 2
+
+    fake = Leftovers()
+    runner = Runner(Config(root=queue_root, settle_s=0.0, kill_grace_s=5.0), processes=fake)
+    try:
+        runner.start(1_000_000.0)
+    finally:
+        runner.queue.close()
+        runner.release_lock()
+    assert fake.ended_pids == [201, 202] and fake.looks == 2  # the finishing wrapper: looked at, never ended
+    [killed] = [e for e in read_events(queue_root) if e["event"] == "orphans-killed"]
+    assert killed["pids"] == [201, 202]
 
 
 def test_the_wrappers_exit_record_is_one_write_taken_only_whole(tmp_path: Path) -> None:
