@@ -208,6 +208,10 @@ def stand_in() -> Iterator[int]:
     """The pid of a live process whose command line names the runner (all the agent checks of a status.json
     pid): a `sleep` under another name, for tests whose runner is in-process or written by hand."""
     proc = subprocess.Popen(["bash", "-c", "exec -a plan-runner-stand-in sleep 600"])
+    # Until bash has exec'd, the pid's command line is the forking test process's: no runner (a report read it
+    # as a dead runner's root on a loaded machine, and counted its lanes down since the heartbeat)
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    wait_for(lambda: cmdline.read_bytes().startswith(b"plan-runner-stand-in\0"))
     yield proc.pid
     proc.kill()
     proc.wait()
