@@ -27,8 +27,9 @@ class Sshd:
     config: Path  # the client's ssh_config, with Host alias "testbox"
     directory: Path
 
-    def hosts_file(self, root: Path, name: str = "testbox", **extra: object) -> Path:
-        path = self.directory / f"hosts-{name}.yaml"
+    def hosts_file(self, root: Path, name: str = "testbox", at: Path | None = None, **extra: object) -> Path:
+        """A hosts file naming NAME on this sshd (written AT, else in the sshd's directory)."""
+        path = at or self.directory / f"hosts-{name}.yaml"
         lines = [
             f"hosts:\n  {name}:\n    ssh: testbox\n    root: {root}\n    python: {sys.executable}\n",
             f"    ssh_options: [-F, {self.config}]\n",

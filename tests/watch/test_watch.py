@@ -173,13 +173,16 @@ def test_on_alert_gets_json_and_is_not_repeated(
 def test_over_ssh_event_and_unreachable_when_sshd_stops(
     tmp_path: Path, queue_root: Path, runner: RunnerProcess, sshd: Sshd
 ) -> None:
-    hosts = sshd.hosts_file(queue_root, connect_timeout=2, timeout=5)
+    # The probes that must get through allow a loaded machine's sshd its time to answer (a 2 s connect timeout
+    # failed them under load); the ones to the stopped sshd give up on it after 2 s.
+    answers = sshd.hosts_file(queue_root, connect_timeout=30)
+    hosts = sshd.hosts_file(queue_root, at=tmp_path / "stopped.yaml", connect_timeout=2, timeout=5)
     state = tmp_path / "w.json"
     runner.start()
-    assert watch("testbox", state, "--hosts", str(hosts), "--idle", "3600")[0] == 0
+    assert watch("testbox", state, "--hosts", str(answers), "--idle", "3600")[0] == 0
     write_job(queue_root, "5-cpu-bad.job", "exit 3\n")
     runner.wait_event("failed")
-    code, out = watch("testbox", state, "--hosts", str(hosts), "--idle", "3600")
+    code, out = watch("testbox", state, "--hosts", str(answers), "--idle", "3600")
     assert code == 10 and "EVENT: testbox: 5-cpu-bad.job failed: exited 3" in out
     os.kill(sshd.proc.pid, signal.SIGSTOP)
     try:
