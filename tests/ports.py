@@ -9,6 +9,7 @@ at once). These come from below that range, from a block of this xdist worker's 
 from __future__ import annotations
 
 import os
+import random
 import socket
 import threading
 
@@ -29,7 +30,10 @@ def free_ports(count: int) -> list[int]:
     ports: list[int] = []
     with _lock:
         if not _next:
-            _next.append(start + os.getpid() % 97)  # a second run beside this one starts elsewhere in the block
+            # A run beside this one (another worktree's suite: the machine is shared) starts elsewhere in the
+            # block: anywhere, not at pid % 97, whose few starts made two runs walk the same ports (slurmd lost
+            # its port to another run's between the check and its bind)
+            _next.append(start + random.SystemRandom().randrange(BLOCK))
         for _ in range(BLOCK):
             if len(ports) == count:
                 break

@@ -300,6 +300,9 @@ def test_a_job_waiting_on_a_drained_node_reads_drained(tmp_path: Path, shaky: Sl
 
         def waiting() -> dict | None:
             code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
+            if code == 3:  # this cluster's clients give up on the controller after 1 s: a loaded machine's
+                return None  # slurmctld can be that late, and then `plan status` says unreachable
+            assert code == 0, out
             queued = json.loads(out)["status"]["queued"]
             return next((q for q in queued if q["reason"] != "order"), None) if queued else None
 
