@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -216,11 +217,20 @@ def test_disk_full_requeues_refunds_and_drains_when_space_returns(tmp_path: Path
     try:
         for i in range(3):
             write_job(root, f"{i}-cpu-j.job", f"# REQUIRES=test -f {gate}\necho hello {i}\n")
-        runner.start()
+        metrics = tmp_path / "runner.prom"  # off the full disk: what the runner did meanwhile shows there
+        runner.start("--metrics", str(metrics))
         wait_for(lambda: len(runner.status()["queued"]) == 3)
         filler = _fill(root)
         gate.touch()
-        time.sleep(1.5)  # several ticks with the disk full (nothing it writes can show them: the disk is full)
+
+        def tried() -> int | None:
+            text = metrics.read_text() if metrics.exists() else ""  # written from the runner's first tick on
+            if 'plan_events_total{event="start-failed"}' not in text:
+                return None
+            return int(float(re.search(r"^plan_runner_ticks_total (\S+)$", text, re.M).group(1)))  # type: ignore[union-attr]
+
+        ticked = wait_for(tried)  # a start the full disk refused
+        wait_for(lambda: (tried() or 0) >= int(ticked) + 3)  # and several ticks with the disk full after it
         assert runner.proc.poll() is None, "the runner keeps running on a full disk"  # type: ignore[union-attr]
         assert sorted(os.listdir(root / "queue")) == ["0-cpu-j.job", "1-cpu-j.job", "2-cpu-j.job"]
         assert not [n for n in os.listdir(root / "running") if not n.startswith(".")]

@@ -183,7 +183,9 @@ def test_a_job_end_reads_only_the_runners_descendants(tmp_path: Path, monkeypatc
         deadline = time.time() + 10
         while not (tmp_path / "ready.go").exists() and time.time() < deadline:
             time.sleep(0.01)
-        time.sleep(0.2)  # both sleeps started
+        while not {"sleep 30", "sleep 31"} <= {p.cmdline for p in procs.all_procs() if p.tag == tag}:
+            assert time.time() < deadline, "both sleeps started"
+            time.sleep(0.01)
         ready.touch()
         while table.exit_code(pid) is None and time.time() < deadline:
             table.reap()

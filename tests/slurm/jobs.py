@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,17 @@ def time_limit(slurm: Slurm, job_id: int) -> str:
         ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, env=slurm.env, check=True
     ).stdout
     return next(w.split("=", 1)[1] for w in out.split() if w.startswith("TimeLimit="))
+
+
+def job_processes(job_id: int | str) -> list[int]:
+    """The processes still running a Slurm job's batch script here (by the SLURM_JOB_ID in their environment)."""
+    mark = f"SLURM_JOB_ID={job_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes() if entry.isdigit() else b""
+        except OSError:
+            continue
+        if mark in environ.split(b"\0"):
+            found.append(int(entry))
+    return found

@@ -17,7 +17,7 @@ import pytest
 from runner.slurm.attempt import slurm_ended
 from tests.conftest import plan_cli, wait_for
 from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
-from tests.slurm.jobs import attempts, cancel_root, ended, time_limit, write_plan
+from tests.slurm.jobs import attempts, cancel_root, ended, job_processes, time_limit, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
@@ -177,11 +177,14 @@ def test_a_job_cancelled_while_it_runs_is_cancelled_not_failed_and_never_retried
         name = next(j["name"] for j in slurm.squeue() if j["id"] == str(first))  # a retry would have its name
         subprocess.run(["scancel", str(first)], env=slurm.env, check=True)
         wait_for(lambda: {j["id"]: j["state"] for j in slurm.squeue()}.get(str(first)) == "CANCELLED", 30, 0.2)
-        time.sleep(3)  # a retry (backoff 1 s) would have been submitted by now
-        mine = [j["id"] for j in slurm.squeue() if j["name"] == name]
-        assert mine == [str(first)], mine
+        # A retry is submitted (held for its backoff) by the attempt's wrapper as it ends, or by the next contact
+        # for a try it could not submit: once the script's processes are gone and `plan status` has been, any
+        # retry would be in squeue.
+        wait_for(lambda: not job_processes(first), 30, 0.1)
         code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
         assert code == 0, out
+        mine = [j["id"] for j in slurm.squeue() if j["name"] == name]
+        assert mine == [str(first)], mine
         tries = attempts(root, "cx", "c")
         assert [t["id"] for t in tries] == [first] and tries[0]["state"] == "CANCELLED", tries
         assert not (root / "results" / "cx" / "c" / f"{first}.json").exists()  # no result: Slurm's state stands

@@ -232,11 +232,15 @@ def test_truncated_events_file_is_read_from_its_start(tmp_path: Path, queue_root
     assert code == 10 and "2-cpu-bad.job failed: exited 4" in out
 
 
-def test_an_empty_queue_is_done_not_idle(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
-    runner.start("--idle", "0.2")
+def test_an_empty_queue_is_done_not_idle(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Ticking], stand_in: int
+) -> None:
+    now = time.time()
+    run = ticking(now, pid=stand_in, idle_s=0.2).tick(now)
     state = tmp_path / "w.json"
     assert watch(str(queue_root), state)[0] == 0
-    wait_for(lambda: runner.status()["runner"]["tick"] >= 5)  # a second of ticks, idle past --idle
+    for step in range(1, 6):
+        run.tick(now + step * 0.2)  # a second of ticks, idle past the runner's idle threshold
     assert watch(str(queue_root), state) == (0, "")
     assert json.loads((queue_root / "incidents.json").read_text())["open"] == []
 
@@ -357,8 +361,7 @@ def test_ack_silences_one_incident_until_its_time_passes(
     assert "open incidents as of the last probe" in listing and "BLOCKED     blocked:/nonexistent/x  open " in listing
     assert "acked until it changes" in listing
     until = json.loads((queue_root / "incidents.json").read_text())["open"][0]["acked"]["until"]
-    wait_for(lambda: time.time() > until)
-    run.tick(time.time())  # the ack's time is over: the box says it again, and so does the watcher
+    run.tick(until + 1)  # the ack's time is over (passed in): the box says it again, and so does the watcher
     code, out = watch(q, state, *args)
     assert code == 13 and out.startswith(f"BLOCKED: {q}: 1 job can never run"), out
 
