@@ -28,6 +28,14 @@ class PlanError(PlanFailure):
     """A usage or I/O problem that stops the pipeline before it can produce findings (exit 2)."""
 
 
+class PlanFileError(PlanError):
+    """A plan (or hosts) file that is missing, unreadable or cannot be imported: exit 2, WHERE naming the file.
+    Not a finding: there is no plan to find anything in. `plan check` reports the other plans' findings first."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}", where=where)
+
+
 class Unreachable(PlanFailure):
     """The host could not be reached (ssh exit 255, the overall timeout, its cluster not answering): exit 3."""
 
@@ -67,8 +75,17 @@ class AckError(PlanFailure):
     """`plan ack` could not pick one incident (exit 2 usage, 1 nothing to ack)."""
 
 
+def agent_error(answer: dict[str, Any]) -> str | None:
+    """What the host's agent said went wrong, when ANSWER is its error (runner.errors.AgentError.answer); else
+    None. The one reader of that key: a Slurm controller's silence never comes this far (the transport raises
+    ControllerDown for it)."""
+    said = answer.get("error")
+    return None if said is None else str(said)
+
+
 def answered(answer: dict[str, Any], where: str, error: type[PlanFailure] = AgentError) -> dict[str, Any]:
     """ANSWER, when the agent's answer is not an error; else ERROR "WHERE: its message" (WHERE names the host)."""
-    if "error" in answer:
-        raise error(f"{where}: {answer['error']}", where=where)
+    said = agent_error(answer)
+    if said is not None:
+        raise error(f"{where}: {said}", where=where)
     return answer

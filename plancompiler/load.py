@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from plancompiler.diagnostics import Diagnostic, error
+from plancompiler.errors import PlanFileError
 from plancompiler.models import RECORDING, Plan, fields_of
 from plancompiler.sandbox import DEFAULT_MAX_SIZE
 from plancompiler.userfile import Unreadable, read_limited
@@ -248,9 +249,9 @@ def load_yaml(
     except UnicodeDecodeError as exc:
         return None, source, [error(display, 1, 1, "P001", f"{what} file is not valid UTF-8: {exc}")]
     except FileNotFoundError:
-        return None, source, [error(display, 1, 1, "P000", f"{what} file not found")]
+        raise PlanFileError(display, f"{what} file not found") from None
     except OSError as exc:
-        return None, source, [error(display, 1, 1, "P000", f"cannot read the {what} file: {exc.strerror or exc}")]
+        raise PlanFileError(display, f"cannot read the {what} file: {exc.strerror or exc}") from None
     try:
         _check_depth(text)
     except _Refused as exc:
@@ -330,20 +331,16 @@ def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnos
 def load_plan(path: Path, display: str | None = None, max_size: int = DEFAULT_MAX_SIZE) -> Loaded:
     display = display or str(path)
     if not path.exists():
-        return Loaded(None, Source(display), [error(display, 1, 1, "P000", "plan file not found")])
+        raise PlanFileError(display, "plan file not found")
     if path.is_dir():
-        return Loaded(None, Source(display), [error(display, 1, 1, "P000", "a directory, not a plan file")])
+        raise PlanFileError(display, "a directory, not a plan file")
     if path.suffix == ".py":
         try:
             read_limited(path, max_size)  # a FIFO or a device would hang the import; a huge file fill memory
         except Unreadable as exc:
             return Loaded(None, Source(display), [error(display, 1, 1, "P001", str(exc))])
         except OSError as exc:
-            return Loaded(
-                None,
-                Source(display),
-                [error(display, 1, 1, "P000", f"cannot read the plan file: {exc.strerror or exc}")],
-            )
+            raise PlanFileError(display, f"cannot read the plan file: {exc.strerror or exc}") from None
         return _load_python(path, display)
     data, source, diagnostics = load_yaml(path, display, "plan", max_size)
     if diagnostics:
@@ -368,7 +365,7 @@ def _load_python(path: Path, display: str) -> Loaded:
     name = f"_plan_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        return Loaded(None, source, [error(display, 1, 1, "P000", "cannot import this Python plan")])
+        raise PlanFileError(display, "cannot import this Python plan")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     recording = RECORDING.set(spec.origin or str(path))

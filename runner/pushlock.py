@@ -17,6 +17,7 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
+from runner.errors import AgentError
 from runner.files import make_dirs, open_file, read_json_or_none
 from runner.queue import timestamp
 
@@ -72,7 +73,7 @@ def lock(root: str, request: dict[str, Any]) -> dict[str, Any]:
     if root in mine.held:
         return {"locked": True}
     if os.path.lexists(root) and not os.path.isdir(root):
-        return {"error": f"{root} is not a directory (a queue root is one)"}
+        raise AgentError(f"{root} is not a directory (a queue root is one)")
     top = root
     while not os.path.lexists(os.path.dirname(top.rstrip("/")) or "/"):
         top = os.path.dirname(top.rstrip("/"))

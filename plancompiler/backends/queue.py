@@ -32,8 +32,7 @@ def take_push_lock(host: Host, session: AgentSession, options: PushOptions) -> N
     )
     if got.get("busy"):
         raise Refused(busy_message(host, got.get("holder") or {}))
-    if "error" in got:
-        raise Refused(f"{host.describe()}: {got['error']}")
+    answered(got, host.describe(), Refused)
 
 
 def busy_message(host: Host, holder: dict[str, Any]) -> str:
@@ -61,8 +60,7 @@ class QueuePushSession:
                 "client": identity(),  # who is asking: the box judges whether this client may write there
             },
         )
-        if "error" in probe:
-            raise Refused(f"{self.host.describe()}: {probe['error']}")
+        answered(probe, self.host.describe(), Refused)
         result = diff(compiled, self.host, probe, options)
         paths = rerun_paths(result, compiled)
         if paths:  # what the reruns would redo, asked of the box in the same session (only what runs again)
@@ -76,8 +74,7 @@ class QueuePushSession:
             raise Refused(busy_message(self.host, result.get("holder") or {}))
         if result.get("changed"):
             raise Refused(CHANGED)
-        if "error" in result:
-            raise Refused(f"{self.host.describe()}: {result['error']}")
+        answered(result, self.host.describe(), Refused)
         notes = [
             f"note: {state}/{name} had already moved (the runner took it) when the push came to change it"
             for state, name in result.get("gone", [])

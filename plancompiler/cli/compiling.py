@@ -21,6 +21,7 @@ from plancompiler.cli.shared import (
     fail,
     print_findings,
 )
+from plancompiler.errors import PlanError, PlanFileError
 
 
 @app.command()
@@ -41,8 +42,16 @@ def check(
 
     Exit 0 when clean, 1 when there are errors (or warnings with --strict), 2 on usage or I/O errors.
     """
-    compiled = [_checked(p, set_, templates, no_cache) for p in plans]
-    raise typer.Exit(print_findings(compiled, fmt, strict))
+    compiled, unreadable = [], []
+    for path in plans:
+        try:
+            compiled.append(_checked(path, set_, templates, no_cache))
+        except PlanFileError as exc:  # the other plans are checked all the same; this one is reported last
+            unreadable.append(exc)
+    code = print_findings(compiled, fmt, strict)
+    if unreadable:
+        raise unreadable[0] if len(unreadable) == 1 else PlanError("\n".join(str(e) for e in unreadable))
+    raise typer.Exit(code)
 
 
 def _checked(path: Path, sets: list[str] | None, templates: list[Path] | None, no_cache: bool):

@@ -144,8 +144,6 @@ def print_findings(compiled_list, fmt: Format, strict: bool) -> int:
     jobs = sum(c.job_count for c in compiled_list)
     if fmt is Format.text:
         typer.echo(summary(diagnostics, jobs), err=True)
-    if any(d.code == "P000" for d in diagnostics):
-        return 2
     return 1 if has_errors(diagnostics, strict) else 0
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plancompiler.errors import ControllerDown as ControllerDown  # its home is plancompiler/errors.py
+from plancompiler.errors import agent_error
 from plancompiler.hosts import Host, RemoteFailed, Unreachable
 from plancompiler.watch.args import DEFAULT_EVENTS, WAITING_REASONS
 from plancompiler.watch.book import book_conditions, book_of, skew_condition
@@ -85,12 +86,11 @@ def probe(
         state.failures = 0
         return Probe(conditions=[Condition("ERROR", subject, str(exc), "error")], judged=_HOST_KINDS)
     state.failures = 0
-    if "error" in answer:
+    said = agent_error(answer)
+    if said is not None:
         return Probe(
             conditions=[
-                Condition(
-                    "ERROR", subject, f"reached {host.name}, but could not read the queue: {answer['error']}", "error"
-                )
+                Condition("ERROR", subject, f"reached {host.name}, but could not read the queue: {said}", "error")
             ],
             judged=_HOST_KINDS,
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 from runner import jobfile, pushlock
 from runner.agent import delivery
+from runner.errors import AgentError
 from runner.files import read_json_or_none
 from runner.queue import STATES
 
@@ -49,38 +50,39 @@ def _free_name(root: str, name: str, owners: dict[str, str], unique: bool) -> st
 def add(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """Request: `name`, `unique` (an automatic name: take the next free one), `text` (the job file as `plan add`
     checked it), `entry` (its manifest graph: lane, requires, outputs, after, sha), `producers` ({path: [job]}
-    for each --after), `external`, `by`, `lock_wait_s`. Answer: `added` (the job file's name), or `error`."""
+    for each --after), `external`, `by`, `lock_wait_s`. Answer: `added` (the job file's name); AgentError where
+    the job would not run here or its name is taken."""
     if not pushlock.held(root):
         got = pushlock.lock(root, {"wait_s": request.get("lock_wait_s", 60), "by": request.get("by")})
-        if got.get("busy") or "error" in got:
+        if got.get("busy"):
             return got
     name, text, entry = str(request["name"]), str(request["text"]), dict(request["entry"])
     lanes = _lanes(root)
     parsed = jobfile.parse(f"{name}.job", text.encode("utf-8"), lanes)
     if isinstance(parsed, jobfile.Invalid):
-        return {"error": f"{name}.job would not run here: {parsed}"}
+        raise AgentError(f"{name}.job would not run here: {parsed}")
     status = read_json_or_none(os.path.join(root, "status.json"))
     runner = status.get("runner") if isinstance(status, dict) else None
     version = runner.get("format_version") if isinstance(runner, dict) else None
     if isinstance(version, int) and version < jobfile.format_needed(text):
-        return {"error": f"the runner here reads job-file format {version}: update it with `plan bootstrap`"}
+        raise AgentError(f"the runner here reads job-file format {version}: update it with `plan bootstrap`")
     for after in request.get("after", []):
         if _where(root, after) is None:
-            return {"error": f"--after {jobfile.job_name(after)}: no job {after} in this queue"}
+            raise AgentError(f"--after {jobfile.job_name(after)}: no job {after} in this queue")
     manifest = delivery.read_manifest(root)
     owners = delivery.owners(manifest)
     free = _free_name(root, name, owners, bool(request.get("unique")))
     if free is None:
         where = _where(root, f"{name}.job")
         held = f"in {where}/" if where else f"owned by plan {owners.get(f'{name}.job')}"
-        return {"error": f"a job named {name} is already on this host ({held}): give another --name"}
+        raise AgentError(f"a job named {name} is already on this host ({held}): give another --name")
     filename = f"{free}.job"
     record = _adhoc_record(root, manifest, filename, entry, request)
     result = delivery.install(
         root,
         {"files": {filename: text}, "record": record, "generation": manifest["generation"], "by": request.get("by")},
     )
-    if "error" in result or result.get("busy") or result.get("changed"):
+    if result.get("busy") or result.get("changed"):
         return result
     return {"added": filename, "lane": parsed.lane, "generation": result.get("generation")}
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from runner import MANIFEST_VERSION, identity, jobfile, pushlock, refusal, stamps
 from runner.controls import request_name
+from runner.errors import AgentError
 from runner.files import (
     atomic_write,
     file_mode,
@@ -221,7 +222,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     manifest = read_manifest(root)
     refused = refusal(manifest["holds"], request.get("client"), root)
     if refused:
-        return {"error": refused}
+        raise AgentError(refused)
     expected = request.get("generation")
     if expected is not None and expected != manifest["generation"]:
         return {"changed": True, "generation": manifest["generation"]}

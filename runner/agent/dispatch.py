@@ -2,8 +2,9 @@
 
 The workstation runs it over ssh (or locally) from the runner package it ships, so it reads and writes the
 queue only through runner.jobfile, runner.queue and runner.controls. It exits 0 whenever it ran and reports a
-queue it cannot read as {"error": ...}: "could not reach", "the remote command failed" and "the queue says X"
-never mix. MODE `session` answers one JSON request per line until stdin ends (a push holds its lock so)."""
+queue it cannot read as {"error": ...} (a handler raises runner.errors.AgentError; `answer` alone turns it into
+the answer): "could not reach", "the remote command failed" and "the queue says X" never mix. MODE `session`
+answers one JSON request per line until stdin ends (a push holds its lock so)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Callable, Dict
 from runner import pushlock
 from runner.agent import adhoc, bootstrap, delivery
 from runner.agent.handlers import ack, control, logs, park, slurm_status, status
+from runner.errors import AgentError
 from runner.files import loads, parent_problem, root_problems
 
 Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
@@ -49,28 +51,35 @@ def slurm_handlers() -> dict[str, Handler]:
 
 
 def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """One request: the backend named in it picks the handler; any failure is reported as a value."""
-    root = os.path.expanduser(root)
-    if os.path.lexists(root) and not os.path.isdir(root):
-        return {"error": f"no queue at {root} ({root} is not a directory)"}
-    if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
-        return {"error": f"no queue at {root} (the directory does not exist)"}
-    # Nothing is read, written or run under a root another user could write to (runner.files: check_root).
-    untrusted = root_problems(root) if os.path.isdir(root) else [p for p in [parent_problem(root)] if p]
-    if untrusted:
-        return {"error": f"refusing the queue root {root}: " + "; ".join(untrusted), "untrusted": untrusted}
-    backend = request.get("backend") or "queue"
-    handlers = slurm_handlers() if backend == "slurm" else QUEUE_HANDLERS
-    handler = handlers.get(mode)
-    if handler is None:
-        return {"error": f"the {backend} backend has no {mode!r} request"}
+    """One request: the backend named in it picks the handler; any failure is answered as a value, here alone
+    (an AgentError as it says, anything else as {"error": ...})."""
     try:
-        return handler(root, request)
+        return _handler(mode, root, request)(os.path.expanduser(root), request)
+    except AgentError as exc:
+        return exc.answer()
     except OSError as exc:  # the queue's own files: a root under a file, no permission, a full disk
         where = f" ({exc.filename})" if exc.filename else ""
         return {"error": f"{exc.strerror or exc}{where}"}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _handler(mode: str, root: str, request: dict[str, Any]) -> Handler:
+    """MODE's handler for ROOT, once ROOT is one a handler may look under."""
+    root = os.path.expanduser(root)
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise AgentError(f"no queue at {root} ({root} is not a directory)")
+    if not os.path.isdir(root) and not request.get("create") and not request.get("allow_missing"):
+        raise AgentError(f"no queue at {root} (the directory does not exist)")
+    # Nothing is read, written or run under a root another user could write to (runner.files: check_root).
+    untrusted = root_problems(root) if os.path.isdir(root) else [p for p in [parent_problem(root)] if p]
+    if untrusted:
+        raise AgentError(f"refusing the queue root {root}: " + "; ".join(untrusted), untrusted=untrusted)
+    backend = request.get("backend") or "queue"
+    handler = (slurm_handlers() if backend == "slurm" else QUEUE_HANDLERS).get(mode)
+    if handler is None:
+        raise AgentError(f"the {backend} backend has no {mode!r} request")
+    return handler
 
 
 def session(root: str) -> int:
@@ -99,7 +108,7 @@ def main(argv: list[str]) -> int:
     try:
         request = loads(raw) if raw.strip() else {}
     except ValueError as exc:
-        sys.stdout.write(json.dumps({"error": f"the request is not JSON: {exc}"}))
+        sys.stdout.write(json.dumps(AgentError(f"the request is not JSON: {exc}").answer()))
         return 0
     try:
         sys.stdout.write(json.dumps(answer(mode, root, request)))

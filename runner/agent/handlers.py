@@ -11,6 +11,7 @@ from typing import Any
 from runner import readers
 from runner.agent import delivery
 from runner.controls import PARK_FILE, PARKED_LANES_FILE, park_record, request_name
+from runner.errors import AgentError
 from runner.files import atomic_write, make_dir, open_regular, read_json, read_json_or_none
 from runner.queue import STATES, Queue, fresh_status
 from runner.readers import read_events, tail
@@ -125,7 +126,7 @@ def control(root: str, request: dict[str, Any]) -> dict[str, Any]:
     try:
         name = request_name(action, job)
     except ValueError as exc:
-        return {"error": str(exc)}
+        raise AgentError(str(exc)) from None
     before = where(root, job)
     body: dict[str, Any] = {k: str(request[k]) for k in ("to", "other") if k in request}  # a move's
     path = _drop_request(root, name, str(request.get("by", "?")), body)
@@ -167,7 +168,7 @@ def ack(root: str, request: dict[str, Any]) -> dict[str, Any]:
 def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
     job = str(request["job"])
     if "/" in job or job.startswith("."):
-        return {"error": f"bad job name {job!r}"}
+        raise AgentError(f"bad job name {job!r}")
     path = str(Queue(Path(root)).log_path(job))
     state = where(root, job)
     offset = int(request.get("offset", -1))

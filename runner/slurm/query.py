@@ -8,6 +8,7 @@ import subprocess
 import time
 from typing import Any, Dict
 
+from runner.errors import ControllerDown as ControllerDown  # its home is runner/errors.py
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE
 from runner.slurm.records import Accounted, Attempt, JobRecord, Ledger, LiveJob, SlurmId
@@ -34,10 +35,6 @@ def slurm_id(text: str) -> SlurmId:
     """squeue's or sacct's id of a job (123) or of one array element (123_4), as the ledger keeps it."""
     text = text.strip()
     return int(text) if text.isdigit() else text
-
-
-class ControllerDown(Exception):
-    """squeue/sbatch could not be run or did not answer: the cluster, not the queue, is unreachable."""
 
 
 def env_for(request: dict[str, Any]) -> dict[str, str]:

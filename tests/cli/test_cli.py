@@ -76,8 +76,15 @@ def test_check_formats_and_exit_codes(tmp_path: Path) -> None:
     assert strict.exit_code == 1 and "warning[SC2164]" in strict.stdout
     github = cli.invoke(app, ["check", str(plan), "--format", "github"])
     assert github.stdout.startswith("::warning file=")
-    missing = cli.invoke(app, ["check", str(tmp_path / "nope.yaml")])
-    assert missing.exit_code == 2 and "plan file not found" in missing.stdout
+    # A plan file that cannot be read is no finding but an error (exit 2, its file named), said after the other
+    # plans' findings
+    missing = cli.invoke(app, ["check", str(plan), str(tmp_path / "nope.yaml"), str(tmp_path), "--strict"])
+    assert missing.exit_code == 2 and "warning[SC2164]" in missing.stdout, missing.output
+    assert missing.stderr.endswith(
+        f"plan: {tmp_path / 'nope.yaml'}: plan file not found\n{tmp_path}: a directory, not a plan file\n"
+    ), missing.stderr
+    alone = cli.invoke(app, ["render", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "out")])
+    assert (alone.exit_code, alone.stderr) == (2, f"plan: {tmp_path / 'nope.yaml'}: plan file not found\n")
 
 
 def test_set_override_and_bad_set(tmp_path: Path) -> None:

@@ -83,3 +83,39 @@ def test_the_runner_ends_with_its_error_s_code(tmp_path: Path) -> None:
     finally:
         serving.stop()
     assert second.returncode == 3 and "runner: another runner (pid" in second.stderr, second.stderr
+
+
+def test_the_agent_raises_its_errors_and_answers_them_in_one_place(tmp_path: Path) -> None:
+    """A handler raises runner.errors.AgentError; runner.agent.dispatch.answer alone turns it into the answer,
+    and the plan side types that answer into its family."""
+    from runner.agent.dispatch import answer
+    from runner.errors import AgentError, ControllerDown
+
+    file, root = tmp_path / "file", tmp_path / "q"
+    file.write_text("not a queue\n")
+    root.mkdir()
+    assert answer("status", str(file), {}) == {"error": f"no queue at {file} ({file} is not a directory)"}
+    assert answer("logs", str(root), {"job": "../x"}) == {"error": "bad job name '../x'"}
+    assert answer("nosuch", str(root), {}) == {"error": "the queue backend has no 'nosuch' request"}
+    said = answer("control", str(root), {"job": "a.job", "action": "explode"})
+    assert list(said) == ["error"] and "explode" in said["error"], said
+    root.chmod(0o777)
+    try:
+        refused = answer("status", str(root), {})
+    finally:
+        root.chmod(0o700)
+    assert refused["error"].startswith(f"refusing the queue root {root}: ") and refused["untrusted"], refused
+    assert ControllerDown("squeue: timed out").answer() == {"controller_down": "squeue: timed out"}
+    # no handler of the agent writes an error answer of its own: it raises (dispatch.py is the one place)
+    for path in [*sorted((REPO / "runner/agent").glob("*.py")), REPO / "runner/pushlock.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict) and path.name != "dispatch.py":
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                assert not keys & {"error", "controller_down"}, f"{path.relative_to(REPO)}:{node.lineno}"
+    # the plan side: the same answers, typed
+    endpoint = Endpoint(label="lab", root="/r")
+    with pytest.raises(errors.ControllerDown):
+        classify(endpoint, ControllerDown("squeue: timed out").answer())
+    assert errors.agent_error(AgentError("no queue").answer()) == "no queue" and errors.agent_error({}) is None
+    with pytest.raises(errors.Refused, match="^lab: no queue$"):
+        errors.answered(AgentError("no queue").answer(), "lab", errors.Refused)

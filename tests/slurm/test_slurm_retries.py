@@ -304,13 +304,19 @@ def test_a_job_waiting_on_a_drained_node_reads_drained(tmp_path: Path, slurm: Sl
     try:
         assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
 
+        seen: list[object] = []
+
         def waiting() -> dict | None:
             code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
             assert code == 0, out
             queued = json.loads(out)["status"]["queued"]
+            seen[:] = [queued, slurm.squeue()]
             return next((q for q in queued if q["reason"] != "order"), None) if queued else None
 
-        item = wait_for(waiting, 30, 0.3)
+        try:
+            item = wait_for(waiting, 30, 0.3)
+        except AssertionError:
+            raise AssertionError(f"no reason but order; last seen {seen}") from None
         assert item["reason"] == "drained" and item["detail"].startswith("ReqNodeNotAvail"), item
     finally:
         subprocess.run([*node, "State=RESUME"], env=slurm.env, capture_output=True)
