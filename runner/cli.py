@@ -12,9 +12,15 @@ from pathlib import Path
 from runner import banner
 from runner.config import Config
 from runner.durations import format_duration, parse_duration
-from runner.files import MODES_HELP
+from runner.files import MODES_HELP, not_replaceable
 
 _DEFAULTS = Config(root=Path("."))
+
+
+def _rewritten_file(text: str) -> Path:
+    if problem := not_replaceable(text):  # a device, a FIFO: the rewrite would replace it
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
 
 
 def _duration(text: str) -> float:
@@ -136,7 +142,7 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_ownership(run)
     run.add_argument(
         "--metrics",
-        type=Path,
+        type=_rewritten_file,
         default=None,
         metavar="FILE",
         help="rewrite FILE every tick with the queue's metrics in Prometheus's text format, e.g. "

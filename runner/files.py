@@ -22,6 +22,19 @@ from typing import Any, BinaryIO
 from runner.errors import Untrusted
 
 
+def not_replaceable(path: str | Path) -> str | None:
+    """Why PATH, named by a user for a file we rewrite by renaming a new one onto it (`plan watch --state`,
+    `runner run --metrics`), must not be: it is there and not a regular file (a device, a FIFO, a directory, a
+    link), which the rename would replace (`--state /dev/null` left a machine a /dev/null that was a file)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    return None if stat.S_ISREG(mode) else f"{path}: not a regular file (it is rewritten whole, replacing it)"
+
+
 def atomic_write(path: Path, data: bytes | Sequence[bytes], durable: bool = True, mode: int | None = None) -> None:
     """Write DATA (or its parts, one after the other) to PATH so a reader sees the old file or the new one, never
     a part. DURABLE: synced to disk, file and directory, before this returns; a cache, which a crash may lose

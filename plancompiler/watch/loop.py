@@ -21,7 +21,7 @@ from plancompiler.watch.incidents import (
 from plancompiler.watch.judge import Probe, probe
 from plancompiler.watch.notify import Sender, is_url
 from plancompiler.watch.screen import plural
-from plancompiler.watch.state import Rules, WatchState
+from plancompiler.watch.state import Rules, WatchState, check_state_file
 from runner.durations import format_duration
 from runner.readers import terminal_safe
 
@@ -49,6 +49,7 @@ def watch_loop(
 ) -> int:
     """Probe until an alert (its exit code), or forever with --on-alert; --once probes once."""
     check_timeout(options.probe_timeout, "--probe-timeout")  # PlanError: before any probe or state change
+    check_state_file(path)  # likewise: a --state that is a device or a FIFO would be replaced by the first save
     sender = None
     if options.notify or (options.ping and is_url(options.ping)):
         sender = Sender(list(options.notify), options.ping, options.hook_timeout)  # NotifyError: before any probe

@@ -8,10 +8,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from plancompiler.errors import PlanError
 from plancompiler.hosts import Host
 from plancompiler.watch.args import DEFAULT_EVENTS
 from plancompiler.watch.incidents import Incident, ack, dump_incidents, load_incidents
-from runner.files import atomic_write, read_json
+from runner.files import atomic_write, not_replaceable, read_json
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,18 @@ class WatchState:
             return cls()
 
     def save(self, path: Path) -> None:
+        check_state_file(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = asdict(self) | {"incidents": dump_incidents(self.incidents)}
         atomic_write(path, json.dumps(data).encode())
+
+
+def check_state_file(path: Path) -> None:
+    """PlanError (exit 2) where PATH is there but is not a regular file: a FIFO or a device reads as no state
+    (`load`), but the first save would replace it."""
+    problem = not_replaceable(path)
+    if problem:
+        raise PlanError(f"--state {problem}")
 
 
 def state_path(host: Host) -> Path:

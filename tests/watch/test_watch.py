@@ -422,3 +422,31 @@ def test_a_running_watcher_sends_the_second_outage_too(tmp_path: Path, queue_roo
         out, _ = watcher.communicate(timeout=15)
     lines = out.decode().splitlines()
     assert [line.split(":", 1)[0] for line in lines] == ["DEAD", "RECOVERED", "DEAD", "RECOVERED"], lines
+
+
+def test_a_state_or_metrics_file_that_is_a_device_or_fifo_is_refused_and_left_as_it_is(
+    tmp_path: Path, queue_root: Path
+) -> None:
+    """Both are rewritten by renaming a new file onto their name: `--state /dev/null` replaced this machine's
+    /dev/null with a regular file. A clone of it (or, where no device can be made, a FIFO) stands in."""
+    for kind, path in (("fifo", tmp_path / "fifo"), ("device", tmp_path / "null")):
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif subprocess.run(["mknod", "-m", "666", str(path), "c", "1", "3"], capture_output=True).returncode:
+            continue  # not root: the FIFO has said it
+        before = os.lstat(path)
+        result = cli.invoke(app, ["watch", str(queue_root), "--once", "--state", str(path)])
+        assert (result.exit_code, result.stderr) == (
+            2,
+            f"plan: --state {path}: not a regular file (it is rewritten whole, replacing it)\n",
+        ), result.output
+        metrics = subprocess.run(
+            [sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--metrics", str(path)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            timeout=30,
+        )
+        assert metrics.returncode == 2 and f"--metrics: {path}: not a regular file" in metrics.stderr, metrics.stderr
+        after = os.lstat(path)
+        assert (after.st_ino, after.st_mode, after.st_rdev) == (before.st_ino, before.st_mode, before.st_rdev)
