@@ -174,9 +174,9 @@ def test_over_ssh_event_and_unreachable_when_sshd_stops(
     tmp_path: Path, queue_root: Path, runner: RunnerProcess, sshd: Sshd
 ) -> None:
     # The probes that must get through allow a loaded machine's sshd its time to answer (a 2 s connect timeout
-    # failed them under load); the ones to the stopped sshd give up on it after 2 s.
+    # failed them under load); the ones to the stopped sshd give up on it after 1 s.
     answers = sshd.hosts_file(queue_root, connect_timeout=30)
-    hosts = sshd.hosts_file(queue_root, at=tmp_path / "stopped.yaml", connect_timeout=2, timeout=5)
+    hosts = sshd.hosts_file(queue_root, at=tmp_path / "stopped.yaml", connect_timeout=1, timeout=5)
     state = tmp_path / "w.json"
     runner.start()
     assert watch("testbox", state, "--hosts", str(answers), "--idle", "3600")[0] == 0
