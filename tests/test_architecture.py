@@ -43,7 +43,8 @@ DOORS = {
         "plancompiler.commands.write",
     },
     "plancompiler.backends": {"plancompiler.backends", "plancompiler.backends.protocol", "plancompiler.backends.slurm"},
-    "runner.agent": {"runner.agent.dispatch", "runner.agent.delivery", "runner.agent.unit"},
+    # wire: the session's framing, which the workstation writes and the agent reads (one implementation)
+    "runner.agent": {"runner.agent.dispatch", "runner.agent.delivery", "runner.agent.unit", "runner.agent.wire"},
     "runner.slurm": {"runner.slurm.agent", "runner.slurm.attempt", "runner.slurm.ledger", "runner.slurm.wrapper"},
     "runner.stamps": {"runner.stamps", "runner.stamps.judge", "runner.stamps.push"},
     "runner.alerts": {"runner.alerts.engine", "runner.alerts.book", "runner.alerts.notify"},

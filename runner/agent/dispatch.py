@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, Dict
 
 from runner import pushlock
-from runner.agent import adhoc, bootstrap, delivery
+from runner.agent import adhoc, bootstrap, delivery, wire
 from runner.agent.handlers import ack, control, logs, park, slurm_status, status
 from runner.errors import AgentError
 from runner.files import loads, parent_problem, root_problems
@@ -83,17 +83,24 @@ def _handler(mode: str, root: str, request: dict[str, Any]) -> Handler:
 
 
 def session(root: str) -> int:
-    """One request per stdin line, one answer per stdout line; locks taken here are released when stdin ends."""
+    """One request per stdin line (a large one a compressed frame: runner/agent/wire.py), one answer per stdout
+    line; locks taken here are released when stdin ends. A request cut short is never acted on."""
     try:
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            request = loads(line)
+        while True:
+            try:
+                request = wire.read(sys.stdin.buffer)
+            except ValueError as exc:  # its framing is lost: said, then the session ends
+                sys.stdout.write(json.dumps({"error": f"the request is not readable: {exc}"}) + "\n")
+                sys.stdout.flush()
+                return 0
+            if request is None:
+                return 0
+            if not isinstance(request, dict):
+                request = {"mode": ""}
             sys.stdout.write(json.dumps(answer(str(request.pop("mode", "")), root, request)) + "\n")
             sys.stdout.flush()
     finally:
         pushlock.release_lock()
-    return 0
 
 
 def main(argv: list[str]) -> int:

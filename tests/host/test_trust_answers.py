@@ -142,3 +142,14 @@ def test_watch_state_that_is_a_fifo_is_no_state_and_never_blocks(tmp_path: Path)
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
     assert done.returncode == 0 and done.stdout.strip() == "-1", done.stderr
+
+
+def test_a_session_whose_stderr_floods_is_cut_off_with_memory_and_disk_bounded(sshd: Sshd, tmp_path: Path) -> None:
+    """A push's agent session writing to stderr without end: cut off once it passed the cap (stderr is kept as
+    its last 4 KiB, in memory, never in a file that grows), not at the deadline."""
+    hosts = fake_host(sshd, tmp_path, "exec yes noise >&2", max_answer_mb=1, timeout=20)
+    plan = tmp_path / "p.yaml"
+    plan.write_text(f"plan: p\njobs:\n  - name: a\n    run: touch {tmp_path}/a\n    outputs: [{tmp_path}/a]\n")
+    proc, took, rss_kib = plan_process("push", "testbox", str(plan), "--hosts", str(hosts))
+    assert proc.returncode == 1 and f"error output passed {1 << 20} bytes and was cut off" in proc.stderr, proc.stderr
+    assert took < 15 and rss_kib < 200 * 1024

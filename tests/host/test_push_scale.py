@@ -1,0 +1,246 @@
+"""A push of 10 000 jobs: over ssh its bundle goes compressed and lands exactly; a push cut off while it sends
+leaves nothing; a push killed with -9 at random moments leaves the old queue or the new one, each whole.
+
+The roots are on /dev/shm where there is one: 10 000 file creations on this VM's disk take ~5 s under load, and
+what is tested here (framing, the lock, the order of the install) does not depend on the file system's speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import runner as runner_pkg
+from plancompiler.hosts import resolve
+from plancompiler.transport import upload
+from runner.agent import wire
+from tests.conftest import wait_for
+from tests.sshd import Sshd
+
+JOBS = 10_000
+
+
+@pytest.fixture
+def fast_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory on tmpfs (/dev/shm) where there is one, else under tmp_path."""
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(tmp_path)
+    path = Path(tempfile.mkdtemp(prefix="push-scale-", dir=base))
+    os.chmod(path, 0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def version(tag: str, first: int) -> dict[str, str]:
+    """JOBS job files, as a compiled plan's look, named from FIRST on, their bodies saying TAG."""
+    return {
+        f"j-{i:06d}.job": (
+            f"# PLAN=p\n# LANE=cpu\n# DONE_IF=test -f /srv/out/{i:06d}.txt\nset -euo pipefail\n"
+            f"echo {tag} > /srv/out/{i:06d}.txt\n"
+        )
+        for i in range(first, first + JOBS)
+    }
+
+
+def install_request(files: dict[str, str], old: dict[str, str], generation: int | None) -> dict[str, object]:
+    """What a push sends for FILES over a queue holding OLD: the new files, the retired ones removed, the record."""
+    return {
+        "files": files,
+        "remove": [["queue", name] for name in sorted(set(old) - set(files))],
+        "record": {"plan": "p", "jobs": {name: {} for name in files}},
+        "generation": generation,
+        "create": True,
+    }
+
+
+def queue_of(root: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in (root / "queue").iterdir() if p.name.endswith(".job")}
+
+
+def ssh_host(sshd: Sshd, directory: Path, root: Path, python: str) -> Path:
+    hosts = directory / "hosts.yaml"
+    hosts.write_text(
+        f"hosts:\n  testbox:\n    ssh: testbox\n    root: {root}\n    python: {python}\n"
+        f"    ssh_options: [-F, {sshd.config}]\n    timeout: 120\n"
+    )
+    return hosts
+
+
+def test_a_10k_push_over_ssh_goes_compressed_and_installs_exactly(sshd: Sshd, fast_dir: Path) -> None:
+    """Through a `python3` on the box that copies what the session receives: 10 000 job files go as one
+    compressed frame, a small part of their JSON, and land with their exact bytes, the manifest naming them."""
+    root, wire_copy = fast_dir / "q", fast_dir / "received"
+    tee = fast_dir / "python3"
+    tee.write_text(
+        '#!/bin/sh\nfor a; do [ "$a" = session ] && exec sh -c \'tee -a "$0" | "$@"\' '
+        f'{wire_copy} {sys.executable} "$@"; done\nexec {sys.executable} "$@"\n'
+    )
+    tee.chmod(0o755)
+    files = version("v1", 0)
+    host = resolve("testbox", ssh_host(sshd, fast_dir, root, str(tee)))
+    upload(host.endpoint())  # the runner there first: the loader never exits before reading (tee would wait on)
+    session = host.session()
+    try:
+        assert session.ask("lock", {"wait_s": 10, "create": True}) == {"locked": True}
+        probe = session.ask("probe", {"allow_missing": True})
+        answer = session.ask("install", install_request(files, {}, probe["generation"]))
+    finally:
+        session.close()
+    assert sorted(answer["installed"]) == sorted(files) and answer["generation"] == 1
+    assert queue_of(root) == files
+    assert set(json.loads((root / "manifest.json").read_text())["jobs"]) == set(files)
+    assert not [p for p in root.iterdir() if p.name.startswith(".plan-stage-")]
+    sent = wire_copy.read_bytes()
+    assert b"\nz " in sent, "the bundle went as a compressed frame"
+    assert len(sent) < len(json.dumps(files)) / 5, f"{len(sent)} bytes on the wire"
+
+
+def test_a_push_cut_off_while_it_sends_its_bundle_leaves_nothing(sshd: Sshd, fast_dir: Path) -> None:
+    """ssh killed with half the frame sent: the agent never acts on it and ends, and the root it made for the
+    push is gone again (no job, stage, manifest or lock file left)."""
+    root = fast_dir / "q"
+    host = resolve("testbox", ssh_host(sshd, fast_dir, root, sys.executable))
+    session = host.session()
+    try:
+        assert session.ask("lock", {"wait_s": 10, "create": True}) == {"locked": True}
+        frame = wire.encode({**install_request(version("v1", 0), {}, 0), "mode": "install"})
+        assert frame.startswith(wire.FRAME)
+        assert session.proc.stdin is not None
+        os.set_blocking(session.proc.stdin.fileno(), True)
+        os.write(session.proc.stdin.fileno(), frame[: len(frame) // 2])
+        os.killpg(session.proc.pid, signal.SIGKILL)
+    finally:
+        session.close()
+    # The agent ended without installing: it let its lock go and removed the root it made for the push.
+    wait_for(lambda: not root.exists(), 20)
+
+
+# A push as `plan push` makes it, in a process of its own: lock, probe, install of the version named.
+_PUSH = """
+import json, sys, time
+from pathlib import Path
+from plancompiler.hosts import resolve
+spec, hosts, path = sys.argv[1:4]
+request = json.loads(open(path).read())
+session = resolve(spec, Path(hosts) if hosts else None).session()
+session.ask("lock", {"wait_s": 60, "create": True})
+request["generation"] = session.ask("probe", {"allow_missing": True})["generation"]
+print("installing", flush=True)
+session.ask("install", request)
+session.close()
+"""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_a_10k_push_killed_at_random_moments_leaves_the_old_or_the_new_queue_whole(
+    where: str, fast_dir: Path, request: pytest.FixtureRequest
+) -> None:
+    """kill -9 of the push (and of its ssh) at a random moment of its lock and probe, its sending and its
+    install, three times over a queue of 10 000 jobs, each push replacing the other version (500 jobs retired, 500 new, the rest
+    changed): the queue, once the install that may go on without the push has ended, is one version whole."""
+    root = fast_dir / "q"
+    if where == "ssh":
+        sshd: Sshd = request.getfixturevalue("sshd")
+        spec, hosts = "testbox", str(ssh_host(sshd, fast_dir, root, sys.executable))
+    else:
+        spec, hosts = str(root), ""
+    host = resolve(spec, Path(hosts) if hosts else None)
+    versions = [version("v1", 0), version("v2", 500)]
+    env = dict(os.environ, PYTHONPATH=str(Path(runner_pkg.__file__).resolve().parent.parent))
+    rng = random.Random()
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+
+    def push(new: int, kill_at: float | None) -> tuple[float, float]:
+        """Push version NEW and kill it (and its ssh) KILL_AT seconds after its start; else (the seconds to its
+        install, the seconds the install took)."""
+        path = fast_dir / f"request-{new}.json"
+        path.write_text(json.dumps(install_request(versions[new], versions[1 - new], None)))
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _PUSH, spec, hosts, str(path)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            if kill_at is None:
+                assert proc.stdout is not None and proc.stdout.readline() == "installing\n"
+                lead = time.monotonic() - started
+                assert proc.wait(timeout=120) == 0
+                return lead, time.monotonic() - started - lead
+            try:
+                proc.wait(timeout=kill_at)
+            except subprocess.TimeoutExpired:
+                ssh = _children(proc.pid) if where == "ssh" else []  # local: the install's own process lives on
+                proc.kill()
+                for pid in ssh:
+                    os.kill(pid, signal.SIGKILL)
+            return kill_at, 0.0
+        finally:
+            proc.kill()
+            proc.wait()
+
+    lead, install = push(0, None)  # the old queue, and how long a push takes here to its install and in it
+    current = 0
+    for round_ in range(3):
+        new = 1 - current
+        moment = rng.uniform(lead / 2, lead + install)  # its lock and probe, the bundle sent, the install
+        push(new, moment)
+        # Whatever install went on without the push has ended once its lock is free.
+        assert host.call("lock", {"wait_s": 60})["locked"]
+        files = queue_of(root)
+        what = (
+            f"{where}, seed {seed}, round {round_}, killed at {moment:.2f}s (install at {lead:.2f}s for {install:.2f}s)"
+        )
+        assert files in (versions[current], versions[new]), f"{what}: a mixed queue of {len(files)} jobs"
+        manifest = json.loads((root / "manifest.json").read_text())
+        assert set(manifest["jobs"]) == set(files), what
+        assert not [p for p in root.iterdir() if p.name.startswith(".plan-stage-")], what
+        current = new if files == versions[new] else current
+
+
+@pytest.mark.parametrize(
+    ("sent", "answer"),
+    [
+        (b"z 12\nnot a zlib s", "does not inflate"),
+        (b"z many\n", "bad frame header"),
+        (b"z 0\n", "a frame of 0 bytes"),
+        (wire.FRAME + b"%d\n" % len(zlib.compress(b"{}")) + zlib.compress(b"{}")[:-2], None),  # cut short
+        (b'{"mode": "probe"', None),  # a line cut short
+    ],
+)
+def test_the_agent_session_answers_a_bad_frame_with_an_error_and_never_acts_on_a_cut_one(
+    tmp_path: Path, sent: bytes, answer: str | None
+) -> None:
+    root = tmp_path / "q"
+    root.mkdir(mode=0o700)
+    env = dict(os.environ, PYTHONPATH=str(Path(runner_pkg.__file__).resolve().parent.parent))
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "agent", "session", str(root)],
+        input=sent,
+        capture_output=True,
+        timeout=30,
+        env=env,
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    if answer is None:
+        assert done.stdout == b""
+    else:
+        assert answer in json.loads(done.stdout)["error"]
+    assert os.listdir(root) == []
