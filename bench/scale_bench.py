@@ -1,16 +1,20 @@
 """How a queue's size costs (issue 33): at 100 / 1 000 / 10 000 queued jobs (100 000 with --huge), whole
-processes, min / median / max of BENCH_RUNS (>= 5) runs, each figure alternated across the sizes (and against
-a baseline checkout with --baseline DIR) so the machine's noise hits all alike:
+processes, min / median / max of BENCH_RUNS (>= 5) runs; in each run every size is taken in turn (and each checkout,
+with --baseline DIR, and task-spooler), so the machine's noise hits all alike:
 
-- dispatch: a real `python3 -m runner run --tick 10` (one cpu slot) on a foreach plan of no-op jobs
-  (`date +%s.%N > out/I.txt`, with `outputs:`): the 100 jobs after the first end, per job (the jobs' own clocks);
-- push: `plan push ROOT plan.yaml` to a fresh local root, against writing the same job files and one `sync`;
-- status: `plan status ROOT` with that root's runner alive (parked after the dispatch run, its queue still full);
-- RSS: the runner's peak RSS (VmHWM) at the end of the dispatch run;
-- check: `plan check plan.yaml --no-cache` (cold).
+- push: `plan push ROOT plan.yaml` of a foreach plan of N no-op jobs (`date +%s.%N > out/I.txt`, with `outputs:`)
+  to a fresh local root, against writing the same job files and one `sync` (a process of its own);
+- dispatch: a real `python3 -m runner run --tick 10` (one cpu slot) on that root: the 100 jobs after the first
+  end, per job (the jobs' own clocks);
+- CPU busy: the runner's CPU seconds (utime + stime from /proc) while it dispatches those 100 jobs, per second of
+  them; CPU idle: its CPU seconds over a fixed window of one tick (10 s) with the queue parked (nothing to do);
+- status: `plan status ROOT`, its runner alive and parked, its queue still full;
+- RSS: the runner's peak RSS (VmHWM) after the idle window;
+- check: `plan check plan.yaml --no-cache` (cold);
+- task-spooler: `tsp -S 1` with the same N jobs queued behind a blocker, the 100 after the first's end, per job.
 
-    python3 bench/scale_bench.py [--huge] [--baseline DIR] [--only dispatch,push,status,check]
-    BENCH_RUNS=5 BENCH_SIZES=100,1000,10000
+    python3 bench/scale_bench.py [--huge] [--baseline DIR] [--only dispatch,push,status,check,tsp]
+    BENCH_RUNS=5 BENCH_SIZES=100,1000,10000 BENCH_IDLE_S=10
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +37,10 @@ from bench.common import PY_ENV, machine, plan_cli, run_step, spread, table  # n
 
 RUNS = max(5, int(os.environ.get("BENCH_RUNS", "5")))
 AFTER = 100  # the jobs after the first one's end that the dispatch figure times
-FIGURES = ("dispatch", "push", "status", "check")
+IDLE_S = float(os.environ.get("BENCH_IDLE_S", "10"))  # the idle window: one --tick
+TICK = "10"
+FIGURES = ("dispatch", "push", "status", "check", "tsp")
+HZ = os.sysconf("SC_CLK_TCK")
 
 # Writes the same job files a push installs (names and bytes taken from a pushed queue/) into a fresh
 # directory, then one sync: the floor a push is held against.
@@ -51,17 +59,13 @@ os.sync()
 def make_plan(directory: Path, jobs: int, label: str) -> Path:
     """A foreach plan of JOBS no-op cpu jobs, each writing its end time to its one output (out-LABEL/)."""
     out = directory / f"out-{label}"
-    items = "\n".join(f"    - {{i: '{i:06d}'}}" for i in range(jobs))
     text = f"""plan: scale
-vars:
-  items:
-{items}
 jobs:
-  - name: "j-{{{{ i }}}}"
-    foreach: items
+  - name: "j-{{{{ '%06d' % i }}}}"
+    foreach: {{i: {{range: [0, {jobs}]}}}}
     lane: cpu
-    run: date +%s.%N > {out}/{{{{ i }}}}.txt
-    outputs: ["{out}/{{{{ i }}}}.txt"]
+    run: date +%s.%N > {out}/{{{{ '%06d' % i }}}}.txt
+    outputs: ["{out}/{{{{ '%06d' % i }}}}.txt"]
 """
     path = directory / f"plan-{label}.yaml"
     path.write_text(text)
@@ -83,19 +87,13 @@ class Size:
         self.dir.mkdir()
         # a plan (and out dir) per checkout: one's parked runner never sees the other's outputs appear
         self.plans = {label: make_plan(self.dir, jobs, label) for label in labels}
-        self.kept: list[subprocess.Popen[bytes]] = []  # parked runners whose roots the status figure reads
-        self.roots: dict[str, Path] = {}
 
-    def fresh(self, label: str, run: int) -> Path:
-        root = self.dir / f"q-{label}-{run}"
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(self.dir / f"out-{label}", ignore_errors=True)
-        (self.dir / f"out-{label}").mkdir()
-        return root
-
-
-def push(tree: Tree, size: Size, root: Path) -> float:
-    return run_step(plan_cli("push", str(root), str(size.plans[tree.label])), tree.env)
+    def fresh(self, label: str) -> tuple[Path, Path]:
+        root, out = self.dir / f"q-{label}", self.dir / f"out-{label}"
+        for path in (root, out):
+            shutil.rmtree(path, ignore_errors=True)
+        out.mkdir()
+        return root, out
 
 
 def writer(size: Size, root: Path) -> float:
@@ -111,6 +109,12 @@ def peak_rss_mb(pid: int) -> float:
     return int(line.split()[1]) / 1024
 
 
+def cpu_s(pid: int) -> float:
+    """utime + stime of PID in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
 def ended(out: Path, index: int) -> float | None:
     try:
         text = (out / f"{index:06d}.txt").read_text().strip()
@@ -119,35 +123,95 @@ def ended(out: Path, index: int) -> float | None:
     return float(text) if text else None
 
 
-def dispatch(tree: Tree, size: Size, root: Path, keep: bool) -> tuple[float, float]:
-    """Per-job seconds of the AFTER jobs after the first end (all of them where fewer are queued), and the
-    runner's peak RSS in MB."""
+def wait_end(out: Path, index: int, alive: subprocess.Popen[bytes] | None, what: str) -> float:
+    deadline = time.monotonic() + 900
+    while (value := ended(out, index)) is None:
+        if time.monotonic() > deadline or (alive is not None and alive.poll() is not None):
+            raise RuntimeError(f"{what}: job {index} did not end")
+        time.sleep(0.005)
+    return value
+
+
+def settled(out: Path) -> None:
+    """Until OUT gains no file for a second."""
+    count, since = -1, time.monotonic()
+    while time.monotonic() - since < 1.0:
+        now = len(os.listdir(out))
+        if now != count:
+            count, since = now, time.monotonic()
+        time.sleep(0.05)
+
+
+def runner_run(tree: Tree, size: Size, root: Path, out: Path, add: Callable[[str, float], None]) -> None:
+    """Dispatch, CPU busy and idle, status and peak RSS of one runner process on ROOT (pushed, full)."""
     after = min(AFTER, size.jobs - 1)
-    out = size.dir / f"out-{tree.label}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"],
+        [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", TICK],
         env=tree.env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 600
-        while ended(out, after) is None:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"{tree.label} {size.jobs}: job {after} did not end (runner rc {proc.poll()})")
-            time.sleep(0.02)
+        wait_end(out, 0, proc, f"{tree.label} {size.jobs}")
+        cpu0, wall0 = cpu_s(proc.pid), time.monotonic()
+        wait_end(out, after, proc, f"{tree.label} {size.jobs}")
+        cpu1, wall1 = cpu_s(proc.pid), time.monotonic()
         first, last = ended(out, 0), ended(out, after)
         assert first is not None and last is not None
-        rss = peak_rss_mb(proc.pid)
-        if keep:  # parked and alive, its queue full: what `plan status` reads
-            run_step(plan_cli("park", str(root)), tree.env)
-            size.kept.append(proc)
-            size.roots[tree.label] = root
-        return (last - first) / after, rss
+        add("dispatch", (last - first) / after)
+        add("busy", (cpu1 - cpu0) / (wall1 - wall0))
+        run_step(plan_cli("park", str(root)), tree.env)
+        settled(out)  # a job started before the park has ended
+        idle0 = cpu_s(proc.pid)
+        time.sleep(IDLE_S)
+        add("idle", cpu_s(proc.pid) - idle0)
+        add("status", run_step(plan_cli("status", str(root)), tree.env))
+        add("rss", peak_rss_mb(proc.pid))
     finally:
-        if not keep:
-            proc.terminate()
-            proc.wait()
+        proc.terminate()
+        proc.wait()
+
+
+TSP_MAX = 1000  # task-spooler's server serves at most this many clients, and each queued job is one (waiting)
+
+
+def tsp_run(size: Size) -> float | None:
+    """Per-job seconds of the 100 jobs after the first on a task-spooler server (one slot) with N queued behind a
+    blocker (N - 1 where N would pass TSP_MAX with it); None where N is beyond what tsp can hold."""
+    jobs = min(size.jobs, TSP_MAX - 1)
+    if size.jobs > TSP_MAX:
+        return None
+    after = min(AFTER, jobs - 1)
+    out = size.dir / "out-tsp"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    with tempfile.TemporaryDirectory(prefix="tsp-", dir=size.dir) as server:
+        env = dict(os.environ, TS_SOCKET=str(Path(server) / "ts.sock"), TMPDIR=server)
+        go = Path(server) / "go"
+        subprocess.run(["tsp", "-S", "1"], env=env, check=True, stdout=subprocess.DEVNULL)
+        try:
+            blocker = f"while [ ! -e {go} ]; do sleep 0.01; done"
+            subprocess.run(["tsp", "-n", "sh", "-c", blocker], env=env, check=True, stdout=subprocess.DEVNULL)
+            lines = [f"date +%s.%N > {out}/{i:06d}.txt\n" for i in range(jobs)]
+            # the timed jobs one by one in order, the rest after them 8 at a time (each `tsp` a client process)
+            for part, parallel in ((lines[: after + 1], "1"), (lines[after + 1 :], "8")):
+                feed = subprocess.run(
+                    ["xargs", "-d", "\n", "-P", parallel, "-n", "1", "tsp", "-n", "sh", "-c"],
+                    input="".join(part),
+                    text=True,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    check=False,
+                )
+                if feed.returncode:
+                    raise RuntimeError(f"queueing {jobs} jobs in tsp failed ({feed.returncode})")
+            go.touch()
+            wait_end(out, after, None, f"tsp {jobs}")
+            first, last = ended(out, 0), ended(out, after)
+            assert first is not None and last is not None
+            return (last - first) / after
+        finally:
+            subprocess.run(["tsp", "-K"], env=env, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main() -> None:
@@ -160,7 +224,10 @@ def main() -> None:
     sizes = [int(s) for s in os.environ.get("BENCH_SIZES", "100,1000,10000").split(",")]
     if args.huge:
         sizes.append(100000)
-    print(f"machine: {machine()}; {RUNS} runs of each, alternated across sizes and checkouts\n")
+    tsp = shutil.which("tsp") if "tsp" in only else None
+    if "tsp" in only and tsp is None:
+        print("task-spooler (tsp) not found: its column says so (apt-get install task-spooler)\n")
+    print(f"machine: {machine()}; {RUNS} runs of each, alternated across sizes, checkouts and tsp\n")
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         base = Path(tmp)
         trees = [Tree("this", REPO, base / "cache-this")]
@@ -169,54 +236,53 @@ def main() -> None:
         work = [Size(base, n, [t.label for t in trees]) for n in sizes]
         got: dict[tuple[str, str, int], list[float]] = {}
 
-        def add(what: str, tree: Tree, size: Size, value: float) -> None:
-            got.setdefault((what, tree.label, size.jobs), []).append(value)
-
-        try:
-            for tree in trees:  # warm: the check memo and shellcheck's cache do not favour the first run
-                for size in work:
-                    run_step(plan_cli("check", str(size.plans[tree.label])), tree.env)
-            for run in range(RUNS):
-                for size in work:
-                    for tree in trees:
-                        if "check" in only:
-                            check = plan_cli("check", str(size.plans[tree.label]), "--no-cache")
-                            add("check", tree, size, run_step(check, tree.env))
-                        if not only & {"push", "dispatch", "status"}:
-                            continue
-                        root = size.fresh(tree.label, run)
-                        took = push(tree, size, root)
-                        if "push" in only:
-                            add("push", tree, size, took)
-                            add("write+sync", tree, size, writer(size, root))
-                        if only & {"dispatch", "status"}:
-                            keep = run == RUNS - 1 and "status" in only
-                            if "dispatch" in only or keep:
-                                per_job, rss = dispatch(tree, size, root, keep)
-                                add("dispatch", tree, size, per_job)
-                                add("rss", tree, size, rss)
-                        if run != RUNS - 1:
-                            shutil.rmtree(root, ignore_errors=True)
-            if "status" in only:
-                for _ in range(RUNS):
-                    for size in work:
-                        for tree in trees:
-                            root = size.roots[tree.label]
-                            add("status", tree, size, run_step(plan_cli("status", str(root)), tree.env))
-        finally:
+        for tree in trees:  # warm: the check memo and shellcheck's cache do not favour the first run
             for size in work:
-                for proc in size.kept:
-                    proc.terminate()
-                    proc.wait()
-    print_table(got, trees, sizes)
+                run_step(plan_cli("check", str(size.plans[tree.label])), tree.env)
+        for run in range(RUNS):
+            for size in work:
+                for tree in trees:
+
+                    def add(what: str, value: float, tree: Tree = tree, size: Size = size) -> None:
+                        got.setdefault((what, tree.label, size.jobs), []).append(value)
+
+                    if "check" in only:
+                        add("check", run_step(plan_cli("check", str(size.plans[tree.label]), "--no-cache"), tree.env))
+                    if not only & {"push", "dispatch", "status"}:
+                        continue
+                    root, out = size.fresh(tree.label)
+                    took = run_step(plan_cli("push", str(root), str(size.plans[tree.label])), tree.env)
+                    if "push" in only:
+                        add("push", took)
+                        add("write+sync", writer(size, root))
+                    if only & {"dispatch", "status"}:
+                        runner_run(tree, size, root, out, add)
+                    shutil.rmtree(root, ignore_errors=True)
+                per_job = tsp_run(size) if tsp else None
+                if per_job is not None:
+                    got.setdefault(("tsp", "tsp", size.jobs), []).append(per_job)
+            print(f"run {run + 1} of {RUNS} done ({time.strftime('%H:%M:%S')}, load {os.getloadavg()[0]:.1f})")
+    print()
+    print_table(got, trees, sizes, tsp is not None or "tsp" not in only)
 
 
 def figure(values: list[float] | None, unit: str = "ms") -> str:
     if not values:
         return "—"
+    low, mid, high = min(values), statistics.median(values), max(values)
     if unit == "MB":
-        return " / ".join(f"{v:.1f}" for v in (min(values), statistics.median(values), max(values))) + " MB"
+        return f"{low:.1f} / {mid:.1f} / {high:.1f} MB"
+    if unit == "%":
+        return f"{100 * low:.0f} / {100 * mid:.0f} / {100 * high:.0f} %"
     return spread(values)
+
+
+def tsp_figure(values: list[float] | None, size: int, tsp: bool) -> str:
+    if not tsp:
+        return "tsp not installed"
+    if size > TSP_MAX:
+        return f"cannot queue {size:,} (at most {TSP_MAX:,}: each queued job is a waiting tsp process)"
+    return figure(values) + (f" ({TSP_MAX - 1} queued)" if size >= TSP_MAX else "")
 
 
 def push_ratio(pushes: list[float] | None, writes: list[float] | None) -> str:
@@ -227,38 +293,61 @@ def push_ratio(pushes: list[float] | None, writes: list[float] | None) -> str:
     return f"{statistics.median(pushes) / statistics.median(writes):.2f}x ({pairs[0]:.2f}–{pairs[-1]:.2f})"
 
 
-def print_table(got: dict[tuple[str, str, int], list[float]], trees: list[Tree], sizes: list[int]) -> None:
-    rows = []
+def print_table(got: dict[tuple[str, str, int], list[float]], trees: list[Tree], sizes: list[int], tsp: bool) -> None:
+    runner_rows, command_rows = [], []
     for size in sizes:
         for tree in trees:
-            key = lambda what: got.get((what, tree.label, size))  # noqa: E731, B023
+
+            def key(what: str, tree: Tree = tree, size: int = size) -> list[float] | None:
+                return got.get((what, tree.label, size))
+
             label = f"{size:,}" + (f" ({tree.label})" if len(trees) > 1 else "")
-            rows.append(
+            runner_rows.append(
                 [
                     label,
                     figure(key("dispatch")),
+                    tsp_figure(got.get(("tsp", "tsp", size)), size, tsp),
+                    figure(key("idle")),
+                    figure(key("busy"), "%"),
+                    figure(key("rss"), "MB"),
+                ]
+            )
+            command_rows.append(
+                [
+                    label,
                     figure(key("push")),
                     figure(key("write+sync")),
                     push_ratio(key("push"), key("write+sync")),
                     figure(key("status")),
-                    figure(key("rss"), "MB"),
                     figure(key("check")),
                 ]
             )
     print(
         table(
-            "a queue's size against its costs, whole processes, min / median / max",
+            "the runner against a queue's size, whole processes, min / median / max",
             [
                 "queued",
-                f"per job, the {AFTER} after the first end (99 at 100)",
+                f"dispatch per job (the {AFTER} after the first; 99 at 100)",
+                "task-spooler per job",
+                f"runner CPU idle (per {IDLE_S:g} s, parked)",
+                "runner CPU busy (of one core, dispatching)",
+                "runner peak RSS",
+            ],
+            runner_rows,
+        )
+    )
+    print(
+        table(
+            "the commands against a queue's size, whole processes, min / median / max",
+            [
+                "queued",
                 "plan push (local root)",
                 "write same files + sync",
                 "push vs write+sync",
                 "plan status (runner alive, parked)",
-                "runner peak RSS",
                 "plan check --no-cache",
             ],
-            rows,
+            command_rows,
         )
     )
 
