@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,8 +24,22 @@ def lane_spec(settings: SlurmHostEntry, lane: str) -> SlurmLane | None:
     return {**DEFAULT_SLURM_LANES, **settings.lanes}.get(lane)
 
 
-def sbatch_args(settings: SlurmHostEntry, lane: str) -> list[str]:
-    """sbatch options for a job in LANE, from the host's `lanes:` mapping and the defaults."""
+def with_gpus(gres: str | None, gpus: int | None) -> str | None:
+    """The lane's GRES with a job's `gpus: N` as the count of its gpu (its type kept: gpu:a100:1 -> gpu:a100:N),
+    or gpu:N added where the lane asks for none."""
+    if not gpus:
+        return gres
+    items = [item for item in (gres or "").split(",") if item]
+    for i, item in enumerate(items):
+        parts = item.split(":")
+        if parts[0] == "gpu":
+            items[i] = ":".join((parts[:-1] if len(parts) > 1 and parts[-1].isdigit() else parts) + [str(gpus)])
+            return ",".join(items)
+    return ",".join([*items, f"gpu:{gpus}"])
+
+
+def sbatch_args(settings: SlurmHostEntry, lane: str, gpus: int | None = None) -> list[str]:
+    """sbatch options for a job in LANE (taking GPUS, its `gpus:`), from the host's `lanes:` and the defaults."""
     spec = lane_spec(settings, lane)
     args: list[str] = []
     for option, value in (
@@ -33,7 +48,7 @@ def sbatch_args(settings: SlurmHostEntry, lane: str) -> list[str]:
         ("qos", (spec.qos if spec else None) or settings.qos),
         ("mem", spec.mem if spec else None),
         ("cpus-per-task", spec.cpus if spec else None),
-        ("gres", spec.gres if spec else None),
+        ("gres", with_gpus(spec.gres if spec else None, gpus)),
     ):
         if value:
             args.append(f"--{option}={value}")
@@ -43,6 +58,11 @@ def sbatch_args(settings: SlurmHostEntry, lane: str) -> list[str]:
     if licenses:
         args.append("--licenses=" + ",".join(licenses))
     return args + list(spec.extra if spec else [])
+
+
+def group_label(template: str) -> str:
+    """A foreach job's name template as its group reads in squeue: each `{{ ... }}` a `*` (shard-{{ i }} -> shard-*)."""
+    return re.sub(r"\{\{.*?\}\}|\{%.*?%\}", "*", template)
 
 
 def _gated(spec: Any) -> bool:
@@ -66,6 +86,7 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
                 "name": name,
                 # a foreach group: one job array where its dependencies allow (runner.slurm.submit)
                 "group": job.job.index if spec.foreach is not None else None,
+                "family": group_label(spec.name) if spec.foreach is not None else None,  # the array's name
                 "text": job.text,
                 "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],
                 "deps": list(graph.deps.get(name, [])),
@@ -76,7 +97,7 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
                 "timeout_s": parse_duration(spec.timeout) if spec.timeout else None,
                 "default_time": lane.time if lane else None,
                 "env": dict(lane.env) if lane else {},
-                "sbatch": sbatch_args(host.slurm, spec.lane),
+                "sbatch": sbatch_args(host.slurm, spec.lane, spec.gpus),
             }
         )
     return {

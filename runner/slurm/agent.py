@@ -344,6 +344,11 @@ def _commit(root: str, request: dict[str, Any], decided: Decided, env: dict[str,
         )
         result["submitted"] = {}
         result["withdrawn"] = cancelled
+        # saved as it was before this push (with what this contact folded in, retries it submitted among them):
+        # a ledger left missing would be rebuilt next time from squeue, where the withdrawn jobs still show
+        if plan in decided.ledger.plans and not decided.ledger.plans[plan].jobs:
+            del decided.ledger.plans[plan]
+        ledger_mod.save(root, decided.ledger)
         return result
     entry = decided.ledger.plan(plan)
     entry.by, entry.pushed_at = request.get("by") or "?", timestamp(time.time())

@@ -142,7 +142,9 @@ def _argv(root: str, plan: str, unit: Unit, request: dict[str, Any]) -> list[str
 
 
 def _array_name(unit: Unit) -> str:
-    return f"{unit.jobs[0]['name']}..{unit.jobs[-1]['name']}"
+    """The plan group an array is (its foreach job's name, `shard-*`), so squeue's NAME shows it as PLAN/GROUP;
+    FIRST..LAST where the push names no group."""
+    return str(unit.jobs[0].get("family") or f"{unit.jobs[0]['name']}..{unit.jobs[-1]['name']}")
 
 
 def _script(root: str, plan: str, unit: Unit, bundle: Path, entries: dict[str, int], request: dict[str, Any]) -> str:

@@ -83,7 +83,7 @@ def array_options(root: str, plan: str, jobs: list[dict[str, Any]], name: str) -
     """Options of an array of JOBS (one lane shape) named NAME: each element writes its own job's log, so
     Slurm's --output (one file per element, ARRAY_TASK) takes only what goes wrong before its attempt starts.
     Its comment names each element's job where Slurm's 1024 bytes hold them all (squeue -O Comment)."""
-    log = _pattern_safe(Path(root) / "logs" / plan / name.replace("/", "_")) + ".%A_%a.log"
+    log = _pattern_safe(Path(root) / "logs" / plan / f"{jobs[0]['name']}..{jobs[-1]['name']}") + ".%A_%a.log"
     members = array_members(root, plan, jobs)
     names = ",".join(job["name"] for job in jobs)
     comment = f"plan={plan}@{members}" + (f":{names}" if len(plan) + len(members) + len(names) < 1000 else "")

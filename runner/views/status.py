@@ -212,6 +212,8 @@ def _size(n: object) -> str:
 def _running(lane: str, run: dict[str, Any], now: float, estimate: Any = None) -> list[str]:
     grew = format_duration(now - float(run.get("log_grew_at") or now))
     on = f"  gpu {','.join(map(str, run['gpus']))}" if run.get("gpus") else ""
+    if run.get("slurm_id") is not None:  # on Slurm: which Slurm job (an array's element as ARRAY_N) it is
+        on += f"  slurm {run['slurm_id']}"
     lines = [
         f"  {lane:<5} {run['job']}{on}  {format_duration(run['elapsed_s'])}  attempt {run['attempt']}  log +{grew} ago"
     ]

@@ -64,9 +64,16 @@ def test_a_foreach_group_is_an_array_whose_elements_keep_their_own_data_dependen
         base = next(iter(arrays["a"]))
         assert [first[f"a{i}"]["id"] for i in range(4)] == [f"{base}_{i}" for i in range(4)]
         names = {j["name"] for j in slurm.squeue()}
-        assert {"ar/a0..a3", "ar/b0..b3"} <= names, names  # squeue shows the arrays
+        assert {"ar/a*", "ar/b*"} <= names, names  # squeue shows the arrays as their plan groups
+        listed = subprocess.run(
+            ["squeue", "-h", "-o", "%j|%i"], capture_output=True, text=True, env=slurm.env, check=True
+        ).stdout
+        rows = [line.split("|") for line in listed.splitlines() if line.startswith("ar/b*|")]
+        assert rows and all(i.startswith(f"{next(iter(arrays['b']))}_") for _, i in rows), listed  # `squeue -o %j`
         comments = {j["name"]: j["comment"] for j in slurm.squeue()}  # and which element is which job
-        assert comments["ar/a0..a3"].startswith("plan=ar@array.") and comments["ar/a0..a3"].endswith(":a0,a1,a2,a3")
+        assert comments["ar/a*"].startswith("plan=ar@array.") and comments["ar/a*"].endswith(":a0,a1,a2,a3")
+        # plan status names each running element's Slurm job
+        wait_for(lambda: f"ar/a0.job  slurm {base}_0  " in plan("status", "cluster", "--hosts", str(hosts))[1], 30, 0.3)
         shown = subprocess.run(
             ["scontrol", "show", "job", f"{base}_1"], capture_output=True, text=True, env=slurm.env, check=True
         ).stdout

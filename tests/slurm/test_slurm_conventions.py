@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from plancompiler.backends.slurm import sbatch_args
+from plancompiler.backends.slurm import sbatch_args, with_gpus
 from plancompiler.hostsfile import SlurmHostEntry
 from plancompiler.lint import _SHELLCHECK_ARGS
 from plancompiler.tools import find_tool
@@ -162,3 +162,40 @@ def test_retired_jobs_are_cancelled_in_one_scancel_call(
         cancel_root(slurm, root)
     first = calls.read_text().splitlines()[0]
     assert sorted(int(x) for x in first.split()) == ids
+
+
+def test_a_jobs_gpus_are_its_gres_count() -> None:
+    host = SlurmHostEntry.model_validate({"root": "/r", "lanes": {"gpu": {"gres": "gpu:a100:1,nvme:1"}}})
+    assert sbatch_args(host, "gpu", 2) == ["--gres=gpu:a100:2,nvme:1", "--licenses=netgpu:1"]
+    assert sbatch_args(host, "cpu", 3) == ["--gres=gpu:3"]  # a lane that asks for none
+    assert with_gpus("gpu", 2) == "gpu:2" and with_gpus("gpu:1", None) == "gpu:1"
+
+
+def test_gpus_go_to_slurm_as_gres_and_a_cluster_without_them_refuses_the_push_whole(
+    tmp_path: Path, slurm: Slurm
+) -> None:
+    """The test cluster has one (fake) GPU: `gpus: 2` is more than it has, and sbatch says so."""
+    root = tmp_path / "submit"
+    one = "  - name: one\n    lane: gpu\n    gpus: 1\n    run: echo $CUDA_VISIBLE_DEVICES\n"
+    p = write_plan(tmp_path / "gp.yaml", "gp", one + "  - name: two\n    lane: gpu\n    gpus: 2\n    run: 'true'\n")
+    hosts = slurm.hosts_file(root)
+    code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
+    assert code == 1, out
+    assert "gp/two failed: sbatch: error: Batch job submission failed: Requested node configuration is not " in out
+    assert "were cancelled" in out and "pushed: 0 submitted" in out, out
+    # nothing of the push pends or runs: `one` was cancelled, and Slurm keeps the job it refused as FAILED
+    states = {j["name"]: j["state"] for j in slurm.squeue() if j["name"].startswith("gp/")}
+    assert states == {"gp/one": "CANCELLED", "gp/two": "FAILED"}, states
+    assert json.loads((root / "slurm.json").read_text())["plans"] == {}  # none of the push's jobs in the ledger
+    p.write_text(f"plan: gp\njobs:\n{one}")
+    assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
+    try:
+        job_id = attempts(root, "gp", "one")[0]["id"]
+        script = subprocess.run(
+            ["scontrol", "write", "batch_script", str(job_id), "-"], capture_output=True, text=True, env=slurm.env
+        ).stdout
+        wait_for(lambda: ended(root, "gp", "one"), 60, 0.2)
+    finally:
+        cancel_root(slurm, root)
+    assert "#SBATCH --gres=gpu:1\n" in script, script
+    assert ended(root, "gp", "one") == "COMPLETED"
