@@ -206,7 +206,10 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
         f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.get('retries', 1)} on "
         f"{os.uname().nodename} (Slurm job {job_id})"
     )
+    body_at = _log_size(spec.get("log"))
+    oom_before = oom_kills()
     rc, timed_out = run_body(spec)
+    oom = not timed_out and oom_before is not None and (oom_kills() or 0) > oom_before
     # Asked whatever the exit: Slurm's signal may end the body before it reaches this process, and a body can
     # exit 0 on it (a `wait` for children Slurm killed returns 0): a cancelled job is never taken for done.
     if not _STOPPED and not timed_out and slurm_ended(job_id):
@@ -223,19 +226,24 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     if ok:
         kind, state = "done", "COMPLETED"
     elif timed_out:
-        _say(f"TIMEOUT: {spec['name']} ended after {spec.get('timeout_s'):g}s")
         kind, state = "timeout", "TIMEOUT"
-    else:
-        if rc == 0:
-            _say("exited 0 but DONE_IF is false")
-        kind, state = "failed", "FAILED"
-    result = replace(
-        result, rc=rc, kind=kind, state=state, tail=tuple(tail_lines(Path(spec["log"]), config.tail_lines))
-    )
+    else:  # the kernel's OOM killer in this job's memory cgroup: Slurm's state will be OUT_OF_MEMORY
+        kind, state = "failed", "OUT_OF_MEMORY" if oom else "FAILED"
+    # the body's own last lines, from its start on and before the wrapper says anything (the failure cluster's label)
+    tail = tuple(tail_lines(Path(spec["log"]), config.tail_lines, body_at))
+    result = replace(result, rc=rc, kind=kind, state=state, tail=tail, cause=None if ok else state)
+    if timed_out:
+        _say(f"=== TIMEOUT: {spec['name']} ended after {spec.get('timeout_s'):g}s; Slurm ends the job as TIMEOUT")
+    elif oom:
+        _say(f"=== OUT_OF_MEMORY: the kernel killed a process of {spec['name']} at the job's memory limit")
+    elif not ok and rc == 0:
+        _say("=== exited 0 but DONE_IF is false")
     if not ok and attempt < int(spec.get("retries", 1)):
         result = replace(result, next_attempt=attempt + 1)
-        return _finish(spec, result, attempt, config.backoff_s(attempt), rc or 1)
-    return _finish(spec, result, attempt, None, 0 if ok else (rc or 1))
+        code = _finish(spec, result, attempt, config.backoff_s(attempt), rc or 1)
+    else:
+        code = _finish(spec, result, attempt, None, 0 if ok else (rc or 1))
+    return end_as_timeout(float(result.start or 0), code) if timed_out else code
 
 
 def _finish(spec: dict[str, Any], result: AttemptResult, attempt: int, wait_s: float | None, code: int) -> int:
@@ -264,6 +272,66 @@ def _finish(spec: dict[str, Any], result: AttemptResult, attempt: int, wait_s: f
         if got.get("locked"):
             pushlock.release_lock()
     return code
+
+
+def _log_size(path: str | None) -> int:
+    try:
+        return os.stat(path).st_size if path else 0
+    except OSError:
+        return 0
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has ended in this process's memory cgroup (the job's, under
+    Slurm's task/cgroup): cgroup v1's memory.oom_control, or v2's memory.events. None where neither is there."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            where = ("/sys/fs/cgroup/memory" + path, "memory.oom_control")
+        elif controllers == "":
+            where = ("/sys/fs/cgroup" + path, "memory.events")
+        else:
+            continue
+        try:
+            with open(os.path.join(*where)) as handle:
+                for row in handle.read().splitlines():
+                    key, _, value = row.partition(" ")
+                    if key == "oom_kill" and value.strip().isdigit():
+                        return int(value)
+        except OSError:
+            continue
+    return None
+
+
+# Slurm looks at its running jobs' time limits every 30 s (slurmctld's PERIODIC_TIMEOUT, not configurable)
+TIME_CHECK_S = 30
+
+
+def end_as_timeout(started: float, code: int) -> int:
+    """After the wrapper's own timer ended the body (its result written, its next try submitted): lower this
+    job's time limit below its run time (a user may always lower their own job's), so that Slurm ends it as
+    TIMEOUT, which sacct and squeue then show. The allocation is held until Slurm's next look at time limits
+    (TIME_CHECK_S at most); CODE is returned if Slurm does not end it by then (the limit could not be set)."""
+    job = str(this_job())  # an array's element as ARRAY_N: the array's own id would update all its elements
+    if job == "0":
+        return code
+    minutes = int((time.time() - started) // 60)
+    try:
+        done = _run(["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"])
+    except (OSError, subprocess.TimeoutExpired):
+        return code
+    if done.returncode != 0:
+        _say(f"=== could not lower this job's time limit ({done.stderr.strip()}): Slurm will say it ended {code}")
+        return code
+    deadline = time.time() + TIME_CHECK_S + 15
+    while not _STOPPED and time.time() < deadline:
+        time.sleep(0.2)
+    return 128 + _STOPPED[0] if _STOPPED else code
 
 
 def this_job() -> int | str:

@@ -129,6 +129,8 @@ def with_result(last: Attempt, result: AttemptResult) -> Attempt:
     )
     if result.retry_due is not None:  # its wrapper could not submit the next try
         folded = replace(folded, retry_due=result.retry_due, next_attempt=result.next_attempt)
+    if result.cause and (result.next_id or result.retry_due is not None):  # why it is retried: OUT_OF_MEMORY...
+        folded = replace(folded, cause=result.cause)
     if result.state in FINAL:
         folded = replace(folded, state=result.state)
     return folded
@@ -157,7 +159,7 @@ def fold_results(root: str, ledger: Ledger) -> list[tuple[str, str, AttemptResul
                         hash=last.hash,
                         attempt=result.next_attempt or 1,
                         submitted=result.end,
-                        after=result.kind,
+                        after=result.why,
                         bundle=last.bundle,  # the same spec, a later attempt
                         entry=last.entry,
                     )

@@ -199,7 +199,7 @@ def from_results(root: str, ledger: Ledger) -> int:
         attempt = ledger_mod.with_result(Attempt(id=found.id), found)
         count += _add(ledger, plan, name, replace(attempt, state=found.state))
         if found.next_id:
-            nxt = Attempt(id=found.next_id, attempt=found.next_attempt or 1, after=found.kind)
+            nxt = Attempt(id=found.next_id, attempt=found.next_attempt or 1, after=found.why)
             count += _add(ledger, plan, name, nxt)
     return count
 

@@ -327,10 +327,16 @@ class AttemptResult:
     wait_s: float | None = None
     moved: tuple[str, ...] = ()
     retry_due: float | None = None  # the next try it could not submit, due then
+    cause: str | None = None  # why it did not count: FAILED, TIMEOUT, OUT_OF_MEMORY (the retry's cause)
+
+    @property
+    def why(self) -> str | None:
+        """How the attempt before a next try ended, in that try's `after` (failed, timeout, out_of_memory, gated)."""
+        return (self.cause or self.kind or "").lower() or None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "attempt": self.attempt}
-        for name in ("start", "end", "kind", "state", "rc", "tail", "next_attempt", "next_id", "wait_s", "moved"):
+        for name in _RESULT_WRITTEN:
             value = getattr(self, name)
             if value is not None and value != ():
                 out[name] = list(value) if isinstance(value, tuple) else value
@@ -339,6 +345,7 @@ class AttemptResult:
         return out
 
 
+_RESULT_WRITTEN = ("start", "end", "kind", "state", "rc", "tail", "next_attempt", "next_id", "wait_s", "moved", "cause")
 _RESULT_READ: dict[str, Callable[[Any, str], Any]] = {
     "start": _opt(_float),
     "end": _opt(_float),
@@ -351,6 +358,7 @@ _RESULT_READ: dict[str, Callable[[Any, str], Any]] = {
     "wait_s": _opt(_float),
     "moved": _strings,
     "retry_due": _opt(_float),
+    "cause": _opt(_str),
 }
 
 

@@ -60,7 +60,7 @@ def _due(root: str, plan: str, name: str, record: JobRecord, live: Live, now: fl
         return Due(
             attempt=last.next_attempt or last.attempt + 1,
             wait_s=max(1.0, last.retry_due - now),
-            cause=(last.kind or "failed").upper(),
+            cause=(last.cause or last.kind or "failed").upper(),
         )
     if state not in SLURM_ENDED or last.result:
         return None

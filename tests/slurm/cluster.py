@@ -179,10 +179,14 @@ def start_slurm(
     job_comment: bool = False,
     message_timeout: int = 10,
     settings: dict[str, int] | None = None,
+    memory: bool = False,
 ) -> Slurm:
     """A cluster in D; MIN_JOB_AGE low makes slurmctld forget finished jobs soon (within about 10 s at 2).
     ACCOUNTING adds slurmdbd over a private mariadb (sacct answers); JOB_COMMENT stores job comments there.
     MESSAGE_TIMEOUT is how long a client (squeue, sbatch) waits for a controller that does not answer.
+    MEMORY: memory is a consumable (CR_Core_Memory) and each job's limit is its cgroup's (task/cgroup,
+    ConstrainRAMSpace): a job over it ends OUT_OF_MEMORY (skipped where no cgroup v1 memory controller is
+    writable).
     SETTINGS: more slurm.conf lines (MaxArraySize, MaxJobCount, JobRequeue...), and the user's MaxSubmitJobs
     (which needs ACCOUNTING: it is set with sacctmgr, enforced by AccountingStorageEnforce=limits).
     Starting one takes a fraction of a second (a few seconds with accounting), so tests may start their own."""
@@ -236,6 +240,15 @@ def start_slurm(
         if max_submit is not None:
             storage += "\nAccountingStorageEnforce=associations,limits"
     conf_limits = "".join(f"{key}={value}\n" for key, value in settings.items())
+    task, select = "task/none", "CR_Core"
+    if memory and not memory_cgroup_usable():
+        pytest.skip("no writable cgroup v1 memory controller at /sys/fs/cgroup/memory for Slurm's task/cgroup")
+    if memory:
+        task, select = "task/cgroup", "CR_Core_Memory"
+        (d / "cgroup.conf").write_text(
+            "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nConstrainRAMSpace=yes\nConstrainSwapSpace=yes\n"
+            "AllowedSwapSpace=0\nIgnoreSystemd=yes\n"
+        )
     conf.write_text(f"""ClusterName=plantest
 SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
@@ -252,9 +265,9 @@ SlurmdPidFile={d}/slurmd.pid
 SlurmctldLogFile={d}/slurmctld.log
 SlurmdLogFile={d}/slurmd.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin={task}
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters={select}
 # Latency over throughput: pending jobs are looked at every second, not after up to a minute (the tests wait
 # on every start).
 SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1,sched_min_interval=0
@@ -304,6 +317,18 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         time.sleep(0.2)
     stop_slurm(cluster)
     pytest.fail(f"the Slurm node did not become idle: {out!r}")
+
+
+def memory_cgroup_usable() -> bool:
+    """Whether Slurm's task/cgroup (cgroup/v1) can make a job's memory cgroup here: the memory controller is
+    mounted at /sys/fs/cgroup/memory and a cgroup can be made in it."""
+    probe = Path("/sys/fs/cgroup/memory") / f"plantest-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def _cache_login_env(state: Path) -> None:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from plancompiler.cli import app
 from tests.conftest import REPO, plan_cli, wait_for
 from tests.slurm.cluster import Slurm
+from tests.slurm.jobs import ended
 
 cli = CliRunner()
 
@@ -130,10 +131,11 @@ def test_timeout_is_enforced(tmp_path: Path, slurm: Slurm) -> None:
     hosts = slurm.hosts_file(tmp_path / "submit")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
     try:
-        wait_for(lambda: jobs_of(slurm, "to").get("slow", {}).get("state") == "FAILED", 60, 0.2)
+        # the wrapper's own timer ended it; Slurm then ends the job as TIMEOUT (tests/slurm/test_slurm_ended.py)
+        wait_for(lambda: ended(tmp_path / "submit", "to", "slow") == "TIMEOUT", 60, 0.2)
     finally:
         cancel_plan(slurm, "to")
-    assert "TIMEOUT: slow ended after 1s" in (tmp_path / "submit/logs/to/slow.job.log").read_text()
+    assert "=== TIMEOUT: slow ended after 1s" in (tmp_path / "submit/logs/to/slow.job.log").read_text()
     status = cli.invoke(app, ["status", "cluster", "--hosts", str(hosts), "--json"]).stdout
     assert any(e["event"] == "timeout" and e["job"] == "to/slow.job" for e in json.loads(status)["events"])
 
