@@ -303,6 +303,7 @@ def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
         if kind == Event.RETRY:
             retried[job] = "next_attempt" in event
         stats = jobs[job]
+        stats.add_waited(event)
         if kind == Event.START:
             if stats.outcome == "retrying" and retried.get(job):
                 stats.retries += 1

@@ -50,6 +50,15 @@ class JobStats:
     gpu_watched_s: float = 0.0
     cpu_s: float | None = None  # CPU seconds of its attempts' process trees, summed (None: no end said it)
     peak_rss_mb: float | None = None  # the largest peak memory of its attempts
+    waited: dict[str, float] = field(default_factory=dict)  # on Slurm: its attempts' waits by Slurm's reason
+
+    def add_waited(self, event: dict[str, Any]) -> None:
+        """Add an attempt's wait by Slurm's reason, as its start (or end, if it never ran) says it."""
+        found = event.get("waited")
+        for reason, seconds in found.items() if isinstance(found, dict) else ():
+            value = _number(seconds)
+            if isinstance(reason, str) and value is not None and value >= 0:
+                self.waited[reason] = round(self.waited.get(reason, 0.0) + value, 3)
 
     def account(self, event: dict[str, Any]) -> None:
         """Add what an attempt used, as its end event says (runner.service.accounting)."""
@@ -79,6 +88,8 @@ def _job_json(stats: JobStats) -> dict[str, Any]:
     found = asdict(stats)
     if not stats.gpu_watched_s:
         del found["gpu_active_s"], found["gpu_watched_s"]
+    if not stats.waited:
+        del found["waited"]
     return {k: v for k, v in found.items() if v is not None or k not in ("cpu_s", "peak_rss_mb")}
 
 
@@ -119,6 +130,12 @@ class Report:
                 row["gpu_active_s"] = sum(stats.gpu_active_s for stats in mine)
                 row["gpu_watched_s"] = sum(stats.gpu_watched_s for stats in mine)
             row.update(self._usage(lane))
+            waited: dict[str, float] = {}
+            for stats in self.jobs.values():
+                for reason, seconds in stats.waited.items() if stats.lane == lane else ():
+                    waited[reason] = round(waited.get(reason, 0.0) + seconds, 3)
+            if waited:  # on Slurm: how long its jobs waited, by Slurm's reason (each job's own wait, summed)
+                row["waited"] = waited
             result[lane] = row
         return result
 
@@ -180,6 +197,10 @@ class Report:
                     f"         GPU really busy {format_duration(row['gpu_active_s']):>7} of "
                     f"{format_duration(row['gpu_watched_s'])} its jobs ran on it ({share}%)"
                 )
+            if row.get("waited"):
+                longest = sorted(row["waited"].items(), key=lambda kv: -kv[1])
+                said = ", ".join(f"{reason} {format_duration(seconds)}" for reason, seconds in longest)
+                out.append(f"         its jobs waited (Slurm's reasons, summed): {said}")
             for cause, seconds in sorted(row["causes"].items(), key=lambda kv: -kv[1]):
                 tag = " (inferred)" if self.inferred else ""
                 out.append(f"         idle with work waiting {format_duration(seconds):>7}: {cause}{tag}")

@@ -4,10 +4,13 @@ noticed them; and `plan report`'s history made of them (runner.slurm.view shows 
 
 from __future__ import annotations
 
+import os
+import re
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, Tuple
 
-from runner.logs import tail_lines
 from runner.queue import timestamp
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
@@ -15,6 +18,7 @@ from runner.slurm.query import ControllerDown, Live, env_for, live_of, sacct, sq
 from runner.slurm.rebuild import open_ledger
 from runner.slurm.records import Attempt, JobRecord, Ledger
 from runner.slurm.retry import SLURM_ENDED
+from runner.slurm.timeline import intervals_of, lane_events
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Event
 
@@ -99,10 +103,25 @@ def _end_details(
         if attempt.cause:  # OUT_OF_MEMORY, TIMEOUT, NODE_FAIL...: Slurm ended it, or its wrapper's kind
             details["cause"] = attempt.cause
     if kind in (Event.FAILED, Event.TIMEOUT, Event.RETRY):
-        details["tail"] = list(attempt.tail) or tail_lines(job_paths(root, plan, name, "")["log"], 5)
+        details["tail"] = list(attempt.tail) or own_tail(job_paths(root, plan, name, "")["log"], attempt.id)
     if info.reason and kind in (Event.CANCELLED, Event.BLOCKED):
         details["reason"] = info.reason
     return details
+
+
+def own_tail(path: Path, slurm_id: Any, n: int = 5) -> list[str]:
+    """The job's own last lines for attempt SLURM_ID where its wrapper left none (Slurm ended it, the wrapper with
+    it): its log after that attempt's header, without the wrapper's lines (`=== `) or Slurm's (`slurmstepd`)."""
+    header = f"(Slurm job {slurm_id})"
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - 65536))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    at = text.rfind(header)
+    lines = [ln.strip() for ln in re.split(r"[\r\n]+", text[text.find("\n", at) + 1 :] if at >= 0 else text)]
+    return [ln for ln in lines if ln and not ln.startswith(("=== ", "slurmstepd"))][-n:]
 
 
 def _base(record: JobRecord, attempt: Attempt) -> dict[str, Any]:
@@ -173,11 +192,33 @@ def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
         on, why, _ = sacct(env, [], request.get("since"))
         why = "" if on else why
     plan = request.get("plan")
-    events = [
-        {"ts": _iso(ts), "job": key, "event": kind.value, **details, "t": round(ts, 3)}
-        for ts, key, kind, details, _ in attempt_events(root, ledger, live, plan)
-    ]
-    return {"accounting": not why, "why": why, "events": events, "plans": sorted(ledger.plans)}
+    found = attempt_events(root, ledger, live, plan)
+    intervals, waits = intervals_of(ledger, plan, lambda r, a: _clocks(r, a, live), time.time())
+    started = {mark for _, _, _, _, mark in found if mark.endswith(":start")}
+    events = []
+    for ts, key, kind, details, mark in found:
+        ident = mark.rpartition(":")[0]
+        if ident in waits and (mark.endswith(":start") or f"{ident}:start" not in started):
+            details = {**details, "waited": waits[ident]}  # its wait by Slurm's reason, on its start (or end)
+        events.append((ts, {"ts": _iso(ts), "job": key, "event": kind.value, **details, "t": round(ts, 3)}))
+    lanes = [r.lane for p, e in ledger.plans.items() if plan is None or p == plan for r in e.jobs.values()]
+    for ts, fields in lane_events(intervals, lanes):  # each lane's busy, waiting (Slurm's reason) and idle
+        events.append((ts, {"ts": _iso(ts), "event": Event.LANE.value, **fields, "t": round(ts, 3)}))
+    events.sort(key=lambda e: e[0])
+    shown = [e for _, e in events]
+    return {"accounting": not why, "why": why, "events": shown, "plans": sorted(ledger.plans)}
+
+
+def _clocks(record: JobRecord, attempt: Attempt, live: Live) -> tuple[float | None, float | None, bool]:
+    """An attempt's start, its end, and whether it started. The start is its wrapper's, or the end of the second
+    Slurm says it started in where that is earlier (the allocation was the job's from then: its wrapper may take a
+    while to start), but never before a contact last saw it pending."""
+    info = _seen_info(record, attempt, live)
+    seen = live_of(record, attempt.id, live)
+    start = info.start
+    if seen is not None and seen.start is not None and start is not None and seen.state not in ACTIVE:
+        start = max(min(start, seen.start + 1), max((t for _, t in attempt.waits), default=0.0))
+    return start, info.end, _started(attempt, info)
 
 
 def _iso(ts: float) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -176,10 +177,13 @@ def record_state(record: JobRecord, seen: Seen) -> JobRecord:
     last = record.current
     if last is None or last.id != seen.id:
         return record
-    clocks = {
-        key: getattr(seen, key) for key in ("start", "end", "eligible") if getattr(seen, key) and not getattr(last, key)
-    }
+    # a running or pending job's EndTime is Slurm's projection (its start plus its time limit): not an end
+    keys = ("start", "end", "eligible") if seen.state in FINAL else ("start", "eligible")
+    clocks = {key: getattr(seen, key) for key in keys if getattr(seen, key) and not getattr(last, key)}
     now = replace(last, **clocks) if clocks else last
+    said = seen.reason.split(",")[0].strip()
+    if seen.state in ACTIVE and said and (not last.waits or last.waits[-1][0] != said):  # for the report
+        now = replace(now, waits=(*last.waits, (said, time.time())))
     if seen.state in FINAL and last.state not in FINAL:
         now = replace(now, state=seen.state, reason=seen.reason)
     return record if now is last else record.with_current(now)

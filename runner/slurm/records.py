@@ -124,6 +124,7 @@ class Attempt:
     bundle: str | None = None  # where its spec is: the push's bundle and its entry there
     entry: int | None = None
     slurm_name: str | None = None  # an array element's: the array's Slurm job name
+    waits: tuple[tuple[str, float], ...] = ()  # each reason squeue gave while it pended, and when first seen
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -136,7 +137,7 @@ class Attempt:
         for name, default in _ATTEMPT_OPTIONAL:
             value = getattr(self, name)
             if value != default:
-                out[name] = list(value) if isinstance(value, tuple) else value
+                out[name] = _plain(value)
         return out
 
 
@@ -160,6 +161,7 @@ _ATTEMPT_OPTIONAL: tuple[tuple[str, Any], ...] = (
     ("bundle", None),
     ("entry", None),
     ("slurm_name", None),
+    ("waits", ()),
 )
 _ATTEMPT_READ: dict[str, Callable[[Any, str], Any]] = {
     "id": _opt(_slurm_id),
@@ -185,7 +187,26 @@ _ATTEMPT_READ: dict[str, Callable[[Any, str], Any]] = {
     "bundle": _opt(_str),
     "entry": _opt(_int),
     "slurm_name": _opt(_str),
+    "waits": lambda v, w: _waits(v, w),
 }
+
+
+def _waits(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _Bad(where, f"a list was expected, not {_kind(value)}")
+    found = []
+    for i, item in enumerate(value):
+        if not isinstance(item, list) or len(item) != 2:
+            raise _Bad(f"{where}[{i}]", "a [reason, time] pair was expected")
+        found.append((_str(item[0], f"{where}[{i}][0]"), _float(item[1], f"{where}[{i}][1]")))
+    return tuple(found)
+
+
+def _plain(value: Any) -> Any:
+    """A tuple (of tuples) as JSON lists."""
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
 
 
 def _attempt(value: Any, where: str) -> Attempt:
