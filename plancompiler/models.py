@@ -118,7 +118,11 @@ class Job(Strict):
     )
     timeout: str | None = Field(None, description="wall-clock limit: 90, 90s, 10m, 6h")
     gpus: int | None = Field(
-        None, ge=1, le=64, description="GPUs the job takes where its host's gpu lane gives each job its own (--gpus)"
+        None,
+        ge=1,
+        le=64,
+        description="GPUs the job takes where its host's gpu lane gives each job its own (--gpus); on a Slurm "
+        "host its GRES count (--gres=gpu:N)",
     )
     warn_after: str | None = Field(None, description="running longer raises long-running")
     expect_wait: str | dict[str, str] | None = Field(
