@@ -16,14 +16,40 @@ _TEST_RE = re.compile(_TEST)
 _CHAIN_RE = re.compile(rf"^\s*{_TEST}(?:\s*&&\s*{_TEST})*\s*$")
 
 
-@dataclass(frozen=True)
 class Condition:
     """A compiled condition: `tests` set when it can be decided by stat() alone; `checks` (when compiled for a
-    root) the same tests as (the `stat_flags` bit each asks for, the path resolved against the root)."""
+    root) the same tests as (the `stat_flags` bit each asks for, the path resolved against the root). Immutable,
+    in slots (each queued job's DONE_IF is one, often its own)."""
 
+    __slots__ = ("text", "tests", "checks")
     text: str
     tests: tuple[tuple[str, str], ...] | None
-    checks: tuple[tuple[int, str], ...] | None = None
+    checks: tuple[tuple[int, str], ...] | None
+
+    def __init__(
+        self,
+        text: str,
+        tests: tuple[tuple[str, str], ...] | None,
+        checks: tuple[tuple[int, str], ...] | None = None,
+    ) -> None:
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "tests", tests)
+        object.__setattr__(self, "checks", checks)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Condition is immutable: cannot set {name}")
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.text, self.tests, self.checks)
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if isinstance(other, Condition) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Condition({self.text!r}, {self.tests!r}, {self.checks!r})"
 
     @property
     def fast(self) -> bool:

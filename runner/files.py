@@ -15,7 +15,7 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -35,7 +35,7 @@ def not_replaceable(path: str | Path) -> str | None:
     return None if stat.S_ISREG(mode) else f"{path}: not a regular file (it is rewritten whole, replacing it)"
 
 
-def atomic_write(path: Path, data: bytes | Sequence[bytes], durable: bool = True, mode: int | None = None) -> None:
+def atomic_write(path: Path, data: bytes | Iterable[bytes], durable: bool = True, mode: int | None = None) -> None:
     """Write DATA (or its parts, one after the other) to PATH so a reader sees the old file or the new one, never
     a part. DURABLE: synced to disk, file and directory, before this returns; a cache, which a crash may lose
     (costing time, not correctness), is written without the two syncs. MODE: the file's mode (else 0600)."""
@@ -185,7 +185,7 @@ def read_regular(path: str, limit: int | None = None) -> bytes | None:
 JSON_MAX_BYTES = 256 << 20  # a state file larger than this is not one the runner wrote: corrupt, not read
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """PATH's JSON, None when it does not exist; ValueError when it is not JSON, not a regular file, larger
     than JSON_MAX_BYTES or nested too deep for the parser (a planted file must not crash every start)."""
     try:
@@ -196,13 +196,13 @@ def read_json(path: Path) -> Any:
         if not os.path.lexists(path):
             return None
         raise ValueError("not a regular file")
-    return loads(data)
+    return loads(data, object_hook)
 
 
-def loads(data: str | bytes) -> Any:
+def loads(data: str | bytes, object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """json.loads, with JSON nested deeper than the parser goes a ValueError like any other bad JSON."""
     try:
-        return json.loads(data)
+        return json.loads(data, object_hook=object_hook)
     except RecursionError:
         raise ValueError("nested too deep") from None
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.files import ROOT_DIRS, fsync_dir, make_dir, make_dirs, open_file, read_json, write_json
-from runner.state import Problem, check_manifest, check_state
+from runner.state import Problem, check_manifest, check_state, manifest_object
 from runner.vocab import EVENT_NAMES
 
 STATES = ("queue", "running", "done", "failed")
@@ -286,9 +286,10 @@ class Queue:
     def save_state(self, state: dict[str, Any]) -> None:
         write_json(self.state_path, state)
 
-    def read_manifest(self) -> tuple[dict[str, Any] | None, list[Problem]]:
+    def read_manifest(self, compact: bool = False) -> tuple[dict[str, Any] | None, list[Problem]]:
+        """manifest.json, checked; COMPACT: as the runner keeps it (runner.state.manifest_object)."""
         try:
-            raw = read_json(self.manifest_path)
+            raw = read_json(self.manifest_path, manifest_object if compact else None)
         except OSError as exc:
             return None, [("(whole file)", f"unreadable ({exc.strerror}): ignored")]
         except ValueError as exc:

@@ -19,12 +19,22 @@ def file_key(st: os.stat_result) -> int:
     return (st.st_mtime_ns & _U64) | st.st_size << 64 | st.st_ino << 128  # a pre-1970 mtime kept apart too
 
 
-@dataclass
 class Parsed:
-    key: int  # file_key of the file parsed
-    job: jobfile.JobFile | jobfile.Invalid
-    requires: Condition | None = None
-    done_if: Condition | None = None
+    """A queue file as the scan took it (one per queued job, so in slots: 10 000 of them add up)."""
+
+    __slots__ = ("key", "job", "requires", "done_if")
+
+    def __init__(
+        self,
+        key: int,
+        job: jobfile.JobFile | jobfile.Invalid,
+        requires: Condition | None = None,
+        done_if: Condition | None = None,
+    ) -> None:
+        self.key = key  # file_key of the file parsed
+        self.job = job
+        self.requires = requires
+        self.done_if = done_if
 
 
 @dataclass
@@ -50,10 +60,25 @@ class Running:
     announced: Throttle = field(default_factory=Throttle)  # long-running, stalled: this run's repeats
 
 
-@dataclass
 class Reason:
-    reason: str
-    since: float
-    detail: str = ""
-    blocker: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    """Why a queued job waits, since when (one per waiting job, so in slots)."""
+
+    __slots__ = ("reason", "since", "detail", "blocker", "extra")
+
+    def __init__(
+        self, reason: str, since: float, detail: str = "", blocker: str = "", extra: dict[str, Any] | None = None
+    ) -> None:
+        self.reason = reason
+        self.since = since
+        self.detail = detail
+        self.blocker = blocker
+        self.extra: dict[str, Any] = {} if extra is None else extra
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reason):
+            return NotImplemented
+        mine = (self.reason, self.since, self.detail, self.blocker, self.extra)
+        return mine == (other.reason, other.since, other.detail, other.blocker, other.extra)
+
+    def __repr__(self) -> str:
+        return f"Reason({self.reason!r}, {self.since!r}, {self.detail!r}, {self.blocker!r}, {self.extra!r})"

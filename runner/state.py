@@ -7,6 +7,8 @@ runner turns into one `state-corrupt` event: well-formed JSON of the wrong shape
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator, Mapping
 from typing import Any, Tuple
 
 Problem = Tuple[str, str]  # (field, what was wrong and what was used instead)
@@ -67,6 +69,61 @@ def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+# The fields of a manifest job entry the runner keeps in slots; any other is kept as it is but these, which the
+# runner reads from the job file's header instead.
+_FIELDS = ("requires", "after", "family", "sha", "rerun")
+_DROPPED = ("outputs", "lane")
+_MISSING = object()
+
+
+def compact_names(value: Any) -> Any:
+    """A list of names as a tuple of interned strings (10 000 jobs share their lanes, families and paths)."""
+    if isinstance(value, list):
+        return tuple(sys.intern(v) if isinstance(v, str) else v for v in value)
+    return sys.intern(value) if isinstance(value, str) and len(value) < 200 else value
+
+
+class JobEntry(Mapping):
+    """One job's entry in manifest.json as the runner keeps it: read like the dict it was (`entry.get("after")`),
+    held in slots, its lists as tuples (a dict and its lists per queued job were most of a runner's memory)."""
+
+    __slots__ = (*_FIELDS, "rest")
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        for key in _FIELDS:
+            setattr(self, key, compact_names(raw[key]) if key in raw else _MISSING)
+        rest = {k: v for k, v in raw.items() if k not in _FIELDS and k not in _DROPPED}
+        self.rest = rest or None
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key, _MISSING) if key in _FIELDS else (self.rest or {}).get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (key for key in _FIELDS if getattr(self, key) is not _MISSING)
+        yield from self.rest or ()
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def manifest_object(value: dict[str, Any]) -> Any:
+    """json's object_hook for manifest.json as the runner reads it: a job's entry becomes a JobEntry as it is
+    parsed (where its fields have their types: else check_manifest reports it), and a plan's own copy of its
+    jobs is dropped at once, so 10 000 jobs' entries never stand as dicts all at once."""
+    if "sha" in value and ("after" in value or "requires" in value):
+        lists = all(
+            isinstance(value.get(key, []), list) and all(isinstance(v, str) for v in value.get(key, []))
+            for key in ("requires", "after", "outputs")
+        )
+        return JobEntry(value) if lists and isinstance(value["sha"], str) else value
+    if "jobs" in value and "pushed_at" in value:  # plans.<plan>: push reads its jobs from the file, never the runner
+        return {k: v for k, v in value.items() if k != "jobs"}
+    return value
+
+
 def check_manifest(raw: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
     """manifest.json's job graph: `jobs` {file: {requires, outputs, sha}}, `producers` {path: [file]},
     `external` [path]. Whatever has the wrong type is left out."""
@@ -82,6 +139,9 @@ def check_manifest(raw: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
         problems.append(("jobs", f"expected an object, got {_kind(value)}: used {{}}"))
         value = {}
     for name, entry in value.items():
+        if isinstance(entry, JobEntry):  # checked as it was parsed (manifest_object)
+            jobs[name] = entry
+            continue
         if not isinstance(entry, dict):
             problems.append((f"jobs.{name}", f"expected an object, got {_kind(entry)}: dropped"))
             continue

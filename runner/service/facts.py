@@ -15,6 +15,7 @@ from runner.service.gpu import GpuRules, GpuWatch, Observation, Roots
 from runner.service.manifest import Manifest
 from runner.service.proctable import Processes
 from runner.service.schedule import JobFacts, Snapshot
+from runner.stamps import stamp_name
 from runner.stamps.judge import Verdicts
 
 Blocked = Tuple[str, str, str]  # (path, producer, why) of a REQUIRES path that can never appear
@@ -183,8 +184,9 @@ class Facts:
         runs; a stale job runs again, or first waits for a producer that runs again (then: (why, blocker))."""
         job: jobfile.JobFile = parsed.job  # type: ignore[assignment]
         verdict = self.verdicts.judge(filename, parsed.key, job, manifest, now, done)
-        if verdict.problems or verdict.file in self.manifest.problems.said:
-            self.manifest.problems.report(now, verdict.file, verdict.problems)
+        said = self.manifest.problems.said
+        if verdict.problems or (said and stamp_name(filename) in said):
+            self.manifest.problems.report(now, stamp_name(filename), verdict.problems)
         stale = (verdict.why, verdict.blocker) if verdict.stale and verdict.wait else None
         return done and not verdict.stale, stale
 

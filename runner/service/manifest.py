@@ -4,56 +4,25 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from runner.queue import Queue
 from runner.service.problems import FileProblems
-
-# The fields of a job's entry the runner keeps in slots; any other is kept as it is.
-_FIELDS = ("requires", "after", "outputs", "family", "sha", "rerun", "lane")
-_MISSING = object()
-
-
-def _compact(value: Any) -> Any:
-    """A list of names as a tuple of interned strings (10 000 jobs share their lanes, families and paths)."""
-    if isinstance(value, list):
-        return tuple(sys.intern(v) if isinstance(v, str) else v for v in value)
-    return sys.intern(value) if isinstance(value, str) and len(value) < 200 else value
-
-
-class JobEntry(Mapping):
-    """One job's entry in manifest.json as the runner keeps it: read like the dict it was (`entry.get("after")`),
-    held in slots, its lists as tuples (a dict and its lists per queued job were most of a runner's memory)."""
-
-    __slots__ = (*_FIELDS, "rest")
-
-    def __init__(self, raw: Mapping[str, Any]) -> None:
-        for key in _FIELDS:
-            setattr(self, key, _compact(raw[key]) if key in raw else _MISSING)
-        rest = {k: v for k, v in raw.items() if k not in _FIELDS}
-        self.rest = rest or None
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self, key, _MISSING) if key in _FIELDS else (self.rest or {}).get(key, _MISSING)
-        if value is _MISSING:
-            raise KeyError(key)
-        return value
-
-    def __iter__(self) -> Iterator[str]:
-        yield from (key for key in _FIELDS if getattr(self, key) is not _MISSING)
-        yield from self.rest or ()
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
+from runner.state import JobEntry, compact_names
 
 
 def compact(manifest: dict[str, Any]) -> dict[str, Any]:
     """MANIFEST (checked) as the runner keeps it: each job's entry in slots, the producers' lists as tuples, and
     without `plans` (each plan's own copy of its jobs' entries, which the runner never reads: push does)."""
     kept = {key: value for key, value in manifest.items() if key != "plans"}
-    kept["jobs"] = {sys.intern(name): JobEntry(entry) for name, entry in manifest.get("jobs", {}).items()}
-    kept["producers"] = {sys.intern(path): _compact(names) for path, names in manifest.get("producers", {}).items()}
+    kept["jobs"] = {
+        sys.intern(name): entry if isinstance(entry, JobEntry) else JobEntry(entry)
+        for name, entry in manifest.get("jobs", {}).items()
+    }
+    kept["producers"] = {
+        sys.intern(path): compact_names(names) for path, names in manifest.get("producers", {}).items()
+    }
     return kept
 
 
@@ -84,7 +53,7 @@ class Manifest:
             return None
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         if self._cache is None or self._cache[0] != key:
-            manifest, problems = self.queue.read_manifest()
+            manifest, problems = self.queue.read_manifest(compact=True)
             self._cache = (key, compact(manifest) if manifest is not None else None)
             self.problems.report(self.now, "manifest.json", problems)
         return self._cache[1]

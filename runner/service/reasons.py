@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from runner import procs
@@ -61,6 +62,8 @@ class Reasons:
             self.generation += 1
 
     def set(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
+        if len(detail) < 256:  # the same words for many jobs ("X is running in cpu"): one string kept for all
+            detail = sys.intern(detail)
         current = self.table.get(filename)
         if current and current.reason == reason and current.blocker == blocker:
             if current.detail != detail or current.extra != extra:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -85,6 +86,7 @@ class Scanner:
             to_read = self.pending | self.recheck
             for name in changed or ():
                 if _is_job(name):
+                    name = sys.intern(name)
                     to_read.add(name)
                     self.listing.add(name)
         self.recheck = set()
@@ -123,7 +125,8 @@ class Scanner:
 
     def _names(self) -> set[str]:
         try:
-            return {e.name for e in os.scandir(self.queue.dir("queue")) if _is_job(e.name)}
+            # interned: the manifest's names are, and the runner's tables then share one string per job
+            return {sys.intern(e.name) for e in os.scandir(self.queue.dir("queue")) if _is_job(e.name)}
         except FileNotFoundError:
             return set()
 
@@ -199,6 +202,8 @@ class Scanner:
                 body="",
                 requires=parsed.requires.text if parsed.requires else None,
                 done_if=parsed.done_if.text if parsed.done_if else None,
+                lane=sys.intern(job.lane),  # a few lanes and plans for 10 000 jobs: one string each
+                plan=sys.intern(job.plan) if job.plan else job.plan,
             )
         self.parsed[filename] = parsed
         return parsed

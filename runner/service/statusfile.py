@@ -2,8 +2,8 @@
 heartbeat.json every tick.
 
 status.json lists every waiting job (`queued`); it is written by the sweep (every --tick), never after a job's
-end: at 10 000 queued jobs re-encoding every job's entry was most of a tick. Each entry is kept encoded, keyed
-by what it shows, and the list is joined again only when a reason or the queue changed. heartbeat.json, small
+end: at 10 000 queued jobs re-encoding every job's entry was most of a tick. The list is encoded as it is
+written, and only when a reason or the queue changed since the last write. heartbeat.json, small
 and written every tick, carries what changes between sweeps: the heartbeat (what `plan watch` judges a runner
 alive by), the lanes, the running jobs, the counts (by state, and of waiting jobs by reason), and the entries of
 the jobs whose reason changed since status.json listed them (`queued_set`, `queued_gone`): a job's end judges a
@@ -12,10 +12,11 @@ few jobs, and only those are written again. `queue.fresh_status` lays it over st
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,11 +74,8 @@ class Snapshot:
 class StatusFile:
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
-        self._entries: dict[str, tuple[tuple[Any, ...], bytes]] = {}  # queued job -> (what it shows, encoded)
-        self._queued_key: tuple[Any, ...] | None = None
-        self._queued_version = 0  # changes whenever the list of entries does
+        self._written_queued: tuple[Any, ...] | None = None  # what the list written last was made from
         self._content: str | None = None  # status.json as last written, less its clock
-        self._written_queued = -1
         self._written_key: tuple[int, int, int] | None = None
         self._written_at = 0.0
         self._counts: dict[str, tuple[int, int, int]] = {}  # state -> (directory mtime, files, our moves then)
@@ -141,9 +139,9 @@ class StatusFile:
         force: bool,
     ) -> None:
         """status.json with every waiting job, where something in it changed (or FORCE, or REFRESH_S passed)."""
-        queued_version = self._queued_json(runner, queued)
+        queued_key = (runner.scan_generation, runner.reasons.generation, len(queued))
         content = _encode(status)
-        same = content == self._content and queued_version == self._written_queued
+        same = content == self._content and queued_key == self._written_queued
         same = same and _key(self.queue.status_path) == self._written_key  # nobody replaced or removed it
         if not force and same and now - self._written_at < REFRESH_S:
             runner.reasons.changed.clear()  # what it lists is what they are
@@ -153,12 +151,11 @@ class StatusFile:
         for entry, run in zip(running, runner.running):
             entry["elapsed_s"] = round(now - run.started, 1)
         text = _encode(status)
-        # In parts, the entries as they are kept: 10 000 of them joined into one string, then into bytes, were
-        # three copies of the list at once (a runner's peak memory).
-        entries = [encoded for _, encoded in self._entries.values()]
-        parts = [text[:-1].encode(), b',"queued":[', *_joined(entries), b"]}\n"]
+        # The entries encoded as they are written, a few hundred at a time: neither the list nor its encoding is
+        # kept, or whole at once (10 000 entries were 3 MB kept between writes, the runner's largest table).
+        parts = itertools.chain((text[:-1].encode(), b',"queued":['), _entries(runner, queued), (b"]}\n",))
         atomic_write(self.queue.status_path, parts)
-        self._content, self._written_queued, self._written_at = content, queued_version, now
+        self._content, self._written_queued, self._written_at = content, queued_key, now
         self._written_key = _key(self.queue.status_path)
         self.writes += 1
         runner.reasons.changed.clear()
@@ -258,25 +255,6 @@ class StatusFile:
         self._counts[state] = (mtime, count, moves)
         return count
 
-    def _queued_json(self, runner: Snapshot, queued: list[tuple[str, Parsed]]) -> int:
-        """Each queued job's entry encoded again where what it shows changed; the version of the list."""
-        key = (runner.scan_generation, runner.reasons.generation, len(queued))
-        if key == self._queued_key:
-            return self._queued_version
-        entries = {}
-        for filename, lane in _waiting(runner.reasons, queued):
-            reason = runner.reasons.get(filename)
-            assert reason is not None
-            shown = (lane, reason.reason, reason.detail, reason.blocker, reason.since)
-            cached = self._entries.get(filename)
-            if cached is None or cached[0] != shown:
-                cached = (shown, _encode(_entry(filename, lane, reason)).encode())
-            entries[filename] = cached
-        self._entries = entries
-        self._queued_key = key
-        self._queued_version += 1
-        return self._queued_version
-
 
 def _entry(filename: str, lane: str | None, reason: Reason) -> dict[str, Any]:
     """A waiting job as status.json lists it."""
@@ -290,11 +268,19 @@ def _entry(filename: str, lane: str | None, reason: Reason) -> dict[str, Any]:
     }
 
 
-def _joined(entries: list[bytes]) -> list[bytes]:
-    """ENTRIES with a comma between each two, as parts to write one after the other."""
-    parts = [b","] * (2 * len(entries) - 1) if entries else []
-    parts[::2] = entries
-    return parts
+def _entries(runner: Snapshot, queued: list[tuple[str, Parsed]], chunk: int = 500) -> Iterator[bytes]:
+    """Each waiting job's entry, encoded, comma-separated, CHUNK at a time."""
+    batch: list[str] = []
+    first = True
+    for filename, lane in _waiting(runner.reasons, queued):
+        reason = runner.reasons.get(filename)
+        assert reason is not None
+        batch.append(_encode(_entry(filename, lane, reason)))
+        if len(batch) >= chunk:
+            yield (("" if first else ",") + ",".join(batch)).encode()
+            batch, first = [], False
+    if batch:
+        yield (("" if first else ",") + ",".join(batch)).encode()
 
 
 def _key(path: Path) -> tuple[int, int, int] | None:
@@ -305,12 +291,12 @@ def _key(path: Path) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def _waiting(reasons: Reasons, queued: list[tuple[str, Parsed]]) -> list[tuple[str, str | None]]:
+def _waiting(reasons: Reasons, queued: list[tuple[str, Parsed]]) -> Iterator[tuple[str, str | None]]:
     """(job, lane) of each entry: queued jobs with a reason, then files not yet jobs (settling, or invalid and
     stuck in queue/)."""
-    waiting = []
-    lanes = {filename: parsed.job.lane for filename, parsed in queued}  # type: ignore[union-attr]
-    for filename in [f for f, _ in queued] + sorted(f for f, _ in reasons.items() if f not in lanes):
-        if reasons.get(filename) is not None:
-            waiting.append((filename, lanes.get(filename)))
-    return waiting
+    for filename, parsed in queued:
+        if filename in reasons:
+            yield filename, parsed.job.lane  # type: ignore[union-attr]
+    names = {filename for filename, _ in queued}
+    for filename in sorted(f for f, _ in reasons.items() if f not in names):
+        yield filename, None

@@ -44,6 +44,9 @@ class Verdict:
     problems: list[Problem] = field(default_factory=list)
 
 
+FINE = Verdict()  # nothing stale, nothing wrong (its `file` is not said: stamp_name(filename) is)
+
+
 def judge(
     root: str, filename: str, job: jobfile.JobFile, manifest: Mapping[str, Any] | None, now: float, done: bool
 ) -> Verdict:
@@ -162,6 +165,8 @@ class Verdicts:
         self.judged += 1
         verdict = judge(self.root, filename, job, manifest, now, done)
         if not verdict.problems:  # a stamp that cannot be read or written is tried again every tick
+            if not (verdict.stale or verdict.wait or verdict.why or verdict.blocker):
+                verdict = FINE  # most of them: one kept for all
             self._kept[filename] = (key, done, verdict)
         else:
             self._kept.pop(filename, None)

@@ -597,6 +597,30 @@ def test_manifest_hash_of_the_wrong_type_is_dropped_and_named() -> None:
     assert problems == [("jobs.a.job.sha", "expected a string, got list: ignored")]
 
 
+def test_the_runner_keeps_manifest_entries_compact_and_checks_them_as_they_are_read(tmp_path: Path) -> None:
+    from runner.queue import Queue
+    from runner.state import JobEntry
+
+    entry = {"sha": "ab", "after": ["p.job"], "requires": ["/x"], "outputs": ["/y"], "lane": "cpu", "family": "f"}
+    bad = {"sha": "cd", "after": "p.job", "requires": []}  # `after` not a list: reported, as before
+    plans = {"p": {"by": "me", "hash": "h", "pushed_at": "now", "jobs": {"a.job": entry}}}
+    raw = {"jobs": {"a.job": entry, "b.job": bad}, "producers": {"/x": ["p.job"]}, "plans": plans}
+    (tmp_path / "manifest.json").write_text(json.dumps(raw))
+    manifest, problems = Queue(tmp_path).read_manifest(compact=True)
+    assert manifest is not None and problems == [("jobs.b.job.after", "expected a list of strings, got str: used []")]
+    kept = manifest["jobs"]["a.job"]
+    assert isinstance(kept, JobEntry) and kept.get("after") == ("p.job",) and kept["sha"] == "ab"
+    assert dict(kept) == {
+        "requires": ("/x",),
+        "after": ("p.job",),
+        "family": "f",
+        "sha": "ab",
+    }  # the header has the rest
+    assert manifest["jobs"]["b.job"] == {"sha": "cd", "after": [], "requires": []}
+    assert manifest["plans"] == {"p": {"by": "me", "hash": "h", "pushed_at": "now"}}  # its jobs never kept
+    assert Queue(tmp_path).read_manifest()[0]["plans"] == plans  # as a reader other than the runner reads it
+
+
 def test_fifos_in_a_queue_never_hold_a_status_logs_watch_or_push(tmp_path: Path, queue_root: Path) -> None:
     """A FIFO as a job file, as events.jsonl and as a job's log: what reads the queue for `plan` (the agent)
     opens files only when they are regular, so no command waits on a FIFO (and says the host unreachable)."""
