@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import wait_for
 from tests.slurm.cluster import Slurm
 
 
@@ -83,3 +84,18 @@ def job_processes(job_id: int | str) -> list[int]:
         if mark in environ.split(b"\0"):
             found.append(int(entry))
     return found
+
+
+def settle(slurm: Slurm, root: Path) -> None:
+    """End every job of the root's ledger Slurm still runs, a timed-out one its wrapper holds until Slurm's
+    time-limit pass among them (runner.slurm.attempt.end_as_timeout), and wait until none is running or
+    completing: a node with a completing job takes no new one, and the next test's jobs would read Resources."""
+    try:
+        ids = {str(a["id"]) for p in ledger(root)["plans"].values() for r in p["jobs"].values() for a in r["attempts"]}
+    except (OSError, ValueError):
+        return
+    busy = ("PENDING", "RUNNING", "COMPLETING")
+    live = [j["id"] for j in slurm.squeue() if j["id"] in ids and j["state"] in busy]
+    if live:
+        subprocess.run(["scancel", *live], env=slurm.env, capture_output=True)
+    wait_for(lambda: not [j for j in slurm.squeue() if j["id"] in ids and j["state"] in busy], 60, 0.1)

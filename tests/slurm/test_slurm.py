@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from plancompiler.cli import app
 from tests.conftest import REPO, plan_cli, wait_for
 from tests.slurm.cluster import Slurm
-from tests.slurm.jobs import ended
+from tests.slurm.jobs import ended, settle
 
 cli = CliRunner()
 
@@ -134,7 +134,7 @@ def test_timeout_is_enforced(tmp_path: Path, slurm: Slurm) -> None:
         # the wrapper's own timer ended it; Slurm then ends the job as TIMEOUT (tests/slurm/test_slurm_ended.py)
         wait_for(lambda: ended(tmp_path / "submit", "to", "slow") == "TIMEOUT", 60, 0.2)
     finally:
-        cancel_plan(slurm, "to")
+        settle(slurm, tmp_path / "submit")
     assert "=== TIMEOUT: slow ended after 1s" in (tmp_path / "submit/logs/to/slow.job.log").read_text()
     status = cli.invoke(app, ["status", "cluster", "--hosts", str(hosts), "--json"]).stdout
     assert any(e["event"] == "timeout" and e["job"] == "to/slow.job" for e in json.loads(status)["events"])

@@ -33,7 +33,7 @@ def test_the_report_splits_each_lanes_window_and_its_jobs_waits_by_slurms_reason
         + "  - name: d\n    run: 'true'\n    requires: [{after: g1}]\n"
         + "".join(f'  - name: {n}\n    run: "{fail.format(n)}"\n' for n in ("f1", "f2"))
     )
-    p = write_plan(tmp_path / "rp.yaml", "rp", jobs)
+    p = write_plan(tmp_path / "rw.yaml", "rw", jobs)
     hosts = slurm.hosts_file(root, extra="    exclusive: []\n")  # gpu and net apart: each job waits on its own
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0, out
@@ -49,12 +49,12 @@ def test_the_report_splits_each_lanes_window_and_its_jobs_waits_by_slurms_reason
         said = wait_for(waiting, 60, 0.3)
         # the second net job waits on Licenses, or on Priority behind the gpu job waiting on Resources
         assert said["net"] in ("Licenses", "Priority"), said
-        wait_for(lambda: ended(root, "rp", "f2") and ended(root, "rp", "f1"), 60, 0.2)
+        wait_for(lambda: ended(root, "rw", "f2") and ended(root, "rw", "f1"), 60, 0.2)
         gate.touch()
-        wait_for(lambda: all(ended(root, "rp", n) == "COMPLETED" for n in ("g1", "g2", "n1", "n2", "d")), 60, 0.2)
+        wait_for(lambda: all(ended(root, "rw", n) == "COMPLETED" for n in ("g1", "g2", "n1", "n2", "d")), 60, 0.2)
     finally:
         cancel_root(slurm, root)
-    code, out = plan("report", "cluster", "--hosts", str(hosts), "--plan", "rp", "--json")
+    code, out = plan("report", "cluster", "--hosts", str(hosts), "--plan", "rw", "--json")
     assert code == 0, out
     report = json.loads(out[out.index("{") :])
     lanes = report["lanes"]
@@ -66,15 +66,15 @@ def test_the_report_splits_each_lanes_window_and_its_jobs_waits_by_slurms_reason
         assert abs(total - window) < 0.01, (lane, row, window)  # each lane's time is the window, no more
     assert lanes["gpu"]["waited"]["Resources"] > 0 and lanes["net"]["waited"][said["net"]] > 0, lanes
     assert lanes["cpu"]["waited"]["Dependency"] > 0, lanes["cpu"]
-    second = max(("rp/g1.job", "rp/g2.job"), key=lambda j: report["jobs"][j].get("waited", {}).get("Resources", 0))
+    second = max(("rw/g1.job", "rw/g2.job"), key=lambda j: report["jobs"][j].get("waited", {}).get("Resources", 0))
     assert report["jobs"][second]["waited"]["Resources"] > 0, report["jobs"]
     for row in lanes.values():  # a lane idle with work waiting says why in Slurm's words
         assert abs(sum(row["causes"].values()) - row["waiting_s"]) < 0.01, row
         assert set(row["causes"]) <= set(row["waited"]), row
     [cluster] = report["failure_clusters"]
-    assert sorted(cluster["jobs"]) == ["rp/f1.job", "rp/f2.job"]
+    assert sorted(cluster["jobs"]) == ["rw/f1.job", "rw/f2.job"]
     assert cluster["line"].startswith("fatal: disk quota exceeded on /data/f"), cluster
-    code, text = plan("report", "cluster", "--hosts", str(hosts), "--plan", "rp")
+    code, text = plan("report", "cluster", "--hosts", str(hosts), "--plan", "rw")
     lines = text.splitlines()
     block = lines[lines.index(next(ln for ln in lines if ln.startswith("gpu "))) + 1 :]
     said = [ln for ln in block[: next(i for i, ln in enumerate(block) if not ln.startswith(" " * 9))]]

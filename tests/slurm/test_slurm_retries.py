@@ -17,7 +17,7 @@ import pytest
 from runner.slurm.attempt import slurm_ended
 from tests.conftest import plan_cli, wait_for
 from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
-from tests.slurm.jobs import attempts, cancel_root, ended, job_processes, time_limit, write_plan
+from tests.slurm.jobs import attempts, cancel_root, ended, job_processes, settle, time_limit, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
@@ -79,7 +79,7 @@ def test_exit_124_is_a_failure_and_only_the_wrappers_timer_is_a_timeout(tmp_path
     try:
         wait_for(lambda: ended(root, "tt", "rc124") and ended(root, "tt", "slow"), 60, 0.2)
     finally:
-        cancel_root(slurm, root)
+        settle(slurm, root)
     assert ended(root, "tt", "rc124") == "FAILED" and ended(root, "tt", "slow") == "TIMEOUT"
     assert "TIMEOUT" not in (root / "logs/tt/rc124.job.log").read_text()
     code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")

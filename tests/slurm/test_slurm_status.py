@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from plancompiler.cli import app
 from tests.conftest import plan_cli, wait_for
 from tests.slurm.cluster import Slurm
-from tests.slurm.jobs import attempts, cancel_root, ended, held_until, write_plan
+from tests.slurm.jobs import attempts, cancel_root, ended, held_until, settle, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
@@ -99,7 +99,7 @@ def test_report_names_outcomes_lanes_and_retries_per_plan_without_job_comment(tm
         status(hosts)  # folds r's first attempt, so its retry is known
         wait_for(lambda: ended(root, "ra", "r") == "COMPLETED", 60, 0.2)
     finally:
-        cancel_root(slurm, root)
+        settle(slurm, root)
     result = CliRunner().invoke(app, ["report", "cluster", "--hosts", str(hosts), "--plan", "ra", "--json"])
     assert result.exit_code == 0, result.output
     assert result.output.count("accounting off (") == 1
