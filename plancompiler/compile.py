@@ -51,8 +51,8 @@ def template_dirs(plan_path: Path, extra: Sequence[Path] = ()) -> list[Path]:
     ]
     found: list[Path] = []
     for directory in candidates:
-        resolved = directory.resolve()
-        if resolved.is_dir() and resolved not in found:
+        resolved = Path(os.path.realpath(directory))
+        if os.path.isdir(resolved) and resolved not in found:  # never raises: a name too long is no directory
             found.append(resolved)
     return found
 

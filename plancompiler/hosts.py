@@ -117,7 +117,7 @@ def resolve(spec: str, hosts: Path | None = None) -> Host:
     path = hosts_file(hosts)
     table: dict[str, HostEntry] = {}
     if path is not None and not _is_path(spec):
-        if not path.exists():
+        if not os.path.lexists(path):  # never raises: a name too long is not found either
             raise PlanError(f"hosts file {path} not found")
         from plancompiler.hostsfile import load_hosts  # pydantic: only where a hosts file is read
 
@@ -125,7 +125,7 @@ def resolve(spec: str, hosts: Path | None = None) -> Host:
         if spec in table:
             return Host.from_entry(spec, table[spec])
     if _is_path(spec):
-        return Host(name=spec, root=str(Path(os.path.expanduser(spec)).resolve()))
+        return Host(name=spec, root=str(Path(os.path.realpath(os.path.expanduser(spec)))))
     dest, sep, root = spec.partition(":")
     if sep and dest and root:
         return Host(name=dest, root=root, ssh=dest)

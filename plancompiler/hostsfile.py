@@ -39,6 +39,23 @@ class HostEntry(_Strict):
         16.0, gt=0, le=4096, allow_inf_nan=False, description="the most MiB one answer from the host may hold"
     )
 
+    @field_validator("root")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        if not value.strip() or any(ord(c) < 32 or c == "\x7f" for c in value):
+            raise ValueError(f"a directory path on one line, not empty, got {value!r}")
+        return value
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh(cls, value: str | None) -> str | None:
+        # ssh reads a destination that starts with - as an option (-oProxyCommand=... runs a command here)
+        if value is not None and (not value or value.startswith("-") or any(c.isspace() or ord(c) < 32 for c in value)):
+            raise ValueError(
+                f"a destination (user@host or an ~/.ssh/config alias), one word, not starting with -, got {value!r}"
+            )
+        return value
+
 
 class QueueHostEntry(HostEntry):
     """A queue host (the default backend): a runner there runs each lane's slots at once."""

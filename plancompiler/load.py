@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -330,8 +331,12 @@ def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnos
 
 def load_plan(path: Path, display: str | None = None, max_size: int = DEFAULT_MAX_SIZE) -> Loaded:
     display = display or str(path)
-    if not path.exists():
-        raise PlanFileError(display, "plan file not found")
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise PlanFileError(display, "plan file not found") from None
+    except OSError as exc:  # a name too long, a symlink loop, a part that is not a directory
+        raise PlanFileError(display, f"cannot read the plan file: {exc.strerror}") from None
     if path.is_dir():
         raise PlanFileError(display, "a directory, not a plan file")
     if path.suffix == ".py":
@@ -362,7 +367,7 @@ def load_plan(path: Path, display: str | None = None, max_size: int = DEFAULT_MA
 def _load_python(path: Path, display: str) -> Loaded:
     """A Python plan defines `plan` (a Plan) or `build()` returning one; it may define its own models."""
     source = Source(display)
-    name = f"_plan_{abs(hash(str(path.resolve())))}"
+    name = f"_plan_{abs(hash(os.path.realpath(path)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise PlanFileError(display, "cannot import this Python plan")
@@ -406,19 +411,19 @@ def _load_python(path: Path, display: str) -> Loaded:
             source,
             [error(display, 1, 1, "P004", "a Python plan must define `plan = Plan(...)` or `def build() -> Plan`")],
         )
-    resolved = str(path.resolve())
+    resolved = os.path.realpath(path)
     for index, job in enumerate(plan.jobs):
         where = job._source
-        if where and Path(where[0]).resolve() == Path(resolved):
+        if where and Path(os.path.realpath(where[0])) == Path(resolved):
             source.job_lines[index] = where[1]
             source.values[("jobs", index)] = (where[1], 1)
     return Loaded(plan, source, [])
 
 
 def _plan_line(exc: BaseException, path: Path) -> int:
-    resolved = path.resolve()
+    resolved = Path(os.path.realpath(path))
     line = 1
     for frame in traceback.extract_tb(exc.__traceback__):
-        if Path(frame.filename).resolve() == resolved and frame.lineno:
+        if Path(os.path.realpath(frame.filename)) == resolved and frame.lineno:
             line = frame.lineno
     return line

@@ -409,7 +409,7 @@ def _template_line(exc: BaseException, name: str, renderer: Renderer) -> int:
     path = renderer.template_path(name)
     if path is not None:
         wanted.add(str(path))
-        wanted.add(str(path.resolve()))
+        wanted.add(os.path.realpath(path))
     line = 1
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.filename in wanted and frame.lineno:

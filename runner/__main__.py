@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     package_parent = str(Path(__file__).resolve().parent.parent)
     try:
-        print(unit_text(str(args.root.resolve()), args.python, package_parent, args.user, args.tick), end="")
+        print(unit_text(os.path.realpath(args.root), args.python, package_parent, args.user, args.tick), end="")
     except ValueError as exc:
         print(f"runner: {exc}", file=sys.stderr)
         return 2
@@ -56,12 +56,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.tick <= 0:
         print("runner: --tick must be above 0 (a scan every 0 s would never rest)", file=sys.stderr)
         return 2
-    if args.metrics and not args.metrics.resolve().parent.is_dir():
-        print(f"runner: --metrics {args.metrics}: no directory {args.metrics.resolve().parent}", file=sys.stderr)
+    metrics_dir = os.path.dirname(os.path.realpath(args.metrics)) if args.metrics else ""
+    if args.metrics and (not os.path.isdir(metrics_dir) or os.path.isdir(args.metrics)):
+        print(f"runner: --metrics {args.metrics}: no directory {metrics_dir}, or a directory itself", file=sys.stderr)
         return 2
     try:
         _make_root(args.root, args.group_share)
-        args.root = args.root.resolve()  # once: the jobs run with it as their working directory
+        args.root = Path(os.path.realpath(args.root))  # once: the jobs run with it as their working directory
     except OSError as exc:
         print(f"runner: cannot use --root {args.root}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -98,7 +99,7 @@ def _status(args: argparse.Namespace) -> int:
     from runner.readers import status_problem
     from runner.views.status import render_status
 
-    if not args.root.is_dir():
+    if not os.path.isdir(args.root):
         what = "does not exist" if not os.path.lexists(args.root) else "is not a directory"
         print(f"runner: --root {args.root} {what}: give a queue root", file=sys.stderr)
         return 2
@@ -130,7 +131,7 @@ def _gpus(args: argparse.Namespace) -> int:
     watch = GpuWatch(
         GpuRules(args.gpu_names, args.gpu_ignore, args.window, args.gpu_memory, tuple(args.gpu_device), roots)
     )
-    prefix = sha1_hex(str(args.root.resolve()).encode())[:12] + ":" if args.root else None
+    prefix = sha1_hex(os.fsencode(os.path.realpath(args.root)))[:12] + ":" if args.root else None
 
     def owner(proc: procs.Proc) -> str | None:
         if prefix and proc.tag and proc.tag.startswith(prefix):

@@ -23,11 +23,17 @@ def _rewritten_file(text: str) -> Path:
     return Path(text)
 
 
+MAX_FLAG_S = 366 * 86400  # a threshold or tick longer than a year is a typo (and past what select() can wait)
+
+
 def _duration(text: str) -> float:
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+    if seconds > MAX_FLAG_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than a year (366d)")
+    return seconds
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -420,7 +426,7 @@ def config_from(args: argparse.Namespace) -> Config:
         ping=args.ping,
         ping_every_s=args.ping_every,
         notify_timeout_s=args.notify_timeout,
-        metrics_path=args.metrics.resolve() if args.metrics else None,
+        metrics_path=Path(os.path.realpath(args.metrics)) if args.metrics else None,
     )
 
 

@@ -7,6 +7,7 @@ record; the backend (backends/queue.py) sends the resulting request to the host'
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,7 @@ def plan_record(
         "hash": digest,
         "by": who(),
         # who pushed it from where: a push of this plan from another clone or user says it replaces this one's jobs
-        "source": {"by": who(), "path": str(compiled.path.resolve()), "sha": plan_sha},
+        "source": {"by": who(), "path": os.path.realpath(compiled.path), "sha": plan_sha},
         "jobs": jobs,
         "producers": graph["producers"],
         "external": graph["external"],

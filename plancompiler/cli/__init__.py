@@ -74,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     from plancompiler.cli import light
 
     args = sys.argv[1:] if argv is None else list(argv)
+    for stream in (sys.stdout, sys.stderr):
+        # A file name is bytes, not always UTF-8 ($'a\xff.yaml' is a name): printed back as the same bytes, as
+        # the C locale's streams do, never an encoding error under a UTF-8 one.
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
     read = light.read(app, _root, args)
     if read is not None:
         try:

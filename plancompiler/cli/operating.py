@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from plancompiler.cli.shared import HostArg, HostsOpt, JobArg, app, hooks_app, resolve_host, say
+from plancompiler.cli.shared import HostArg, HostsOpt, JobArg, app, fail, hooks_app, resolve_host, say
 
 
 @app.command()
@@ -122,6 +122,10 @@ def bootstrap(
     from plancompiler.commands import operate
     from runner.agent.unit import run_flags
 
+    try:
+        run_flags(tick)  # before the host is asked: a tick the runner refuses is a usage error
+    except ValueError as exc:
+        raise fail(f"--tick: {exc}") from exc
     target = resolve_host(host, hosts)
     plan = operate.bootstrap_plan(target, user_unit, run_as, python, tick)
     typer.echo("\n".join(plan.lines))

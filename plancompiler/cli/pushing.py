@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -137,7 +138,7 @@ def run_plan(
     if code:
         typer.echo(f"plan: not run: {plan} has errors", err=True)
         raise typer.Exit(code)
-    queue_root = (root or Path(".plan") / compiled.name).resolve()
+    queue_root = Path(os.path.realpath(root or Path(".plan") / compiled.name))
     target = Host(name=str(queue_root), root=str(queue_root))
 
     def show(diff) -> None:

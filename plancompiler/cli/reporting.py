@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from plancompiler.cli.shared import HostsOpt, app, fail, resolve_host
+from plancompiler.cli.shared import HostsOpt, app, fail, output_file, resolve_host
 
 
 @app.command()
@@ -35,10 +36,13 @@ def report(
     from plancompiler.backends import backend_for
     from plancompiler.report import EventLines, build_report, file_liveness, liveness, parse_ts, render_html
 
+    if html_file is not None:
+        output_file(html_file, "--html")
     status: dict = {}
     path = Path(source)
     text = ""
-    if not path.is_file():  # a host: its events.jsonl, or a Slurm ledger's attempts (--plan picks one plan)
+    is_file = os.path.isfile(path)  # never raises (a name too long is a host name, then refused as one)
+    if not is_file:  # a host: its events.jsonl, or a Slurm ledger's attempts (--plan picks one plan)
         target = resolve_host(source, hosts)
         found = backend_for(target).report_source(since, plan)
         text, status = found.text, found.status
@@ -47,13 +51,13 @@ def report(
     try:
         start = parse_ts(since) if since else None
         end = parse_ts(until) if until else None
-        live = file_liveness(path) if path.is_file() else liveness(status)
+        live = file_liveness(path) if is_file else liveness(status)
         # A file is read line by line (a million lines are never held whole), and --since skips its lines
         # long before the window unparsed; a host's answer (in its zone) is read as it came.
-        with open(path, errors="replace") if path.is_file() else contextlib.nullcontext(text.splitlines()) as lines:
-            events = EventLines(lines, start if path.is_file() else None)
+        with open(path, errors="replace") if is_file else contextlib.nullcontext(text.splitlines()) as lines:
+            events = EventLines(lines, start if is_file else None)
             result = build_report(events, start, end, live=live, zone=status.get("zone"))
-        events.check(source, empty_ok=not path.is_file())
+        events.check(source, empty_ok=not is_file)
         result.skipped[:0] = events.skipped()
     except OSError as exc:
         raise fail(f"{source}: {exc.strerror or exc}") from exc
@@ -61,5 +65,8 @@ def report(
         raise fail(str(exc)) from exc
     typer.echo(json.dumps(result.to_json(), indent=1) if as_json else result.text())
     if html_file:
-        html_file.write_text(render_html(result))
+        try:
+            html_file.write_text(render_html(result))
+        except OSError as exc:  # a FIFO, a symlink loop, a full disk
+            raise fail(f"--html {html_file}: {exc.strerror or exc}") from exc
         typer.echo(f"wrote {html_file}", err=True)

@@ -98,6 +98,25 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def output_file(path: Path, option: str) -> None:
+    """A file an option names for the command to write (--html, --state): usage error (exit 2) unless it can be
+    one, checked before anything is done: not a directory, in a directory that exists and can be written."""
+    import os
+
+    text = str(path)
+    parent = os.path.dirname(os.path.abspath(text)) if text else ""
+    if not text or text.endswith("/") or os.path.isdir(text):
+        raise fail(f"{option} {text!r}: a directory, not a file")
+    if not os.path.isdir(parent):
+        raise fail(f"{option} {text!r}: no directory {parent}")
+    if not os.access(parent, os.W_OK):
+        raise fail(f"{option} {text!r}: the directory {parent} cannot be written")
+    if len(os.fsencode(os.path.basename(text))) > 200:  # its temporary file beside it needs a longer name
+        raise fail(f"{option} {text[:60]!r}...: a name too long")
+    if os.path.lexists(text) and not os.path.isfile(text):  # a FIFO would block the write, a loop fail it
+        raise fail(f"{option} {text!r}: not a regular file")
+
+
 def say(text: str, err: bool = False, nl: bool = True) -> None:
     """TEXT that holds what a host sent (job names, reasons, its command output), made safe for a terminal."""
     typer.echo(terminal_safe(text), err=err, nl=nl)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plancompiler.cli.shared import HostArg, HostsOpt, app, fail, resolve_host
+from plancompiler.cli.shared import HostArg, HostsOpt, app, fail, output_file, resolve_host
 
 HISTORY_N = 20  # `plan status HOST --history` alone
 HISTORY_BYTES = 4 << 20
@@ -196,6 +196,8 @@ def watch(
     )
 
     target = resolve_host(host, hosts)
+    if state is not None and not incidents:
+        output_file(state, "--state")
     path = state or state_path(target)
     if incidents:
         for line in incident_lines(path):
@@ -275,6 +277,8 @@ def ack(
     from plancompiler.watch import acknowledge, duration, state_path
 
     target = resolve_host(host, hosts)
+    if state is not None:
+        output_file(state, "--state")
     try:
         seconds = duration("--for", for_) if for_ else None
     except ValueError as exc:

@@ -46,7 +46,7 @@ def _check_replaceable(out_dir: Path) -> None:
             "that will hold only this plan's job files)"
         )
     try:
-        cwd: Path | None = Path.cwd().resolve()
+        cwd: Path | None = Path(os.path.realpath(Path.cwd()))
     except OSError:
         cwd = None
     if cwd is not None and (out_dir == cwd or out_dir in cwd.parents):
@@ -69,7 +69,7 @@ def _check_replaceable(out_dir: Path) -> None:
 
 def write_jobs(jobs: Sequence[RenderedJob], out_dir: Path) -> None:
     """Replace OUT_DIR with exactly these job files; WriteRefused (nothing changed) where that would lose data."""
-    out_dir = out_dir.resolve()
+    out_dir = Path(os.path.realpath(out_dir))
     _check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))

@@ -101,8 +101,8 @@ def _template_dirs(plan: Path, extra: Sequence[Path]) -> list[Path]:
     """compile.template_dirs, without importing the compiler."""
     found: list[Path] = []
     for directory in (*extra, plan.parent / "templates", plan.parent.parent / "templates", Path.cwd() / "templates"):
-        resolved = directory.resolve()
-        if resolved.is_dir() and resolved not in found:
+        resolved = Path(os.path.realpath(directory))
+        if os.path.isdir(resolved) and resolved not in found:  # never raises: a name too long is no directory
             found.append(resolved)
     return found
 
@@ -121,7 +121,7 @@ def key(plan: Path, sets: Sequence[str], templates: Sequence[Path], max_size: st
     try:
         digest.update(
             json.dumps(
-                [os.getcwd(), str(plan), str(plan.resolve()), list(sets), [str(t) for t in templates], max_size]
+                [os.getcwd(), str(plan), os.path.realpath(plan), list(sets), [str(t) for t in templates], max_size]
             ).encode()
         )
         digest.update(plan.read_bytes())

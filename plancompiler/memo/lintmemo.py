@@ -24,7 +24,7 @@ class JobMemo:
     """The findings of the jobs of one plan file, as its last check found them."""
 
     def __init__(self, plan_path: str) -> None:
-        digest = hashlib.sha256(os.path.abspath(plan_path).encode()).hexdigest()[:32]
+        digest = hashlib.sha256(os.fsencode(os.path.abspath(plan_path))).hexdigest()[:32]
         self.path = cache_dir() / "lint-jobs" / digest[:2] / f"{digest}.json"
         self.salt = hashlib.sha256(f"{_VERSION}\0{code_identity()}".encode()).hexdigest()
         self.kept: dict[str, Kept] = {}

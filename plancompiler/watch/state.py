@@ -77,11 +77,11 @@ def state_path(host: Host) -> Path:
     base = Path(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")) / "plancompiler"
     root = os.path.realpath(os.path.expanduser(host.root)) if host.local else host.root
     label = os.path.basename(root.rstrip("/")) if host.local else str(host.ssh)
-    ident = hashlib.sha1(f"{host.ssh}:{root}".encode()).hexdigest()[:12]
+    ident = hashlib.sha1(f"{host.ssh}:{root}".encode(errors="surrogateescape")).hexdigest()[:12]
     path = base / f"watch-{label.replace('/', '_')[-40:] or 'root'}-{ident}.json"
     legacy = (
         base / f"watch-{host.name.replace('/', '_')[-40:]}-"
-        f"{hashlib.sha1(f'{host.ssh}:{host.root}'.encode()).hexdigest()[:12]}.json"
+        f"{hashlib.sha1(f'{host.ssh}:{host.root}'.encode(errors='surrogateescape')).hexdigest()[:12]}.json"
     )
     if legacy != path and legacy.exists() and not path.exists():
         try:  # a state file named the old way (by the spelling): carried over once, its incidents kept

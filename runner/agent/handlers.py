@@ -154,7 +154,7 @@ def ack(root: str, request: dict[str, Any]) -> dict[str, Any]:
     shown = [{"id": i.id, "kind": i.kind, "text": i.text} for i in found]
     if not found:
         return {"matched": [], "open": [i.id for i in open_]}
-    token = hashlib.sha1(f"{target}:{time.time()}:{os.getpid()}".encode()).hexdigest()[:12]
+    token = hashlib.sha1(os.fsencode(f"{target}:{time.time()}:{os.getpid()}")).hexdigest()[:12]
     path = os.path.join(root, "control", request_name("ack", token))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     body = {"by": str(request.get("by", "?")), "target": target, "until": until}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from runner.durations import parse_duration
+
 
 def _specifiers(text: str) -> str:
     """TEXT with systemd's specifiers (%h, %n, ...) made literal; a newline cannot be written in a unit."""
@@ -18,7 +20,10 @@ def _word(arg: str, command: bool = True) -> str:
 
 
 def run_flags(tick: str = "10", cgroup: bool = True) -> list[str]:
-    """The flags the unit runs the runner with; `plan bootstrap --start` starts it with the same ones."""
+    """The flags the unit runs the runner with; `plan bootstrap --start` starts it with the same ones. ValueError
+    for a tick the runner would refuse (the unit would restart it every 15 s, forever)."""
+    if parse_duration(str(tick)) <= 0:
+        raise ValueError(f"--tick must be above 0: {tick!r}")
     return ["--tick", str(tick), *(["--cgroup", "auto"] if cgroup else [])]
 
 

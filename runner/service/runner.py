@@ -46,13 +46,13 @@ class Runner:
         # name their scripts relative to the wrong place.
         # slots: a dict of our own, kept in place as the manifest's lane slots change (every part reads it).
         self.config = config = replace(
-            config, root=Path(config.root).resolve(), slots=dict(config.slots), gpus=list(config.gpus)
+            config, root=Path(os.path.realpath(config.root)), slots=dict(config.slots), gpus=list(config.gpus)
         )
         self.flag_slots = dict(config.slots)  # --slots: wins over what the manifest asks for
         self.flag_gpus = list(config.gpus)  # --gpus: wins over what the manifest asks for
         self.queue = queue = Queue(config.root)
         self.root = str(config.root)
-        self.root_id = sha1_hex(self.root.encode())[:12]
+        self.root_id = sha1_hex(os.fsencode(self.root))[:12]  # a root's name is bytes, maybe not UTF-8
         self.instance = os.urandom(4).hex()
         self.pid = os.getpid()  # the process status.json names (`plan watch` checks it is a live runner)
         self.processes = processes or OsProcesses(config.kill_grace_s)
