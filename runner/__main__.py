@@ -57,8 +57,8 @@ def _run(args: argparse.Namespace) -> int:
         print("runner: --tick must be above 0 (a scan every 0 s would never rest)", file=sys.stderr)
         return 2
     metrics_dir = os.path.dirname(os.path.realpath(args.metrics)) if args.metrics else ""
-    if args.metrics and (not os.path.isdir(metrics_dir) or os.path.isdir(args.metrics)):
-        print(f"runner: --metrics {args.metrics}: no directory {metrics_dir}, or a directory itself", file=sys.stderr)
+    if args.metrics and not os.path.isdir(metrics_dir):
+        print(f"runner: --metrics {args.metrics}: no directory {metrics_dir}", file=sys.stderr)
         return 2
     try:
         _make_root(args.root, args.group_share)
