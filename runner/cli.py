@@ -23,17 +23,11 @@ def _rewritten_file(text: str) -> Path:
     return Path(text)
 
 
-MAX_FLAG_S = 366 * 86400  # a threshold or tick longer than a year is a typo (and past what select() can wait)
-
-
 def _duration(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
+    try:  # a threshold or tick over a year is a typo (and past what select() can wait)
+        return parse_duration(text, at_most=366 * 86400)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-    if seconds > MAX_FLAG_S:
-        raise argparse.ArgumentTypeError(f"{text!r} is more than a year (366d)")
-    return seconds
 
 
 def _csv(text: str) -> tuple[str, ...]:

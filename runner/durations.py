@@ -8,12 +8,15 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in TEXT; ValueError with the accepted forms if it is not a duration."""
+def parse_duration(text: str, at_most: float | None = None) -> float:
+    """Seconds in TEXT; ValueError with the accepted forms if it is not a duration (or is more than AT_MOST)."""
     match = _DURATION.match(text)
     if not match:
         raise ValueError(f"not a duration: {text!r} (use 90, 90s, 10m, 6h or 2d)")
-    return float(match.group(1)) * _UNIT[match.group(2)]
+    seconds = float(match.group(1)) * _UNIT[match.group(2)]
+    if at_most is not None and seconds > at_most:
+        raise ValueError(f"{text!r} is more than {format_duration(at_most)}")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -18,6 +18,7 @@ from plancompiler.cli.shared import (
     TemplatesOpt,
     app,
     compile_one,
+    fail,
     print_findings,
     resolve_host,
     say,
@@ -133,6 +134,8 @@ def run_plan(
     from plancompiler.push import PushOptions
     from plancompiler.push import push as push_plan
 
+    if not 0 < tick <= 3600:  # nan too: the runner would refuse it, and the run wait with nothing said
+        raise fail(f"--tick must be above 0 and at most 3600 seconds, got {tick}")
     compiled = compile_one(plan, set_, templates)
     code = print_findings([compiled], Format.text, False)
     if code:

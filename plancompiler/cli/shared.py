@@ -113,8 +113,11 @@ def output_file(path: Path, option: str) -> None:
         raise fail(f"{option} {text!r}: the directory {parent} cannot be written")
     if len(os.fsencode(os.path.basename(text))) > 200:  # its temporary file beside it needs a longer name
         raise fail(f"{option} {text[:60]!r}...: a name too long")
-    if os.path.lexists(text) and not os.path.isfile(text):  # a FIFO would block the write, a loop fail it
-        raise fail(f"{option} {text!r}: not a regular file")
+    from runner.files import not_replaceable
+
+    problem = not_replaceable(text)  # a FIFO would block the write, a device be replaced by it
+    if problem:
+        raise fail(f"{option} {problem}")
 
 
 def say(text: str, err: bool = False, nl: bool = True) -> None:

@@ -62,8 +62,8 @@ PLAN_CASES = [
     (["add", "./loop", "--", "true"], 1, "is not a directory"),
     (["push", "./loop", "p.yaml", "--dry-run"], 1, "is not a directory"),
     (["report", "./q", "--html", "adir"], 2, "--html 'adir': a directory, not a file"),
-    (["report", "./q", "--html", "fifo"], 2, "--html 'fifo': not a regular file"),  # the write would block
-    (["report", "./q", "--html", "loop"], 2, "--html 'loop': not a regular file"),
+    (["report", "./q", "--html", "fifo"], 2, "--html fifo: not a regular file"),  # the write would block
+    (["report", "./q", "--html", "loop"], 2, "--html loop: not a regular file"),
     (["report", "./q", "--html", "nodir/r.html"], 2, "--html 'nodir/r.html': no directory"),
     (["report", LONG], 2, "unknown host"),
     (["watch", "./q", "--once", "--state", "adir"], 2, "--state 'adir': a directory, not a file"),
@@ -77,6 +77,8 @@ PLAN_CASES = [
     (["status", "h", "--hosts", "space-ssh.yaml"], 2, "H001]: hosts.h.ssh: a destination"),
     (["bootstrap", "./q", "--dry-run", "--tick", "x"], 2, "--tick: not a duration: 'x'"),
     (["bootstrap", "./q", "--dry-run", "--tick", "0"], 2, "--tick: --tick must be above 0"),
+    (["run", "p.yaml", "--root", "rq", "--tick", "0"], 2, "--tick must be above 0"),  # waited, saying nothing
+    (["run", "p.yaml", "--root", "rq", "--tick", "nan"], 2, "--tick must be above 0"),
 ]
 
 
@@ -98,8 +100,8 @@ RUNNER_CASES = [
     (["unit", "--root", "q", "--tick", "0"], 2, "--tick must be above 0"),
     (["run", "--root", "q", "--metrics", "adir"], 2, "--metrics: adir: not a regular file"),
     (["run", "--root", "q", "--metrics", "nodir/m.prom"], 2, "--metrics nodir/m.prom: no directory"),
-    (["run", "--root", "q", "--tick", "99999999999999999999999"], 2, "is more than a year"),  # select() overflowed
-    (["run", "--root", "q", "--idle", "999999999d"], 2, "is more than a year"),
+    (["run", "--root", "q", "--tick", "99999999999999999999999"], 2, "is more than 366d00h"),  # select() overflowed
+    (["run", "--root", "q", "--idle", "999999999d"], 2, "is more than 366d00h"),
 ]
 
 
