@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
+from runner.procs import GpuUser
 from runner.progress import parse_progress
 from tests.conftest import REPO, RunnerProcess, wait_for, write_job
 from tests.sshd import Sshd
@@ -245,44 +245,30 @@ def test_an_empty_queue_is_done_not_idle(
     assert json.loads((queue_root / "incidents.json").read_text())["open"] == []
 
 
-def _fake_llama_server(tmp_path: Path) -> Path:
-    exe = tmp_path / "bin" / f"gpuuser-{os.getpid() % 100000}"  # not a name other runners on the machine know
-    exe.parent.mkdir(exist_ok=True)
-    shutil.copy("/bin/sleep", exe)
-    return exe
-
-
-def _queued(runner: RunnerProcess, job: str) -> dict | None:
-    return next((q for q in runner.status()["queued"] if q["job"] == job), None)
-
-
 def test_fresh_once_watcher_sees_a_standing_gpu_foreign_hold(
-    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Ticking], stand_in: int
 ) -> None:
+    """The box's incident opened long before this watcher first looked (time passed in; a real GPU user found
+    by name is the runner's tests' own: tests/runner/test_gpu_lane.py)."""
     q, fresh = str(queue_root), tmp_path / "fresh.json"
-    exe = _fake_llama_server(tmp_path)
-    server = subprocess.Popen([str(exe), "300"])
-    try:
-        write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\necho bench\n")
-        runner.start("--gpu-names", exe.name)
-        held = wait_for(
-            lambda: (
-                (_queued(runner, "70-gpu-bench.job") or {}).get("reason") == "gpu-foreign"
-                and _queued(runner, "70-gpu-bench.job")
-            )
-        )
-        wait_for(lambda: time.time() - held["since"] > 1.5)  # the box's incident opened long before this watcher
-        code, out = watch(q, fresh)
-        assert code == 18, out
-        assert out.startswith(f"WAITING: {q}: gpu lane held by pid {server.pid} ({exe.name})"), out
-        assert "1 job wait (70-gpu-bench.job)" in out
-        assert watch(q, fresh) == (0, "")  # sent once
-    finally:
-        server.kill()
-        server.wait()
-    runner.wait_event("done", job="70-gpu-bench.job")
+    write_job(queue_root, "70-gpu-bench.job", "# LANE=gpu\necho bench\n")
+    now = time.time() - 10
+    run = ticking(now, pid=stand_in)
+    run.procs.gpu = [GpuUser(4242, 1, "/opt/bin/gpuuser-77 300", "name")]
+    run.tick(now).tick(now + 5)
+    assert run.reason("70-gpu-bench.job")["reason"] == "gpu-foreign"  # type: ignore[index]
     code, out = watch(q, fresh)
-    assert code == 0 and out.startswith(f"RECOVERED: WAITING gpu-held:pid {server.pid} recovered after "), out
+    assert code == 18, out
+    assert out.startswith(f"WAITING: {q}: gpu lane held by pid 4242 (gpuuser-77)"), out
+    assert "1 job wait (70-gpu-bench.job)" in out
+    assert watch(q, fresh) == (0, "")  # sent once
+    run.procs.gpu = []  # the GPU user ends; the job runs and ends
+    run.tick(now + 6)
+    run.procs.exit("70-gpu-bench.job", 0)
+    run.tick(now + 7)
+    assert run.events("done")
+    code, out = watch(q, fresh)
+    assert code == 0 and out.startswith("RECOVERED: WAITING gpu-held:pid 4242 recovered after "), out
 
 
 def test_dead_recovered_and_dead_again_under_on_alert(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
