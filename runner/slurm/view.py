@@ -36,6 +36,9 @@ REASONS = {
     "JobHeldUser": Reason.PARKED,
     "JobHeldAdmin": Reason.PARKED,
     "ReqNodeNotAvail": Reason.DRAINED,
+    # the same, as squeue words it when the scheduler found no node up ("..., DRAINED or reserved for jobs in
+    # higher priority partitions": the text before its first comma)
+    "Nodes required for job are DOWN": Reason.DRAINED,
     "NodeDown": Reason.DRAINED,
     "PartitionDown": Reason.DRAINED,
     "PartitionInactive": Reason.DRAINED,
