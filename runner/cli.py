@@ -79,7 +79,7 @@ def _size(text: str) -> int:
         value = float(number)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (use 512M, 1G or a number of bytes)") from None
-    if value < 0:
+    if not 0 <= value < 1e18:  # nan, inf and more than an exabyte are no sizes
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (use 512M, 1G or a number of bytes)")
     return int(value * _SIZE_UNITS[unit])
 

@@ -227,4 +227,4 @@ class Counts:
 def write(path: Path, view: TickView) -> None:
     """The metrics file replaced whole (a reader never sees half of it), readable by the collector's user (0644);
     not synced: it is rewritten next tick."""
-    atomic_write(path, render(view).encode(), durable=False, mode=0o644)
+    atomic_write(path, render(view).encode(errors="backslashreplace"), durable=False, mode=0o644)  # a root not UTF-8

@@ -102,6 +102,8 @@ RUNNER_CASES = [
     (["run", "--root", "q", "--metrics", "nodir/m.prom"], 2, "--metrics nodir/m.prom: no directory"),
     (["run", "--root", "q", "--tick", "99999999999999999999999"], 2, "is more than 366d00h"),  # select() overflowed
     (["run", "--root", "q", "--idle", "999999999d"], 2, "is more than 366d00h"),
+    (["run", "--root", "q", "--gpu-memory", "inf"], 2, "not a size: 'inf'"),  # an OverflowError
+    (["run", "--root", "q", "--gpu-memory", "nan"], 2, "not a size: 'nan'"),
 ]
 
 
