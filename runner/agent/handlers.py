@@ -195,7 +195,5 @@ def slurm_status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """squeue as a status answer, with the events window read exactly as for a queue host."""
     from runner.slurm import agent as slurm_agent
 
-    view = slurm_agent.status(root, request)
-    if "controller_down" in view:
-        return view
+    view = slurm_agent.status(root, request)  # ControllerDown: answered by runner.agent.dispatch
     return {**view, **read_events(root, request), "logs": {}, "parked": None}

@@ -18,6 +18,7 @@ from typing import Any
 
 from runner import pushlock
 from runner.conditions import compile_condition, evaluate
+from runner.errors import AgentError
 from runner.queue import timestamp
 from runner.slurm import ledger as ledger_mod
 from runner.slurm import submit as slurm_submit
@@ -235,10 +236,7 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
         took = not keep  # a kept diff's lock is the session's, released when it ends
     try:
         env = env_for(request)
-        try:
-            decided = decide(root, request, env)
-        except ControllerDown as exc:
-            return {"controller_down": str(exc)}
+        decided = decide(root, request, env)  # ControllerDown: answered by runner.agent.dispatch
         result = decided.result
         if dry and not keep or result.get("error"):
             return result
@@ -300,12 +298,9 @@ def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
 def _apply_kept(root: str, request: dict[str, Any]) -> dict[str, Any]:
     decided = _KEPT.pop(str(request["token"]), None)
     if decided is None or not pushlock.held(root):
-        return {"error": "this push's diff is no longer held by the agent; run the push again"}
+        raise AgentError("this push's diff is no longer held by the agent; run the push again")
     env = env_for(request)
-    try:
-        live = squeue(env)
-    except ControllerDown as exc:
-        return {"controller_down": str(exc)}
+    live = squeue(env)
     started = [
         job["name"]
         for job in decided.submit
@@ -324,7 +319,7 @@ def _commit(root: str, request: dict[str, Any], decided: Decided, env: dict[str,
     try:
         limits = read_limits(env)
     except ControllerDown as exc:
-        return {**result, "error": f"the cluster's limits could not be read: {exc}; nothing was submitted"}
+        raise AgentError(f"the cluster's limits could not be read: {exc}; nothing was submitted", **result) from None
     new = len(decided.submit)
     problems = limits.problems(new)
     if problems:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import pushlock
+from runner.errors import AgentError
 from runner.logs import last_line
 from runner.queue import Queue, timestamp
 from runner.readers import tail
@@ -96,10 +97,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """status.json's shape from squeue and the ledger; attempt starts and ends recorded as events, once."""
     env = env_for(request)
     now = time.time()
-    try:
-        live = squeue(env)
-    except ControllerDown as exc:
-        return {"controller_down": str(exc)}
+    live = squeue(env)  # ControllerDown: answered by runner.agent.dispatch
     got = pushlock.lock(root, {"wait_s": 10, "by": "plan status"})
     try:
         ledger, _ = open_ledger(root, live, env)  # rebuilt, under the lock, where it cannot be trusted
@@ -303,11 +301,11 @@ def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:
     ledger = ledger_mod.load(root)
     plans = [plan] if plan else [p for p, e in ledger.plans.items() if name in e.jobs]
     if len(plans) != 1 or ".." in job or name.startswith("."):
-        return {
-            "error": f"no job {job}.job pushed here"
+        raise AgentError(
+            f"no job {job}.job pushed here"
             if not plans
             else f"{name}.job is in plans {', '.join(sorted(plans))}: name one, as PLAN/{name}.job"
-        }
+        )
     entry = ledger.plans.get(plans[0])
     record = entry.jobs.get(name) if entry else None
     last = record.current if record else None

@@ -107,7 +107,12 @@ def test_the_agent_raises_its_errors_and_answers_them_in_one_place(tmp_path: Pat
     assert refused["error"].startswith(f"refusing the queue root {root}: ") and refused["untrusted"], refused
     assert ControllerDown("squeue: timed out").answer() == {"controller_down": "squeue: timed out"}
     # no handler of the agent writes an error answer of its own: it raises (dispatch.py is the one place)
-    for path in [*sorted((REPO / "runner/agent").glob("*.py")), REPO / "runner/pushlock.py"]:
+    handlers = [
+        *(REPO / "runner/agent").glob("*.py"),
+        *(REPO / "runner/slurm").glob("*.py"),
+        REPO / "runner/pushlock.py",
+    ]
+    for path in sorted(handlers):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Dict) and path.name != "dispatch.py":
                 keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}

@@ -260,6 +260,19 @@ def test_a_next_try_the_controller_kept_from_the_wrapper_is_submitted_at_the_nex
     assert (tmp_path / "next.out").exists()
 
 
+def test_a_silent_controller_is_unreachable_exit_3_through_the_typed_answer(tmp_path: Path, shaky: Slurm) -> None:
+    """squeue times out (this cluster's clients wait 1 s): the agent raises ControllerDown, its dispatch answers
+    {"controller_down": ...}, the workstation raises its own ControllerDown, and `plan` says unreachable, 3."""
+    hosts = shaky.hosts_file(tmp_path / "submit")
+    (tmp_path / "submit").mkdir()
+    os.kill(shaky.pids["slurmctld"], signal.SIGSTOP)
+    try:
+        code, out = plan("status", "cluster", "--hosts", str(hosts))
+    finally:
+        os.kill(shaky.pids["slurmctld"], signal.SIGCONT)
+    assert code == 3 and "plan: unreachable: " in out and "the Slurm controller did not answer: " in out, out
+
+
 def test_an_attempt_slurm_ends_on_a_node_failure_is_retried_with_its_dependents(tmp_path: Path, shaky: Slurm) -> None:
     root, started = tmp_path / "submit", tmp_path / "started"
     p = write_plan(tmp_path / "nf.yaml", "nf", _flaky(tmp_path, "long", f"touch {started}; sleep 120"))
