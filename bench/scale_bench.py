@@ -11,7 +11,8 @@ with --baseline DIR, and task-spooler), so the machine's noise hits all alike:
 - status: `plan status ROOT`, its runner alive and parked, its queue still full;
 - RSS: the runner's peak RSS (VmHWM) after the idle window;
 - check: `plan check plan.yaml --no-cache` (cold);
-- task-spooler: `tsp -S 1` with the same N jobs queued behind a blocker, the 100 after the first's end, per job.
+- task-spooler: `tsp -S 1` with the same N jobs queued behind a blocker (900 for 1 000: it holds ~1 000 at most),
+  the 100 after the first end, per job.
 
     python3 bench/scale_bench.py [--huge] [--baseline DIR] [--only dispatch,push,status,check,tsp]
     BENCH_RUNS=5 BENCH_SIZES=100,1000,10000 BENCH_IDLE_S=10
@@ -172,14 +173,16 @@ def runner_run(tree: Tree, size: Size, root: Path, out: Path, add: Callable[[str
         proc.wait()
 
 
-TSP_MAX = 1000  # task-spooler's server serves at most this many clients, and each queued job is one (waiting)
+# task-spooler's server serves at most ~1000 clients (TS_MAXCONN), and each queued job is one, a process waiting:
+# with 1000 queued (and the blocker) its next `tsp` blocked for good here; -B makes that an error
+TSP_MAX = 900
 
 
 def tsp_run(size: Size) -> float | None:
     """Per-job seconds of the 100 jobs after the first on a task-spooler server (one slot) with N queued behind a
-    blocker (N - 1 where N would pass TSP_MAX with it); None where N is beyond what tsp can hold."""
-    jobs = min(size.jobs, TSP_MAX - 1)
-    if size.jobs > TSP_MAX:
+    blocker (TSP_MAX where N is 1 000); None where N is beyond what tsp can hold."""
+    jobs = min(size.jobs, TSP_MAX)
+    if size.jobs > 1000:
         return None
     after = min(AFTER, jobs - 1)
     out = size.dir / "out-tsp"
@@ -196,7 +199,7 @@ def tsp_run(size: Size) -> float | None:
             # the timed jobs one by one in order, the rest after them 8 at a time (each `tsp` a client process)
             for part, parallel in ((lines[: after + 1], "1"), (lines[after + 1 :], "8")):
                 feed = subprocess.run(
-                    ["xargs", "-d", "\n", "-P", parallel, "-n", "1", "tsp", "-n", "sh", "-c"],
+                    ["xargs", "-d", "\n", "-P", parallel, "-n", "1", "tsp", "-n", "-B", "sh", "-c"],
                     input="".join(part),
                     text=True,
                     env=env,
@@ -280,9 +283,9 @@ def figure(values: list[float] | None, unit: str = "ms") -> str:
 def tsp_figure(values: list[float] | None, size: int, tsp: bool) -> str:
     if not tsp:
         return "tsp not installed"
-    if size > TSP_MAX:
-        return f"cannot queue {size:,} (at most {TSP_MAX:,}: each queued job is a waiting tsp process)"
-    return figure(values) + (f" ({TSP_MAX - 1} queued)" if size >= TSP_MAX else "")
+    if size > 1000:
+        return f"cannot queue {size:,} (at most ~1,000: each queued job is a waiting tsp process)"
+    return figure(values) + (f" ({TSP_MAX} queued)" if size > TSP_MAX else "")
 
 
 def push_ratio(pushes: list[float] | None, writes: list[float] | None) -> str:
