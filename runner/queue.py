@@ -64,10 +64,13 @@ def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
         laid.update((key, shown[key]) for key in FRESH_KEYS if key in shown)
         if "swept" in beat:
             laid["swept"] = beat["swept"]
-        laid["queued"] = _changed(status.get("queued"), beat.get("queued_set"), beat.get("queued_gone"))
         from runner.readers import status_problem  # runner.readers reads files through runner.files, as this does
 
-        if not status_problem(laid):  # a heartbeat.json someone wrote by hand changes nothing a reader reads
+        # What the heartbeat brings is checked as status.json's readers check it (a heartbeat.json written by
+        # hand changes nothing a reader reads); status.json's own list was checked by whoever read it.
+        brought = {key: laid[key] for key in FRESH_KEYS if key in shown}
+        if not status_problem({**brought, "queued": beat.get("queued_set") or []}):
+            laid["queued"] = _changed(status.get("queued"), beat.get("queued_set"), beat.get("queued_gone"))
             return laid
     if "running" in status:  # a runner before the overlay: its running jobs' elapsed times move on by the lead
         fresh["running"] = [

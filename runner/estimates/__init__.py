@@ -4,7 +4,7 @@ This is the door: the service and the agent import the names below, from `runner
 
 from __future__ import annotations
 
-from runner.estimates.eta import estimate, from_root, progress_left
+from runner.estimates.eta import PER_LANE, estimate, from_root, progress_left
 from runner.estimates.history import History
 
-__all__ = ["History", "estimate", "from_root", "progress_left"]
+__all__ = ["PER_LANE", "History", "estimate", "from_root", "progress_left"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from runner.durations import format_duration
 from runner.readers import terminal_safe
-from runner.views.waiting import cut_middle, every_waiter, group_waiting
+from runner.views.waiting import WaitGroup, cut_middle, every_waiter, group_waiting, waiter
 
 DETAIL_WIDTH = 90  # a REQUIRES or command longer than this is cut in the middle: the file name at its end survives
 
@@ -26,12 +26,14 @@ def render_status(
     lines.extend(_lanes(status, now, ends if isinstance(ends, dict) else {}))
     lines.extend(gpu_lines(status.get("gpus") or {}, now))
     queued = status.get("queued", [])
-    if queued:
+    groups = _groups(status.get("waiting_groups"), now) if not every else None
+    count = status.get("waiting_count") if groups is not None else len(queued)
+    if count:
         lines.append("")
-        lines.append(f"waiting ({len(queued)}):")
+        lines.append(f"waiting ({count}):")
         found = (estimates or {}).get("queued")
         starts = found if isinstance(found, dict) else {}
-        lines.extend(_every(queued, now, starts) if every else _grouped(queued, now))
+        lines.extend(_every(queued, now, starts) if every else _grouped(queued, now, groups))
         known = [] if every else _starts(queued, starts, now)
         if known:
             lines.append("")
@@ -51,12 +53,28 @@ def _every(queued: list[dict[str, Any]], now: float, starts: dict[str, Any]) -> 
     return lines
 
 
-def _grouped(queued: list[dict[str, Any]], now: float) -> list[str]:
+def _groups(found: Any, now: float) -> list[WaitGroup] | None:
+    """The groups the host agent made (`waiting_groups`: it sends those, not every waiting job), as group_waiting
+    makes them; None where the answer has none (a whole list, or an older agent)."""
+    if not isinstance(found, list):
+        return None
+    groups = []
+    for group in found:
+        if not isinstance(group, dict) or not isinstance(group.get("count"), int):
+            return None
+        oldest = tuple(waiter(w, now) for w in group.get("oldest") or [] if isinstance(w, dict))
+        groups.append(
+            WaitGroup(str(group.get("reason") or "?"), str(group.get("blocker") or ""), group["count"], oldest)
+        )
+    return groups
+
+
+def _grouped(queued: list[dict[str, Any]], now: float, groups: list[WaitGroup] | None = None) -> list[str]:
     """`requires    259 jobs  oldest 84c-gpu-strata-qwen-q2_0.job 1h07m: test -f …/strata-qwen-q2_0.json`, then
-    the next oldest under it; a group of one job is that job's line."""
+    the next oldest under it; a group of one job is that job's line. GROUPS: made already (by the host agent)."""
     lines = []
     hidden = 0
-    for group in group_waiting(queued, now):
+    for group in group_waiting(queued, now) if groups is None else groups:
         behind = f"  on {cut_middle(group.blocker, 50)}" if group.blocker and group.count > 1 else ""
         jobs = f"{group.count} job{'s' * (group.count != 1)}"
         for i, w in enumerate(group.oldest):

@@ -45,7 +45,7 @@ class WaitGroup:
     oldest: tuple[Waiter, ...]  # the longest waiting first
 
 
-def _waiter(item: Mapping[str, Any], now: float) -> Waiter:
+def waiter(item: Mapping[str, Any], now: float) -> Waiter:
     since = item.get("since")
     return Waiter(
         str(item.get("job", "?")),
@@ -62,7 +62,7 @@ def group_waiting(queued: Iterable[Mapping[str, Any]], now: float, oldest: int =
     for item in queued:
         reason = str(item.get("reason") or "?")
         blocker = str(item.get("blocker") or "")
-        by_reason.setdefault(reason, {}).setdefault(blocker, []).append(_waiter(item, now))
+        by_reason.setdefault(reason, {}).setdefault(blocker, []).append(waiter(item, now))
     rank = {r: i for i, r in enumerate(REASON_ORDER)}
     groups: list[WaitGroup] = []
     for reason in sorted(by_reason, key=lambda r: (rank.get(r, len(rank)), r)):
@@ -80,7 +80,7 @@ def group_waiting(queued: Iterable[Mapping[str, Any]], now: float, oldest: int =
 def every_waiter(queued: Iterable[Mapping[str, Any]], now: float) -> list[tuple[str, Waiter]]:
     """`--all`: every queued job with its reason, worst reason first, then the longest waiting."""
     rank = {r: i for i, r in enumerate(REASON_ORDER)}
-    found = [(str(item.get("reason") or "?"), _waiter(item, now)) for item in queued]
+    found = [(str(item.get("reason") or "?"), waiter(item, now)) for item in queued]
     return sorted(found, key=lambda rw: (rank.get(rw[0], len(rank)), rw[1].since, rw[1].job))
 
 

@@ -3,6 +3,7 @@ long conditions cut in the middle, one log tail for progress; and `plan bootstra
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -67,7 +68,8 @@ def test_status_of_a_backlog_is_grouped_and_all_lists_every_job(tmp_path: Path, 
         wait_for(lambda: "PROGRESS: 1/6" in log.read_text())
         gate.touch()
         wait_for(lambda: "PROGRESS: 3/6" in log.read_text())
-        assert "3/6" not in str(runner.status()["running"])  # status.json is as old as its last write
+        raw = json.loads((queue_root / "status.json").read_text())
+        assert "3/6" not in str(raw["running"])  # status.json is as old as the sweep that wrote it
         code, out = plan_cli("status", str(queue_root))
         assert code == 0, out
         lines = out.splitlines()
@@ -125,3 +127,50 @@ def test_bootstrap_start_runs_the_runner_detached_once_and_status_says_how(tmp_p
         os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not pid_alive(pid), 20)
     assert "runner-stop" in (root / "events.jsonl").read_text()
+
+
+def test_the_agent_groups_a_large_backlog_and_plan_status_shows_what_the_whole_list_shows(tmp_path: Path) -> None:
+    """`plan status` asks the agent to group the waiting jobs (issue 33): the answer carries the groups and each
+    lane's first jobs, not 10 000 entries, and the screen is the one the whole list makes."""
+    import json
+    import time
+
+    from runner.agent import handlers
+    from runner.estimates import PER_LANE
+    from runner.views.status import render_status
+
+    now = time.time()
+    queued = [
+        {
+            "job": f"j-{i:05d}.job",
+            "lane": "cpu",
+            "reason": "order",
+            "since": now - 60,
+            "detail": "j-a is ahead of it",
+            "blocker": "j-a.job",
+        }
+        for i in range(2000)
+    ]
+    queued += [
+        {
+            "job": f"g-{i:03d}.job",
+            "lane": "gpu",
+            "reason": "requires",
+            "since": now - i,
+            "detail": f"test -f /m/{i}",
+            "blocker": f"test -f /m/{i}",
+        }
+        for i in range(300)
+    ]
+    status = {"runner": {"pid": 1, "heartbeat": now, "instance": "x"}, "lanes": {}, "running": [], "queued": queued}
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    whole = handlers.status(str(tmp_path), {"offset": -1, "estimates": True})
+    grouped = handlers.status(str(tmp_path), {"offset": -1, "estimates": True, "grouped": True})
+    assert len(whole["status"]["queued"]) == 2300 and grouped["status"]["waiting_count"] == 2300
+    assert len(grouped["status"]["queued"]) == 2 * PER_LANE and len(json.dumps(grouped)) < len(json.dumps(whole)) / 10
+    # the estimated starts read each lane's first jobs only (each answer's times are its own clock's)
+    basis = {job: e["basis"] for job, e in grouped["estimates"]["queued"].items()}
+    assert basis == {job: e["basis"] for job, e in whole["estimates"]["queued"].items()} and len(basis) == 2 * PER_LANE
+    shown = render_status(grouped["status"], now, estimates=grouped["estimates"])
+    assert shown == render_status(whole["status"], now, estimates=grouped["estimates"])
+    assert "waiting (2300):" in shown and "  order       2000 jobs  on j-a.job  oldest j-00000.job" in shown
