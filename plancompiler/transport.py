@@ -40,7 +40,8 @@ PYTHON_TOO_OLD = 96  # the loader's exit on an interpreter older than runner.PYT
 # Nothing is imported that was not checked: a cached zip by HASH (sha256 of its bytes), an unpacked copy and
 # a `plan bootstrap` copy by TREE (sha256 of every .py file's name and bytes), each in directories that only
 # this user or root can write (their bytecode is trusted as those directories are); a copy that does not
-# match is ignored, and the workstation uploads the package again.
+# match is ignored, and the workstation uploads the package again. Loads at once never disturb each other: bytecode
+# that vanished while one checked a copy is no mismatch, and one load at a time (a lock beside the copy) unpacks.
 LOADER = r"""
 import hashlib, os, stat, sys
 if sys.version_info < PYTHON_MIN:
@@ -79,12 +80,17 @@ def tree_of(top):
         for name in files:
             path = os.path.join(at, name)
             if not trusted(path, stat.S_ISREG):
+                if not name.endswith(".py") and not os.path.lexists(path):
+                    continue  # bytecode another load wrote as a temporary file and renamed meanwhile
                 return None
             if name.endswith(".py"):
                 found.append((os.path.relpath(path, top).replace(os.sep, "/"), path))
     digest = hashlib.sha256()
-    for rel, path in sorted(found):
-        digest.update(rel.encode() + b"\0" + read(path) + b"\0")
+    try:
+        for rel, path in sorted(found):
+            digest.update(rel.encode() + b"\0" + read(path) + b"\0")
+    except OSError:
+        return None
     return digest.hexdigest()[:32] if found else None
 if mode == "--upload":
     data = sys.stdin.buffer.read()
@@ -124,10 +130,17 @@ def unpacked(base):
         return None
     if hashlib.sha256(data).hexdigest()[:32] != h:
         return None  # missing, or not what the workstation sent: uploaded again
-    import io, shutil, zipfile
+    import fcntl, io, shutil, zipfile
     tmp = os.path.join(base, ".runner-%s.%d.d" % (h, os.getpid()))
     old = os.path.join(base, ".runner-%s.%d.old" % (h, os.getpid()))
+    lock = None
     try:
+        # One load unpacks at a time; the others wait, then find its copy: a copy another load just put in
+        # place (and may be importing from) is never set aside for a second one.
+        lock = os.open(os.path.join(base, "runner-%s.lock" % h), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if tree_of(d) == tree:
+            return d
         os.mkdir(tmp, 0o700)
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             archive.extractall(tmp)
@@ -140,6 +153,8 @@ def unpacked(base):
         shutil.rmtree(tmp, ignore_errors=True)
         return pyz  # checked above; imported as it is (its directory is ours alone)
     finally:
+        if lock is not None:
+            os.close(lock)
         if os.path.isdir(old) and not os.path.islink(old):
             shutil.rmtree(old, ignore_errors=True)
         elif os.path.lexists(old):
