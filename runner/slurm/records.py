@@ -8,7 +8,7 @@ the one container edited under the push lock: a job record is replaced whole whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, TypeVar, Union
+from typing import Any, Callable, Iterator, TypeVar, Union
 
 SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
 VERSION = 2
@@ -27,73 +27,139 @@ class RecordError:
 
 
 class _Bad(Exception):
-    """Raised inside a parse, turned into a RecordError at its boundary."""
+    """Raised inside a parse, turned into a RecordError at its boundary. Its place is relative to the value that
+    was being read (`[0]`, `tail[0]`) and each enclosing reader puts its own key in front as it passes through,
+    so a valid record spends nothing on naming places it never needs."""
 
     def __init__(self, where: str, message: str) -> None:
         super().__init__(message)
-        self.error = RecordError(where, message)
+        self.where = where
+        self.message = message
+
+    def within(self, outer: str) -> _Bad:
+        self.where = _key(outer, self.where)
+        return self
+
+    @property
+    def error(self) -> RecordError:
+        return RecordError(self.where, self.message)
 
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _opt(check: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
-    def read(value: Any, where: str) -> T | None:
-        return None if value is None else check(value, where)
+def _opt(check: Callable[[Any], T]) -> Callable[[Any], T | None]:
+    def read(value: Any) -> T | None:
+        return None if value is None else check(value)
 
     return read
 
 
-def _int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Bad(where, f"an integer was expected, not {_kind(value)}")
+def _int(value: Any) -> int:
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise _Bad("", f"an integer was expected, not {_kind(value)}")
     return value
 
 
-def _float(value: Any, where: str) -> float:
+def _float(value: Any) -> float:
+    if type(value) is float:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Bad(where, f"a number was expected, not {_kind(value)}")
+        raise _Bad("", f"a number was expected, not {_kind(value)}")
     return float(value)
 
 
-def _str(value: Any, where: str) -> str:
+def _str(value: Any) -> str:
     if not isinstance(value, str):
-        raise _Bad(where, f"a string was expected, not {_kind(value)}")
+        raise _Bad("", f"a string was expected, not {_kind(value)}")
     return value
 
 
-def _bool(value: Any, where: str) -> bool:
+def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise _Bad(where, f"true or false was expected, not {_kind(value)}")
+        raise _Bad("", f"true or false was expected, not {_kind(value)}")
     return value
 
 
-def _slurm_id(value: Any, where: str) -> SlurmId:
+def _slurm_id(value: Any) -> SlurmId:
     if isinstance(value, str) and value:
         return int(value) if value.isdigit() else value
-    return _int(value, where)
+    return _int(value)
 
 
-def _strings(value: Any, where: str) -> tuple[str, ...]:
+def _strings(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _Bad(where, f"a list was expected, not {_kind(value)}")
-    return tuple(_str(item, f"{where}[{i}]") for i, item in enumerate(value))
+        raise _Bad("", f"a list was expected, not {_kind(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _Bad(f"[{i}]", f"a string was expected, not {_kind(item)}")
+    return tuple(value)
 
 
-def _object(value: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:
+def _object(value: Any, known: frozenset[str] | None = None) -> dict[str, Any]:
+    """VALUE as a JSON object, with no key outside KNOWN (None: any key, a mapping of names)."""
     if not isinstance(value, dict):
-        raise _Bad(where, f"an object was expected, not {_kind(value)}")
-    unknown = sorted(set(value) - set(known))
-    if unknown:
-        raise _Bad(where, f"unknown key {unknown[0]!r}")
+        raise _Bad("", f"an object was expected, not {_kind(value)}")
+    if known is not None and not value.keys() <= known:
+        raise _Bad("", f"unknown key {sorted(value.keys() - known)[0]!r}")
     return value
 
 
+class _Field:
+    """How one key is read: a value already of a type in PLAIN is taken as it is (the common case, and cheap), any
+    other goes through READ, which converts it or says why it cannot."""
+
+    __slots__ = ("plain", "read")
+
+    def __init__(self, plain: tuple[type, ...], read: Callable[[Any], Any]) -> None:
+        self.plain = plain
+        self.read = read
+
+
+def _fields(raw: dict[str, Any], readers: dict[str, _Field]) -> dict[str, Any]:
+    """Each key of RAW read by its reader (every key has one: `_object` checked), a bad one located."""
+    out = {}
+    for key, value in raw.items():
+        field = readers[key]
+        if type(value) in field.plain:
+            out[key] = value
+            continue
+        try:
+            out[key] = field.read(value)
+        except _Bad as bad:
+            raise bad.within(key) from None
+    return out
+
+
+def _each(items: Any, read: Callable[[Any], T]) -> Iterator[tuple[str, T]]:
+    """(name, READ(value)) for each item of the JSON object ITEMS, a bad one located under its name."""
+    for name, value in _object(items or {}).items():
+        try:
+            yield name, read(value)
+        except _Bad as bad:
+            raise bad.within(name) from None
+
+
 def _key(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
+    if not where or not key:
+        return where or key
+    return f"{where}{key}" if key.startswith("[") else f"{where}.{key}"
+
+
+_NULL = type(None)
+_opt_str, _opt_int = _opt(_str), _opt(_int)
+_OPT_STR = _Field((str, _NULL), _opt_str)
+_OPT_INT = _Field((int, _NULL), _opt_int)
+_OPT_FLOAT = _Field((float, _NULL), _opt(_float))
+_OPT_ID = _Field((int, _NULL), _opt(_slurm_id))
+_ID = _Field((int,), _slurm_id)
+_STR_OR_EMPTY = _Field((str,), lambda v: _opt_str(v) or "")
+_COUNT = _Field((), lambda v: _opt_int(v) or 1)  # an attempt's number: null or 0 reads as 1
+_FLAG = _Field((bool,), lambda v: bool(_opt(_bool)(v)))
+_STRINGS = _Field((), _strings)
 
 
 @dataclass(frozen=True)
@@ -163,45 +229,54 @@ _ATTEMPT_OPTIONAL: tuple[tuple[str, Any], ...] = (
     ("slurm_name", None),
     ("waits", ()),
 )
-_ATTEMPT_READ: dict[str, Callable[[Any, str], Any]] = {
-    "id": _opt(_slurm_id),
-    "hash": _opt(_str),
-    "submitted": _opt(_float),
-    "state": _opt(_str),
-    "reason": lambda v, w: _opt(_str)(v, w) or "",
-    "start": _opt(_float),
-    "end": _opt(_float),
-    "eligible": _opt(_float),
-    "result": lambda v, w: bool(_opt(_bool)(v, w)),
-    "rc": _opt(_int),
-    "kind": _opt(_str),
-    "tail": _strings,
-    "wait_s": _opt(_float),
-    "moved": _strings,
-    "retry_due": _opt(_float),
-    "next_attempt": _opt(_int),
-    "next_id": _opt(_int),
-    "cause": _opt(_str),
-    "retried_by": _opt(_str),
-    "after": _opt(_str),
-    "bundle": _opt(_str),
-    "entry": _opt(_int),
-    "slurm_name": _opt(_str),
-    "waits": lambda v, w: _waits(v, w),
-}
 
 
-def _waits(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+def _waits(value: Any) -> tuple[tuple[str, float], ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _Bad(where, f"a list was expected, not {_kind(value)}")
+        raise _Bad("", f"a list was expected, not {_kind(value)}")
     found = []
     for i, item in enumerate(value):
         if not isinstance(item, list) or len(item) != 2:
-            raise _Bad(f"{where}[{i}]", "a [reason, time] pair was expected")
-        found.append((_str(item[0], f"{where}[{i}][0]"), _float(item[1], f"{where}[{i}][1]")))
+            raise _Bad(f"[{i}]", "a [reason, time] pair was expected")
+        for j, read in enumerate((_str, _float)):
+            try:
+                read(item[j])
+            except _Bad as bad:
+                raise bad.within(f"[{i}][{j}]") from None
+        found.append((item[0], float(item[1])))
     return tuple(found)
+
+
+_ATTEMPT_READ: dict[str, _Field] = {
+    "id": _OPT_ID,
+    "hash": _OPT_STR,
+    "attempt": _COUNT,
+    "submitted": _OPT_FLOAT,
+    "state": _OPT_STR,
+    "reason": _STR_OR_EMPTY,
+    "start": _OPT_FLOAT,
+    "end": _OPT_FLOAT,
+    "eligible": _OPT_FLOAT,
+    "result": _FLAG,
+    "rc": _OPT_INT,
+    "kind": _OPT_STR,
+    "tail": _STRINGS,
+    "wait_s": _OPT_FLOAT,
+    "moved": _STRINGS,
+    "retry_due": _OPT_FLOAT,
+    "next_attempt": _OPT_INT,
+    "next_id": _OPT_INT,
+    "cause": _OPT_STR,
+    "retried_by": _OPT_STR,
+    "after": _OPT_STR,
+    "bundle": _OPT_STR,
+    "entry": _OPT_INT,
+    "slurm_name": _OPT_STR,
+    "waits": _Field((), _waits),
+}
+_ATTEMPT_KEYS = frozenset(_ATTEMPT_READ)
 
 
 def _plain(value: Any) -> Any:
@@ -209,12 +284,12 @@ def _plain(value: Any) -> Any:
     return [_plain(v) for v in value] if isinstance(value, tuple) else value
 
 
-def _attempt(value: Any, where: str) -> Attempt:
-    raw = _object(value, where, ("attempt", *_ATTEMPT_READ))
+def _attempt(value: Any) -> Attempt:
+    raw = _object(value, _ATTEMPT_KEYS)
     if "id" not in raw:
-        raise _Bad(where, "no 'id'")
-    fields = {key: read(raw.get(key), _key(where, key)) for key, read in _ATTEMPT_READ.items()}
-    return Attempt(attempt=_opt(_int)(raw.get("attempt"), _key(where, "attempt")) or 1, **fields)
+        raise _Bad("", "no 'id'")
+    # Absent keys take the dataclass's defaults, which are what each reader makes of null.
+    return Attempt(**_fields(raw, _ATTEMPT_READ))
 
 
 @dataclass(frozen=True)
@@ -248,18 +323,32 @@ class JobRecord:
         return out
 
 
-def _record(value: Any, where: str) -> JobRecord:
-    raw = _object(value, where, ("hash", "lane", "deps", "slurm_name", "attempts"))
-    attempts = raw.get("attempts") or []
-    if not isinstance(attempts, list):
-        raise _Bad(_key(where, "attempts"), f"a list was expected, not {_kind(attempts)}")
-    return JobRecord(
-        hash=_opt(_str)(raw.get("hash"), _key(where, "hash")),
-        lane=_opt(_str)(raw.get("lane"), _key(where, "lane")) or "",
-        deps=_strings(raw.get("deps"), _key(where, "deps")),
-        slurm_name=_opt(_str)(raw.get("slurm_name"), _key(where, "slurm_name")),
-        attempts=tuple(_attempt(a, f"{where}.attempts[{i}]") for i, a in enumerate(attempts)),
-    )
+def _attempts(value: Any) -> tuple[Attempt, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _Bad("", f"a list was expected, not {_kind(value)}")
+    found = []
+    for i, item in enumerate(value):
+        try:
+            found.append(_attempt(item))
+        except _Bad as bad:
+            raise bad.within(f"[{i}]") from None
+    return tuple(found)
+
+
+_RECORD_READ: dict[str, _Field] = {
+    "hash": _OPT_STR,
+    "lane": _STR_OR_EMPTY,
+    "deps": _STRINGS,
+    "slurm_name": _OPT_STR,
+    "attempts": _Field((), _attempts),
+}
+_RECORD_KEYS = frozenset(_RECORD_READ)
+
+
+def _record(value: Any) -> JobRecord:
+    return JobRecord(**_fields(_object(value, _RECORD_KEYS), _RECORD_READ))
 
 
 @dataclass
@@ -280,16 +369,17 @@ class PlanEntry:
         return out
 
 
-def _plan(value: Any, where: str) -> PlanEntry:
-    raw = _object(value, where, ("jobs", "by", "pushed_at", "lanes"))
-    jobs = _object(raw.get("jobs") or {}, _key(where, "jobs"), tuple(raw.get("jobs") or ()))
-    lanes = _object(raw.get("lanes") or {}, _key(where, "lanes"), tuple(raw.get("lanes") or ()))
-    return PlanEntry(
-        jobs={name: _record(record, f"{where}.jobs.{name}") for name, record in jobs.items()},
-        by=_opt(_str)(raw.get("by"), _key(where, "by")),
-        pushed_at=_opt(_str)(raw.get("pushed_at"), _key(where, "pushed_at")),
-        lanes={lane: _strings(wanted, f"{where}.lanes.{lane}") for lane, wanted in lanes.items()},
-    )
+_PLAN_READ: dict[str, _Field] = {
+    "jobs": _Field((), lambda v: dict(_each(v, _record))),
+    "by": _OPT_STR,
+    "pushed_at": _OPT_STR,
+    "lanes": _Field((), lambda v: dict(_each(v, _strings))),
+}
+_PLAN_KEYS = frozenset(_PLAN_READ)
+
+
+def _plan(value: Any) -> PlanEntry:
+    return PlanEntry(**_fields(_object(value, _PLAN_KEYS), _PLAN_READ))
 
 
 @dataclass
@@ -314,21 +404,27 @@ class Ledger:
         }
 
 
+_LEDGER_READ: dict[str, _Field] = {
+    "version": _Field((int,), _int),
+    "generation": _Field((), lambda v: _opt_int(v) or 0),
+    "plans": _Field((), lambda v: dict(_each(_object(v), _plan))),
+    "seen": _Field((), lambda v: {mark: bool(done) for mark, done in _object(v or {}).items()}),
+}
+_LEDGER_KEYS = frozenset(_LEDGER_READ)
+
+
 def parse_ledger(value: Any) -> Ledger | RecordError:
     """The ledger in VALUE (slurm.json's JSON), or where and why it is not one this version wrote."""
     if not isinstance(value, dict) or value.get("version") != VERSION:
         return RecordError("", f"not a version-{VERSION} ledger")
     try:
-        raw = _object(value, "", ("version", "generation", "plans", "seen"))
-        plans = _object(raw.get("plans"), "plans", tuple(raw.get("plans") or ()))
-        seen = _object(raw.get("seen") or {}, "seen", tuple(raw.get("seen") or ()))
-        return Ledger(
-            generation=_opt(_int)(raw.get("generation"), "generation") or 0,
-            plans={name: _plan(entry, f"plans.{name}") for name, entry in plans.items()},
-            seen={mark: bool(done) for mark, done in seen.items()},
-        )
+        if value.get("plans") is None:
+            raise _Bad("plans", "an object was expected, not null")
+        fields = _fields(_object(value, _LEDGER_KEYS), _LEDGER_READ)
     except _Bad as bad:
         return bad.error
+    del fields["version"]
+    return Ledger(**fields)
 
 
 @dataclass(frozen=True)
@@ -367,36 +463,34 @@ class AttemptResult:
 
 
 _RESULT_WRITTEN = ("start", "end", "kind", "state", "rc", "tail", "next_attempt", "next_id", "wait_s", "moved", "cause")
-_RESULT_READ: dict[str, Callable[[Any, str], Any]] = {
-    "start": _opt(_float),
-    "end": _opt(_float),
-    "kind": _opt(_str),
-    "state": _opt(_str),
-    "rc": _opt(_int),
-    "tail": _strings,
-    "next_attempt": _opt(_int),
-    "next_id": _opt(_int),
-    "wait_s": _opt(_float),
-    "moved": _strings,
-    "retry_due": _opt(_float),
-    "cause": _opt(_str),
+_RESULT_READ: dict[str, _Field] = {
+    "id": _ID,
+    "attempt": _COUNT,
+    "start": _OPT_FLOAT,
+    "end": _OPT_FLOAT,
+    "kind": _OPT_STR,
+    "state": _OPT_STR,
+    "rc": _OPT_INT,
+    "tail": _STRINGS,
+    "next_attempt": _OPT_INT,
+    "next_id": _OPT_INT,
+    "wait_s": _OPT_FLOAT,
+    "moved": _STRINGS,
+    "retry_due": _OPT_FLOAT,
+    "cause": _OPT_STR,
 }
+_RESULT_KEYS = frozenset(_RESULT_READ)
 
 
 def parse_result(value: Any, where: str = "") -> AttemptResult | RecordError:
     """The attempt result in VALUE (a result file's JSON), or where and why it is not one."""
     try:
-        raw = _object(value, where, ("id", "attempt", *_RESULT_READ))
+        raw = _object(value, _RESULT_KEYS)
         if "id" not in raw:
-            raise _Bad(where, "no 'id'")
-        fields = {key: read(raw.get(key), _key(where, key)) for key, read in _RESULT_READ.items()}
-        return AttemptResult(
-            id=_slurm_id(raw["id"], _key(where, "id")),
-            attempt=_opt(_int)(raw.get("attempt"), _key(where, "attempt")) or 1,
-            **fields,
-        )
+            raise _Bad("", "no 'id'")
+        return AttemptResult(**_fields(raw, _RESULT_READ))
     except _Bad as bad:
-        return bad.error
+        return bad.within(where).error
 
 
 @dataclass(frozen=True)
