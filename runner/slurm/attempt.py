@@ -314,19 +314,23 @@ TIME_CHECK_S = 30
 
 def end_as_timeout(started: float, code: int) -> int:
     """After the wrapper's own timer ended the body (its result written, its next try submitted): lower this
-    job's time limit below its run time (a user may always lower their own job's), so that Slurm ends it as
-    TIMEOUT, which sacct and squeue then show. The allocation is held until Slurm's next look at time limits
-    (TIME_CHECK_S at most); CODE is returned if Slurm does not end it by then (the limit could not be set)."""
+    job's time limit below its run time (scontrol(1): a job's owner may lower its TimeLimit, only an operator
+    may raise it), so that Slurm ends it as TIMEOUT, which sacct and squeue then show. The allocation is held
+    until Slurm's next look at time limits (TIME_CHECK_S at most); CODE is returned if Slurm does not end it by
+    then. An update Slurm refuses (a site's job_submit plugin, an element of a split array, a controller that
+    does not answer) is said in the attempt's log and CODE returned at once: the job ends as FAILED, not TIMEOUT,
+    and nothing else changes (the result says timeout, the next try is already submitted)."""
     job = str(this_job())  # an array's element as ARRAY_N: the array's own id would update all its elements
     if job == "0":
         return code
     minutes = int((time.time() - started) // 60)
     try:
         done = _run(["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"])
-    except (OSError, subprocess.TimeoutExpired):
-        return code
-    if done.returncode != 0:
-        _say(f"=== could not lower this job's time limit ({done.stderr.strip()}): Slurm will say it ended {code}")
+        why = "" if done.returncode == 0 else done.stderr.strip() or f"scontrol exited {done.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = str(exc)
+    if why:
+        _say(f"=== could not lower this job's time limit ({why}): Slurm will say it ended {code}")
         return code
     deadline = time.time() + TIME_CHECK_S + 15
     while not _STOPPED and time.time() < deadline:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runner.slurm.attempt import slurm_ended
-from tests.conftest import plan_cli, wait_for
+from tests.conftest import REPO, plan_cli, wait_for
 from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
 from tests.slurm.jobs import attempts, cancel_root, ended, job_processes, settle, time_limit, write_plan
 
@@ -373,6 +375,29 @@ def test_a_job_slurm_requeued_reads_slurms_reason_not_a_negative_backoff(tmp_pat
 
         item = wait_for(requeued, 30, 0.3)
         assert item["detail"].startswith("requeued by Slurm (1 times), BeginTime; eligible again at "), item
-        assert item["since"] <= time.time(), item  # waiting since it was queued again, not for minus 117 s
+        # Waiting since it was queued again, not for minus 117 s (its BeginTime). Slurm's clock reads whole
+        # seconds and its requeue may stamp the new submit time a second on: since is at most the next second.
+        assert item["since"] <= math.ceil(time.time()), item
     finally:
         cancel_root(slurm, root)
+
+
+def test_a_time_limit_slurm_refuses_to_lower_is_said_and_the_attempt_ends_with_its_code_at_once(slurm: Slurm) -> None:
+    """A plan timeout lowers the job's own TimeLimit so that sacct says TIMEOUT; where the controller refuses
+    that update (here, for real: a job id that is not this job's, which Slurm does not know), the attempt's log
+    says so and the wrapper ends with its own code at once, not after Slurm's 30 s time-limit pass."""
+    probe = (
+        "import time\n"
+        "from runner.slurm.attempt import TIME_CHECK_S, end_as_timeout\n"
+        "began = time.time()\n"
+        "code = end_as_timeout(began - 125, 7)\n"
+        "print('code', code, 'waited', time.time() - began < TIME_CHECK_S)\n"
+    )
+    env = {**slurm.env, "SLURM_JOB_ID": "4000000000", "PYTHONPATH": str(REPO)}
+    env.pop("SLURM_ARRAY_TASK_ID", None)
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said, _, last = done.stdout.strip().rpartition("\n")
+    assert last == "code 7 waited True", done.stdout
+    assert said.startswith("=== could not lower this job's time limit (") and "Invalid job id" in said, said
+    assert said.endswith("): Slurm will say it ended 7"), said
