@@ -8,158 +8,34 @@ the one container edited under the push lock: a job record is replaced whole whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, TypeVar, Union
+from typing import Any, Union
 
-SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
+from runner.slurm.jsonfields import (
+    COUNT,
+    FLAG,
+    ID,
+    OPT_FLOAT,
+    OPT_ID,
+    OPT_INT,
+    OPT_STR,
+    STR_OR_EMPTY,
+    STRINGS,
+    Bad,
+    Field,
+    RecordError,
+    SlurmId,
+    kind_of,
+    opt_int,
+    read_each,
+    read_fields,
+    read_float,
+    read_int,
+    read_object,
+    read_str,
+    read_strings,
+)
+
 VERSION = 2
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RecordError:
-    """Why a record read from JSON cannot be used, and where in it (`plans.lf.jobs.p1.attempts[0].id`)."""
-
-    where: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.message}" if self.where else self.message
-
-
-class _Bad(Exception):
-    """Raised inside a parse, turned into a RecordError at its boundary. Its place is relative to the value that
-    was being read (`[0]`, `tail[0]`) and each enclosing reader puts its own key in front as it passes through,
-    so a valid record spends nothing on naming places it never needs."""
-
-    def __init__(self, where: str, message: str) -> None:
-        super().__init__(message)
-        self.where = where
-        self.message = message
-
-    def within(self, outer: str) -> _Bad:
-        self.where = _key(outer, self.where)
-        return self
-
-    @property
-    def error(self) -> RecordError:
-        return RecordError(self.where, self.message)
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _opt(check: Callable[[Any], T]) -> Callable[[Any], T | None]:
-    def read(value: Any) -> T | None:
-        return None if value is None else check(value)
-
-    return read
-
-
-def _int(value: Any) -> int:
-    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise _Bad("", f"an integer was expected, not {_kind(value)}")
-    return value
-
-
-def _float(value: Any) -> float:
-    if type(value) is float:
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Bad("", f"a number was expected, not {_kind(value)}")
-    return float(value)
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _Bad("", f"a string was expected, not {_kind(value)}")
-    return value
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _Bad("", f"true or false was expected, not {_kind(value)}")
-    return value
-
-
-def _slurm_id(value: Any) -> SlurmId:
-    if isinstance(value, str) and value:
-        return int(value) if value.isdigit() else value
-    return _int(value)
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise _Bad("", f"a list was expected, not {_kind(value)}")
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise _Bad(f"[{i}]", f"a string was expected, not {_kind(item)}")
-    return tuple(value)
-
-
-def _object(value: Any, known: frozenset[str] | None = None) -> dict[str, Any]:
-    """VALUE as a JSON object, with no key outside KNOWN (None: any key, a mapping of names)."""
-    if not isinstance(value, dict):
-        raise _Bad("", f"an object was expected, not {_kind(value)}")
-    if known is not None and not value.keys() <= known:
-        raise _Bad("", f"unknown key {sorted(value.keys() - known)[0]!r}")
-    return value
-
-
-class _Field:
-    """How one key is read: a value already of a type in PLAIN is taken as it is (the common case, and cheap), any
-    other goes through READ, which converts it or says why it cannot."""
-
-    __slots__ = ("plain", "read")
-
-    def __init__(self, plain: tuple[type, ...], read: Callable[[Any], Any]) -> None:
-        self.plain = plain
-        self.read = read
-
-
-def _fields(raw: dict[str, Any], readers: dict[str, _Field]) -> dict[str, Any]:
-    """Each key of RAW read by its reader (every key has one: `_object` checked), a bad one located."""
-    out = {}
-    for key, value in raw.items():
-        field = readers[key]
-        if type(value) in field.plain:
-            out[key] = value
-            continue
-        try:
-            out[key] = field.read(value)
-        except _Bad as bad:
-            raise bad.within(key) from None
-    return out
-
-
-def _each(items: Any, read: Callable[[Any], T]) -> Iterator[tuple[str, T]]:
-    """(name, READ(value)) for each item of the JSON object ITEMS, a bad one located under its name."""
-    for name, value in _object(items or {}).items():
-        try:
-            yield name, read(value)
-        except _Bad as bad:
-            raise bad.within(name) from None
-
-
-def _key(where: str, key: str) -> str:
-    if not where or not key:
-        return where or key
-    return f"{where}{key}" if key.startswith("[") else f"{where}.{key}"
-
-
-_NULL = type(None)
-_opt_str, _opt_int = _opt(_str), _opt(_int)
-_OPT_STR = _Field((str, _NULL), _opt_str)
-_OPT_INT = _Field((int, _NULL), _opt_int)
-_OPT_FLOAT = _Field((float, _NULL), _opt(_float))
-_OPT_ID = _Field((int, _NULL), _opt(_slurm_id))
-_ID = _Field((int,), _slurm_id)
-_STR_OR_EMPTY = _Field((str,), lambda v: _opt_str(v) or "")
-_COUNT = _Field((), lambda v: _opt_int(v) or 1)  # an attempt's number: null or 0 reads as 1
-_FLAG = _Field((bool,), lambda v: bool(_opt(_bool)(v)))
-_STRINGS = _Field((), _strings)
 
 
 @dataclass(frozen=True)
@@ -235,46 +111,46 @@ def _waits(value: Any) -> tuple[tuple[str, float], ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _Bad("", f"a list was expected, not {_kind(value)}")
+        raise Bad("", f"a list was expected, not {kind_of(value)}")
     found = []
     for i, item in enumerate(value):
         if not isinstance(item, list) or len(item) != 2:
-            raise _Bad(f"[{i}]", "a [reason, time] pair was expected")
-        for j, read in enumerate((_str, _float)):
+            raise Bad(f"[{i}]", "a [reason, time] pair was expected")
+        for j, read in enumerate((read_str, read_float)):
             try:
                 read(item[j])
-            except _Bad as bad:
+            except Bad as bad:
                 raise bad.within(f"[{i}][{j}]") from None
         found.append((item[0], float(item[1])))
     return tuple(found)
 
 
-_ATTEMPT_READ: dict[str, _Field] = {
-    "id": _OPT_ID,
-    "hash": _OPT_STR,
-    "attempt": _COUNT,
-    "submitted": _OPT_FLOAT,
-    "state": _OPT_STR,
-    "reason": _STR_OR_EMPTY,
-    "start": _OPT_FLOAT,
-    "end": _OPT_FLOAT,
-    "eligible": _OPT_FLOAT,
-    "result": _FLAG,
-    "rc": _OPT_INT,
-    "kind": _OPT_STR,
-    "tail": _STRINGS,
-    "wait_s": _OPT_FLOAT,
-    "moved": _STRINGS,
-    "retry_due": _OPT_FLOAT,
-    "next_attempt": _OPT_INT,
-    "next_id": _OPT_INT,
-    "cause": _OPT_STR,
-    "retried_by": _OPT_STR,
-    "after": _OPT_STR,
-    "bundle": _OPT_STR,
-    "entry": _OPT_INT,
-    "slurm_name": _OPT_STR,
-    "waits": _Field((), _waits),
+_ATTEMPT_READ: dict[str, Field] = {
+    "id": OPT_ID,
+    "hash": OPT_STR,
+    "attempt": COUNT,
+    "submitted": OPT_FLOAT,
+    "state": OPT_STR,
+    "reason": STR_OR_EMPTY,
+    "start": OPT_FLOAT,
+    "end": OPT_FLOAT,
+    "eligible": OPT_FLOAT,
+    "result": FLAG,
+    "rc": OPT_INT,
+    "kind": OPT_STR,
+    "tail": STRINGS,
+    "wait_s": OPT_FLOAT,
+    "moved": STRINGS,
+    "retry_due": OPT_FLOAT,
+    "next_attempt": OPT_INT,
+    "next_id": OPT_INT,
+    "cause": OPT_STR,
+    "retried_by": OPT_STR,
+    "after": OPT_STR,
+    "bundle": OPT_STR,
+    "entry": OPT_INT,
+    "slurm_name": OPT_STR,
+    "waits": Field((), _waits),
 }
 _ATTEMPT_KEYS = frozenset(_ATTEMPT_READ)
 
@@ -285,11 +161,11 @@ def _plain(value: Any) -> Any:
 
 
 def _attempt(value: Any) -> Attempt:
-    raw = _object(value, _ATTEMPT_KEYS)
+    raw = read_object(value, _ATTEMPT_KEYS)
     if "id" not in raw:
-        raise _Bad("", "no 'id'")
+        raise Bad("", "no 'id'")
     # Absent keys take the dataclass's defaults, which are what each reader makes of null.
-    return Attempt(**_fields(raw, _ATTEMPT_READ))
+    return Attempt(**read_fields(raw, _ATTEMPT_READ))
 
 
 @dataclass(frozen=True)
@@ -327,28 +203,28 @@ def _attempts(value: Any) -> tuple[Attempt, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _Bad("", f"a list was expected, not {_kind(value)}")
+        raise Bad("", f"a list was expected, not {kind_of(value)}")
     found = []
     for i, item in enumerate(value):
         try:
             found.append(_attempt(item))
-        except _Bad as bad:
+        except Bad as bad:
             raise bad.within(f"[{i}]") from None
     return tuple(found)
 
 
-_RECORD_READ: dict[str, _Field] = {
-    "hash": _OPT_STR,
-    "lane": _STR_OR_EMPTY,
-    "deps": _STRINGS,
-    "slurm_name": _OPT_STR,
-    "attempts": _Field((), _attempts),
+_RECORD_READ: dict[str, Field] = {
+    "hash": OPT_STR,
+    "lane": STR_OR_EMPTY,
+    "deps": STRINGS,
+    "slurm_name": OPT_STR,
+    "attempts": Field((), _attempts),
 }
 _RECORD_KEYS = frozenset(_RECORD_READ)
 
 
 def _record(value: Any) -> JobRecord:
-    return JobRecord(**_fields(_object(value, _RECORD_KEYS), _RECORD_READ))
+    return JobRecord(**read_fields(read_object(value, _RECORD_KEYS), _RECORD_READ))
 
 
 @dataclass
@@ -369,17 +245,17 @@ class PlanEntry:
         return out
 
 
-_PLAN_READ: dict[str, _Field] = {
-    "jobs": _Field((), lambda v: dict(_each(v, _record))),
-    "by": _OPT_STR,
-    "pushed_at": _OPT_STR,
-    "lanes": _Field((), lambda v: dict(_each(v, _strings))),
+_PLAN_READ: dict[str, Field] = {
+    "jobs": Field((), lambda v: dict(read_each(v, _record))),
+    "by": OPT_STR,
+    "pushed_at": OPT_STR,
+    "lanes": Field((), lambda v: dict(read_each(v, read_strings))),
 }
 _PLAN_KEYS = frozenset(_PLAN_READ)
 
 
 def _plan(value: Any) -> PlanEntry:
-    return PlanEntry(**_fields(_object(value, _PLAN_KEYS), _PLAN_READ))
+    return PlanEntry(**read_fields(read_object(value, _PLAN_KEYS), _PLAN_READ))
 
 
 @dataclass
@@ -404,11 +280,11 @@ class Ledger:
         }
 
 
-_LEDGER_READ: dict[str, _Field] = {
-    "version": _Field((int,), _int),
-    "generation": _Field((), lambda v: _opt_int(v) or 0),
-    "plans": _Field((), lambda v: dict(_each(_object(v), _plan))),
-    "seen": _Field((), lambda v: {mark: bool(done) for mark, done in _object(v or {}).items()}),
+_LEDGER_READ: dict[str, Field] = {
+    "version": Field((int,), read_int),
+    "generation": Field((), lambda v: opt_int(v) or 0),
+    "plans": Field((), lambda v: dict(read_each(read_object(v), _plan))),
+    "seen": Field((), lambda v: {mark: bool(done) for mark, done in read_object(v or {}).items()}),
 }
 _LEDGER_KEYS = frozenset(_LEDGER_READ)
 
@@ -419,9 +295,9 @@ def parse_ledger(value: Any) -> Ledger | RecordError:
         return RecordError("", f"not a version-{VERSION} ledger")
     try:
         if value.get("plans") is None:
-            raise _Bad("plans", "an object was expected, not null")
-        fields = _fields(_object(value, _LEDGER_KEYS), _LEDGER_READ)
-    except _Bad as bad:
+            raise Bad("plans", "an object was expected, not null")
+        fields = read_fields(read_object(value, _LEDGER_KEYS), _LEDGER_READ)
+    except Bad as bad:
         return bad.error
     del fields["version"]
     return Ledger(**fields)
@@ -463,21 +339,21 @@ class AttemptResult:
 
 
 _RESULT_WRITTEN = ("start", "end", "kind", "state", "rc", "tail", "next_attempt", "next_id", "wait_s", "moved", "cause")
-_RESULT_READ: dict[str, _Field] = {
-    "id": _ID,
-    "attempt": _COUNT,
-    "start": _OPT_FLOAT,
-    "end": _OPT_FLOAT,
-    "kind": _OPT_STR,
-    "state": _OPT_STR,
-    "rc": _OPT_INT,
-    "tail": _STRINGS,
-    "next_attempt": _OPT_INT,
-    "next_id": _OPT_INT,
-    "wait_s": _OPT_FLOAT,
-    "moved": _STRINGS,
-    "retry_due": _OPT_FLOAT,
-    "cause": _OPT_STR,
+_RESULT_READ: dict[str, Field] = {
+    "id": ID,
+    "attempt": COUNT,
+    "start": OPT_FLOAT,
+    "end": OPT_FLOAT,
+    "kind": OPT_STR,
+    "state": OPT_STR,
+    "rc": OPT_INT,
+    "tail": STRINGS,
+    "next_attempt": OPT_INT,
+    "next_id": OPT_INT,
+    "wait_s": OPT_FLOAT,
+    "moved": STRINGS,
+    "retry_due": OPT_FLOAT,
+    "cause": OPT_STR,
 }
 _RESULT_KEYS = frozenset(_RESULT_READ)
 
@@ -485,11 +361,11 @@ _RESULT_KEYS = frozenset(_RESULT_READ)
 def parse_result(value: Any, where: str = "") -> AttemptResult | RecordError:
     """The attempt result in VALUE (a result file's JSON), or where and why it is not one."""
     try:
-        raw = _object(value, _RESULT_KEYS)
+        raw = read_object(value, _RESULT_KEYS)
         if "id" not in raw:
-            raise _Bad("", "no 'id'")
-        return AttemptResult(**_fields(raw, _RESULT_READ))
-    except _Bad as bad:
+            raise Bad("", "no 'id'")
+        return AttemptResult(**read_fields(raw, _RESULT_READ))
+    except Bad as bad:
         return bad.within(where).error
 
 
