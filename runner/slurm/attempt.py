@@ -21,7 +21,6 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from runner import pushlock
 from runner.conditions import compile_condition, evaluate
@@ -29,8 +28,10 @@ from runner.config import Config
 from runner.files import atomic_write, read_json
 from runner.logs import tail_lines
 from runner.queue import timestamp
+from runner.slurm.bundle import Element, parse_element, read_element
+from runner.slurm.jsonfields import RecordError
 from runner.slurm.records import AttemptResult
-from runner.slurm.wrapper import submit_env, wrapper_text, write_once
+from runner.slurm.wrapper import retry_script, submit_env, write_once
 
 _DEP = re.compile(r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?")
 
@@ -90,7 +91,7 @@ def hand_over(old: int | str, new: int | str) -> list[str]:
     return moved
 
 
-def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int | str) -> tuple[int | None, list[str], str]:
+def resubmit(spec: Element, attempt: int, wait_s: float, old: int | str) -> tuple[int | None, list[str], str]:
     """Submit ATTEMPT as a new Slurm job starting WAIT_S from now; move OLD's dependents to it."""
     begin = f"--begin=now+{max(1, int(round(wait_s)))}"
     try:
@@ -99,13 +100,11 @@ def resubmit(spec: dict[str, Any], attempt: int, wait_s: float, old: int | str) 
         return None, [], f"sbatch did not answer: {exc}"
 
 
-def _resubmit(spec: dict[str, Any], attempt: int, begin: str, old: int | str) -> tuple[int | None, list[str], str]:
-    if "bundle" not in spec:  # a job submitted before bundles: its own wrapper file takes the attempt
-        proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin, spec["script"], str(attempt)])
+def _resubmit(spec: Element, attempt: int, begin: str, old: int | str) -> tuple[int | None, list[str], str]:
+    if spec.bundle is None:  # a job submitted before bundles: its own wrapper file takes the attempt
+        proc = _run(["sbatch", "--parsable", *spec.sbatch, begin, str(spec.script), str(attempt)])
     else:
-        where = (Path(spec["bundle"]), [int(spec["entry"])], attempt)
-        label = f"job {spec['name']}"
-        proc = _run(["sbatch", "--parsable", *spec["sbatch"], begin], wrapper_text(**_wrapping(spec, label, where)))
+        proc = _run(["sbatch", "--parsable", *spec.sbatch, begin], retry_script(spec, attempt))
     if proc.returncode != 0:
         return None, [], proc.stderr.strip()
     new = int(proc.stdout.strip().split(";")[0])
@@ -137,22 +136,22 @@ def _on_slurm_signal(sig: int, frame: object) -> None:
             pass
 
 
-def run_body(spec: dict[str, Any]) -> tuple[int, bool]:
+def run_body(spec: Element) -> tuple[int, bool]:
     """(exit code, whether our own timer ended it): TERM to its process group at the timeout, KILL after."""
-    if "text" in spec:  # a job submitted before bundles has its body written by its push
-        write_once(Path(spec["body"]), spec["text"].encode())
+    if spec.text is not None:  # a job submitted before bundles has its body written by its push
+        write_once(Path(spec.body), spec.text.encode())
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_slurm_signal)
-    proc = subprocess.Popen(["bash", spec["body"]], cwd=spec["root"], stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(["bash", spec.body], cwd=spec.root, stdin=subprocess.DEVNULL, start_new_session=True)
     _BODY.append(proc)
     if _STOPPED:  # came while it started
         os.killpg(proc.pid, _STOPPED[0])
-    timeout = spec.get("timeout_s") or None
+    timeout = spec.timeout_s or None
     try:
         return proc.wait(timeout=timeout), False
     except subprocess.TimeoutExpired:
         pass
-    for sig, grace in ((signal.SIGTERM, float(spec.get("kill_after_s", 10))), (signal.SIGKILL, None)):
+    for sig, grace in ((signal.SIGTERM, float(spec.kill_after_s)), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
         except OSError:
@@ -185,28 +184,25 @@ def slurm_ended(job_id: int | str) -> bool:
     return proc.returncode == 0 and bool(states) and states[0] in _ENDED
 
 
-def attempt_once(spec: dict[str, Any], attempt: int) -> int:
-    root, label = spec["root"], f"{spec['plan']}/{spec['name']}"
+def attempt_once(spec: Element, attempt: int) -> int:
+    root, label = spec.root, f"{spec.plan}/{spec.name}"
     job_id = this_job()
     result = AttemptResult(id=job_id, attempt=attempt, start=time.time())
     config = Config(
         root=Path(root),
-        backoff_base_s=float(spec.get("backoff_base_s", Config.backoff_base_s)),
-        backoff_max_s=float(spec.get("backoff_max_s", Config.backoff_max_s)),
+        backoff_base_s=float(spec.backoff_base_s),
+        backoff_max_s=float(spec.backoff_max_s),
     )
-    gate = spec.get("gate")
+    gate = spec.gate
     if gate and not evaluate(compile_condition(gate), root, config.condition_timeout_s).holds:
-        _say(
-            f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in "
-            f"{spec.get('gate_interval_s', 60):g}s"
-        )
+        _say(f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in {spec.gate_interval_s:g}s")
         result = replace(result, kind="gated", state="GATED", next_attempt=attempt)
-        return _finish(spec, result, attempt, float(spec.get("gate_interval_s", 60)), 0)
+        return _finish(spec, result, attempt, float(spec.gate_interval_s), 0)
     _say(
-        f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.get('retries', 1)} on "
+        f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.retries} on "
         f"{os.uname().nodename} (Slurm job {job_id})"
     )
-    body_at = _log_size(spec.get("log"))
+    body_at = _log_size(spec.log)
     oom_before = oom_kills()
     rc, timed_out = run_body(spec)
     oom = not timed_out and oom_before is not None and (oom_kills() or 0) > oom_before
@@ -217,7 +213,7 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     if _STOPPED:
         _say(f"=== {timestamp(time.time())} {label}: stopped by Slurm (signal {_STOPPED[0]}); its state is Slurm's")
         return 128 + _STOPPED[0]
-    done_if = spec.get("done_if")
+    done_if = spec.done_if
     ok = (
         rc == 0
         and not timed_out
@@ -230,15 +226,15 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     else:  # the kernel's OOM killer in this job's memory cgroup: Slurm's state will be OUT_OF_MEMORY
         kind, state = "failed", "OUT_OF_MEMORY" if oom else "FAILED"
     # the body's own last lines, from its start on and before the wrapper says anything (the failure cluster's label)
-    tail = tuple(tail_lines(Path(spec["log"]), config.tail_lines, body_at))
+    tail = tuple(tail_lines(Path(spec.log), config.tail_lines, body_at))
     result = replace(result, rc=rc, kind=kind, state=state, tail=tail, cause=None if ok else state)
     if timed_out:
-        _say(f"=== TIMEOUT: {spec['name']} ended after {spec.get('timeout_s'):g}s; Slurm ends the job as TIMEOUT")
+        _say(f"=== TIMEOUT: {spec.name} ended after {spec.timeout_s or 0:g}s; Slurm ends the job as TIMEOUT")
     elif oom:
-        _say(f"=== OUT_OF_MEMORY: the kernel killed a process of {spec['name']} at the job's memory limit")
+        _say(f"=== OUT_OF_MEMORY: the kernel killed a process of {spec.name} at the job's memory limit")
     elif not ok and rc == 0:
         _say("=== exited 0 but DONE_IF is false")
-    if not ok and attempt < int(spec.get("retries", 1)):
+    if not ok and attempt < int(spec.retries):
         result = replace(result, next_attempt=attempt + 1)
         code = _finish(spec, result, attempt, config.backoff_s(attempt), rc or 1)
     else:
@@ -246,10 +242,10 @@ def attempt_once(spec: dict[str, Any], attempt: int) -> int:
     return end_as_timeout(float(result.start or 0), code) if timed_out else code
 
 
-def _finish(spec: dict[str, Any], result: AttemptResult, attempt: int, wait_s: float | None, code: int) -> int:
+def _finish(spec: Element, result: AttemptResult, attempt: int, wait_s: float | None, code: int) -> int:
     """Submit the next try (if any) and leave the result file, both under the push lock, so a push sees either
     this job as current or its successor with its dependents already moved."""
-    root = spec["root"]
+    root = spec.root
     end = time.time()
     result = replace(result, end=end)
     got = pushlock.lock(root, {"wait_s": 120, "by": f"slurm job {result.id}"})
@@ -265,7 +261,7 @@ def _finish(spec: dict[str, Any], result: AttemptResult, attempt: int, wait_s: f
                 code = code or 1
             else:
                 _say(f"next try is Slurm job {new}, not before {timestamp(time.time() + wait_s)}")
-        directory = Path(root) / "results" / spec["plan"] / spec["name"]
+        directory = Path(root) / "results" / spec.plan / spec.name
         directory.mkdir(parents=True, exist_ok=True)
         atomic_write(directory / f"{result.id}.json", json.dumps(result.to_json()).encode())
     finally:
@@ -357,28 +353,20 @@ def to_log(path: str) -> None:
     os.close(fd)
 
 
-def _wrapping(spec: dict[str, Any], label: str, where: tuple[Path, list[int], int]) -> dict[str, Any]:
-    return {
-        "root": spec["root"],
-        "plan": spec["plan"],
-        "label": label,
-        "env": spec["env"],
-        "where": where,
-        "slurm_conf": spec["slurm_conf"],
-        "shown": (list(spec["sbatch"]), [(spec["name"], spec.get("text") or "")]),
-    }
-
-
 def main(argv: list[str]) -> int:
     if not argv:
         sys.stderr.write("usage: python3 -m runner.slurm.attempt BUNDLE ATTEMPT ENTRY\n")
         return 2
-    found = read_json(Path(argv[0]))
     attempt = int(argv[1]) if len(argv) > 1 else 1
-    if "elements" not in found:  # SPEC [ATTEMPT]: a job submitted before bundles, still queued after an upgrade
-        return attempt_once(found, attempt)
-    spec = dict(found["elements"][int(argv[2])], bundle=argv[0], entry=int(argv[2]))
-    to_log(spec["log"])
+    if len(argv) > 2:
+        spec = read_element(argv[0], int(argv[2]))
+    else:  # SPEC [ATTEMPT]: a job submitted before bundles, still queued after an upgrade
+        spec = parse_element(read_json(Path(argv[0])), argv[0])
+    if isinstance(spec, RecordError):  # said in Slurm's output for the job: nothing ran
+        sys.stderr.write(f"runner.slurm.attempt: {spec}\n")
+        return 2
+    if spec.bundle is not None:
+        to_log(spec.log)
     return attempt_once(spec, attempt)
 
 

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from runner.conditions import compile_condition, evaluate
+from runner.slurm.bundle import Element
 from runner.slurm.query import Live, live_of, slurm, state_of
 from runner.slurm.records import JobRecord, Ledger
 from runner.slurm.retry import spec_of
@@ -22,7 +23,7 @@ KEEPER = ".plan-gates"  # the keeper's Slurm job name; its comment is not `plan=
 HELD = "JobHeldUser"
 
 
-def gated_and_held(root: str, plan: str, name: str, record: JobRecord, live: Live) -> dict[str, Any] | None:
+def gated_and_held(root: str, plan: str, name: str, record: JobRecord, live: Live) -> Element | None:
     """The bundle element of NAME if its current attempt waits, held, for its gate; else None."""
     state, last = state_of(record, live)
     if last is None or state != "PENDING":
@@ -30,8 +31,8 @@ def gated_and_held(root: str, plan: str, name: str, record: JobRecord, live: Liv
     cur = live_of(record, last.id, live)
     if cur is None or cur.reason != HELD:
         return None
-    found = spec_of(root, plan, name, record)
-    return found[2] if found is not None and found[2].get("gate") else None
+    element = spec_of(root, plan, name, record)
+    return element if element is not None and element.gate else None
 
 
 def check_gates(root: str, ledger: Ledger, live: Live, env: dict[str, str], request: dict[str, Any]) -> list[str]:
@@ -44,8 +45,8 @@ def check_gates(root: str, ledger: Ledger, live: Live, env: dict[str, str], requ
             element = gated_and_held(root, plan, name, record, live)
             if element is None:
                 continue
-            if not evaluate(compile_condition(str(element["gate"])), root, 30).holds:
-                closed.append(float(element.get("gate_interval_s") or 60))
+            if not evaluate(compile_condition(str(element.gate)), root, 30).holds:
+                closed.append(element.gate_interval_s or 60.0)
                 continue
             job_id = str(record.attempts[-1].id)
             if slurm(["scontrol", "release", job_id], env)[0] == 0:

@@ -10,35 +10,32 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from runner.config import Config
-from runner.files import read_json_or_none
+from runner.slurm.bundle import Element, read_element, read_elements
 from runner.slurm.ledger import ACTIVE, RUNNING
 from runner.slurm.query import Live, live_of, slurm, state_of
 from runner.slurm.records import Attempt, JobRecord, Ledger, SlurmId
 from runner.slurm.submit import hand_over
-from runner.slurm.wrapper import submit_env, wrapper_text
+from runner.slurm.wrapper import retry_script, submit_env
 
 # What Slurm ends an attempt with that the attempt's own wrapper cannot see to (it is killed with it)
 SLURM_ENDED = ("OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL")
 
 
-def spec_of(root: str, plan: str, name: str, record: JobRecord) -> tuple[str, int, dict[str, Any]] | None:
-    """(bundle, entry, element) of NAME's current content: where its attempts were, or the newest bundle of
-    the plan holding it (a ledger rebuilt, or written before attempts named their bundle)."""
+def spec_of(root: str, plan: str, name: str, record: JobRecord) -> Element | None:
+    """The bundle element of NAME's current content (located in its bundle): where its attempts were, or the
+    newest bundle of the plan holding it (a ledger rebuilt, or written before attempts named their bundle)."""
     for attempt in reversed(record.attempts):
         if attempt.bundle is not None and attempt.entry is not None:
-            found = read_json_or_none(attempt.bundle)
-            elements = found.get("elements") if isinstance(found, dict) else None
-            if isinstance(elements, list) and attempt.entry < len(elements):
-                return attempt.bundle, attempt.entry, elements[attempt.entry]
+            found = read_element(attempt.bundle, attempt.entry)
+            if isinstance(found, Element):
+                return found
     bundles = sorted(Path(root, "scripts", plan).glob("bundle.*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in bundles:
-        found = read_json_or_none(path)
-        for entry, element in enumerate(found.get("elements", []) if isinstance(found, dict) else []):
-            if element.get("name") == name and element.get("hash") == record.hash:
-                return str(path), entry, element
+        for element in read_elements(str(path)):
+            if element.name == name and element.hash == record.hash:
+                return element
     return None
 
 
@@ -64,15 +61,10 @@ def _due(root: str, plan: str, name: str, record: JobRecord, live: Live, now: fl
         )
     if state not in SLURM_ENDED or last.result:
         return None
-    found = spec_of(root, plan, name, record)
-    if found is None or last.attempt >= int(found[2].get("retries") or 1):
+    element = spec_of(root, plan, name, record)
+    if element is None or last.attempt >= element.retries:
         return None
-    element = found[2]
-    config = Config(
-        root=Path(root),
-        backoff_base_s=float(element.get("backoff_base_s", Config.backoff_base_s)),
-        backoff_max_s=float(element.get("backoff_max_s", Config.backoff_max_s)),
-    )
+    config = Config(root=Path(root), backoff_base_s=element.backoff_base_s, backoff_max_s=element.backoff_max_s)
     ended = last.end or now
     return Due(last.attempt + 1, max(1.0, ended + config.backoff_s(last.attempt) - now), state)
 
@@ -82,27 +74,23 @@ def _submit(
 ) -> tuple[int, Attempt] | str:
     """ATTEMPT of NAME as a new Slurm job with EXTRA options (--begin, --dependency): its id and new attempt (for
     the caller to add to the record), or why it could not be submitted."""
-    found = spec_of(root, plan, name, record)
-    if found is None:
+    element = spec_of(root, plan, name, record)
+    if element is None:
         return f"{plan}/{name}: no bundle holds its script any more"
-    bundle, entry, element = found
-    script = wrapper_text(
-        root,
-        plan,
-        f"job {name}",
-        element.get("env") or {},
-        (Path(bundle), [entry], attempt),
-        element.get("slurm_conf"),
-        (list(element["sbatch"]), [(name, element.get("text") or "")]),
-    )
+    script = retry_script(element, attempt)
     rc, out, err = slurm(
-        ["sbatch", "--parsable", *element["sbatch"], *extra], submit_env(env.get("SLURM_CONF")), 60, script
+        ["sbatch", "--parsable", *element.sbatch, *extra], submit_env(env.get("SLURM_CONF")), 60, script
     )
     if rc != 0:
         return err.strip()
     new = int(out.strip().split(";")[0])
     return new, Attempt(
-        id=new, hash=element.get("hash"), attempt=attempt, submitted=time.time(), bundle=bundle, entry=entry
+        id=new,
+        hash=element.hash,
+        attempt=attempt,
+        submitted=time.time(),
+        bundle=element.bundle,
+        entry=element.entry,
     )
 
 

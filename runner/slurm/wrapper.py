@@ -14,8 +14,8 @@ from typing import Any
 
 import runner
 from runner.config import Config
+from runner.slurm.bundle import KILL_AFTER_S, Element
 
-KILL_AFTER_S = 10  # TERM at the timeout, KILL this long after (as the runner's kill grace)
 MARGIN_S = 30  # the wrapper's own start, gate and DONE_IF checks, inside --time
 
 
@@ -152,37 +152,46 @@ def wrapper_text(
     return "\n".join(lines) + "\n"
 
 
-def element(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+def retry_script(element: Element, attempt: int) -> str:
+    """The sbatch script of ATTEMPT of ELEMENT on its own (a next try), run from the bundle it was read from."""
+    where = (Path(str(element.bundle)), [int(element.entry or 0)], attempt)
+    shown = (list(element.sbatch), [(element.name, element.text or "")])
+    return wrapper_text(
+        element.root, element.plan, f"job {element.name}", element.env, where, element.slurm_conf, shown
+    )
+
+
+def element(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]) -> Element:
     """One job's entry in the bundle: everything its attempts need, its body text included."""
     paths = job_paths(root, plan, job["name"], job["hash"])
-    return {
-        "root": root,
-        "plan": plan,
-        "name": job["name"],
-        "hash": job["hash"],
-        "text": job["text"],
-        "body": str(paths["body"]),
-        "log": str(paths["log"]),
-        "env": dict(job.get("env") or {}),
-        "slurm_conf": request.get("slurm_conf"),
-        "retries": int(job.get("retries") or 1),
-        "timeout_s": job.get("timeout_s"),
-        "kill_after_s": KILL_AFTER_S,
-        "done_if": job.get("done_if"),
-        "gate": job.get("gate"),
-        "gate_interval_s": float(request.get("gate_interval_s", 60)),
-        "backoff_base_s": float(request.get("backoff_base_s", Config.backoff_base_s)),
-        "backoff_max_s": float(request.get("backoff_max_s", Config.backoff_max_s)),
-        "sbatch": sbatch_options(root, plan, job, request),
-    }
+    return Element(
+        root=root,
+        plan=plan,
+        name=job["name"],
+        hash=job["hash"],
+        text=job["text"],
+        body=str(paths["body"]),
+        log=str(paths["log"]),
+        env=dict(job.get("env") or {}),
+        slurm_conf=request.get("slurm_conf"),
+        retries=int(job.get("retries") or 1),
+        timeout_s=job.get("timeout_s"),
+        kill_after_s=KILL_AFTER_S,
+        done_if=job.get("done_if"),
+        gate=job.get("gate"),
+        gate_interval_s=float(request.get("gate_interval_s", 60)),
+        backoff_base_s=float(request.get("backoff_base_s", Config.backoff_base_s)),
+        backoff_max_s=float(request.get("backoff_max_s", Config.backoff_max_s)),
+        sbatch=tuple(sbatch_options(root, plan, job, request)),
+    )
 
 
-def write_bundle(root: str, plan: str, elements: list[dict[str, Any]]) -> Path:
+def write_bundle(root: str, plan: str, elements: list[Element]) -> Path:
     """All ELEMENTS in one file named by its content: one write (and one sync) per push, however many jobs;
     never rewritten under a pending job. The log directory is made here too, once."""
     import hashlib  # at push time only, not in every job's wrapper (which imports this module)
 
-    data = (json.dumps({"elements": elements}, sort_keys=True) + "\n").encode()
+    data = (json.dumps({"elements": [e.to_json() for e in elements]}, sort_keys=True) + "\n").encode()
     path = Path(root) / "scripts" / plan / f"bundle.{hashlib.sha256(data).hexdigest()[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     (Path(root) / "logs" / plan).mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,9 @@ file parse to typed records or a located error, and write back the same JSON. No
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from runner.slurm.records import (
     parse_ledger,
     parse_result,
 )
+from tests.conftest import REPO
 
 WRITTEN = {
     "version": 2,
@@ -258,3 +262,48 @@ def test_the_agents_answers_are_typed_where_they_reach_the_workstation_and_a_mal
         history_answer({"events": "none"}, "lab")
     history = history_answer({"accounting": True, "events": [{"job": "p/a.job"}], "plans": ["p"]}, "lab")
     assert history.accounting and history.events == ({"job": "p/a.job"},) and history.plans == ("p",)
+
+
+def test_a_bundle_element_reads_to_a_typed_element_located_in_its_bundle_and_writes_back_the_same_json(
+    tmp_path: Path,
+) -> None:
+    from runner.slurm.bundle import Element, read_element, read_elements
+    from runner.slurm.wrapper import element, write_bundle
+
+    job = {"name": "p1", "hash": "abc", "text": "echo hi\n", "env": {"A": "1"}, "retries": 2, "timeout_s": 30}
+    made = element(str(tmp_path), "lf", job, {"slurm_conf": "/etc/slurm.conf", "gate_interval_s": 5})
+    path = write_bundle(str(tmp_path), "lf", [made, replace(made, name="p2", gate="test -e x")])
+    written = json.loads(path.read_text())["elements"]
+    assert written[0] == made.to_json() and written[0]["sbatch"] == list(made.sbatch) and written[0]["timeout_s"] == 30
+    assert set(written[0]) == {
+        "root", "plan", "name", "hash", "text", "body", "log", "env", "slurm_conf", "retries", "timeout_s",
+        "kill_after_s", "done_if", "gate", "gate_interval_s", "backoff_base_s", "backoff_max_s", "sbatch",
+    }  # fmt: skip
+    second = read_element(str(path), 1)
+    assert isinstance(second, Element) and second == replace(
+        made, name="p2", gate="test -e x", bundle=str(path), entry=1
+    )
+    assert [e.name for e in read_elements(str(path))] == ["p1", "p2"]
+    assert read_element(str(path), 2) == RecordError(str(path), "no element 2")
+
+    for key, value, where, said in (
+        ("retries", "2", "elements[0].retries", "an integer"),
+        ("env", {"A": 1}, "elements[0].env.A", "a string"),
+        ("sbatch", ["-p", 3], "elements[0].sbatch[1]", "a string"),
+        ("sabtch", [], "elements[0]", "unknown key 'sabtch'"),
+        ("body", None, "elements[0]", "no 'body'"),
+    ):
+        bad = dict(written[0], **{key: value})
+        if value is None:
+            del bad[key]
+        path.write_text(json.dumps({"elements": [bad]}))
+        found = read_element(str(path), 0)
+        assert isinstance(found, RecordError) and found.where == f"{path}: {where}" and said in found.message, found
+        assert read_elements(str(path)) == []
+    # the attempt's wrapper given that element says where and why, and runs nothing
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ran = subprocess.run(
+        [sys.executable, "-m", "runner.slurm.attempt", str(path), "1", "0"], env=env, capture_output=True, text=True
+    )
+    assert ran.returncode == 2 and ran.stderr == f"runner.slurm.attempt: {path}: elements[0]: no 'body'\n", ran
+    assert not (tmp_path / "results").exists()
