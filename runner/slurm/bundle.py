@@ -145,16 +145,17 @@ def read_element(bundle: str, entry: int) -> Element | RecordError:
     return element if isinstance(element, RecordError) else replace(element, bundle=bundle, entry=entry)
 
 
-def read_elements(bundle: str) -> list[Element]:
-    """Every element of the bundle at BUNDLE that reads (located where it was), in order; none if it does not."""
+def find_element(bundle: str, name: str, content: str | None) -> Element | None:
+    """The element of job NAME with hash CONTENT in the bundle at BUNDLE (located there), if it holds one that
+    reads; only that element is parsed, however many the bundle holds."""
     try:
         found = read_json(Path(bundle))
     except (OSError, ValueError):
-        return []
+        return None
     elements = found.get("elements") if isinstance(found, dict) else None
-    read = []
     for entry, raw in enumerate(elements if isinstance(elements, list) else []):
-        element = parse_element(raw)
-        if isinstance(element, Element):
-            read.append(replace(element, bundle=bundle, entry=entry))
-    return read
+        if isinstance(raw, dict) and raw.get("name") == name and raw.get("hash") == content:
+            element = parse_element(raw)
+            if isinstance(element, Element):
+                return replace(element, bundle=bundle, entry=entry)
+    return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runner.config import Config
-from runner.slurm.bundle import Element, read_element, read_elements
+from runner.slurm.bundle import Element, find_element, read_element
 from runner.slurm.ledger import ACTIVE, RUNNING
 from runner.slurm.query import Live, live_of, slurm, state_of
 from runner.slurm.records import Attempt, JobRecord, Ledger, SlurmId
@@ -33,9 +33,9 @@ def spec_of(root: str, plan: str, name: str, record: JobRecord) -> Element | Non
                 return found
     bundles = sorted(Path(root, "scripts", plan).glob("bundle.*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in bundles:
-        for element in read_elements(str(path)):
-            if element.name == name and element.hash == record.hash:
-                return element
+        element = find_element(str(path), name, record.hash)
+        if element is not None:
+            return element
     return None
 
 
