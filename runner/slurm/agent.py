@@ -22,8 +22,10 @@ from runner.errors import AgentError
 from runner.queue import timestamp
 from runner.slurm import ledger as ledger_mod
 from runner.slurm import submit as slurm_submit
+from runner.slurm.bundle import PushJob, parse_jobs
 from runner.slurm.events import history
 from runner.slurm.gates import check_gates
+from runner.slurm.jsonfields import RecordError
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.limits import read_limits
 from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
@@ -37,31 +39,31 @@ from runner.slurm.wrapper import wrapper_text
 __all__ = ["history", "logs", "push", "status", "wrapper"]  # status, history and logs: the agent's other modes
 
 
-def adopt(plan: str, request: dict[str, Any], jobs: dict[str, JobRecord], live: Live) -> None:
+def adopt(plan: str, wanted: tuple[PushJob, ...], jobs: dict[str, JobRecord], live: Live) -> None:
     """Jobs an earlier version of this backend submitted (a bare job name, no ledger entry) that squeue still
     has: taken into the ledger as they are, so an upgrade neither runs them twice nor cancels them."""
-    for job in request["jobs"]:
-        if job["name"] in jobs:
+    for job in wanted:
+        if job.name in jobs:
             continue
-        found = [j for j in live.values() if j.plan == plan and j.name == job["name"]]
+        found = [j for j in live.values() if j.plan == plan and j.name == job.name]
         if found:
             newest = max(found, key=lambda j: int(str(j.id).partition("_")[0]))
-            jobs[job["name"]] = JobRecord(
+            jobs[job.name] = JobRecord(
                 hash=newest.hash,
-                lane=job.get("lane", ""),
-                deps=tuple(job.get("deps", [])),
+                lane=job.lane,
+                deps=tuple(job.deps),
                 slurm_name=newest.name,
                 attempts=(Attempt(id=newest.id, hash=newest.hash),),
             )
 
 
-def lane_licences(request: dict[str, Any]) -> dict[str, list[str]]:
+def lane_licences(wanted: tuple[PushJob, ...]) -> dict[str, list[str]]:
     """Lane -> the licences (NAME:COUNT) each of its jobs asks for: on Slurm a lane's slots are their counts."""
     lanes: dict[str, list[str]] = {}
-    for job in request["jobs"]:
-        for option in job.get("sbatch", []):
+    for job in wanted:
+        for option in job.sbatch:
             if option.startswith("--licenses="):
-                lanes[job.get("lane", "")] = option.split("=", 1)[1].split(",")
+                lanes[job.lane] = option.split("=", 1)[1].split(",")
     return lanes
 
 
@@ -70,16 +72,16 @@ def _holds(condition: str | None, root: str) -> bool:
 
 
 def _decide(
-    root: str, request: dict[str, Any], job: dict[str, Any], record: JobRecord | None, live: Live
+    root: str, request: dict[str, Any], job: PushJob, record: JobRecord | None, live: Live
 ) -> tuple[list[str], bool]:
     """([mark, name, note], whether to submit it) for one job of the plan, against the ledger and Slurm."""
-    name = job["name"]
+    name = job.name
     state, last = state_of(record, live)
     if last is None:
-        if _holds(job.get("done_if"), root):
+        if _holds(job.done_if, root):
             return ["d", name, "DONE_IF already holds: not submitted"], False
         return ["+", name, ""], True
-    same = last.hash == job["hash"]
+    same = last.hash == job.hash
     if state in ACTIVE or state == "GATED":
         if same:
             return ["=", name, f"pending as {last.id}"], False
@@ -87,7 +89,7 @@ def _decide(
     if state in RUNNING:
         return [">" if same else ">~", name, f"running as {last.id}"], False
     if state == "COMPLETED":
-        if same or _holds(job.get("done_if"), root):
+        if same or _holds(job.done_if, root):
             return ["d", name, f"completed as {last.id}"], False
         return ["~", name, "completed before; content changed, submitted again"], True
     if state == LOST:
@@ -103,28 +105,32 @@ def _decide(
 
 
 def diff(
-    root: str, request: dict[str, Any], jobs: dict[str, JobRecord], live: Live
-) -> tuple[list[list[str]], list[dict[str, Any]], list[tuple[str, JobRecord]]]:
+    root: str, request: dict[str, Any], wanted: tuple[PushJob, ...], jobs: dict[str, JobRecord], live: Live
+) -> tuple[list[list[str]], list[PushJob], list[tuple[str, JobRecord]]]:
     """(changes as [mark, name, note], jobs to submit, retired (name, record) pairs) for one plan."""
     changes: list[list[str]] = []
-    submit: list[dict[str, Any]] = []
-    for job in request["jobs"]:
-        change, go = _decide(root, request, job, jobs.get(job["name"]), live)
+    submit: list[PushJob] = []
+    for job in wanted:
+        change, go = _decide(root, request, job, jobs.get(job.name), live)
         changes.append(change)
         if go:
-            last = jobs[job["name"]].current if job["name"] in jobs else None
+            last = jobs[job.name].current if job.name in jobs else None
             replaces = change[0] == "~" and change[2].startswith("pending") and last is not None
-            submit.append(dict(job, replaces=last.id) if replaces and last else job)
+            submit.append(replace(job, replaces=last.id) if replaces and last else job)
     submit = _hold_orphans(submit, jobs, live, changes)
-    _note_dependents(request, jobs, live, changes, {job["name"] for job in submit})
-    return changes, submit, _retire(request, jobs, live, changes)
+    _note_dependents(wanted, jobs, live, changes, {job.name for job in submit})
+    return changes, submit, _retire(request, wanted, jobs, live, changes)
 
 
 def _retire(
-    request: dict[str, Any], jobs: dict[str, JobRecord], live: Live, changes: list[list[str]]
+    request: dict[str, Any],
+    wanted: tuple[PushJob, ...],
+    jobs: dict[str, JobRecord],
+    live: Live,
+    changes: list[list[str]],
 ) -> list[tuple[str, JobRecord]]:
     """Jobs of the ledger no longer in the plan: said, and (unless --no-prune) retired."""
-    names = {job["name"] for job in request["jobs"]}
+    names = {job.name for job in wanted}
     prune = request.get("prune", True)
     retired = []
     for name in sorted(set(jobs) - names):
@@ -146,32 +152,30 @@ def _failed_and_forgotten(record: JobRecord, live: Live) -> bool:
 
 
 def _hold_orphans(
-    submit: list[dict[str, Any]], jobs: dict[str, JobRecord], live: Live, changes: list[list[str]]
-) -> list[dict[str, Any]]:
+    submit: list[PushJob], jobs: dict[str, JobRecord], live: Live, changes: list[list[str]]
+) -> list[PushJob]:
     """Jobs whose producer failed (or is unknown) and is not resubmitted now, where squeue no longer has that
     producer to block them on: held, since submitted they would run without its outputs."""
-    going = {job["name"] for job in submit}
+    going = {job.name for job in submit}
     held: set[str] = set()
     kept = []
     for job in submit:  # graph order: a producer is decided before its consumers
         bad = [
-            d
-            for d in job.get("deps", [])
-            if d in held or (d not in going and d in jobs and _failed_and_forgotten(jobs[d], live))
+            d for d in job.deps if d in held or (d not in going and d in jobs and _failed_and_forgotten(jobs[d], live))
         ]
         if not bad:
             kept.append(job)
             continue
-        held.add(job["name"])
+        held.add(job.name)
         for change in changes:
-            if change[1] == job["name"]:
+            if change[1] == job.name:
                 change[0] = "!"
                 change[2] = f"its producer {', '.join(bad)} failed: not submitted (--retry-failed resubmits both)"
     return kept
 
 
 def _note_dependents(
-    request: dict[str, Any],
+    wanted: tuple[PushJob, ...],
     jobs: dict[str, JobRecord],
     live: Live,
     changes: list[list[str]],
@@ -179,9 +183,9 @@ def _note_dependents(
 ) -> None:
     """Say, on each replaced pending job's line, which pending dependents will be re-pointed to its new job."""
     consumers: dict[str, list[str]] = {}
-    for job in request["jobs"]:
-        for dep in job.get("deps", []):
-            consumers.setdefault(dep, []).append(job["name"])
+    for job in wanted:
+        for dep in job.deps:
+            consumers.setdefault(dep, []).append(job.name)
     for change in changes:
         if change[0] != "~" or "pending" not in change[2]:
             continue
@@ -195,15 +199,15 @@ def _note_dependents(
             change[2] += "; resubmitted with it: " + ", ".join(again)
 
 
-def _levels(submit: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def _levels(submit: list[PushJob]) -> list[list[PushJob]]:
     """Jobs to submit, grouped so each group's producers are all submitted by earlier groups."""
     level: dict[str, int] = {}
-    names = {job["name"] for job in submit}
+    names = {job.name for job in submit}
     for job in submit:  # in graph order: producers first
-        level[job["name"]] = 1 + max((level[d] for d in job.get("deps", []) if d in names), default=-1)
-    groups: list[list[dict[str, Any]]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
+        level[job.name] = 1 + max((level[d] for d in job.deps if d in names), default=-1)
+    groups: list[list[PushJob]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
     for job in submit:
-        groups[level[job["name"]]].append(job)
+        groups[level[job.name]].append(job)
     return groups
 
 
@@ -213,7 +217,8 @@ class Decided:
 
     ledger: Ledger
     live: Live
-    submit: list[dict[str, Any]]
+    wanted: tuple[PushJob, ...]
+    submit: list[PushJob]
     retired: list[tuple[str, JobRecord]]
     result: dict[str, Any]
 
@@ -227,6 +232,9 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
     `token` applies exactly it, the push lock held in between: the diff the user saw is the one applied."""
     if request.get("token"):
         return _apply_kept(root, request)
+    wanted = parse_jobs(request.get("jobs"))
+    if isinstance(wanted, RecordError):
+        raise AgentError(f"the push request's {wanted}")
     dry, keep = bool(request.get("dry_run")), bool(request.get("keep"))
     took = False
     if (keep or not dry) and not pushlock.held(root):
@@ -236,7 +244,7 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
         took = not keep  # a kept diff's lock is the session's, released when it ends
     try:
         env = env_for(request)
-        decided = decide(root, request, env)  # ControllerDown: answered by runner.agent.dispatch
+        decided = decide(root, request, wanted, env)  # ControllerDown: answered by runner.agent.dispatch
         result = decided.result
         if dry and not keep or result.get("error"):
             return result
@@ -252,7 +260,7 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
             pushlock.release_lock()
 
 
-def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
+def decide(root: str, request: dict[str, Any], wanted: tuple[PushJob, ...], env: dict[str, str]) -> Decided:
     """The diff of one plan against the ledger (rebuilt first where it cannot be trusted) and Slurm."""
     plan = request["plan"]
     missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
@@ -263,8 +271,8 @@ def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
     if pushlock.held(root):
         retried += check_gates(root, ledger, live, env, request)
     jobs = ledger_mod.plan_jobs(ledger, plan)
-    adopt(plan, request, jobs, live)
-    changes, submit, retired = diff(root, request, jobs, live)
+    adopt(plan, wanted, jobs, live)
+    changes, submit, retired = diff(root, request, wanted, jobs, live)
     result: dict[str, Any] = {
         "changes": changes,
         "external_missing": missing,
@@ -292,7 +300,7 @@ def decide(root: str, request: dict[str, Any], env: dict[str, str]) -> Decided:
                 f"squeue, sacct nor a result file knows them now: {', '.join(lost)}. Nothing was submitted; "
                 "once you know none of them runs, push again with --retry-failed to submit them again"
             )
-    return Decided(ledger, live, submit, retired, result)
+    return Decided(ledger, live, wanted, submit, retired, result)
 
 
 def _apply_kept(root: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -302,9 +310,9 @@ def _apply_kept(root: str, request: dict[str, Any]) -> dict[str, Any]:
     env = env_for(request)
     live = squeue(env)
     started = [
-        job["name"]
+        job.name
         for job in decided.submit
-        if job.get("replaces") and getattr(live.get(job["replaces"]), "state", None) not in ACTIVE
+        if job.replaces and getattr(live.get(job.replaces), "state", None) not in ACTIVE
     ]
     if started:  # the pending job it was to replace has started (or ended) since: the diff no longer holds
         return {"changed": f"{', '.join(started)} no longer pending as when this push looked"}
@@ -347,9 +355,9 @@ def _commit(root: str, request: dict[str, Any], decided: Decided, env: dict[str,
         return result
     entry = decided.ledger.plan(plan)
     entry.by, entry.pushed_at = request.get("by") or "?", timestamp(time.time())
-    entry.lanes = {lane: tuple(wanted) for lane, wanted in lane_licences(request).items()}
+    entry.lanes = {lane: tuple(licences) for lane, licences in lane_licences(decided.wanted).items()}
     ledger_mod.save(root, decided.ledger)
-    if any(job.get("gate") for job in decided.submit):  # held: released now if open, else watched
+    if any(job.gate for job in decided.submit):  # held: released now if open, else watched
         try:
             result["released"] = check_gates(root, decided.ledger, squeue(env), env, request)
         except ControllerDown:
@@ -373,15 +381,15 @@ def _apply(root: str, request: dict[str, Any], decided: Decided, chunk: int, env
     if done.error:
         return done
     cancel: list[SlurmId] = []
-    submitted = [job for job in submit if job["name"] in done.new]
+    submitted = [job for job in submit if job.name in done.new]
     for job in submitted:  # all recorded before any hand-over: a controller lost meanwhile loses none of them
-        result["submitted"][job["name"]] = done.new[job["name"]][0]
-        slurm_submit.record_new(plan, jobs, job, done.new[job["name"]], (done.bundle, done.entries[job["name"]]))
+        result["submitted"][job.name] = done.new[job.name][0]
+        slurm_submit.record_new(plan, jobs, job, done.new[job.name], (done.bundle, done.entries[job.name]))
     for job in submitted:
-        if job.get("replaces"):
-            new = done.new[job["name"]][0]
-            result["repointed"][job["name"]] = slurm_submit.hand_over(job["replaces"], new, live, env)
-            cancel.append(job["replaces"])
+        if job.replaces:
+            new = done.new[job.name][0]
+            result["repointed"][job.name] = slurm_submit.hand_over(job.replaces, new, live, env)
+            cancel.append(job.replaces)
     for name, record in decided.retired:
         state, last = state_of(record, live)
         if last is not None and last.id is not None and _holds_slot(state):
@@ -412,7 +420,7 @@ def _cancel(jobs: dict[str, JobRecord], cancel: list[SlurmId], result: dict[str,
             jobs[name] = replace(record, attempts=attempts)
 
 
-def wrapper(root: str, job: dict[str, Any], plan: str, slurm_conf: str | None = None) -> str:
+def wrapper(root: str, job: PushJob, plan: str, slurm_conf: str | None = None) -> str:
     """The sbatch script of JOB on its own as a push submits it (for lint tests and docs)."""
     bundle = Path(root) / "scripts" / plan / "bundle.0.json"
-    return wrapper_text(root, plan, f"job {job['name']}", job.get("env") or {}, (bundle, [0], 1), slurm_conf)
+    return wrapper_text(root, plan, f"job {job.name}", job.env, (bundle, [0], 1), slurm_conf)

@@ -1,6 +1,6 @@
-"""A push's bundle (ROOT/scripts/PLAN/bundle.SHA.json, written by runner.slurm.wrapper): one element per job,
-everything its attempts need. Read once where it is used (the attempt's wrapper, a retry or a gate the agent
-submits or releases) into a frozen Element, or a located error; written with Element.to_json."""
+"""A push's jobs, as the push request names them (PushJob, read once where the agent takes the request), and
+its bundle (ROOT/scripts/PLAN/bundle.SHA.json, written by runner.slurm.wrapper): one element per job, everything
+its attempts need. Each is read into a frozen value or a located error; an Element is written with to_json."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ from runner.config import Config
 from runner.files import read_json
 from runner.slurm.jsonfields import (
     OPT_FLOAT,
+    OPT_ID,
+    OPT_INT,
     OPT_STR,
     STRINGS,
     Bad,
     Field,
     RecordError,
+    SlurmId,
     kind_of,
     optional,
     read_fields,
@@ -27,6 +30,28 @@ from runner.slurm.jsonfields import (
 )
 
 KILL_AFTER_S = 10  # the grace a timed-out body has between TERM and KILL
+
+
+@dataclass(frozen=True)
+class PushJob:
+    """One job of a push request (plancompiler.backends.slurm): its name and content, producers, lane, and what
+    its attempts run with. `replaces` is the agent's: the pending Slurm job a new content replaces."""
+
+    name: str
+    hash: str
+    text: str
+    deps: tuple[str, ...] = ()
+    lane: str = ""
+    group: int | None = None  # its foreach group's index: one job array where its dependencies allow
+    family: str | None = None  # that group's name, the array's
+    done_if: str | None = None
+    gate: str | None = None
+    retries: int = 1
+    timeout_s: float | None = None
+    default_time: str | None = None  # the lane's --time for a job without a timeout
+    env: dict[str, str] = field(default_factory=dict)
+    sbatch: tuple[str, ...] = ()
+    replaces: SlurmId | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +143,46 @@ _READ: dict[str, Field] = {
 }
 _KEYS = frozenset(_READ)
 _NEEDED = ("root", "plan", "name", "body", "log")
+
+
+_JOB_READ: dict[str, Field] = {
+    "name": Field((str,), read_str),
+    "hash": Field((str,), read_str),
+    "text": Field((str,), read_str),
+    "deps": STRINGS,
+    "lane": Field((str,), lambda v: optional(read_str)(v) or ""),
+    "group": OPT_INT,
+    "family": OPT_STR,
+    "done_if": OPT_STR,
+    "gate": OPT_STR,
+    "retries": Field((), lambda v: optional(read_int)(v) or 1),
+    "timeout_s": Field((float, int, type(None)), optional(read_float)),
+    "default_time": OPT_STR,
+    "env": Field((), lambda v: _env(v)),
+    "sbatch": STRINGS,
+    "replaces": OPT_ID,
+}
+_JOB_KEYS = frozenset(_JOB_READ)
+
+
+def parse_jobs(value: Any) -> tuple[PushJob, ...] | RecordError:
+    """The push request's `jobs` (a list of job objects), or where and why they are not."""
+    try:
+        if not isinstance(value, list):
+            raise Bad("", f"a list was expected, not {kind_of(value)}")
+        jobs = []
+        for i, raw in enumerate(value):
+            try:
+                found = read_object(raw, _JOB_KEYS)
+                missing = [key for key in ("name", "hash", "text") if key not in found]
+                if missing:
+                    raise Bad("", f"no {missing[0]!r}")
+                jobs.append(PushJob(**read_fields(found, _JOB_READ)))
+            except Bad as bad:
+                raise bad.within(f"[{i}]") from None
+        return tuple(jobs)
+    except Bad as bad:
+        return bad.within("jobs").error
 
 
 def parse_element(value: Any, where: str = "") -> Element | RecordError:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.slurm.attempt import pending_updates
+from runner.slurm.bundle import PushJob
 from runner.slurm.ledger import ACTIVE
 from runner.slurm.query import ControllerDown, Live, slurm
 from runner.slurm.records import Attempt, JobRecord, SlurmId
@@ -44,7 +45,7 @@ ARRAY_MIN = 4
 class Unit:
     """One sbatch call: a job, or an array whose element i is jobs[i]."""
 
-    jobs: list[dict[str, Any]]
+    jobs: list[PushJob]
     dependency: str = ""
 
     @property
@@ -69,26 +70,26 @@ class Submitted:
         return sorted({str(new).partition("_")[0] for new, _ in self.new.values()}, key=int)
 
 
-def _deps(job: dict[str, Any], done: Submitted, failed: dict[str, SlurmId]) -> list[str]:
-    ids = [str(done.ids[d]) for d in job.get("deps", []) if d in done.ids]
+def _deps(job: PushJob, done: Submitted, failed: dict[str, SlurmId]) -> list[str]:
+    ids = [str(done.ids[d]) for d in job.deps if d in done.ids]
     # A producer that failed and that squeue still knows: the job is blocked at once, as it would be
-    return ids + [str(failed[d]) for d in job.get("deps", []) if d not in done.ids and d in failed]
+    return ids + [str(failed[d]) for d in job.deps if d not in done.ids and d in failed]
 
 
 def _afterok(ids: list[str]) -> str:
     return "afterok:" + ":".join(ids) if ids else ""
 
 
-def _shape(root: str, job: dict[str, Any]) -> str:
-    return json.dumps([job.get("group"), shared_options(root, job), job.get("env") or {}])
+def _shape(root: str, job: PushJob) -> str:
+    return json.dumps([job.group, shared_options(root, job), job.env])
 
 
 def _corresponding(
-    group: list[dict[str, Any]], rest: list[list[str]], done: Submitted
-) -> list[tuple[str, list[dict[str, Any]]]] | None:
+    group: list[PushJob], rest: list[list[str]], done: Submitted
+) -> list[tuple[str, list[PushJob]]] | None:
     """(producer array, group ordered by task) pairs where each element's one other dependency is the same task
     of an array of this push, and each such array's tasks are all named once; else None."""
-    by_array: dict[str, dict[int, dict[str, Any]]] = {}
+    by_array: dict[str, dict[int, PushJob]] = {}
     for job, extra in zip(group, rest):
         if len(extra) != 1 or "_" not in extra[0]:
             return None
@@ -101,7 +102,7 @@ def _corresponding(
     return [(array, [tasks[i] for i in range(len(tasks))]) for array, tasks in by_array.items()]
 
 
-def _group_units(group: list[dict[str, Any]], done: Submitted, failed: dict[str, SlurmId]) -> list[Unit]:
+def _group_units(group: list[PushJob], done: Submitted, failed: dict[str, SlurmId]) -> list[Unit]:
     deps = [_deps(job, done, failed) for job in group]
     common = sorted(set.intersection(*(set(d) for d in deps)))
     rest = [[d for d in each if d not in common] for each in deps]
@@ -114,12 +115,12 @@ def _group_units(group: list[dict[str, Any]], done: Submitted, failed: dict[str,
     return [Unit(jobs, ",".join(filter(None, [f"aftercorr:{array}", _afterok(common)]))) for array, jobs in pairs]
 
 
-def plan_units(root: str, level: list[dict[str, Any]], done: Submitted, failed: dict[str, SlurmId]) -> list[Unit]:
+def plan_units(root: str, level: list[PushJob], done: Submitted, failed: dict[str, SlurmId]) -> list[Unit]:
     """The sbatch calls for one dependency level: foreach groups of one lane shape as arrays where sound."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[PushJob]] = {}
     units: list[Unit] = []
     for job in level:
-        if job.get("group") is None or job.get("gate"):  # a gated job is held on its own (runner.slurm.gates)
+        if job.group is None or job.gate:  # a gated job is held on its own (runner.slurm.gates)
             units.append(Unit([job], _afterok(_deps(job, done, failed))))
         else:
             groups.setdefault(_shape(root, job), []).append(job)
@@ -136,7 +137,7 @@ def _argv(root: str, plan: str, unit: Unit, request: dict[str, Any]) -> list[str
         options = array_options(root, plan, unit.jobs, _array_name(unit))
     else:
         options = sbatch_options(root, plan, unit.jobs[0], request)
-        if unit.jobs[0].get("gate"):  # released by the submit host once its gate holds (runner.slurm.gates)
+        if unit.jobs[0].gate:  # released by the submit host once its gate holds (runner.slurm.gates)
             options.append("--hold")
     return ["sbatch", "--parsable", *options, *([f"--dependency={unit.dependency}"] if unit.dependency else [])]
 
@@ -144,20 +145,20 @@ def _argv(root: str, plan: str, unit: Unit, request: dict[str, Any]) -> list[str
 def _array_name(unit: Unit) -> str:
     """The plan group an array is (its foreach job's name, `shard-*`), so squeue's NAME shows it as PLAN/GROUP;
     FIRST..LAST where the push names no group."""
-    return str(unit.jobs[0].get("family") or f"{unit.jobs[0]['name']}..{unit.jobs[-1]['name']}")
+    return str(unit.jobs[0].family or f"{unit.jobs[0].name}..{unit.jobs[-1].name}")
 
 
 def _script(root: str, plan: str, unit: Unit, bundle: Path, entries: dict[str, int], request: dict[str, Any]) -> str:
-    label = f"array {_array_name(unit)}" if unit.array else f"job {unit.jobs[0]['name']}"
-    where = (bundle, [entries[job["name"]] for job in unit.jobs], 1)
-    shown = (_argv(root, plan, unit, request)[2:], [(job["name"], job["text"]) for job in unit.jobs])
-    return wrapper_text(root, plan, label, unit.jobs[0].get("env") or {}, where, request.get("slurm_conf"), shown)
+    label = f"array {_array_name(unit)}" if unit.array else f"job {unit.jobs[0].name}"
+    where = (bundle, [entries[job.name] for job in unit.jobs], 1)
+    shown = (_argv(root, plan, unit, request)[2:], [(job.name, job.text) for job in unit.jobs])
+    return wrapper_text(root, plan, label, unit.jobs[0].env, where, request.get("slurm_conf"), shown)
 
 
 def submit(
     root: str,
     request: dict[str, Any],
-    levels: list[list[dict[str, Any]]],
+    levels: list[list[PushJob]],
     done: Submitted,
     failed: dict[str, SlurmId],
     env: dict[str, str],
@@ -167,7 +168,7 @@ def submit(
     jobs = [job for level in levels for job in level]
     bundle = write_bundle(root, plan, [element(root, plan, job, request) for job in jobs])
     os.sync()  # once: a job must never start on a bundle not yet on disk
-    entries = {job["name"]: i for i, job in enumerate(jobs)}
+    entries = {job.name: i for i, job in enumerate(jobs)}
     done.bundle, done.entries = str(bundle), entries
     bare = submit_env(request.get("slurm_conf"))  # what the jobs get (--export=ALL)
     with ThreadPoolExecutor(max_workers=SUBMIT_THREADS) as pool:
@@ -192,18 +193,18 @@ def _sbatch(argv: list[str], script: str, env: dict[str, str]) -> tuple[int, str
 
 def _record(plan: str, unit: Unit, rc: int, out: str, err: str, done: Submitted) -> None:
     if rc != 0:
-        names = ", ".join(f"{plan}/{job['name']}" for job in unit.jobs[:3]) + (" ..." if len(unit.jobs) > 3 else "")
+        names = ", ".join(f"{plan}/{job.name}" for job in unit.jobs[:3]) + (" ..." if len(unit.jobs) > 3 else "")
         done.error = f"sbatch for {names} failed: {err.strip()}"
         return
     new = int(out.strip().split(";")[0])
     if not unit.array:
-        done.ids[unit.jobs[0]["name"]] = new
-        done.new[unit.jobs[0]["name"]] = (new, f"{plan}/{unit.jobs[0]['name']}")
+        done.ids[unit.jobs[0].name] = new
+        done.new[unit.jobs[0].name] = (new, f"{plan}/{unit.jobs[0].name}")
         return
     done.sizes[str(new)] = len(unit.jobs)
     for task, job in enumerate(unit.jobs):
-        done.ids[job["name"]] = f"{new}_{task}"
-        done.new[job["name"]] = (f"{new}_{task}", f"{plan}/{_array_name(unit)}")
+        done.ids[job.name] = f"{new}_{task}"
+        done.new[job.name] = (f"{new}_{task}", f"{plan}/{_array_name(unit)}")
 
 
 def hand_over(old: SlurmId, new: SlurmId, live: Live, env: dict[str, str]) -> list[str]:
@@ -222,26 +223,26 @@ def hand_over(old: SlurmId, new: SlurmId, live: Live, env: dict[str, str]) -> li
 def record_new(
     plan: str,
     jobs: dict[str, JobRecord],
-    job: dict[str, Any],
+    job: PushJob,
     new: tuple[SlurmId, str],
     where: tuple[str, int] | None = None,
 ) -> None:
     """A submitted job's ledger entry gets its new attempt (an array element's keeps the array's name), with
     WHERE its spec is (bundle, entry), for a retry the agent submits (runner.slurm.retry)."""
-    slurm_name = f"{plan}/{job['name']}"
+    slurm_name = f"{plan}/{job.name}"
     record = replace(
-        jobs.get(job["name"]) or JobRecord(),
-        hash=job["hash"],
-        lane=job.get("lane", ""),
-        deps=tuple(job.get("deps", [])),
+        jobs.get(job.name) or JobRecord(),
+        hash=job.hash,
+        lane=job.lane,
+        deps=tuple(job.deps),
         slurm_name=slurm_name,
     )
     attempt = Attempt(
         id=new[0],
-        hash=job["hash"],
+        hash=job.hash,
         submitted=time.time(),
         bundle=where[0] if where else None,
         entry=where[1] if where else None,
         slurm_name=new[1] if new[1] != slurm_name else None,
     )
-    jobs[job["name"]] = record.with_attempt(attempt)
+    jobs[job.name] = record.with_attempt(attempt)

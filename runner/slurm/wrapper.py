@@ -14,7 +14,7 @@ from typing import Any
 
 import runner
 from runner.config import Config
-from runner.slurm.bundle import KILL_AFTER_S, Element
+from runner.slurm.bundle import KILL_AFTER_S, Element, PushJob
 
 MARGIN_S = 30  # the wrapper's own start, gate and DONE_IF checks, inside --time
 
@@ -49,55 +49,55 @@ def job_paths(root: str, plan: str, name: str, digest: str) -> dict[str, Path]:
     }
 
 
-def time_limit(job: dict[str, Any]) -> str | None:
+def time_limit(job: PushJob) -> str | None:
     """--time for one attempt: its timeout plus the kill grace and the wrapper's margin, in whole minutes; the
     lane's default time (from the hosts file) for a job without a timeout."""
-    if job.get("timeout_s"):
-        return str(math.ceil((float(job["timeout_s"]) + KILL_AFTER_S + MARGIN_S) / 60))
-    return job.get("default_time") or None
+    if job.timeout_s:
+        return str(math.ceil((float(job.timeout_s) + KILL_AFTER_S + MARGIN_S) / 60))
+    return job.default_time or None
 
 
 def _pattern_safe(path: Path) -> str:
     return str(path).replace("%", "%%")  # sbatch expands %j and friends in --output
 
 
-def shared_options(root: str, job: dict[str, Any]) -> list[str]:
+def shared_options(root: str, job: PushJob) -> list[str]:
     """The options every job of one lane shape shares (so an array can carry them): environment, limits, lane
     resources, the lane's own options last."""
     options = ["--open-mode=append", "--kill-on-invalid-dep=yes", "--export=ALL", f"--chdir={root}"]
     limit = time_limit(job)
     if limit:
         options.append(f"--time={limit}")
-    return options + list(job.get("sbatch", []))
+    return options + list(job.sbatch)
 
 
-def sbatch_options(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]) -> list[str]:
+def sbatch_options(root: str, plan: str, job: PushJob, request: dict[str, Any]) -> list[str]:
     """sbatch's command-line options for JOB on its own (no --dependency): names, log, then shared_options.
     On the command line, not in #SBATCH lines, so no path needs quoting for sbatch's own parser."""
-    log = job_paths(root, plan, job["name"], job["hash"])["log"]
-    naming = [f"--job-name={plan}/{job['name']}", f"--comment=plan={plan}@{job['hash']}"]
+    log = job_paths(root, plan, job.name, job.hash)["log"]
+    naming = [f"--job-name={plan}/{job.name}", f"--comment=plan={plan}@{job.hash}"]
     return [*naming, f"--output={_pattern_safe(log)}", *shared_options(root, job)]
 
 
-def array_options(root: str, plan: str, jobs: list[dict[str, Any]], name: str) -> list[str]:
+def array_options(root: str, plan: str, jobs: list[PushJob], name: str) -> list[str]:
     """Options of an array of JOBS (one lane shape) named NAME: each element writes its own job's log, so
     Slurm's --output (one file per element, ARRAY_TASK) takes only what goes wrong before its attempt starts.
     Its comment names each element's job where Slurm's 1024 bytes hold them all (squeue -O Comment)."""
-    log = _pattern_safe(Path(root) / "logs" / plan / f"{jobs[0]['name']}..{jobs[-1]['name']}") + ".%A_%a.log"
+    log = _pattern_safe(Path(root) / "logs" / plan / f"{jobs[0].name}..{jobs[-1].name}") + ".%A_%a.log"
     members = array_members(root, plan, jobs)
-    names = ",".join(job["name"] for job in jobs)
+    names = ",".join(job.name for job in jobs)
     comment = f"plan={plan}@{members}" + (f":{names}" if len(plan) + len(members) + len(names) < 1000 else "")
     naming = [f"--job-name={plan}/{name}", f"--comment={comment}", f"--array=0-{len(jobs) - 1}"]
     return [*naming, f"--output={log}", *shared_options(root, jobs[0])]
 
 
-def array_members(root: str, plan: str, jobs: list[dict[str, Any]]) -> str:
+def array_members(root: str, plan: str, jobs: list[PushJob]) -> str:
     """Which plan job each element of an array is, kept as ROOT/scripts/PLAN/array.SHA.json (element i is the
     i-th [name, hash]) and named in the array's --comment as `array.SHA`: Slurm's 1024-byte comment cannot hold
     a large array's names, and a lost ledger is rebuilt from it (runner.slurm.rebuild)."""
     import hashlib
 
-    data = (json.dumps([[job["name"], job["hash"]] for job in jobs]) + "\n").encode()
+    data = (json.dumps([[job.name, job.hash] for job in jobs]) + "\n").encode()
     tag = f"array.{hashlib.sha256(data).hexdigest()[:16]}"
     path = Path(root) / "scripts" / plan / f"{tag}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,24 +161,24 @@ def retry_script(element: Element, attempt: int) -> str:
     )
 
 
-def element(root: str, plan: str, job: dict[str, Any], request: dict[str, Any]) -> Element:
+def element(root: str, plan: str, job: PushJob, request: dict[str, Any]) -> Element:
     """One job's entry in the bundle: everything its attempts need, its body text included."""
-    paths = job_paths(root, plan, job["name"], job["hash"])
+    paths = job_paths(root, plan, job.name, job.hash)
     return Element(
         root=root,
         plan=plan,
-        name=job["name"],
-        hash=job["hash"],
-        text=job["text"],
+        name=job.name,
+        hash=job.hash,
+        text=job.text,
         body=str(paths["body"]),
         log=str(paths["log"]),
-        env=dict(job.get("env") or {}),
+        env=dict(job.env),
         slurm_conf=request.get("slurm_conf"),
-        retries=int(job.get("retries") or 1),
-        timeout_s=job.get("timeout_s"),
+        retries=job.retries,
+        timeout_s=job.timeout_s,
         kill_after_s=KILL_AFTER_S,
-        done_if=job.get("done_if"),
-        gate=job.get("gate"),
+        done_if=job.done_if,
+        gate=job.gate,
         gate_interval_s=float(request.get("gate_interval_s", 60)),
         backoff_base_s=float(request.get("backoff_base_s", Config.backoff_base_s)),
         backoff_max_s=float(request.get("backoff_max_s", Config.backoff_max_s)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from plancompiler.lint import _SHELLCHECK_ARGS
 from plancompiler.tools import find_tool
 from runner.slurm.attempt import pending_updates, repoint
+from runner.slurm.bundle import PushJob
 from runner.slurm.submit import ARRAY_MIN, CHUNK, Submitted, plan_units
 from runner.slurm.wrapper import wrapper_text
 from tests.conftest import plan_cli, wait_for
@@ -155,9 +157,10 @@ def test_array_dependencies_are_re_pointed_element_by_element() -> None:
     assert pending_updates(listing, "14_2", 33) == [("20_2", "afterok:33")]
 
 
-def _jobs(prefix: str, count: int, deps: list[list[str]] | None = None) -> list[dict]:
+def _jobs(prefix: str, count: int, deps: list[list[str]] | None = None) -> list[PushJob]:
+    group = ord(prefix)  # each call's jobs are one foreach group
     return [
-        {"name": f"{prefix}{i}", "hash": "0", "group": prefix, "deps": deps[i] if deps else [], "sbatch": []}
+        PushJob(name=f"{prefix}{i}", hash="0", text="", group=group, deps=tuple(deps[i]) if deps else ())
         for i in range(count)
     ]
 
@@ -171,7 +174,7 @@ def test_only_dependencies_an_array_can_say_make_an_array() -> None:
     done.sizes["6"] = 5
     # element i after element i of that array (listed in any order): aftercorr, in the producer's order
     units = plan_units("/r", _jobs("b", 5, [[f"a{4 - i}", "prep"] for i in range(5)]), done, {})
-    assert [(u.dependency, [j["name"] for j in u.jobs]) for u in units] == [
+    assert [(u.dependency, [j.name for j in u.jobs]) for u in units] == [
         ("aftercorr:6,afterok:5", ["b4", "b3", "b2", "b1", "b0"])
     ]
     # element i after elements i and i+1: no array form says that, so one job each
@@ -179,7 +182,7 @@ def test_only_dependencies_an_array_can_say_make_an_array() -> None:
     assert [u.dependency for u in units] == [f"afterok:6_{i}:6_{i + 1}" for i in range(4)]
     # a group below ARRAY_MIN, or jobs outside a foreach, stay jobs of their own
     assert [len(u.jobs) for u in plan_units("/r", _jobs("d", ARRAY_MIN - 1), done, {})] == [1] * (ARRAY_MIN - 1)
-    assert all(not u.array for u in plan_units("/r", [dict(j, group=None) for j in _jobs("e", 5)], done, {}))
+    assert all(not u.array for u in plan_units("/r", [replace(j, group=None) for j in _jobs("e", 5)], done, {}))
     big = plan_units("/r", _jobs("f", CHUNK + 1), done, {})  # cut evenly, never a last array of one
     assert [len(u.jobs) for u in big] == [CHUNK // 2 + 1, CHUNK // 2]
 

@@ -15,6 +15,7 @@ from plancompiler.hostsfile import SlurmHostEntry
 from plancompiler.lint import _SHELLCHECK_ARGS
 from plancompiler.tools import find_tool
 from runner.slurm.agent import wrapper
+from runner.slurm.bundle import PushJob
 from runner.slurm.wrapper import sbatch_options
 from tests.conftest import plan_cli, wait_for
 from tests.slurm.cluster import Slurm
@@ -23,14 +24,14 @@ from tests.slurm.jobs import attempts, cancel_root, ended, time_limit, write_pla
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
 
-JOB = {
-    "name": "odd-name_1",
-    "hash": "0123456789ab",
-    "text": "true\n",
-    "env": {"A": "it's $HOME `x`", "B": ""},
-    "timeout_s": 61,
-    "sbatch": ["--gres=gpu:1"],
-}
+JOB = PushJob(
+    name="odd-name_1",
+    hash="0123456789ab",
+    text="true\n",
+    env={"A": "it's $HOME `x`", "B": ""},
+    timeout_s=61,
+    sbatch=("--gres=gpu:1",),
+)
 
 
 def test_the_wrapper_is_bash_n_and_shellcheck_clean_for_awkward_paths_and_values(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.records import (
     Attempt,
@@ -267,10 +269,10 @@ def test_the_agents_answers_are_typed_where_they_reach_the_workstation_and_a_mal
 def test_a_bundle_element_reads_to_a_typed_element_located_in_its_bundle_and_writes_back_the_same_json(
     tmp_path: Path,
 ) -> None:
-    from runner.slurm.bundle import Element, find_element, read_element
+    from runner.slurm.bundle import Element, PushJob, find_element, read_element
     from runner.slurm.wrapper import element, write_bundle
 
-    job = {"name": "p1", "hash": "abc", "text": "echo hi\n", "env": {"A": "1"}, "retries": 2, "timeout_s": 30}
+    job = PushJob(name="p1", hash="abc", text="echo hi\n", env={"A": "1"}, retries=2, timeout_s=30)
     made = element(str(tmp_path), "lf", job, {"slurm_conf": "/etc/slurm.conf", "gate_interval_s": 5})
     path = write_bundle(str(tmp_path), "lf", [made, replace(made, name="p2", gate="test -e x")])
     written = json.loads(path.read_text())["elements"]
@@ -307,3 +309,30 @@ def test_a_bundle_element_reads_to_a_typed_element_located_in_its_bundle_and_wri
     )
     assert ran.returncode == 2 and ran.stderr == f"runner.slurm.attempt: {path}: elements[0]: no 'body'\n", ran
     assert not (tmp_path / "results").exists()
+
+
+def test_a_push_requests_jobs_read_to_typed_jobs_or_a_located_error_answered_before_anything_is_touched(
+    tmp_path: Path,
+) -> None:
+    from runner.errors import AgentError
+    from runner.slurm.agent import push
+    from runner.slurm.bundle import PushJob, parse_jobs
+
+    raw = {"name": "p1", "hash": "abc", "text": "true\n", "deps": ["p0"], "group": 3, "timeout_s": 30, "env": {}}
+    assert parse_jobs([raw, {"name": "p2", "hash": "d", "text": ""}]) == (
+        PushJob(name="p1", hash="abc", text="true\n", deps=("p0",), group=3, timeout_s=30),
+        PushJob(name="p2", hash="d", text=""),
+    )
+    for jobs, where, said in (
+        ({"p1": raw}, "jobs", "a list"),
+        ([raw, dict(raw, deps=["p0", 3])], "jobs[1].deps[1]", "a string"),
+        ([dict(raw, lnae="cpu")], "jobs[0]", "unknown key 'lnae'"),
+        ([{"name": "p1", "text": ""}], "jobs[0]", "no 'hash'"),
+        ([dict(raw, env={"A": 1})], "jobs[0].env.A", "a string"),
+    ):
+        found = parse_jobs(jobs)
+        assert isinstance(found, RecordError) and found.where == where and said in found.message, found
+    with pytest.raises(AgentError) as refused:  # answered {"error": ...} by runner.agent.dispatch
+        push(str(tmp_path), {"plan": "lf", "jobs": [dict(raw, retries="2")]})
+    assert refused.value.answer() == {"error": "the push request's jobs[0].retries: an integer was expected, not str"}
+    assert list(tmp_path.iterdir()) == []  # no lock taken, no ledger written
