@@ -18,14 +18,21 @@ PY_ENV = dict(os.environ, PYTHONPATH=str(REPO))
 Step = Sequence[str] | Callable[[], object]
 
 
+def tree_of(env: Mapping[str, str]) -> str:
+    """The checkout ENV's PYTHONPATH names, to run `python3 -m` from: it puts the working directory ahead of
+    PYTHONPATH on sys.path, so a bench started inside one checkout would otherwise time that one for every tree."""
+    return env.get("PYTHONPATH", str(REPO)).split(os.pathsep)[0]
+
+
 def run_step(step: Step, env: Mapping[str, str] | None = None) -> float:
     """Seconds one whole process (or a callable that starts processes) took; a failing command is an error."""
     start = time.perf_counter()
     if callable(step):
         step()
     else:
+        env = dict(env or PY_ENV)
         proc = subprocess.run(
-            list(step), env=dict(env or PY_ENV), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+            list(step), env=env, cwd=tree_of(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
         )
         if proc.returncode not in (0, 1):  # `plan check` exits 1 on findings; anything else is a broken bench
             raise RuntimeError(f"{' '.join(step)} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")

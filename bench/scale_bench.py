@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import PY_ENV, machine, plan_cli, run_step, spread, table  # noqa: E402
+from bench.common import PY_ENV, machine, plan_cli, run_step, spread, table, tree_of  # noqa: E402
 
 RUNS = max(5, int(os.environ.get("BENCH_RUNS", "5")))
 AFTER = 100  # the jobs after the first one's end that the dispatch figure times
@@ -155,6 +155,7 @@ def runner_run(tree: Tree, size: Size, root: Path, out: Path, add: Callable[[str
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", TICK],
         env=tree.env,
+        cwd=tree_of(tree.env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
