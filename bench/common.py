@@ -24,6 +24,15 @@ def tree_of(env: Mapping[str, str]) -> str:
     return env.get("PYTHONPATH", str(REPO)).split(os.pathsep)[0]
 
 
+def ended(out: Path, index: int) -> float | None:
+    """The end time a no-op job of the queue benches wrote into OUT/INDEX.txt; None while it has not."""
+    try:
+        text = (out / f"{index:06d}.txt").read_text().strip()
+    except OSError:
+        return None
+    return float(text) if text else None
+
+
 def run_step(step: Step, env: Mapping[str, str] | None = None) -> float:
     """Seconds one whole process (or a callable that starts processes) took; a failing command is an error."""
     start = time.perf_counter()

@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import PY_ENV, machine, plan_cli, run_step, spread, table, tree_of  # noqa: E402
+from bench.common import PY_ENV, ended, machine, plan_cli, run_step, spread, table, tree_of  # noqa: E402
 
 RUNS = max(5, int(os.environ.get("BENCH_RUNS", "5")))
 AFTER = 100  # the jobs after the first one's end that the dispatch figure times
@@ -120,14 +120,6 @@ def cpu_s(pid: int) -> float:
     """utime + stime of PID in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / HZ
-
-
-def ended(out: Path, index: int) -> float | None:
-    try:
-        text = (out / f"{index:06d}.txt").read_text().strip()
-    except OSError:
-        return None
-    return float(text) if text else None
 
 
 def wait_end(out: Path, index: int, alive: subprocess.Popen[bytes] | None, what: str) -> float:

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import PY_ENV, machine, plan_cli, run_step, spread, table  # noqa: E402
+from bench.common import PY_ENV, ended, machine, plan_cli, run_step, spread, table  # noqa: E402
 
 RUNS = max(5, int(os.environ.get("BENCH_RUNS", "5")))
 AFTER = 100
@@ -40,14 +40,6 @@ jobs:
 """
     )
     return path
-
-
-def ended(out: Path, index: int) -> float | None:
-    try:
-        text = (out / f"{index:06d}.txt").read_text().strip()
-    except OSError:
-        return None
-    return float(text) if text else None
 
 
 def one(tree: Path, pushed: Path, work: Path, out: Path, jobs: int) -> tuple[float, float]:
