@@ -34,6 +34,7 @@ from runner.files import (
 from runner.queue import STATES, Queue, fresh_status, timestamp
 
 STAGE_PREFIX = ".plan-stage-"
+INSTALL_RECORD = ".install.json"  # an install's renames, written before the first: see finish_pending
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
 ADHOC_PLAN = "adhoc"  # the plan `plan add` installs one-off jobs in (runner/agent/adhoc.py): owned like any plan's
 
@@ -219,6 +220,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     pushlock.keep_root(root)  # a push installs here: the root stays
     queue.ensure()
     make_dir(os.path.join(root, "control"))
+    finish_pending(root)  # an install killed during its renames: finished before this one looks
     manifest = read_manifest(root)
     refused = refusal(manifest["holds"], request.get("client"), root)
     if refused:
@@ -228,28 +230,84 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"changed": True, "generation": manifest["generation"]}
     _clean_stages(root, time.time())
     stage = tempfile.mkdtemp(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=root)
-    result: dict[str, Any] = {"installed": [], "removed": [], "gone": []}
     try:
         files = request.get("files", {})
         _stage(root, stage, files)
-        _reset_and_remove(root, request, result)
-        # Before the files land: a stale job (and what follows it) must not be taken as done meanwhile.
-        stamps.mark_stale(root, request.get("stale", []))
-        _land(root, stage, files, set(request.get("replace", [])), result)
-        _stop(root, request, result)
-        if (
-            request.get("record") is not None
-            or result["installed"]
-            or result["removed"]
-            or request.get("resets")
-            or request.get("stale")
-        ):
-            # Every install that changed something moves the generation, so a push that looked before it is refused.
-            manifest = _record(manifest, request.get("record"), request.get("take_over", []), request.get("client"))
-            atomic_write(Path(root) / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-        result["generation"] = manifest["generation"]
+        # The install record, durable before anything changes: whoever next takes the push lock or starts the
+        # runner finishes an install killed during its renames (the runner starts no job while it is pending).
+        pending = {key: request.get(key, []) for key in ("replace", "resets", "remove", "stale", "stop", "take_over")}
+        pending.update(
+            stage=os.path.basename(stage),
+            files=sorted(files),
+            by=request.get("by"),
+            record=request.get("record"),
+            client=request.get("client"),
+            generation=manifest["generation"],
+        )
+        atomic_write(Path(root) / INSTALL_RECORD, (json.dumps(pending) + "\n").encode())
+        result = _apply(root, pending, manifest)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+    return result
+
+
+def pending_install(root: str) -> bool:
+    """An install record is there: the queue may hold part of an install until it is finished."""
+    return os.path.lexists(os.path.join(root, INSTALL_RECORD))
+
+
+def finish_pending(root: str) -> None:
+    """Finish the install whose record is there (its files are staged and durable; its renames may have begun):
+    by whoever holds the push lock, before anything reads the queue. Each step is done again only where it is
+    not done yet, so an install killed while it was finished is finished by the next one."""
+    path = os.path.join(root, INSTALL_RECORD)
+    if not os.path.lexists(path):
+        return
+    pending = read_json_or_none(path)
+    if isinstance(pending, dict):
+        pending.setdefault("stage", "")
+    if (
+        not isinstance(pending, dict)
+        or not _plain(pending["stage"], STAGE_PREFIX)
+        or not all(_plain(name) for name in pending.get("files", []))
+    ):
+        os.unlink(path)  # written whole or not at all: never one the installs wrote; nothing was renamed for it
+        return
+    try:
+        _apply(root, pending, read_manifest(root))
+    finally:
+        shutil.rmtree(os.path.join(root, pending["stage"]), ignore_errors=True)
+
+
+def _plain(name: Any, prefix: str = "") -> bool:
+    """NAME is a file's name in one directory (a record names no path), starting with PREFIX."""
+    return isinstance(name, str) and name.startswith(prefix) and "/" not in name and name not in ("", ".", "..")
+
+
+def _apply(root: str, pending: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a pending install does after its files are staged: removes, resets, stale marks, the renames, stop
+    requests, the manifest (once: unless a manifest past the record's generation is there), then the record
+    removed."""
+    result: dict[str, Any] = {"installed": [], "removed": [], "gone": []}
+    _reset_and_remove(root, pending, result)
+    # Before the files land: a stale job (and what follows it) must not be taken as done meanwhile.
+    stamps.mark_stale(root, pending.get("stale", []))
+    stage = os.path.join(root, pending["stage"])
+    _land(root, stage, pending.get("files", []), set(pending.get("replace", [])), result)
+    _stop(root, pending, result)
+    if manifest["generation"] == pending.get("generation", manifest["generation"]) and (
+        pending.get("record") is not None
+        or result["installed"]
+        or result["removed"]
+        or pending.get("resets")
+        or pending.get("stale")
+    ):
+        # Every install that changed something moves the generation, so a push that looked before it is refused.
+        manifest = _record(manifest, pending.get("record"), pending.get("take_over", []), pending.get("client"))
+        atomic_write(Path(root) / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    os.unlink(os.path.join(root, INSTALL_RECORD))
+    fsync_dir(Path(root))
+    result["generation"] = manifest["generation"]
     return result
 
 
@@ -280,10 +338,13 @@ def _stop(root: str, request: dict[str, Any], result: dict[str, Any]) -> None:
         result.setdefault("stopping", []).append(name)
 
 
-def _land(root: str, stage: str, files: dict[str, str], replacing: set[str], result: dict[str, Any]) -> None:
+def _land(root: str, stage: str, files: list[str], replacing: set[str], result: dict[str, Any]) -> None:
     """The staged files renamed into queue/: each appears whole or not at all."""
     for name in sorted(files):
         target = os.path.join(root, "queue", name)
+        if not os.path.lexists(os.path.join(stage, name)):
+            result["installed"].append(name)  # landed before the install that staged it was killed
+            continue
         if name in replacing and not os.path.exists(target):
             # The runner started the old version after the diff was made: do not queue it a second time.
             result["gone"].append(["queue", name])

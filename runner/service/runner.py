@@ -11,7 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner import __version__, jobfile, wrapper
+from runner import __version__, jobfile, pushlock, wrapper
+from runner.agent import delivery
 from runner.alerts.book import CAUSE_KINDS
 from runner.alerts.engine import Alerts
 from runner.config import Config
@@ -90,6 +91,7 @@ class Runner:
         self._alerted: tuple[object, ...] | None = None  # what the incidents were last judged with, beyond reasons
         self.watch: DirWatch | None = None  # set by watch_dirs(): scans read only what changed
         self._lock_fds: list[int] = []
+        self._deferred: set[str] | None = set()  # queue/ names changed during ticks an install left pending
 
     # -- one life ------------------------------------------------------------------------------
     def start(self, now: float) -> None:
@@ -207,6 +209,22 @@ class Runner:
             except OSError:
                 pass  # a full disk: the lock holds without its note
 
+    def _install_pending(self) -> bool:
+        """A push's install record is there: finished here if that push is gone (its lock is free, as when it was
+        killed during its renames); True while it is still pending."""
+        root = str(self.queue.root)
+        if not delivery.pending_install(root):
+            return False
+        try:
+            if pushlock.lock(root, {"wait_s": 0, "by": "runner (an install left pending)"}).get("locked"):
+                try:
+                    delivery.finish_pending(root)
+                finally:
+                    pushlock.release_lock()
+        except OSError:
+            pass  # tried again next tick; meanwhile nothing starts
+        return delivery.pending_install(root)
+
     def release_lock(self) -> None:
         """Let the root go (an in-process runner that a test ends; a real one holds it until it exits)."""
         for fd in self._lock_fds:
@@ -269,7 +287,8 @@ class Runner:
             self.swept_at = now
         # First of all: whatever lands after this stays in the watch's queue and wakes `serve` for another tick
         # (a control/ request dropped while this tick runs must not be drained with nothing to read it).
-        changed = self._changed()
+        changed, deferred, self._deferred = self._changed(), self._deferred, set()
+        changed = None if changed is None or deferred is None else changed | deferred
         self.queue.reopen_if_rotated()
         self.processes.reap()
         self.manifest.new_tick(now)  # read (and checked) whenever it changes, not only when a reason needs it
@@ -285,6 +304,10 @@ class Runner:
         self.jobs.enforce_timeouts(now)
         self.jobs.sample_memory()
         self.announcer.watch_running(now, self.jobs.running)
+        if self._install_pending():  # no job starts from a queue that may hold part of an install:
+            self._deferred = changed  # what changed is read once it is finished, looked for again shortly
+            self.scanner.settle_due = min(self.scanner.settle_due or now + 0.1, now + 0.1)
+            return
         queued = self.scanner.scan(now, changed)
         self.dispatcher.schedule(
             now, queued, self.controls.park, self.controls.park_lanes, sweep=sweep, taken=self.scanner.taken

@@ -24,9 +24,11 @@ import pytest
 import runner as runner_pkg
 from plancompiler.hosts import resolve
 from plancompiler.transport import upload
-from runner.agent import wire
+from runner import pushlock
+from runner.agent import delivery, wire
 from tests.conftest import wait_for
 from tests.sshd import Sshd
+from tests.ticking import Ticking
 
 JOBS = 10_000
 
@@ -244,3 +246,84 @@ def test_the_agent_session_answers_a_bad_frame_with_an_error_and_never_acts_on_a
     else:
         assert answer in json.loads(done.stdout)["error"]
     assert os.listdir(root) == []
+
+
+def _count(directory: Path) -> int:
+    try:
+        return len(os.listdir(directory))
+    except FileNotFoundError:
+        return 0
+
+
+_INSTALL = """
+import json, sys
+from runner.agent import delivery
+print(json.dumps(delivery.install(sys.argv[1], json.load(open(sys.argv[2])))), flush=True)
+"""
+
+
+def test_an_install_killed_during_its_renames_is_finished_before_any_job_starts(fast_dir: Path) -> None:
+    """kill -9 of the installing process itself at a random moment of its renames, over a queue of 10 000 jobs
+    (500 retired, 500 new, the rest changed): the runner's start finishes it (round 0), or the next push does
+    (round 1), before anything reads the queue; the queue is one version whole and every job started is of it."""
+    root = fast_dir / "q"
+    versions = [version("v1", 0), version("v2", 500)]
+    env = dict(os.environ, PYTHONPATH=str(Path(runner_pkg.__file__).resolve().parent.parent))
+    record = root / ".install.json"
+    rng = random.Random()
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+
+    def install(new: int, kill: bool) -> float:
+        """Install version NEW in a process of its own; kill it -9 a random moment into its renames (KILL), else
+        the seconds from its first rename to its end."""
+        path = fast_dir / f"request-{new}.json"
+        path.write_text(json.dumps(install_request(versions[new], versions[1 - new], None)))
+        before = _count(root / "queue")
+        proc = subprocess.Popen([sys.executable, "-c", _INSTALL, str(root), str(path)], env=env, text=True)
+        try:
+            # Its removes and renames have begun: the queue no longer holds the other version's 10 000 jobs.
+            queue = root / "queue"
+            wait_for(lambda: _count(queue) != before or proc.poll() is not None, 60, 0.001)
+            began = time.monotonic()
+            if kill:
+                time.sleep(rng.uniform(0, renames))
+                os.kill(proc.pid, signal.SIGKILL)
+            assert proc.wait(timeout=120) == 0 or kill
+            return time.monotonic() - began
+        finally:
+            proc.kill()
+            proc.wait()
+
+    renames = 0.0
+    renames = install(0, kill=False)  # the first version, and how long its renames take
+    assert not record.exists()
+    current = 0
+    for round_ in range(2):
+        new = 1 - current
+        install(new, kill=True)
+        what = f"seed {seed}, round {round_}, the renames took {renames:.2f}s"
+        pending = record.exists()
+        if round_ == 0:  # a runner starts: it finishes the install before it starts any job
+            ticking = Ticking(root, slots={"cpu": 4})
+            try:
+                ticking.start(1000.0).tick(1000.0)
+            finally:
+                ticking.close()
+            started = {p.name: p.read_text() for p in (root / "running").iterdir() if p.name.endswith(".job")}
+            assert started, what
+        else:  # the next push: it finishes the install before it looks
+            try:
+                assert "installed" in delivery.install(str(root), {"files": {}}), what
+            finally:
+                pushlock.release_lock()
+            started = {}
+        files = {**queue_of(root), **started}
+        assert not record.exists(), what
+        assert files in (versions[current], versions[new]), f"{what} (pending: {pending}): a mixed queue"
+        manifest = json.loads((root / "manifest.json").read_text())
+        assert set(manifest["jobs"]) == set(files), what
+        assert not [p for p in root.iterdir() if p.name.startswith(".plan-stage-")], what
+        current = new if files == versions[new] else current
+        for job in started:  # the next round compares queues only
+            (root / "running" / job).unlink()
