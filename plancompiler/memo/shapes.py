@@ -98,8 +98,10 @@ def _word(word: str, k: int) -> str | None:
     if not _WORD_CHARS.fullmatch(word) or word.startswith("-"):
         return None
     if word.isdigit():  # numbers: `exit`, `-eq` and friends judge the value's range
-        if len(word) == 1 or word.startswith("0"):
-            return None  # 0-9 name positional parameters (`0=1`), a leading 0 is octal
+        if len(word) == 1:
+            return None  # 0-9 name positional parameters (`0=1`)
+        if word.startswith("0"):
+            return _zero_padded(word, k)
         return str(100 + k) if int(word) <= 255 and k < 150 else (str(40000 + k) if int(word) > 255 else None)
     shape = _RUN.sub("a", word)
     if "a" not in shape:
@@ -110,6 +112,20 @@ def _word(word: str, k: int) -> str | None:
     if word.startswith("/") and stripped.count("/") <= 2:
         return None  # /, /usr, /usr/local: rm -rf of them is a finding of its own
     return _RUN.sub(f"zq{k}z", word)
+
+
+def _zero_padded(word: str, k: int) -> str | None:
+    """A number with leading zeros (`000123`, a padded row number) as one that keeps what shellcheck judges of
+    it: the leading 0 (octal), an 8 or 9 in it (SC2080: not octal), its value over 255 and its length over 5
+    (`exit`/`return`: SC2242, SC2152)."""
+    big, bad_octal = int(word) > 255, "8" in word or "9" in word
+    if big:
+        tail = f"9{k:02d}" if bad_octal else f"3{k:02o}"  # 900-999; 300-377
+    else:
+        tail = f"{k}9" if bad_octal else f"1{k:02o}"  # 09-249; 100-177
+    if len(tail) > 3 or (not big and bad_octal and k >= 25):
+        return None
+    return "0" * (6 - len(tail) if len(word) > 5 else 1) + tail
 
 
 def _text(text: str, k: int) -> str | None:
