@@ -264,19 +264,26 @@ def finish_pending(root: str) -> None:
     if not os.path.lexists(path):
         return
     pending = read_json_or_none(path)
-    if isinstance(pending, dict):
-        pending.setdefault("stage", "")
-    if (
-        not isinstance(pending, dict)
-        or not _plain(pending["stage"], STAGE_PREFIX)
-        or not all(_plain(name) for name in pending.get("files", []))
-    ):
+    if not _a_record(pending):
         os.unlink(path)  # written whole or not at all: never one the installs wrote; nothing was renamed for it
         return
     try:
         _apply(root, pending, read_manifest(root))
     finally:
         shutil.rmtree(os.path.join(root, pending["stage"]), ignore_errors=True)
+
+
+def _a_record(pending: Any) -> bool:
+    """PENDING is an install record: its stage, files and removes name files in one directory, never a path."""
+    if not isinstance(pending, dict) or not _plain(pending.get("stage"), STAGE_PREFIX):
+        return False
+    lists = {key: pending.get(key, []) for key in ("files", "remove", "replace", "resets", "stale", "stop")}
+    if not all(isinstance(value, list) for value in lists.values()):
+        return False
+    removes = lists["remove"]
+    return all(_plain(name) for name in lists["files"]) and all(
+        isinstance(r, list) and len(r) == 2 and r[0] in STATES and _plain(r[1]) for r in removes
+    )
 
 
 def _plain(name: Any, prefix: str = "") -> bool:

@@ -6,6 +6,7 @@ what is tested here (framing, the lock, the order of the install) does not depen
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -327,3 +328,40 @@ def test_an_install_killed_during_its_renames_is_finished_before_any_job_starts(
         current = new if files == versions[new] else current
         for job in started:  # the next round compares queues only
             (root / "running" / job).unlink()
+
+
+def test_the_runner_starts_no_job_while_a_live_install_is_pending(tmp_path: Path) -> None:
+    """A record whose push still holds the lock (an install during its renames): the runner starts nothing and
+    leaves it alone; once the lock is free it finishes the install, then starts the jobs. A record that is
+    not one an install wrote (a path for a stage) is removed, renaming nothing."""
+    root = tmp_path / "q"
+    delivery.install(str(root), {"files": {"a.job": "# LANE=cpu\ntrue\n"}, "record": {"plan": "p", "jobs": {}}})
+    pushlock.release_lock()
+    stage = root / ".plan-stage-killed"
+    stage.mkdir()
+    (stage / "b.job").write_text("# LANE=cpu\ntrue\n")
+    record = root / ".install.json"
+    record.write_text(json.dumps({"stage": stage.name, "files": ["b.job"], "remove": [["queue", "a.job"]]}))
+    held = os.open(root / ".push.lock", os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the push that wrote it, alive
+    ticking = Ticking(root)
+    try:
+        ticking.start(1000.0).tick(1000.0)
+        assert record.exists() and not list((root / "running").iterdir())
+        assert (root / "queue" / "a.job").exists(), "left to the push that holds the lock"
+        os.close(held)
+        ticking.tick(1001.0)
+        assert not record.exists() and not stage.exists()
+        assert [p.name for p in (root / "running").iterdir()] == ["b.job"], "finished, then started"
+        for planted in (
+            {"stage": "../elsewhere", "files": ["c.job"]},
+            {"stage": stage.name, "remove": [["..", "x"]]},
+            {"files": 7},
+            [1],
+        ):
+            (tmp_path / "x").write_text("kept\n")
+            record.write_text(json.dumps(planted))
+            ticking.tick(1002.0)
+            assert not record.exists() and (tmp_path / "x").exists()
+    finally:
+        ticking.close()
