@@ -178,7 +178,7 @@ def render_jobs(
                     "R007",
                     f"job {job.name}: the job file would be "
                     f"{len(text):,} bytes, over the limit of {renderer.env.limits.max_size:,} "
-                    "(raise it with plan --max-size SIZE COMMAND …)",
+                    "(raise it with plan --max-size)",
                 )
             )
             continue

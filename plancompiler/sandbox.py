@@ -59,13 +59,13 @@ class _Budget:
             if size > self.limits.max_size:
                 raise LimitExceeded(
                     f"a value of {size:,} items or bytes passes the limit of "
-                    f"{self.limits.max_size:,} (raise it with plan --max-size SIZE COMMAND …)"
+                    f"{self.limits.max_size:,} (raise it with plan --max-size)"
                 )
             self.produced += size
             if self.produced > 16 * self.limits.max_size:
                 raise LimitExceeded(
                     f"rendering produced more than {16 * self.limits.max_size:,} bytes in all "
-                    "(raise the limit with plan --max-size SIZE COMMAND …)"
+                    "(raise the limit with plan --max-size)"
                 )
         elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _MAX_INT_BITS:
             raise LimitExceeded(f"a number of {value.bit_length():,} bits is too large")
@@ -82,7 +82,8 @@ class _Budget:
         size = text_size(value, self.limits.max_size)
         if size > self.limits.max_size:
             raise LimitExceeded(
-                f"{what} would be more than {self.limits.max_size:,} bytes as text (raise the limit with plan --max-size SIZE COMMAND …)"
+                f"{what} would be more than {self.limits.max_size:,} bytes as text "
+                "(raise the limit with plan --max-size)"
             )
 
     def refuse(self, size: int, what: str) -> None:
@@ -90,7 +91,7 @@ class _Budget:
         if size > self.limits.max_size:
             raise LimitExceeded(
                 f"{what} would make a value of {size:,} items or bytes, over the limit of "
-                f"{self.limits.max_size:,} (raise it with plan --max-size SIZE COMMAND …)"
+                f"{self.limits.max_size:,} (raise it with plan --max-size)"
             )
 
     def loop(self, iterable: Any) -> Iterator[Any]:
@@ -178,7 +179,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         texts = [str(p) for p in parts]
         if sum(map(len, texts)) > self.limits.max_size:
             raise LimitExceeded(
-                f"a joined value passes the size limit of {self.limits.max_size:,} (raise it with plan --max-size SIZE COMMAND …)"
+                f"a joined value passes the size limit of {self.limits.max_size:,} (raise it with plan --max-size)"
             )
         return self.budget.charge("".join(texts))
 
@@ -225,7 +226,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
                 if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > limit:
                     raise LimitExceeded(
                         f"a repetition of {len(seq) * times:,} items passes the size limit of "
-                        f"{limit:,} (raise it with plan --max-size SIZE COMMAND …)"
+                        f"{limit:,} (raise it with plan --max-size)"
                     )
             if (
                 isinstance(left, int)
@@ -277,7 +278,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             size += len(chunk)
             if size > limit:
                 raise LimitExceeded(
-                    f"{what or 'the rendered text'} passes the size limit of {limit:,} bytes (raise it with plan --max-size SIZE COMMAND …)"
+                    f"{what or 'the rendered text'} passes the size limit of {limit:,} bytes "
+                    "(raise it with plan --max-size)"
                 )
             parts.append(chunk)
         return "".join(parts)

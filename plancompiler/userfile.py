@@ -33,7 +33,7 @@ def read_limited(path: Path, limit: int, what: str = "plan") -> bytes:
         if not stat.S_ISREG(info.st_mode):
             kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
             raise Unreadable(f"{kind}, not a {what} file")
-        too_large = f"the {what} file is larger than {limit:,} bytes (raise the limit with plan --max-size SIZE COMMAND …)"
+        too_large = f"the {what} file is larger than {limit:,} bytes (raise the limit with plan --max-size)"
         if info.st_size > limit:
             raise Unreadable(too_large)
         chunks: list[bytes] = []

@@ -205,7 +205,7 @@ def test_an_oversized_filter_result_is_refused_before_it_is_built(
 ) -> None:
     result = limited_runs[value]
     assert result.returncode == 1, result.stderr
-    assert result.stdout == f"p.yaml:3:6: error[P011]: var 'a': {message} (raise it with plan --max-size SIZE COMMAND …)\n".replace(
+    assert result.stdout == f"p.yaml:3:6: error[P011]: var 'a': {message} (raise it with plan --max-size)\n".replace(
         " as text (raise it", " as text (raise the limit"
     )
 
@@ -216,7 +216,7 @@ def test_an_oversized_filter_in_a_job_body_is_an_r007(limited_runs: dict[str, Ra
     assert result.returncode == 1, result.stderr
     assert result.stdout == (
         "p.yaml:6:7: error[R007]: job a: | indent would make a value of 1,000,002,000 "
-        "items or bytes, over the limit of 1,048,576 (raise it with plan --max-size SIZE COMMAND …)\n"
+        "items or bytes, over the limit of 1,048,576 (raise it with plan --max-size)\n"
     )
 
 
@@ -291,7 +291,7 @@ def test_a_plan_larger_than_max_size_is_a_p001(tmp_path: Path) -> None:
     result = plan(tmp_path, "--max-size", "1K", "check", "p.yaml")
     assert result.returncode == 1, result.stderr
     assert result.stdout == (
-        "p.yaml:1:1: error[P001]: the plan file is larger than 1,024 bytes (raise the limit with plan --max-size SIZE COMMAND …)\n"
+        "p.yaml:1:1: error[P001]: the plan file is larger than 1,024 bytes (raise the limit with plan --max-size)\n"
     )
     assert plan(tmp_path, "--max-size", "4K", "check", "p.yaml").returncode == 0
 
