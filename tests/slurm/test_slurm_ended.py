@@ -20,7 +20,7 @@ plan = plan_cli
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
+def enforced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     """Memory is a consumable here: each job gets 100 MB unless its lane says otherwise (DefMemPerCPU), enforced
     by its cgroup."""
     cluster = start_slurm(
@@ -64,7 +64,7 @@ def _waiting_after(hosts: Path, job: str) -> dict | None:
 
 
 def test_timeouts_and_memory_limits_end_as_slurm_says_and_are_retried_with_their_cause(
-    tmp_path: Path, limited: Slurm
+    tmp_path: Path, enforced: Slurm
 ) -> None:
     """`slow` outlives its plan timeout (1 s), `hog` its lane's 60 MB, `long` the time limit Slurm is told (as it
     would reach a lane's `time:`; lowered here by `scontrol update`, as an admin may, so the test waits
@@ -79,13 +79,13 @@ def test_timeouts_and_memory_limits_end_as_slurm_says_and_are_retried_with_their
         + _second_try_writes(tmp_path, "long", f"touch {started}; sleep 120")
     )
     p = write_plan(tmp_path / "se.yaml", "se", jobs)
-    hosts = limited.hosts_file(root, extra="    backoff_base: 20\n    lanes:\n      net: {mem: 60M}\n")
+    hosts = enforced.hosts_file(root, extra="    backoff_base: 20\n    lanes:\n      net: {mem: 60M}\n")
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0, out
     first = {name: str(attempts(root, "se", name)[0]["id"]) for name in ("slow", "hog", "long")}
     try:
         wait_for(started.exists, 60, 0.1)
-        subprocess.run(["scontrol", "update", f"JobId={first['long']}", "TimeLimit=0"], env=limited.env, check=True)
+        subprocess.run(["scontrol", "update", f"JobId={first['long']}", "TimeLimit=0"], env=enforced.env, check=True)
         # the wrapper's own timer, and the kernel's OOM killer in the job's cgroup: each wrapper writes its
         # result and submits its next try (20 s later) itself
         wait_for(lambda: ended(root, "se", "slow") == "TIMEOUT" and ended(root, "se", "hog") == "OUT_OF_MEMORY", 60)
@@ -93,8 +93,8 @@ def test_timeouts_and_memory_limits_end_as_slurm_says_and_are_retried_with_their
         assert waiting["se/slow.job"]["detail"] == "attempt 2 waits out the retry backoff after TIMEOUT", waiting
         assert waiting["se/hog.job"]["detail"] == "attempt 2 waits out the retry backoff after OUT_OF_MEMORY"
         # Slurm ends the timed-out job itself at its next time-limit pass, and `long` at its lowered limit
-        wait_for(lambda: set(_sacct(limited, list(first.values())).values()) == {"TIMEOUT", "OUT_OF_MEMORY"}, 60, 1)
-        states = _sacct(limited, list(first.values()))
+        wait_for(lambda: set(_sacct(enforced, list(first.values())).values()) == {"TIMEOUT", "OUT_OF_MEMORY"}, 60, 1)
+        states = _sacct(enforced, list(first.values()))
         assert [states[first[n]] for n in ("slow", "hog", "long")] == ["TIMEOUT", "OUT_OF_MEMORY", "TIMEOUT"], states
         # `long`'s wrapper died with its job: the next contact (this status) retries it
         waiting = wait_for(lambda: _waiting_after(hosts, "se/long.job"), 30, 0.5)
@@ -102,7 +102,7 @@ def test_timeouts_and_memory_limits_end_as_slurm_says_and_are_retried_with_their
         wait_for(lambda: all(ended(root, "se", n) == "COMPLETED" for n in ("slow", "hog", "long")), 90, 0.5)
         events = _status(hosts)["events"]
     finally:
-        cancel_root(limited, root)
+        cancel_root(enforced, root)
     retries = {e["job"]: e for e in events if e["event"] == "retry"}
     assert {job: e["cause"] for job, e in retries.items()} == {
         "se/slow.job": "TIMEOUT",
