@@ -70,13 +70,26 @@ def test_a_host_that_streams_without_end_is_cut_off_with_memory_bounded(sshd: Ss
     assert rss_kib < 200 * 1024, f"peak RSS {rss_kib} KiB"
 
 
-def test_a_session_that_streams_without_a_newline_is_cut_off(sshd: Sshd, tmp_path: Path) -> None:
-    """A push talks to one agent session, line by line: a line without end is cut off too."""
-    hosts = fake_host(sshd, tmp_path, "cat /dev/zero", max_answer_mb=1, timeout=20)
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [
+        # a push talks to one agent session, line by line: a line without end is cut off too
+        ("cat /dev/zero", "the host's answer passed"),
+        # stderr without end: cut off once past the cap (kept as its last 4 KiB, in memory, never in a file)
+        ("exec yes noise >&2", "the host's error output passed"),
+    ],
+    ids=["stdout-without-newline", "stderr-flood"],
+)
+def test_a_push_session_that_streams_without_end_is_cut_off_at_the_cap(
+    sshd: Sshd, tmp_path: Path, script: str, said: str
+) -> None:
+    """A push's agent session that streams without end, on stdout without a newline or on stderr: cut off once
+    it passed the cap, not at the deadline, with memory and disk bounded."""
+    hosts = fake_host(sshd, tmp_path, script, max_answer_mb=1, timeout=20)
     plan = tmp_path / "p.yaml"
     plan.write_text(f"plan: p\njobs:\n  - name: a\n    run: touch {tmp_path}/a\n    outputs: [{tmp_path}/a]\n")
     proc, took, rss_kib = plan_process("push", "testbox", str(plan), "--hosts", str(hosts))
-    assert proc.returncode == 1 and f"passed {1 << 20} bytes and was cut off" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and f"{said} {1 << 20} bytes and was cut off" in proc.stderr, proc.stderr
     assert took < 15 and rss_kib < 200 * 1024
 
 
@@ -142,14 +155,3 @@ def test_watch_state_that_is_a_fifo_is_no_state_and_never_blocks(tmp_path: Path)
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
     assert done.returncode == 0 and done.stdout.strip() == "-1", done.stderr
-
-
-def test_a_session_whose_stderr_floods_is_cut_off_with_memory_and_disk_bounded(sshd: Sshd, tmp_path: Path) -> None:
-    """A push's agent session writing to stderr without end: cut off once it passed the cap (stderr is kept as
-    its last 4 KiB, in memory, never in a file that grows), not at the deadline."""
-    hosts = fake_host(sshd, tmp_path, "exec yes noise >&2", max_answer_mb=1, timeout=20)
-    plan = tmp_path / "p.yaml"
-    plan.write_text(f"plan: p\njobs:\n  - name: a\n    run: touch {tmp_path}/a\n    outputs: [{tmp_path}/a]\n")
-    proc, took, rss_kib = plan_process("push", "testbox", str(plan), "--hosts", str(hosts))
-    assert proc.returncode == 1 and f"error output passed {1 << 20} bytes and was cut off" in proc.stderr, proc.stderr
-    assert took < 15 and rss_kib < 200 * 1024

@@ -17,6 +17,17 @@ def write_plan(path: Path, name: str, jobs: str) -> Path:
     return path
 
 
+def second_try_writes(tmp_path: Path, name: str, first: str) -> str:
+    """A plan job NAME (2 attempts) whose first attempt runs FIRST (which must fail it: end with `exit 1`, be
+    killed, ...) and whose second writes NAME.out, its output."""
+    count, out = tmp_path / f"{name}.count", tmp_path / f"{name}.out"
+    body = (
+        f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; "
+        f"if [ $n -lt 2 ]; then {first}; fi; touch {out}"
+    )
+    return f"  - name: {name}\n    retries: 2\n    run: \"{body}\"\n    outputs: ['{out}']\n"
+
+
 def ledger(root: Path) -> dict[str, Any]:
     return json.loads((root / "slurm.json").read_text())
 

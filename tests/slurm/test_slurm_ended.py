@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import plan_cli, wait_for
 from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
-from tests.slurm.jobs import attempts, cancel_root, ended, write_plan
+from tests.slurm.jobs import attempts, cancel_root, ended, second_try_writes, write_plan
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
@@ -28,16 +28,6 @@ def enforced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     )
     yield cluster
     stop_slurm(cluster)
-
-
-def _second_try_writes(tmp_path: Path, name: str, first: str) -> str:
-    """A job (2 attempts) whose first attempt runs FIRST and whose second writes NAME.out."""
-    count, out = tmp_path / f"{name}.count", tmp_path / f"{name}.out"
-    body = (
-        f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; "
-        f"if [ $n -lt 2 ]; then {first}; exit 1; fi; touch {out}"
-    )
-    return f"  - name: {name}\n    retries: 2\n    run: \"{body}\"\n    outputs: ['{out}']\n"
 
 
 def _sacct(slurm: Slurm, ids: list[str]) -> dict[str, str]:
@@ -72,11 +62,13 @@ def test_timeouts_and_memory_limits_end_as_slurm_says_and_are_retried_with_their
     root, started = tmp_path / "submit", tmp_path / "long.started"
     hog = "python3 -c 'b = [bytearray(1 << 20) for _ in range(400)]'"
     jobs = (
-        _second_try_writes(tmp_path, "slow", "echo slow-body-line; sleep 60").replace(
+        second_try_writes(tmp_path, "slow", "echo slow-body-line; sleep 60; exit 1").replace(
             "retries", "timeout: 1s\n    retries"
         )
-        + _second_try_writes(tmp_path, "hog", f"echo hog-body-line; {hog}").replace("run:", "lane: net\n    run:")
-        + _second_try_writes(tmp_path, "long", f"touch {started}; sleep 120")
+        + second_try_writes(tmp_path, "hog", f"echo hog-body-line; {hog}; exit 1").replace(
+            "run:", "lane: net\n    run:"
+        )
+        + second_try_writes(tmp_path, "long", f"touch {started}; sleep 120; exit 1")
     )
     p = write_plan(tmp_path / "se.yaml", "se", jobs)
     hosts = enforced.hosts_file(root, extra="    backoff_base: 20\n    lanes:\n      net: {mem: 60M}\n")

@@ -19,7 +19,16 @@ import pytest
 from runner.slurm.attempt import slurm_ended
 from tests.conftest import REPO, plan_cli, wait_for
 from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
-from tests.slurm.jobs import attempts, cancel_root, ended, job_processes, settle, time_limit, write_plan
+from tests.slurm.jobs import (
+    attempts,
+    cancel_root,
+    ended,
+    job_processes,
+    second_try_writes,
+    settle,
+    time_limit,
+    write_plan,
+)
 
 pytestmark = pytest.mark.usefixtures("plan_env")
 plan = plan_cli
@@ -206,13 +215,7 @@ def shaky(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
 
 def _flaky(tmp_path: Path, name: str, first: str) -> str:
     """A job whose first attempt runs FIRST and whose second writes NAME.out; and `next`, after it."""
-    count, out = tmp_path / f"{name}.count", tmp_path / f"{name}.out"
-    body = (
-        f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; "
-        f"if [ $n -lt 2 ]; then {first}; fi; touch {out}"
-    )
-    return (
-        f"  - name: {name}\n    retries: 2\n    run: \"{body}\"\n    outputs: ['{out}']\n"
+    return second_try_writes(tmp_path, name, first) + (
         f"  - name: next\n    run: touch {tmp_path}/next.out\n    requires: [{{after: {name}}}]\n"
         f"    outputs: ['{tmp_path}/next.out']\n"
     )
