@@ -247,7 +247,7 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
         atomic_write(Path(root) / INSTALL_RECORD, (json.dumps(pending) + "\n").encode())
         result = _apply(root, pending, manifest)
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        _drop_stage(root, stage)
     return result
 
 
@@ -270,7 +270,14 @@ def finish_pending(root: str) -> None:
     try:
         _apply(root, pending, read_manifest(root))
     finally:
-        shutil.rmtree(os.path.join(root, pending["stage"]), ignore_errors=True)
+        _drop_stage(root, os.path.join(root, pending["stage"]))
+
+
+def _drop_stage(root: str, stage: str) -> None:
+    """STAGE removed once no install record is left to finish from it: an install that failed part-way keeps its
+    record and its staged files (a staged file missing is read as one that landed), for the next to finish."""
+    if not pending_install(root):
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _a_record(pending: Any) -> bool:

@@ -365,3 +365,25 @@ def test_the_runner_starts_no_job_while_a_live_install_is_pending(tmp_path: Path
             assert not record.exists() and (tmp_path / "x").exists()
     finally:
         ticking.close()
+
+
+def test_an_install_that_fails_part_way_keeps_its_staged_files_for_the_next_to_finish(tmp_path: Path) -> None:
+    """An install whose renames stop on an error (here a directory where a job file lands) keeps its record and
+    its staged files: the next install finishes it, and no job of it is lost (a missing staged file is read as
+    one that landed, so a stage removed with its record left would have dropped every job not yet renamed)."""
+    root = tmp_path / "q"
+    delivery.install(str(root), {"files": {"old.job": "# LANE=cpu\ntrue\n"}, "record": {"plan": "p", "jobs": {}}})
+    pushlock.release_lock()
+    (root / "queue" / "b.job").mkdir()  # where b.job would land: its rename fails
+    files = {name: "# LANE=cpu\ntrue\n" for name in ("a.job", "b.job", "c.job")}
+    request = {"files": files, "remove": [["queue", "old.job"]], "record": {"plan": "p", "jobs": {}}}
+    with pytest.raises(OSError):
+        delivery.install(str(root), request)
+    pushlock.release_lock()
+    assert (root / ".install.json").exists(), "the record stays: the install is not finished"
+    assert sorted(p.name for p in root.glob(".plan-stage-*/*")) == ["b.job", "c.job"], "what had not landed"
+    (root / "queue" / "b.job").rmdir()
+    delivery.install(str(root), {"files": {}, "record": None})
+    pushlock.release_lock()
+    assert sorted(p.name for p in (root / "queue").iterdir()) == ["a.job", "b.job", "c.job"]
+    assert not (root / ".install.json").exists() and not list(root.glob(".plan-stage-*"))
