@@ -184,9 +184,14 @@ def test_gpus_go_to_slurm_as_gres_and_a_cluster_without_them_refuses_the_push_wh
     assert code == 1, out
     assert "gp/two failed: sbatch: error: Batch job submission failed: Requested node configuration is not " in out
     assert "were cancelled" in out and "pushed: 0 submitted" in out, out
+
     # nothing of the push pends or runs: `one` was cancelled, and Slurm keeps the job it refused as FAILED
-    states = {j["name"]: j["state"] for j in slurm.squeue() if j["name"].startswith("gp/")}
-    assert states == {"gp/one": "CANCELLED", "gp/two": "FAILED"}, states
+    # (a cancelled job that had reached its node reads COMPLETING for a moment while Slurm ends it there)
+    def states() -> dict[str, str]:
+        return {j["name"]: j["state"] for j in slurm.squeue() if j["name"].startswith("gp/")}
+
+    wait_for(lambda: "COMPLETING" not in states().values(), 30, 0.2)
+    assert states() == {"gp/one": "CANCELLED", "gp/two": "FAILED"}, states()
     assert json.loads((root / "slurm.json").read_text())["plans"] == {}  # none of the push's jobs in the ledger
     p.write_text(f"plan: gp\njobs:\n{one}")
     assert plan("push", "cluster", str(p), "--hosts", str(hosts))[0] == 0
