@@ -45,7 +45,15 @@ DOORS = {
     "plancompiler.backends": {"plancompiler.backends", "plancompiler.backends.protocol", "plancompiler.backends.slurm"},
     # wire: the session's framing, which the workstation writes and the agent reads (one implementation)
     "runner.agent": {"runner.agent.dispatch", "runner.agent.delivery", "runner.agent.unit", "runner.agent.wire"},
-    "runner.slurm": {"runner.slurm.agent", "runner.slurm.attempt", "runner.slurm.ledger", "runner.slurm.wrapper"},
+    # request and statusitems: the push request and the status answer, written on one side and read on the other
+    "runner.slurm": {
+        "runner.slurm.agent",
+        "runner.slurm.attempt",
+        "runner.slurm.ledger",
+        "runner.slurm.wrapper",
+        "runner.slurm.request",
+        "runner.slurm.statusitems",
+    },
     "runner.stamps": {"runner.stamps", "runner.stamps.judge", "runner.stamps.push"},
     "runner.alerts": {"runner.alerts.engine", "runner.alerts.book", "runner.alerts.notify"},
     "runner.estimates": {"runner.estimates"},

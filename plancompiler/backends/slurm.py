@@ -8,16 +8,20 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from plancompiler.backends.protocol import MARKS, Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.backends.queue import CHANGED, busy_message, take_push_lock
 from plancompiler.backends.slurmanswer import PushAnswer, history_answer, push_answer
 from plancompiler.compile import Compiled
+from plancompiler.errors import AgentError, agent_error
 from plancompiler.hosts import AgentSession, Host
 from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry, SlurmLane
 from runner import jobfile
 from runner.durations import parse_duration
+from runner.slurm.request import PushJob, PushRequest
+from runner.slurm.statusitems import RecordError, parse_status_answer
 
 
 def lane_spec(settings: SlurmHostEntry, lane: str) -> SlurmLane | None:
@@ -70,7 +74,8 @@ def _gated(spec: Any) -> bool:
     return any(req.kind == "sh" or req.external for req in spec.requires)
 
 
-def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[str, Any]:
+def push_request(compiled: Compiled, host: Host, options: PushOptions) -> PushRequest:
+    """The push of COMPILED to HOST as its agent reads it (runner.slurm.request), its jobs in graph order."""
     assert compiled.graph is not None and host.slurm is not None
     graph = compiled.graph
     by_name = {job.name: job for job in compiled.jobs}
@@ -80,41 +85,42 @@ def push_request(compiled: Compiled, host: Host, options: PushOptions) -> dict[s
         parsed = jobfile.parse(job.filename, job.text.encode())  # DONE_IF and REQUIRES as the runner reads them
         spec = job.job.job
         lane = lane_spec(host.slurm, spec.lane)
-        ok = isinstance(parsed, jobfile.JobFile)
+        read = parsed if isinstance(parsed, jobfile.JobFile) else None
+        grouped = spec.foreach is not None
         jobs.append(
-            {
-                "name": name,
+            PushJob(
+                name=name,
+                hash=hashlib.sha256(job.text.encode()).hexdigest()[:12],
+                text=job.text,
+                deps=tuple(graph.deps.get(name, [])),
+                lane=spec.lane,
                 # a foreach group: one job array where its dependencies allow (runner.slurm.submit)
-                "group": job.job.index if spec.foreach is not None else None,
-                "family": group_label(spec.name) if spec.foreach is not None else None,  # the array's name
-                "text": job.text,
-                "hash": hashlib.sha256(job.text.encode()).hexdigest()[:12],
-                "deps": list(graph.deps.get(name, [])),
-                "lane": spec.lane,
-                "done_if": parsed.done_if if isinstance(parsed, jobfile.JobFile) else None,
-                "gate": parsed.requires if ok and _gated(spec) else None,  # type: ignore[union-attr]
-                "retries": spec.retries,
-                "timeout_s": parse_duration(spec.timeout) if spec.timeout else None,
-                "default_time": lane.time if lane else None,
-                "env": dict(lane.env) if lane else {},
-                "sbatch": sbatch_args(host.slurm, spec.lane, spec.gpus),
-            }
+                group=job.job.index if grouped else None,
+                family=group_label(spec.name) if grouped else None,  # the array's name
+                done_if=read.done_if if read else None,
+                gate=read.requires if read and _gated(spec) else None,
+                retries=spec.retries,
+                timeout_s=parse_duration(spec.timeout) if spec.timeout else None,
+                default_time=lane.time if lane else None,
+                env=dict(lane.env) if lane else {},
+                sbatch=tuple(sbatch_args(host.slurm, spec.lane, spec.gpus)),
+            )
         )
-    return {
-        "plan": compiled.name,
-        "jobs": jobs,
-        "external": list(graph.external) if options.verify_external else [],
-        "retry_failed": options.retry_failed,
-        "prune": options.prune,
-        "dry_run": True,
-        "verify_external": options.verify_external,
-        "create": True,
-        "by": who(),
-        "lock_wait_s": options.lock_wait_s,
-        "gate_interval_s": host.slurm.gate_interval,
-        "backoff_base_s": host.slurm.backoff_base,
-        "backoff_max_s": host.slurm.backoff_max,
-    }
+    return PushRequest(
+        plan=compiled.name,
+        jobs=tuple(jobs),
+        external=tuple(graph.external) if options.verify_external else (),
+        retry_failed=options.retry_failed,
+        prune=options.prune,
+        dry_run=True,
+        verify_external=options.verify_external,
+        by=who(),
+        lock_wait_s=options.lock_wait_s,
+        gate_interval_s=host.slurm.gate_interval,
+        backoff_base_s=host.slurm.backoff_base,
+        backoff_max_s=host.slurm.backoff_max,
+        slurm_conf=host.slurm.slurm_conf,
+    )
 
 
 class SlurmPushSession:
@@ -125,13 +131,12 @@ class SlurmPushSession:
         self.host = host
         self.session = session
         self.options = options
-        self.request: dict[str, Any] = {}
+        self.request: PushRequest | None = None
         self.token = ""
 
     def diff(self, compiled: Compiled, options: PushOptions) -> PushPlan:
         self.request = push_request(compiled, self.host, options)
-        keep = not options.dry_run
-        asked = self.session.ask("push", {**self.host.context(), **self.request, "keep": keep}, 300)
+        asked = self.session.ask("push", replace(self.request, keep=not options.dry_run).to_json(), 300)
         answer = push_answer(asked, self.host.describe())
         if answer.busy:
             raise Refused(busy_message(self.host, answer.holder))
@@ -153,7 +158,8 @@ class SlurmPushSession:
         return result
 
     def apply(self, diff: PushPlan) -> PushOutcome:
-        asked = self.session.ask("push", {**self.host.context(), **self.request, "token": self.token}, 600)
+        assert self.request is not None, "a diff comes first"
+        asked = self.session.ask("push", replace(self.request, token=self.token).to_json(), 600)
         answer = push_answer(asked, self.host.describe())
         if answer.busy:
             raise Refused(busy_message(self.host, answer.holder))
@@ -198,7 +204,17 @@ class SlurmBackend:
             session.close()
 
     def status(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        return self.host.call("status", request, timeout)
+        """The agent's status answer, its status read (runner.slurm.statusitems) and passed on as it was read: a
+        malformed one is an AgentError naming the host and where it is wrong, never a traceback further on."""
+        answer = self.host.call("status", request, timeout)
+        if agent_error(answer) is not None:
+            return answer  # said by whoever asked (plancompiler.errors.answered)
+        shown = parse_status_answer(answer)
+        if isinstance(shown, RecordError):
+            where = self.host.describe()
+            at = f" at {shown.where}" if shown.where else ""
+            raise AgentError(f"{where}: the agent's status answer is malformed{at}: {shown.message}", where=where)
+        return {**answer, "status": shown.to_json(), "counts": shown.counts.to_json()}
 
     def report_source(self, since: str | None, plan: str | None = None) -> ReportSource:
         """The ledger's attempts with Slurm's clocks (sacct completing what squeue forgot, where it is on)."""

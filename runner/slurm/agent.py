@@ -22,7 +22,7 @@ from runner.errors import AgentError
 from runner.queue import timestamp
 from runner.slurm import ledger as ledger_mod
 from runner.slurm import submit as slurm_submit
-from runner.slurm.bundle import PushJob, parse_jobs
+from runner.slurm.bundle import PushJob
 from runner.slurm.events import history
 from runner.slurm.gates import check_gates
 from runner.slurm.jsonfields import RecordError
@@ -31,6 +31,7 @@ from runner.slurm.limits import read_limits
 from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import LOST, lost_job, open_ledger
 from runner.slurm.records import Attempt, JobRecord, Ledger
+from runner.slurm.request import PushRequest, parse_push_request
 from runner.slurm.retry import retry_due
 from runner.slurm.submit import Submitted
 from runner.slurm.view import logs, status
@@ -72,7 +73,7 @@ def _holds(condition: str | None, root: str) -> bool:
 
 
 def _decide(
-    root: str, request: dict[str, Any], job: PushJob, record: JobRecord | None, live: Live
+    root: str, request: PushRequest, job: PushJob, record: JobRecord | None, live: Live
 ) -> tuple[list[str], bool]:
     """([mark, name, note], whether to submit it) for one job of the plan, against the ledger and Slurm."""
     name = job.name
@@ -94,20 +95,21 @@ def _decide(
         return ["~", name, "completed before; content changed, submitted again"], True
     if state == LOST:
         lost = "lost with the ledger: a push submitted it, and neither squeue, sacct nor a result file knows it now"
-        if request.get("retry_failed"):
+        if request.retry_failed:
             return ["r", name, f"{lost}; resubmitted"], True
         return ["!", name, f"{lost}; not resubmitted without --retry-failed"], False
     ident = f"{state} as {last.id}"
-    if request.get("retry_failed"):
+    if request.retry_failed:
         return ["r", name, f"{ident}; resubmitted"], True
     why = "; Slurm no longer knows it and left no final state" if state == "UNKNOWN" else ""
     return ["!", name, f"{ident}{why}; not resubmitted without --retry-failed"], False
 
 
 def diff(
-    root: str, request: dict[str, Any], wanted: tuple[PushJob, ...], jobs: dict[str, JobRecord], live: Live
+    root: str, request: PushRequest, jobs: dict[str, JobRecord], live: Live
 ) -> tuple[list[list[str]], list[PushJob], list[tuple[str, JobRecord]]]:
-    """(changes as [mark, name, note], jobs to submit, retired (name, record) pairs) for one plan."""
+    """(changes as [mark, name, note], jobs to submit, retired (name, record) pairs) for the request's plan."""
+    wanted = request.jobs
     changes: list[list[str]] = []
     submit: list[PushJob] = []
     for job in wanted:
@@ -123,7 +125,7 @@ def diff(
 
 
 def _retire(
-    request: dict[str, Any],
+    request: PushRequest,
     wanted: tuple[PushJob, ...],
     jobs: dict[str, JobRecord],
     live: Live,
@@ -131,7 +133,7 @@ def _retire(
 ) -> list[tuple[str, JobRecord]]:
     """Jobs of the ledger no longer in the plan: said, and (unless --no-prune) retired."""
     names = {job.name for job in wanted}
-    prune = request.get("prune", True)
+    prune = request.prune
     retired = []
     for name in sorted(set(jobs) - names):
         state, last = state_of(jobs[name], live)
@@ -226,29 +228,32 @@ class Decided:
 _KEPT: dict[str, Decided] = {}  # token -> a push diffed by this agent, applied by a later request of its session
 
 
-def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
+def push(root: str, raw: dict[str, Any]) -> dict[str, Any]:
     """Diff the plan against the ledger and Slurm; unless `dry_run`, submit, re-point and cancel, then record.
     With `keep` the diff is held here (a token in the answer) and a later request of this session with that
-    `token` applies exactly it, the push lock held in between: the diff the user saw is the one applied."""
-    if request.get("token"):
+    `token` applies exactly it, the push lock held in between: the diff the user saw is the one applied.
+    RAW is read first (runner.slurm.request): a request that is not one is answered as a located error before
+    any lock, squeue or ledger is touched."""
+    request = parse_push_request(raw)
+    if isinstance(request, RecordError):
+        said = f"the push request's {request}" if request.where else f"the push request: {request.message}"
+        raise AgentError(said)
+    if request.token:
         return _apply_kept(root, request)
-    wanted = parse_jobs(request.get("jobs"))
-    if isinstance(wanted, RecordError):
-        raise AgentError(f"the push request's {wanted}")
-    dry, keep = bool(request.get("dry_run")), bool(request.get("keep"))
+    dry, keep = request.dry_run, request.keep
     took = False
     if (keep or not dry) and not pushlock.held(root):
-        got = pushlock.lock(root, {"wait_s": request.get("lock_wait_s", 60), "by": request.get("by")})
+        got = pushlock.lock(root, {"wait_s": request.lock_wait_s, "by": request.by})
         if got.get("busy"):
             return {"busy": True, "holder": got.get("holder", {})}
         took = not keep  # a kept diff's lock is the session's, released when it ends
     try:
-        env = env_for(request)
-        decided = decide(root, request, wanted, env)  # ControllerDown: answered by runner.agent.dispatch
+        env = env_for(request.slurm_conf)
+        decided = decide(root, request, env)  # ControllerDown: answered by runner.agent.dispatch
         result = decided.result
         if dry and not keep or result.get("error"):
             return result
-        if result["external_missing"] and request.get("verify_external", True):
+        if result["external_missing"] and request.verify_external:
             return result
         if keep:
             token = os.urandom(8).hex()
@@ -260,19 +265,19 @@ def push(root: str, request: dict[str, Any]) -> dict[str, Any]:
             pushlock.release_lock()
 
 
-def decide(root: str, request: dict[str, Any], wanted: tuple[PushJob, ...], env: dict[str, str]) -> Decided:
+def decide(root: str, request: PushRequest, env: dict[str, str]) -> Decided:
     """The diff of one plan against the ledger (rebuilt first where it cannot be trusted) and Slurm."""
-    plan = request["plan"]
-    missing = [p for p in request.get("external", []) if not os.path.exists(p.rstrip("/") or "/")]
+    plan, wanted = request.plan, request.jobs
+    missing = [p for p in request.external if not os.path.exists(p.rstrip("/") or "/")]
     live = squeue(env)
     ledger, rebuilt = open_ledger(root, live, env)
     why = sync(root, ledger, live, env)
     retried = retry_due(root, ledger, live, env) if pushlock.held(root) else []
     if pushlock.held(root):
-        retried += check_gates(root, ledger, live, env, request)
+        retried += check_gates(root, ledger, live, env, request.slurm_conf)
     jobs = ledger_mod.plan_jobs(ledger, plan)
     adopt(plan, wanted, jobs, live)
-    changes, submit, retired = diff(root, request, wanted, jobs, live)
+    changes, submit, retired = diff(root, request, jobs, live)
     result: dict[str, Any] = {
         "changes": changes,
         "external_missing": missing,
@@ -294,7 +299,7 @@ def decide(root: str, request: dict[str, Any], wanted: tuple[PushJob, ...], env:
                 f"under scripts/{plan} is gone): {', '.join(unplaced)}. Nothing was submitted; cancel them "
                 "(scancel) or let them end, then push again"
             )
-        elif lost and not request.get("retry_failed"):
+        elif lost and not request.retry_failed:
             result["error"] = (
                 f"{len(lost)} jobs of plan {plan} cannot be accounted for: a push submitted them, and neither "
                 f"squeue, sacct nor a result file knows them now: {', '.join(lost)}. Nothing was submitted; "
@@ -303,11 +308,11 @@ def decide(root: str, request: dict[str, Any], wanted: tuple[PushJob, ...], env:
     return Decided(ledger, live, wanted, submit, retired, result)
 
 
-def _apply_kept(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    decided = _KEPT.pop(str(request["token"]), None)
+def _apply_kept(root: str, request: PushRequest) -> dict[str, Any]:
+    decided = _KEPT.pop(request.token, None)
     if decided is None or not pushlock.held(root):
         raise AgentError("this push's diff is no longer held by the agent; run the push again")
-    env = env_for(request)
+    env = env_for(request.slurm_conf)
     live = squeue(env)
     started = [
         job.name
@@ -320,10 +325,10 @@ def _apply_kept(root: str, request: dict[str, Any]) -> dict[str, Any]:
     return _commit(root, request, decided, env)
 
 
-def _commit(root: str, request: dict[str, Any], decided: Decided, env: dict[str, str]) -> dict[str, Any]:
+def _commit(root: str, request: PushRequest, decided: Decided, env: dict[str, str]) -> dict[str, Any]:
     """Apply a decided push all or nothing: the limits first, then submit; a submission that fails part-way
     cancels what this push submitted and leaves the ledger as it was."""
-    result, plan = decided.result, request["plan"]
+    result, plan = decided.result, request.plan
     try:
         limits = read_limits(env)
     except ControllerDown as exc:
@@ -354,19 +359,19 @@ def _commit(root: str, request: dict[str, Any], decided: Decided, env: dict[str,
         ledger_mod.save(root, decided.ledger)
         return result
     entry = decided.ledger.plan(plan)
-    entry.by, entry.pushed_at = request.get("by") or "?", timestamp(time.time())
+    entry.by, entry.pushed_at = request.by or "?", timestamp(time.time())
     entry.lanes = {lane: tuple(licences) for lane, licences in lane_licences(decided.wanted).items()}
     ledger_mod.save(root, decided.ledger)
     if any(job.gate for job in decided.submit):  # held: released now if open, else watched
         try:
-            result["released"] = check_gates(root, decided.ledger, squeue(env), env, request)
+            result["released"] = check_gates(root, decided.ledger, squeue(env), env, request.slurm_conf)
         except ControllerDown:
             pass
     return result
 
 
-def _apply(root: str, request: dict[str, Any], decided: Decided, chunk: int, env: dict[str, str]) -> Submitted:
-    plan, live, submit, result = request["plan"], decided.live, decided.submit, decided.result
+def _apply(root: str, request: PushRequest, decided: Decided, chunk: int, env: dict[str, str]) -> Submitted:
+    plan, live, submit, result = request.plan, decided.live, decided.submit, decided.result
     jobs = ledger_mod.plan_jobs(decided.ledger, plan)
     current = {name: state_of(record, live) for name, record in jobs.items()}
     ids = {n: last.id for n, (state, last) in current.items() if last and last.id is not None and _holds_slot(state)}

@@ -53,6 +53,30 @@ class PushJob:
     sbatch: tuple[str, ...] = ()
     replaces: SlurmId | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """The job as a push request carries it (`replaces` is the agent's own, never sent)."""
+        out = {name: getattr(self, name) for name in _SENT}
+        out.update(deps=list(self.deps), env=dict(self.env), sbatch=list(self.sbatch))
+        return out
+
+
+_SENT = (
+    "name",
+    "group",
+    "family",
+    "text",
+    "hash",
+    "deps",
+    "lane",
+    "done_if",
+    "gate",
+    "retries",
+    "timeout_s",
+    "default_time",
+    "env",
+    "sbatch",
+)
+
 
 @dataclass(frozen=True)
 class Element:

@@ -14,7 +14,7 @@ from typing import Any, Dict, Tuple
 from runner.queue import timestamp
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
-from runner.slurm.query import ControllerDown, Live, env_for, live_of, sacct, squeue, state_of, sync
+from runner.slurm.query import ControllerDown, Live, conf_of, env_for, live_of, sacct, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
 from runner.slurm.records import Attempt, JobRecord, Ledger
 from runner.slurm.retry import SLURM_ENDED
@@ -181,7 +181,7 @@ def attempt_events(root: str, ledger: Ledger, live: Live, plan: str | None = Non
 def history(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """The ledger's attempts as events (Slurm's clocks), completed by sacct where accounting is on, for a report.
     Jobs are identified by their ledger ids, so sacct's Comment column (job_comment) is not needed."""
-    env = env_for(request)
+    env = env_for(conf_of(request))
     try:
         live = squeue(env)
     except ControllerDown as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from typing import Any
 
 from runner.conditions import compile_condition, evaluate
 from runner.slurm.bundle import Element
@@ -35,9 +34,9 @@ def gated_and_held(root: str, plan: str, name: str, record: JobRecord, live: Liv
     return element if element is not None and element.gate else None
 
 
-def check_gates(root: str, ledger: Ledger, live: Live, env: dict[str, str], request: dict[str, Any]) -> list[str]:
+def check_gates(root: str, ledger: Ledger, live: Live, env: dict[str, str], slurm_conf: str | None) -> list[str]:
     """Release every held gated job whose gate holds now; while one stays closed, see that a keeper will look
-    again within gate_interval. What was released, a line each."""
+    again within gate_interval (its SLURM_CONF the host's). What was released, a line each."""
     released: list[str] = []
     closed: list[float] = []
     for plan, entry in ledger.plans.items():
@@ -52,16 +51,16 @@ def check_gates(root: str, ledger: Ledger, live: Live, env: dict[str, str], requ
             if slurm(["scontrol", "release", job_id], env)[0] == 0:
                 released.append(f"{plan}/{name} ({job_id}): its REQUIRES holds; released")
     if closed:
-        _keep_watch(root, env, request, min(closed))
+        _keep_watch(root, env, slurm_conf, min(closed))
     return released
 
 
-def _keep_watch(root: str, env: dict[str, str], request: dict[str, Any], interval: float) -> None:
+def _keep_watch(root: str, env: dict[str, str], slurm_conf: str | None, interval: float) -> None:
     """Submit the root's keeper to start INTERVAL from now, unless one is pending for this root already."""
     rc, out, _ = slurm(["squeue", "-h", "-n", KEEPER, "-t", "PD", "-o", "%Z"], env)
     if rc == 0 and any(line.strip() == root for line in out.splitlines()):
         return
-    ask = json.dumps({"backend": "slurm", "slurm_conf": request.get("slurm_conf")})
+    ask = json.dumps({"backend": "slurm", "slurm_conf": slurm_conf})
     script = "\n".join(
         [
             "#!/bin/bash",
@@ -76,4 +75,4 @@ def _keep_watch(root: str, env: dict[str, str], request: dict[str, Any], interva
     )
     argv = ["sbatch", "--parsable", f"--job-name={KEEPER}", "--comment=gates", f"--chdir={root}"]
     argv += ["--export=ALL", "--output=/dev/null", f"--begin=now+{max(1, int(interval))}", "--time=5"]
-    slurm(argv, submit_env(request.get("slurm_conf")), 60, script)
+    slurm(argv, submit_env(slurm_conf), 60, script)

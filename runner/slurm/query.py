@@ -37,10 +37,17 @@ def slurm_id(text: str) -> SlurmId:
     return int(text) if text.isdigit() else text
 
 
-def env_for(request: dict[str, Any]) -> dict[str, str]:
+def conf_of(request: dict[str, Any]) -> str | None:
+    """The host's SLURM_CONF as a status, history or logs request names it (every request carries it)."""
+    conf = request.get("slurm_conf")
+    return str(conf) if conf else None
+
+
+def env_for(slurm_conf: str | None) -> dict[str, str]:
+    """The client commands' environment: this one, with the host's SLURM_CONF where it names one."""
     env = dict(os.environ)
-    if request.get("slurm_conf"):
-        env["SLURM_CONF"] = str(request["slurm_conf"])
+    if slurm_conf:
+        env["SLURM_CONF"] = str(slurm_conf)
     return env
 
 

@@ -17,13 +17,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from runner.slurm.attempt import pending_updates
 from runner.slurm.bundle import PushJob
 from runner.slurm.ledger import ACTIVE
 from runner.slurm.query import ControllerDown, Live, slurm
 from runner.slurm.records import Attempt, JobRecord, SlurmId
+from runner.slurm.request import PushRequest
 from runner.slurm.wrapper import (
     array_options,
     element,
@@ -132,11 +132,11 @@ def plan_units(root: str, level: list[PushJob], done: Submitted, failed: dict[st
     return units
 
 
-def _argv(root: str, plan: str, unit: Unit, request: dict[str, Any]) -> list[str]:
+def _argv(root: str, plan: str, unit: Unit) -> list[str]:
     if unit.array:
         options = array_options(root, plan, unit.jobs, _array_name(unit))
     else:
-        options = sbatch_options(root, plan, unit.jobs[0], request)
+        options = sbatch_options(root, plan, unit.jobs[0])
         if unit.jobs[0].gate:  # released by the submit host once its gate holds (runner.slurm.gates)
             options.append("--hold")
     return ["sbatch", "--parsable", *options, *([f"--dependency={unit.dependency}"] if unit.dependency else [])]
@@ -148,33 +148,33 @@ def _array_name(unit: Unit) -> str:
     return str(unit.jobs[0].family or f"{unit.jobs[0].name}..{unit.jobs[-1].name}")
 
 
-def _script(root: str, plan: str, unit: Unit, bundle: Path, entries: dict[str, int], request: dict[str, Any]) -> str:
+def _script(root: str, plan: str, unit: Unit, bundle: Path, entries: dict[str, int], slurm_conf: str | None) -> str:
     label = f"array {_array_name(unit)}" if unit.array else f"job {unit.jobs[0].name}"
     where = (bundle, [entries[job.name] for job in unit.jobs], 1)
-    shown = (_argv(root, plan, unit, request)[2:], [(job.name, job.text) for job in unit.jobs])
-    return wrapper_text(root, plan, label, unit.jobs[0].env, where, request.get("slurm_conf"), shown)
+    shown = (_argv(root, plan, unit)[2:], [(job.name, job.text) for job in unit.jobs])
+    return wrapper_text(root, plan, label, unit.jobs[0].env, where, slurm_conf, shown)
 
 
 def submit(
     root: str,
-    request: dict[str, Any],
+    request: PushRequest,
     levels: list[list[PushJob]],
     done: Submitted,
     failed: dict[str, SlurmId],
     env: dict[str, str],
 ) -> None:
     """Submit LEVELS in order (each level's producers are in earlier ones), recording into DONE."""
-    plan = request["plan"]
+    plan, conf = request.plan, request.slurm_conf
     jobs = [job for level in levels for job in level]
     bundle = write_bundle(root, plan, [element(root, plan, job, request) for job in jobs])
     os.sync()  # once: a job must never start on a bundle not yet on disk
     entries = {job.name: i for i, job in enumerate(jobs)}
     done.bundle, done.entries = str(bundle), entries
-    bare = submit_env(request.get("slurm_conf"))  # what the jobs get (--export=ALL)
+    bare = submit_env(conf)  # what the jobs get (--export=ALL)
     with ThreadPoolExecutor(max_workers=SUBMIT_THREADS) as pool:
         for level in levels:
             units = plan_units(root, level, done, failed)
-            calls = [(_argv(root, plan, u, request), _script(root, plan, u, bundle, entries, request)) for u in units]
+            calls = [(_argv(root, plan, u), _script(root, plan, u, bundle, entries, conf)) for u in units]
             answers = list(pool.map(lambda call: _sbatch(call[0], call[1], bare), calls))
             for unit, (rc, out, err) in zip(units, answers):
                 _record(plan, unit, rc, out, err, done)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ from runner.slurm import ledger as ledger_mod
 from runner.slurm.events import attempt_events, blocked, job_key
 from runner.slurm.gates import HELD, check_gates, gated_and_held
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
-from runner.slurm.query import ControllerDown, Live, env_for, live_of, slurm, squeue, state_of, sync
+from runner.slurm.query import ControllerDown, Live, conf_of, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
 from runner.slurm.records import Attempt, JobRecord, Ledger, LiveJob
 from runner.slurm.retry import SLURM_ENDED, retry_due
+from runner.slurm.statusitems import Counts, Lane, Running, SlurmStatus, Waiting
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Reason
 
@@ -62,7 +64,7 @@ def _dependency_names(cur: LiveJob, names: dict[str, str]) -> list[str]:
     return waits
 
 
-def _waiting(key: str, record: JobRecord, last: Attempt, cur: LiveJob | None, names: dict[str, str]) -> dict[str, Any]:
+def _waiting(key: str, record: JobRecord, last: Attempt, cur: LiveJob | None, names: dict[str, str]) -> Waiting:
     reason_text = cur.reason if cur else "BeginTime"
     reason = REASONS.get(reason_text.split(",")[0], Reason.ORDER)
     detail = reason_text
@@ -82,20 +84,12 @@ def _waiting(key: str, record: JobRecord, last: Attempt, cur: LiveJob | None, na
     since = (cur.eligible or cur.submitted if cur else None) or last.submitted
     if since and cur and cur.submitted and since > time.time():  # a begin time ahead: waiting since submitted
         since = cur.submitted
-    return {
-        "job": key,
-        "lane": record.lane,
-        "reason": reason.value,
-        "detail": detail,
-        "blocker": blocker,
-        "since": since,
-        "slurm_id": last.id,
-    }
+    return Waiting(key, reason.value, record.lane, detail, blocker, since, last.id)
 
 
 def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """status.json's shape from squeue and the ledger; attempt starts and ends recorded as events, once."""
-    env = env_for(request)
+    env = env_for(conf_of(request))
     now = time.time()
     live = squeue(env)  # ControllerDown: answered by runner.agent.dispatch
     got = pushlock.lock(root, {"wait_s": 10, "by": "plan status"})
@@ -104,15 +98,14 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         sync(root, ledger, live, env)
         if got.get("locked"):
             # what Slurm ended or the controller kept from its wrapper; the held jobs whose gates hold now
-            if retry_due(root, ledger, live, env) + check_gates(root, ledger, live, env, request):
+            if retry_due(root, ledger, live, env) + check_gates(root, ledger, live, env, conf_of(request)):
                 live = squeue(env)
             _record_events(root, ledger, live)
             ledger_mod.save(root, ledger)
     finally:
         if got.get("locked"):
             pushlock.release_lock()
-    shown = view(root, ledger, live, now, licences(env))
-    return {"status": shown, "runner_alive": True, "now": now, "counts": shown["counts"]}
+    return view(root, ledger, live, now, licences(env)).answer()
 
 
 def _record_events(root: str, ledger: Ledger, live: Live) -> None:
@@ -155,51 +148,44 @@ def lane_slots(ledger: Ledger, totals: dict[str, int]) -> dict[str, int]:
 
 def _running(
     root: str, plan: str, name: str, record: JobRecord, last: Attempt, cur: LiveJob | None, now: float
-) -> dict[str, Any]:
+) -> Running:
     log = job_paths(root, plan, name, "")["log"]
     start = (cur.start if cur else None) or now
-    return {
-        "job": job_key(plan, name),
-        "lane": record.lane,
-        "pid": int(cur.job_id) if cur and cur.job_id.isdigit() else None,
-        "slurm_id": last.id,
-        "attempt": last.attempt,
-        "started": start,
-        "elapsed_s": now - start,
-        "log_size": _size(log),
-        "log_grew_at": _mtime(log) or now,
-        "last_line": last_line(log),
-        "warn_after_s": None,
-    }
+    return Running(
+        job=job_key(plan, name),
+        lane=record.lane,
+        started=start,
+        slurm_id=last.id,
+        attempt=last.attempt,
+        elapsed_s=now - start,
+        log_size=_size(log),
+        log_grew_at=_mtime(log) or now,
+        last_line=last_line(log),
+        pid=int(cur.job_id) if cur and cur.job_id.isdigit() else None,
+    )
 
 
-def _due(key: str, record: JobRecord, last: Attempt) -> dict[str, Any]:
+def _due(key: str, record: JobRecord, last: Attempt) -> Waiting:
     """A next try its wrapper could not submit (the controller did not answer): kept, never dropped."""
-    return {
-        "job": key,
-        "lane": record.lane,
-        "reason": Reason.BACKOFF.value,
-        "detail": f"attempt {last.next_attempt or '?'} could not be submitted when attempt "
-        f"{last.attempt} failed (the Slurm controller did not answer): it is submitted at the next "
-        "push, status or watch",
-        "blocker": "",
-        "since": last.end,
-        "slurm_id": last.id,
-    }
+    detail = (
+        f"attempt {last.next_attempt or '?'} could not be submitted when attempt {last.attempt} failed (the Slurm "
+        "controller did not answer): it is submitted at the next push, status or watch"
+    )
+    return Waiting(key, Reason.BACKOFF.value, record.lane, detail, "", last.end, last.id)
 
 
 def _blocked_item(
-    item: dict[str, Any], record: JobRecord, jobs: dict[str, JobRecord], live: Live, cur: LiveJob | None
-) -> dict[str, Any]:
+    item: Waiting, record: JobRecord, jobs: dict[str, JobRecord], live: Live, cur: LiveJob | None
+) -> Waiting:
     bad = [d for d in record.deps if state_of(jobs.get(d), live)[0] in FINISHED_BAD]
     said = f" (Slurm: {cur.reason})" if cur and cur.reason not in ("", "None") else ""
     detail = f"its producer {', '.join(bad) or '?'} failed{said}"
-    return dict(item, reason=Reason.BLOCKED.value, blocker=", ".join(bad), detail=detail)
+    return replace(item, reason=Reason.BLOCKED.value, blocker=", ".join(bad), detail=detail)
 
 
-def view(root: str, ledger: Ledger, live: Live, now: float, totals: dict[str, int] | None = None) -> dict[str, Any]:
-    running: list[dict[str, Any]] = []
-    queued: list[dict[str, Any]] = []
+def view(root: str, ledger: Ledger, live: Live, now: float, totals: dict[str, int] | None = None) -> SlurmStatus:
+    running: list[Running] = []
+    queued: list[Waiting] = []
     counts = {"queue": 0, "running": 0, "done": 0, "failed": 0}
     names = {str(a.id): job_key(p, n) for p, n, r in _records(ledger) for a in r.attempts}
     used: set[str] = set()
@@ -220,7 +206,8 @@ def view(root: str, ledger: Ledger, live: Live, now: float, totals: dict[str, in
             counts["queue"] += 1
             item = _waiting(job_key(plan, name), record, last, cur, names)
             if cur and cur.reason == HELD and gated_and_held(root, plan, name, record, live):
-                item.update(
+                item = replace(
+                    item,
                     reason=Reason.REQUIRES.value,
                     detail="its external REQUIRES is false: held (no Slurm job runs for it), checked from the "
                     "submit host at every contact and every gate_interval",
@@ -233,24 +220,14 @@ def view(root: str, ledger: Ledger, live: Live, now: float, totals: dict[str, in
             if blocked(record, last, jobs, live):
                 item = _waiting(job_key(plan, name), record, last, cur, names)
                 queued.append(_blocked_item(item, record, jobs, live, cur))
-    for item in queued:
-        item["since"] = item["since"] or now
-    return {
-        "runner": {
-            "pid": None,
-            "version": "slurm",
-            "format_version": 1,
-            "heartbeat": now,
-            "tick": 0,
-            "root": root,
-            "backend": "slurm",
-        },
-        "lanes": _lanes(used, running, lane_slots(ledger, totals or {})),
-        "running": running,
-        "queued": queued,
-        "parked": None,
-        "counts": counts,
-    }
+    return SlurmStatus(
+        root=root,
+        heartbeat=now,
+        lanes=_lanes(used, running, lane_slots(ledger, totals or {})),
+        running=tuple(running),
+        queued=tuple(item if item.since else replace(item, since=now) for item in queued),
+        counts=Counts(**counts),
+    )
 
 
 def _records(ledger: Ledger) -> list[tuple[str, str, JobRecord]]:
@@ -261,21 +238,19 @@ def _records(ledger: Ledger) -> list[tuple[str, str, JobRecord]]:
     ]
 
 
-def _lanes(used: set[str], running: list[dict[str, Any]], slots: dict[str, int]) -> dict[str, dict[str, Any]]:
+def _lanes(used: set[str], running: list[Running], slots: dict[str, int]) -> dict[str, Lane]:
     """Each lane with every job running in it (oldest first) and its start, as the runner shows a lane of slots."""
-    lanes: dict[str, dict[str, Any]] = {}
-    for lane in sorted(used | {r["lane"] for r in running}):
-        runs = sorted((r for r in running if r["lane"] == lane), key=lambda r: r["started"])
-        view: dict[str, Any] = {
-            "state": "running" if runs else "idle",
-            "running": [r["job"] for r in runs],
-            "started": [r["started"] for r in runs],
-            "busy": len(runs),
-            "since": runs[0]["started"] if runs else None,
-        }
-        if lane in slots:
-            view["slots"] = slots[lane]
-        lanes[lane] = view
+    lanes: dict[str, Lane] = {}
+    for lane in sorted(used | {r.lane for r in running}):
+        runs = sorted((r for r in running if r.lane == lane), key=lambda r: r.started)
+        lanes[lane] = Lane(
+            state="running" if runs else "idle",
+            running=tuple(r.job for r in runs),
+            started=tuple(r.started for r in runs),
+            busy=len(runs),
+            since=runs[0].started if runs else None,
+            slots=slots.get(lane),
+        )
     return lanes
 
 

@@ -10,11 +10,13 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import runner
-from runner.config import Config
 from runner.slurm.bundle import KILL_AFTER_S, Element, PushJob
+
+if TYPE_CHECKING:  # each job's wrapper imports this module: the request's reader is the push's alone
+    from runner.slurm.request import PushRequest
 
 MARGIN_S = 30  # the wrapper's own start, gate and DONE_IF checks, inside --time
 
@@ -71,7 +73,7 @@ def shared_options(root: str, job: PushJob) -> list[str]:
     return options + list(job.sbatch)
 
 
-def sbatch_options(root: str, plan: str, job: PushJob, request: dict[str, Any]) -> list[str]:
+def sbatch_options(root: str, plan: str, job: PushJob) -> list[str]:
     """sbatch's command-line options for JOB on its own (no --dependency): names, log, then shared_options.
     On the command line, not in #SBATCH lines, so no path needs quoting for sbatch's own parser."""
     log = job_paths(root, plan, job.name, job.hash)["log"]
@@ -161,8 +163,9 @@ def retry_script(element: Element, attempt: int) -> str:
     )
 
 
-def element(root: str, plan: str, job: PushJob, request: dict[str, Any]) -> Element:
-    """One job's entry in the bundle: everything its attempts need, its body text included."""
+def element(root: str, plan: str, job: PushJob, request: PushRequest) -> Element:
+    """One job's entry in the bundle: everything its attempts need (the host's settings from REQUEST), its body
+    text included."""
     paths = job_paths(root, plan, job.name, job.hash)
     return Element(
         root=root,
@@ -173,16 +176,16 @@ def element(root: str, plan: str, job: PushJob, request: dict[str, Any]) -> Elem
         body=str(paths["body"]),
         log=str(paths["log"]),
         env=dict(job.env),
-        slurm_conf=request.get("slurm_conf"),
+        slurm_conf=request.slurm_conf,
         retries=job.retries,
         timeout_s=job.timeout_s,
         kill_after_s=KILL_AFTER_S,
         done_if=job.done_if,
         gate=job.gate,
-        gate_interval_s=float(request.get("gate_interval_s", 60)),
-        backoff_base_s=float(request.get("backoff_base_s", Config.backoff_base_s)),
-        backoff_max_s=float(request.get("backoff_max_s", Config.backoff_max_s)),
-        sbatch=tuple(sbatch_options(root, plan, job, request)),
+        gate_interval_s=float(request.gate_interval_s),
+        backoff_base_s=float(request.backoff_base_s),
+        backoff_max_s=float(request.backoff_max_s),
+        sbatch=tuple(sbatch_options(root, plan, job)),
     )
 
 

@@ -51,7 +51,7 @@ def test_the_wrapper_is_bash_n_and_shellcheck_clean_for_awkward_paths_and_values
         text=True,
     ).stdout
     assert shown == "it's $HOME `x`|"
-    options = sbatch_options(root, "pl", JOB, {})
+    options = sbatch_options(root, "pl", JOB)
     assert "--export=ALL" in options and f"--chdir={root}" in options and "--time=2" in options
     assert "--job-name=pl/odd-name_1" in options and options[-1] == "--gres=gpu:1"
 

@@ -270,10 +270,11 @@ def test_a_bundle_element_reads_to_a_typed_element_located_in_its_bundle_and_wri
     tmp_path: Path,
 ) -> None:
     from runner.slurm.bundle import Element, PushJob, find_element, read_element
+    from runner.slurm.request import PushRequest
     from runner.slurm.wrapper import element, write_bundle
 
     job = PushJob(name="p1", hash="abc", text="echo hi\n", env={"A": "1"}, retries=2, timeout_s=30)
-    made = element(str(tmp_path), "lf", job, {"slurm_conf": "/etc/slurm.conf", "gate_interval_s": 5})
+    made = element(str(tmp_path), "lf", job, PushRequest("lf", slurm_conf="/etc/slurm.conf", gate_interval_s=5))
     path = write_bundle(str(tmp_path), "lf", [made, replace(made, name="p2", gate="test -e x")])
     written = json.loads(path.read_text())["elements"]
     assert written[0] == made.to_json() and written[0]["sbatch"] == list(made.sbatch) and written[0]["timeout_s"] == 30

@@ -11,6 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
+from runner.agent import dispatch
+from runner.slurm.statusitems import SlurmStatus, parse_status_answer
 from tests.conftest import plan_cli, wait_for
 from tests.slurm.cluster import Slurm
 from tests.slurm.jobs import attempts, cancel_root, ended, held_until, settle, write_plan
@@ -47,6 +49,10 @@ def test_status_shows_running_jobs_per_lane_with_slurms_start_and_eligible_times
     try:
         running = wait_for(lambda: [r for r in status(hosts)["status"]["running"] if r["lane"] == "gpu"], 60, 0.5)
         answer = status(hosts)
+        # the agent's own answer reads (runner.slurm.statusitems) into what writes it back unchanged
+        raw = dispatch.answer("status", str(root), {"backend": "slurm", "slurm_conf": str(slurm.conf)})
+        read = parse_status_answer(raw)
+        assert isinstance(read, SlurmStatus) and read.to_json() == raw["status"] and read.running and read.queued
         first = running[0]["job"]
         other = "st/g2.job" if first == "st/g1.job" else "st/g1.job"
         assert running[0]["started"] == scontrol_time(slurm, running[0]["slurm_id"], "StartTime")
