@@ -31,7 +31,7 @@ from runner.slurm.limits import read_limits
 from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import LOST, lost_job, open_ledger
 from runner.slurm.records import Attempt, JobRecord, Ledger
-from runner.slurm.request import PushRequest, parse_push_request
+from runner.slurm.request import PushRequest, PushResult, parse_push_request
 from runner.slurm.retry import retry_due
 from runner.slurm.submit import Submitted
 from runner.slurm.view import logs, status
@@ -222,7 +222,7 @@ class Decided:
     wanted: tuple[PushJob, ...]
     submit: list[PushJob]
     retired: list[tuple[str, JobRecord]]
-    result: dict[str, Any]
+    result: PushResult  # replaced as the push goes on: applied, what it did
 
 
 _KEPT: dict[str, Decided] = {}  # token -> a push diffed by this agent, applied by a later request of its session
@@ -233,7 +233,7 @@ def push(root: str, raw: dict[str, Any]) -> dict[str, Any]:
     With `keep` the diff is held here (a token in the answer) and a later request of this session with that
     `token` applies exactly it, the push lock held in between: the diff the user saw is the one applied.
     RAW is read first (runner.slurm.request): a request that is not one is answered as a located error before
-    any lock, squeue or ledger is touched."""
+    any lock, squeue or ledger is touched. The answer is a PushResult's JSON, or says the lock is busy."""
     request = parse_push_request(raw)
     if isinstance(request, RecordError):
         said = f"the push request's {request}" if request.where else f"the push request: {request.message}"
@@ -251,15 +251,13 @@ def push(root: str, raw: dict[str, Any]) -> dict[str, Any]:
         env = env_for(request.slurm_conf)
         decided = decide(root, request, env)  # ControllerDown: answered by runner.agent.dispatch
         result = decided.result
-        if dry and not keep or result.get("error"):
-            return result
-        if result["external_missing"] and request.verify_external:
-            return result
+        if dry and not keep or result.error or (result.external_missing and request.verify_external):
+            return result.to_json()
         if keep:
             token = os.urandom(8).hex()
             _KEPT[token] = decided
-            return {**result, "token": token}
-        return _commit(root, request, decided, env)
+            return replace(result, token=token).to_json()
+        return _commit(root, request, decided, env).to_json()
     finally:
         if took:
             pushlock.release_lock()
@@ -278,33 +276,32 @@ def decide(root: str, request: PushRequest, env: dict[str, str]) -> Decided:
     jobs = ledger_mod.plan_jobs(ledger, plan)
     adopt(plan, wanted, jobs, live)
     changes, submit, retired = diff(root, request, jobs, live)
-    result: dict[str, Any] = {
-        "changes": changes,
-        "external_missing": missing,
-        "submitted": {},
-        "repointed": {},
-        "cancelled": [],
-        "accounting": why or "on",
-    }
-    if retried:
-        result["retried"] = retried
+    result = PushResult(
+        changes=tuple(tuple(change) for change in changes),
+        external_missing=tuple(missing),
+        accounting=why or "on",
+        retried=tuple(retried),
+        rebuilt=rebuilt.note if rebuilt else None,
+    )
     if rebuilt:
-        result["rebuilt"] = rebuilt.note
         lost = sorted(n for n in jobs if lost_job(jobs[n]))
         unplaced = [u for u in rebuilt.unplaced if u.startswith(f"{plan} (")]
         if unplaced:  # before the lost jobs: they are likely among them
-            result["error"] = (
+            error = (
                 f"squeue has {len(unplaced)} pending or running jobs of plan {plan} under this root that the "
                 f"ledger cannot be rebuilt with: which plan job each is cannot be told (an array's members file "
                 f"under scripts/{plan} is gone): {', '.join(unplaced)}. Nothing was submitted; cancel them "
                 "(scancel) or let them end, then push again"
             )
         elif lost and not request.retry_failed:
-            result["error"] = (
+            error = (
                 f"{len(lost)} jobs of plan {plan} cannot be accounted for: a push submitted them, and neither "
                 f"squeue, sacct nor a result file knows them now: {', '.join(lost)}. Nothing was submitted; "
                 "once you know none of them runs, push again with --retry-failed to submit them again"
             )
+        else:
+            error = ""
+        result = replace(result, error=error)
     return Decided(ledger, live, wanted, submit, retired, result)
 
 
@@ -322,36 +319,37 @@ def _apply_kept(root: str, request: PushRequest) -> dict[str, Any]:
     if started:  # the pending job it was to replace has started (or ended) since: the diff no longer holds
         return {"changed": f"{', '.join(started)} no longer pending as when this push looked"}
     decided.live.update(live)
-    return _commit(root, request, decided, env)
+    return _commit(root, request, decided, env).to_json()
 
 
-def _commit(root: str, request: PushRequest, decided: Decided, env: dict[str, str]) -> dict[str, Any]:
+def _commit(root: str, request: PushRequest, decided: Decided, env: dict[str, str]) -> PushResult:
     """Apply a decided push all or nothing: the limits first, then submit; a submission that fails part-way
     cancels what this push submitted and leaves the ledger as it was."""
     result, plan = decided.result, request.plan
     try:
         limits = read_limits(env)
     except ControllerDown as exc:
-        raise AgentError(f"the cluster's limits could not be read: {exc}; nothing was submitted", **result) from None
+        said = f"the cluster's limits could not be read: {exc}; nothing was submitted"
+        raise AgentError(said, **result.to_json()) from None
     new = len(decided.submit)
     problems = limits.problems(new)
     if problems:
-        result["error"] = (
-            f"this push would submit {new} jobs, more than the cluster takes now: {'; '.join(problems)}. "
-            "Nothing was submitted"
+        return replace(
+            result,
+            error=f"this push would submit {new} jobs, more than the cluster takes now: {'; '.join(problems)}. "
+            "Nothing was submitted",
         )
-        return result
     done = _apply(root, request, decided, limits.array_chunk, env)
+    result = decided.result  # what it submitted, re-pointed and cancelled
     if done.error:
         cancelled = done.slurm_jobs()
         if cancelled:
             slurm(["scancel", *cancelled], env)
-        result["error"] = (
+        error = (
             f"{done.error}; all or nothing: the {len(done.new)} jobs this push had submitted were cancelled "
             f"({' '.join(cancelled) or 'none'}) and the ledger is as it was"
         )
-        result["submitted"] = {}
-        result["withdrawn"] = cancelled
+        result = replace(result, error=error, submitted={}, withdrawn=tuple(cancelled))
         # saved as it was before this push (with what this contact folded in, retries it submitted among them):
         # a ledger left missing would be rebuilt next time from squeue, where the withdrawn jobs still show
         if plan in decided.ledger.plans and not decided.ledger.plans[plan].jobs:
@@ -364,14 +362,15 @@ def _commit(root: str, request: PushRequest, decided: Decided, env: dict[str, st
     ledger_mod.save(root, decided.ledger)
     if any(job.gate for job in decided.submit):  # held: released now if open, else watched
         try:
-            result["released"] = check_gates(root, decided.ledger, squeue(env), env, request.slurm_conf)
+            released = check_gates(root, decided.ledger, squeue(env), env, request.slurm_conf)
+            result = replace(result, released=tuple(released))
         except ControllerDown:
             pass
     return result
 
 
 def _apply(root: str, request: PushRequest, decided: Decided, chunk: int, env: dict[str, str]) -> Submitted:
-    plan, live, submit, result = request.plan, decided.live, decided.submit, decided.result
+    plan, live, submit = request.plan, decided.live, decided.submit
     jobs = ledger_mod.plan_jobs(decided.ledger, plan)
     current = {name: state_of(record, live) for name, record in jobs.items()}
     ids = {n: last.id for n, (state, last) in current.items() if last and last.id is not None and _holds_slot(state)}
@@ -387,13 +386,13 @@ def _apply(root: str, request: PushRequest, decided: Decided, chunk: int, env: d
         return done
     cancel: list[SlurmId] = []
     submitted = [job for job in submit if job.name in done.new]
+    repointed: dict[str, tuple[str, ...]] = {}
     for job in submitted:  # all recorded before any hand-over: a controller lost meanwhile loses none of them
-        result["submitted"][job.name] = done.new[job.name][0]
         slurm_submit.record_new(plan, jobs, job, done.new[job.name], (done.bundle, done.entries[job.name]))
     for job in submitted:
         if job.replaces:
             new = done.new[job.name][0]
-            result["repointed"][job.name] = slurm_submit.hand_over(job.replaces, new, live, env)
+            repointed[job.name] = tuple(slurm_submit.hand_over(job.replaces, new, live, env))
             cancel.append(job.replaces)
     for name, record in decided.retired:
         state, last = state_of(record, live)
@@ -402,7 +401,13 @@ def _apply(root: str, request: PushRequest, decided: Decided, chunk: int, env: d
         del jobs[name]
         ledger_mod.remove_results(root, plan, name)
     if cancel:
-        _cancel(jobs, cancel, result, env)
+        _cancel(jobs, cancel, env)
+    decided.result = replace(
+        decided.result,
+        submitted={job.name: done.new[job.name][0] for job in submitted},
+        repointed=repointed,
+        cancelled=tuple(cancel),
+    )
     return done
 
 
@@ -411,9 +416,8 @@ def _holds_slot(state: str) -> bool:
     return state in ACTIVE or state in RUNNING or state == "GATED"
 
 
-def _cancel(jobs: dict[str, JobRecord], cancel: list[SlurmId], result: dict[str, Any], env: dict[str, str]) -> None:
+def _cancel(jobs: dict[str, JobRecord], cancel: list[SlurmId], env: dict[str, str]) -> None:
     slurm(["scancel", *(str(i) for i in cancel)], env)  # one call for all of them
-    result["cancelled"] = cancel
     for name, record in jobs.items():
         if any(a.id in cancel and a.state not in ledger_mod.FINAL for a in record.attempts):
             attempts = tuple(

@@ -1,10 +1,11 @@
 """A Slurm push request (PushRequest) as plancompiler.backends.slurm writes it and runner.slurm.agent reads it:
 the plan, its jobs (runner.slurm.bundle's PushJobs) and the push's options. Written with to_json, read once where
-the agent takes it into a frozen value or a located error (`the push request's jobs[3].deps[1]: ...`)."""
+the agent takes it into a frozen value or a located error (`the push request's jobs[3].deps[1]: ...`). And what
+the agent answers (PushResult, written with to_json; plancompiler.backends.slurmanswer reads it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner.config import Config
@@ -16,6 +17,7 @@ from runner.slurm.jsonfields import (
     Bad,
     Field,
     RecordError,
+    SlurmId,
     read_bool,
     read_fields,
     read_float,
@@ -64,6 +66,48 @@ class PushRequest:
         )
         if self.keep:
             out["keep"] = True
+        if self.token:
+            out["token"] = self.token
+        return out
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """A push's answer: its diff ([mark, name, note] each), and once applied what it did (submitted, re-pointed,
+    cancelled) or why nothing was. The keys after `accounting` are written only where they say something."""
+
+    changes: tuple[tuple[str, ...], ...] = ()
+    external_missing: tuple[str, ...] = ()
+    submitted: dict[str, SlurmId] = field(default_factory=dict)
+    repointed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # replaced job -> dependents moved to it
+    cancelled: tuple[SlurmId, ...] = ()
+    accounting: str = "on"  # or why sacct cannot be read
+    retried: tuple[str, ...] = ()  # next tries this contact submitted, a line each
+    rebuilt: str | None = None  # what rebuilding an untrusted ledger did
+    error: str = ""
+    withdrawn: tuple[str, ...] | None = None  # what a push that failed part-way cancelled of its own
+    released: tuple[str, ...] | None = None  # held gated jobs released once submitted
+    token: str = ""  # the diff the agent keeps for this session to apply
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "changes": [list(change) for change in self.changes],
+            "external_missing": list(self.external_missing),
+            "submitted": dict(self.submitted),
+            "repointed": {name: list(moved) for name, moved in self.repointed.items()},
+            "cancelled": list(self.cancelled),
+            "accounting": self.accounting,
+        }
+        if self.retried:
+            out["retried"] = list(self.retried)
+        if self.rebuilt is not None:
+            out["rebuilt"] = self.rebuilt
+        if self.error:
+            out["error"] = self.error
+        if self.withdrawn is not None:
+            out["withdrawn"] = list(self.withdrawn)
+        if self.released is not None:
+            out["released"] = list(self.released)
         if self.token:
             out["token"] = self.token
         return out

@@ -169,3 +169,26 @@ def test_plan_status_of_a_slurm_box_that_answers_garbage_says_where_and_exits_1(
     code, out = plan_cli("status", "lab", "--hosts", str(hosts), "--json")
     assert code == 0, out
     assert json.loads(out)["status"] == STATUS.to_json()
+
+
+def test_a_push_result_is_written_as_the_workstation_reads_it_its_optional_keys_only_where_they_say_something() -> None:
+    from plancompiler.backends.slurmanswer import push_answer
+    from runner.slurm.request import PushResult
+
+    diffed = PushResult(changes=(("+", "a", ""), ("~", "b", "pending 7 has other content")), accounting="on")
+    assert diffed.to_json() == {
+        "changes": [["+", "a", ""], ["~", "b", "pending 7 has other content"]],
+        "external_missing": [],
+        "submitted": {},
+        "repointed": {},
+        "cancelled": [],
+        "accounting": "on",
+    }
+    applied = replace(diffed, submitted={"a": 9, "b": "10_1"}, repointed={"b": ("12",)}, cancelled=(7,), released=())
+    wire = json.loads(json.dumps(applied.to_json()))
+    assert wire["released"] == [] and "error" not in wire and "withdrawn" not in wire and "token" not in wire
+    read = push_answer(wire, "lab")
+    assert read.changes == applied.changes and read.submitted == applied.submitted and read.cancelled == (7,)
+    assert read.repointed == {"b": ("12",)}
+    failed = replace(diffed, error="sbatch failed", withdrawn=("9",), rebuilt="rebuilt from squeue", token="t")
+    assert push_answer(failed.to_json(), "lab").withdrawn == ("9",) and set(failed.to_json()) > {"rebuilt", "token"}
