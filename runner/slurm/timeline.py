@@ -112,11 +112,13 @@ def _state(live: list[Interval]) -> dict[str, Any]:
     return {"state": "idle"}
 
 
-def intervals_of(ledger: Ledger, plan: str | None, known: Any, now: float) -> tuple[list[Interval], dict[str, Any]]:
+def intervals_of(
+    ledger: Ledger, plan: str | None, known: Any, now: float
+) -> tuple[list[Interval], dict[str, dict[str, float]]]:
     """Every attempt's run and wait as intervals, and each attempt's wait per reason (by `ID:start` mark). KNOWN
     (record, attempt) -> (start, end, started): what is known of its clocks (runner.slurm.events)."""
     intervals: list[Interval] = []
-    waits: dict[str, Any] = {}
+    waits: dict[str, dict[str, float]] = {}
     for name_of_plan, entry in ledger.plans.items():
         if plan is not None and name_of_plan != plan:
             continue
