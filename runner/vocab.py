@@ -39,6 +39,8 @@ class Event(str, Enum):
     HEARTBEAT = "heartbeat"
     GPU_STALLED = "gpu-stalled"
     INCIDENT = "incident"  # the incident book opened, repeated or recovered an incident (runner.alerts.book)
+    INSTALL_STUCK = "install-stuck"  # a push's pending install cannot be finished: no job starts (once per cause)
+    INSTALL_FINISHED = "install-finished"  # the runner finished an install its push left, or a stuck one ended
 
     def __str__(self) -> str:
         return self.value
@@ -60,13 +62,18 @@ class Reason(str, Enum):
     STALE = "stale"
     DRAINED = "drained"  # on Slurm: no node it may run on takes jobs now (drained, down, partition down)
     HELD = "held"  # `plan hold`: kept from starting until `plan release`
+    # A lane's reason only (status.json `lanes`): a push's install is pending and cannot be finished, and no job
+    # starts until it is (runner.service.pending); its blocker is the error.
+    INSTALL_PENDING = "install-pending"
 
     def __str__(self) -> str:
         return self.value
 
 
 EVENT_NAMES = frozenset(e.value for e in Event)
-REASON_NAMES = frozenset(r.value for r in Reason)
+# A lane's reasons that no queued job carries (status.json `lanes` only)
+LANE_REASONS = frozenset({Reason.INSTALL_PENDING.value})
+REASON_NAMES = frozenset(r.value for r in Reason) - LANE_REASONS  # what a queued job may wait on
 # Reasons that are the queue working as designed, or as its operator asked (a held job): a job waiting for them is
 # not an incident.
 ORDINARY_REASONS = frozenset({Reason.ORDER.value, Reason.LANE_BUSY.value, Reason.HELD.value})

@@ -28,7 +28,7 @@ NAMES_SHOWN = 3  # a cause's text names this many of its jobs, then "+N"
 class Cause:
     """One thing wrong now. `kind` and `subject` make its id; `jobs` may change without a new alert."""
 
-    kind: str  # gpu-held, failed, long-running, gpu-stalled, blocked, requires, idle, parked, disk-full (CAUSE_KINDS)
+    kind: str  # a key of CAUSE_KINDS: gpu-held, failed, long-running, disk-full, install-stuck, ...
     subject: str  # what it is about: "pid 1234", a failure's signature, a job, a path
     text: str  # one line a person reads: what is wrong
     jobs: tuple[str, ...] = ()  # the jobs it touches (they join and leave without a new alert)
@@ -50,6 +50,7 @@ CAUSE_KINDS = {
     "idle": "IDLE",
     "parked": "PARKED",
     "disk-full": "WAITING",
+    "install-stuck": "WAITING",
 }
 
 
@@ -294,6 +295,23 @@ def disk_full(seen: Seen, now: float) -> list[Cause]:
     return [Cause("disk-full", "disk", f"jobs cannot start: {str(full)[:200]}", (), "plan status HOST")]
 
 
+def install_stuck(seen: Seen, now: float) -> list[Cause]:
+    """A push's install is pending and cannot be finished (runner.service.pending): no job starts anywhere."""
+    why = seen.runner.pending.stuck
+    if not why:
+        return []
+    seen.covered.update(seen.headers)  # every waiting job waits on it first
+    return [
+        Cause(
+            "install-stuck",
+            "install",
+            f"no job starts: a push's install cannot be finished ({why[:200]}); the runner tries it again every tick",
+            (),
+            "plan status HOST",
+        )
+    ]
+
+
 def idle(seen: Seen, now: float) -> list[Cause]:
     """Nothing running for --idle while a queued job waits on something no other cause explains. Counted from
     when the queue last had work it could not start (a fresh push starts the count), never for settling files."""
@@ -325,7 +343,7 @@ def idle(seen: Seen, now: float) -> list[Cause]:
     ]
 
 
-JUDGES = (gpu_held, failed, long_running, gpu_stalled, blocked, requires, parked, disk_full, idle)
+JUDGES = (gpu_held, failed, long_running, gpu_stalled, blocked, requires, parked, disk_full, install_stuck, idle)
 
 
 def judge(runner: Any, queued: list[tuple[str, Parsed]], now: float) -> list[Cause]:

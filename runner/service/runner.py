@@ -11,8 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner import __version__, jobfile, pushlock, wrapper
-from runner.agent import delivery
+from runner import __version__, jobfile, wrapper
 from runner.alerts.book import CAUSE_KINDS
 from runner.alerts.engine import Alerts
 from runner.config import Config
@@ -30,6 +29,7 @@ from runner.service.facts import Facts
 from runner.service.jobs import Jobs
 from runner.service.manifest import Manifest
 from runner.service.outcomes import Outcomes, leave_running
+from runner.service.pending import PendingInstall
 from runner.service.problems import FileProblems
 from runner.service.proctable import OsProcesses, Processes
 from runner.service.reasons import Reasons
@@ -83,6 +83,8 @@ class Runner:
             queue, self.state, self.facts, self.reasons, self.jobs, self.announcer, self.forget
         )
         self.statusfile = StatusFile(queue)
+        self.pending = PendingInstall(queue)  # a push's install left pending: finished here, or said to be stuck
+        self._queued: list[tuple[str, Parsed]] = []  # what the last scan found (status while an install holds all)
         self.counts: Counts | None = None  # for --metrics: what it counts of the queue, kept while that is unchanged
         self.started_at = 0.0
         self.ticks = 0
@@ -209,22 +211,6 @@ class Runner:
             except OSError:
                 pass  # a full disk: the lock holds without its note
 
-    def _install_pending(self) -> bool:
-        """A push's install record is there: finished here if that push is gone (its lock is free, as when it was
-        killed during its renames); True while it is still pending."""
-        root = str(self.queue.root)
-        if not delivery.pending_install(root):
-            return False
-        try:
-            if pushlock.lock(root, {"wait_s": 0, "by": "runner (an install left pending)"}).get("locked"):
-                try:
-                    delivery.finish_pending(root)
-                finally:
-                    pushlock.release_lock()
-        except OSError:
-            pass  # tried again next tick; meanwhile nothing starts
-        return delivery.pending_install(root)
-
     def release_lock(self) -> None:
         """Let the root go (an in-process runner that a test ends; a real one holds it until it exits)."""
         for fd in self._lock_fds:
@@ -282,9 +268,6 @@ class Runner:
     def _tick(self, now: float, sweep: bool = True) -> None:
         began = time.monotonic()  # for the metrics' tick duration only: the tick's decisions use NOW
         self.ticks += 1
-        if sweep:
-            self.sweeps += 1
-            self.swept_at = now
         # First of all: whatever lands after this stays in the watch's queue and wakes `serve` for another tick
         # (a control/ request dropped while this tick runs must not be drained with nothing to read it).
         changed, deferred, self._deferred = self._changed(), self._deferred, set()
@@ -304,11 +287,17 @@ class Runner:
         self.jobs.enforce_timeouts(now)
         self.jobs.sample_memory()
         self.announcer.watch_running(now, self.jobs.running)
-        if self._install_pending():  # no job starts from a queue that may hold part of an install:
-            self._deferred = changed  # what changed is read once it is finished, looked for again shortly
-            self.scanner.settle_due = min(self.scanner.settle_due or now + 0.1, now + 0.1)
+        if self.pending.check(now, retry=sweep):  # no job starts from a queue that may hold part of an install:
+            self._deferred = changed  # what changed is read once it is finished
+            # a live push's: looked for again shortly; a stuck one: each sweep, its lanes and incident say why
+            self.scanner.settle_due = None if self.pending.stuck else min(self.scanner.settle_due or 1e18, now + 0.1)
+            self.pending.hold_lanes(now, self.announcer, self.jobs, self.config.lanes)
+            self._after(now, sweep, self._queued)
             return
-        queued = self.scanner.scan(now, changed)
+        if sweep:  # a tick that judges every queued job (not one a pending install held)
+            self.sweeps += 1
+            self.swept_at = now
+        self._queued = queued = self.scanner.scan(now, changed)
         self.dispatcher.schedule(
             now, queued, self.controls.park, self.controls.park_lanes, sweep=sweep, taken=self.scanner.taken
         )
@@ -319,12 +308,18 @@ class Runner:
             self.announcer.waits(now)
         self.announcer.lanes(now, self.jobs.running, queued, every=sweep)
         self.announcer.idle(now, self.jobs.running, queued)
+        self._after(now, sweep, queued, began)
+
+    def _after(self, now: float, sweep: bool, queued: list[tuple[str, Parsed]], began: float | None = None) -> None:
+        """A tick's end: the incidents, state.json, status.json, history, heartbeat event, metrics. BEGAN: when the
+        tick began; None where a pending install held it (nothing judged: status.json is not a sweep's, no metrics)."""
         # The causes read every waiting job's reason: judged on the sweep's clock, and at once where what a
         # cause is made of changed without a job's reason (a park, a failure, a hold, a full disk).
         alerting = (
             self.controls.park,
             tuple(sorted(self.controls.park_lanes.items())),
             self.jobs.disk_full,
+            self.pending.stuck,
             tuple(sorted(self.state.held)),
             self.queue.moves.get("failed", 0),
         )
@@ -332,15 +327,14 @@ class Runner:
             self._alerted = alerting
             self.problems.keep(now, "incidents.json", lambda: self.alerts.tick(now, queued))
         self._save_state(now)
-        self.problems.keep(
-            now, "status.json", lambda: self.statusfile.write(self.snapshot(now if sweep else None), now, queued)
-        )
+        judged = now if sweep and began is not None else None  # an install held the tick: no reason was judged
+        self.problems.keep(now, "status.json", lambda: self.statusfile.write(self.snapshot(judged), now, queued))
         self.outcomes.save_history(now)
         if now - self.queue.last_written >= self.config.heartbeat_event_s:
             # Nothing else said we were alive for that long: `plan report` measures downtime from this.
             self.queue.emit(now, "-", Event.HEARTBEAT.value, tick=self.ticks)
         path = self.config.metrics_path
-        if path is not None:
+        if path is not None and began is not None:
             from runner.service import metrics  # only with --metrics: a runner without it never loads it
 
             self.problems.keep(
