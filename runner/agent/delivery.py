@@ -133,7 +133,11 @@ def _lifecycle(root: str) -> dict[str, Any] | None:
 
 
 def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
-    """What a push diffs against: each job file's hash and owning plan, manifest generation, runner health."""
+    """What a push diffs against: each job file's hash and owning plan, manifest generation, runner health. Under
+    the push lock, an install left pending (its push or agent killed during its renames) is finished first: the
+    diff is made against one version, never against a queue partly renamed."""
+    if pushlock.held(root):
+        finish_pending(root)
     status = fresh_status(root, read_json_or_none(os.path.join(root, "status.json")))
     lanes = list(jobfile.DEFAULT_LANES)
     if isinstance(status, dict) and isinstance(status.get("lanes"), dict):

@@ -7,6 +7,7 @@ what is tested here (framing, the lock, the order of the install) does not depen
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import random
@@ -15,15 +16,18 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import runner as runner_pkg
-from plancompiler.hosts import resolve
+from plancompiler.errors import RemoteFailed, Unreachable
+from plancompiler.hosts import AgentSession, resolve
 from plancompiler.transport import upload
 from runner import pushlock
 from runner.agent import delivery, wire
@@ -44,14 +48,14 @@ def fast_dir(tmp_path: Path) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def version(tag: str, first: int) -> dict[str, str]:
-    """JOBS job files, as a compiled plan's look, named from FIRST on, their bodies saying TAG."""
+def version(tag: str, first: int, count: int = JOBS) -> dict[str, str]:
+    """COUNT job files, as a compiled plan's look, named from FIRST on, their bodies saying TAG."""
     return {
         f"j-{i:06d}.job": (
             f"# PLAN=p\n# LANE=cpu\n# DONE_IF=test -f /srv/out/{i:06d}.txt\nset -euo pipefail\n"
             f"echo {tag} > /srv/out/{i:06d}.txt\n"
         )
-        for i in range(first, first + JOBS)
+        for i in range(first, first + count)
     }
 
 
@@ -132,7 +136,8 @@ def test_a_push_cut_off_while_it_sends_its_bundle_leaves_nothing(sshd: Sshd, fas
 _PUSH = """
 import json, sys, time
 from pathlib import Path
-from plancompiler.hosts import resolve
+from plancompiler.errors import RemoteFailed, Unreachable
+from plancompiler.hosts import AgentSession, resolve
 spec, hosts, path = sys.argv[1:4]
 request = json.loads(open(path).read())
 session = resolve(spec, Path(hosts) if hosts else None).session()
@@ -328,6 +333,75 @@ def test_an_install_killed_during_its_renames_is_finished_before_any_job_starts(
         current = new if files == versions[new] else current
         for job in started:  # the next round compares queues only
             (root / "running" / job).unlink()
+
+
+def test_the_box_agent_killed_during_its_renames_leaves_an_install_the_next_push_finishes(
+    sshd: Sshd, fast_dir: Path
+) -> None:
+    """kill -9 of the agent on the box (by the pid its `python3` wrote) the moment its install's first rename is
+    done, over a queue of 3 000 jobs (500 retired, 500 new, the rest changed): the next push over ssh finishes
+    that install from .install.json before its probe looks, so it sees the new version whole (no job partly
+    written, none of the old version, none dropped), and its own install is not refused as one that came
+    after another."""
+    root, marker = fast_dir / "q", fast_dir / "agent.pid"
+    python = fast_dir / "python3"  # the agent session's pid, written before it becomes the box's python
+    python.write_text(
+        f'#!/bin/sh\nfor a; do [ "$a" = session ] && echo $$ > {marker}; done\nexec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    host = resolve("testbox", ssh_host(sshd, fast_dir, root, str(python)))
+    versions = [version("v1", 0, 3000), version("v2", 500, 3000)]  # 3 000 renames: tens of ms to kill it in
+
+    def push() -> tuple[AgentSession, dict[str, Any]]:
+        session = host.session()
+        assert session.ask("lock", {"wait_s": 10, "create": True}) == {"locked": True}
+        return session, session.ask("probe", {"allow_missing": True})
+
+    delivery.install(str(root), install_request(versions[0], {}, None))  # the old queue, put there directly
+    pushlock.release_lock()
+    session, probe = push()
+    agent = int(marker.read_text())
+    first = min(set(versions[1]) - set(versions[0]))  # renamed first (in name order), after the removes
+    answers: list[object] = []
+    sending = threading.Thread(
+        target=lambda: answers.append(_asked(session, install_request(versions[1], versions[0], probe["generation"])))
+    )
+    sending.start()
+    try:
+        record = root / ".install.json"
+        wait_for(record.exists, 60, 0.001)
+        staged = root / json.loads(record.read_text())["stage"] / first
+        wait_for(lambda: not staged.exists(), 60, 0.0005)  # its first rename is done
+        os.kill(agent, signal.SIGKILL)
+        sending.join(60)
+    finally:
+        session.close()
+    assert answers and isinstance(answers[0], (RemoteFailed, Unreachable)), answers
+    assert record.exists(), "killed during its renames: the install is left pending"
+    files = queue_of(root)
+    assert files != versions[1] and files.get(first) == versions[1][first], "part of it landed"
+
+    session, probe = push()  # the next push: it finishes the install before it looks
+    try:
+        assert not record.exists() and not [p for p in root.iterdir() if p.name.startswith(".plan-stage-")]
+        shas = {name: entry["sha"] for name, entry in probe["files"]["queue"].items()}
+        assert shas == {name: hashlib.sha256(text.encode()).hexdigest() for name, text in versions[1].items()}
+        assert queue_of(root) == versions[1] and probe["generation"] == 2
+        assert set(json.loads((root / "manifest.json").read_text())["jobs"]) == set(versions[1])
+        # what it diffed is what it installs against: no other install comes between
+        answer = session.ask("install", {"files": {"x.job": "# LANE=cpu\ntrue\n"}, "generation": 2})
+        assert answer["installed"] == ["x.job"] and answer["generation"] == 3
+    finally:
+        session.close()
+
+
+def _asked(session: AgentSession, request: dict[str, object]) -> object:
+    """SESSION's answer to an install of REQUEST, or what it raised (its agent killed: ssh's exit 255 reads as
+    Unreachable)."""
+    try:
+        return session.ask("install", request)
+    except (RemoteFailed, Unreachable) as failed:
+        return failed
 
 
 def test_the_runner_starts_no_job_while_a_live_install_is_pending(tmp_path: Path) -> None:
