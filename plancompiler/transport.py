@@ -32,9 +32,11 @@ SSH_UNREACHABLE = 255
 RUNNER_MISSING = 97  # the loader's exit when this runner's hash is not cached on the host
 PYTHON_TOO_OLD = 96  # the loader's exit on an interpreter older than runner.PYTHON_MIN (stderr: VERSION EXECUTABLE)
 
-# Run on the host as `python3 -c LOADER HASH TREE MODE ROOT [SECONDS]` (or HASH TREE --upload ROOT with the zip on
-# stdin). SECONDS (one call, never a session): the call's own limit; the agent ends itself (SIGALRM) a little after
-# it, so a call whose client gave up never leaves an agent process behind on the host.
+# Run on the host as `python3 -S -c LOADER HASH TREE MODE ROOT [SECONDS]` (or HASH TREE --upload ROOT with the zip
+# on stdin). -S: the runner is standard library only, and the host's site-packages (.pth files that import at
+# every start: an editable install, conda's, certifi) cost most of an agent's start-up, ~45 of ~55 ms here.
+# SECONDS (one call, never a session): the call's own limit; the agent ends itself (SIGALRM) a little after it,
+# so a call whose client gave up never leaves an agent process behind on the host.
 # It only finds, checks or stores the runner package; everything else is the package's own `runner.agent.dispatch`.
 # It is plain enough for any Python 3 to run, so that an older one is named, not a SyntaxError's traceback.
 # Nothing is imported that was not checked: a cached zip by HASH (sha256 of its bytes), an unpacked copy and
@@ -274,13 +276,13 @@ def agent_argv(endpoint: Endpoint, mode: str, limit: float | None = None) -> lis
     plancompiler/localagent.py); with LIMIT, the agent ends itself a little after it."""
     digest, _ = runner_zip()
     bound = [f"{limit:g}"] if limit is not None else []
-    return _ssh(endpoint, endpoint.python, "-c", LOADER, digest, runner_tree(), mode, endpoint.root, *bound)
+    return _ssh(endpoint, endpoint.python, "-S", "-c", LOADER, digest, runner_tree(), mode, endpoint.root, *bound)
 
 
 def upload(endpoint: Endpoint, timeout: float | None = None) -> None:
     """Store this runner package on the host (once per content hash)."""
     digest, data = runner_zip()
-    argv = _ssh(endpoint, endpoint.python, "-c", LOADER, digest, runner_tree(), "--upload", endpoint.root)
+    argv = _ssh(endpoint, endpoint.python, "-S", "-c", LOADER, digest, runner_tree(), "--upload", endpoint.root)
     check_exit(endpoint, *_timed(argv, limit_for(timeout, endpoint), data, endpoint.max_answer_bytes))
 
 

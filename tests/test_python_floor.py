@@ -116,7 +116,7 @@ def test_a_host_python_older_than_the_floor_is_named_with_the_hosts_file_way_out
     old = tmp_path / "python3.6"
     old.write_text(
         "#!/bin/bash\n"
-        "shift  # -c: the loader and its arguments follow\ncode=$1\nshift\n"
+        "shift 2  # -S -c: the loader and its arguments follow\ncode=$1\nshift\n"
         f'exec {sys.executable} -c \'import sys; sys.version_info = (3, 6, 8, "final", 0); '
         'exec(compile(sys.argv.pop(1), "<loader>", "exec"))\' "$code" "$@"\n'
     )

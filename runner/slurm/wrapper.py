@@ -150,7 +150,8 @@ def wrapper_text(
     if len(entries) > 1:
         lines.append(f"entries=({' '.join(str(i) for i in entries)})")
         entry = '"${entries[${SLURM_ARRAY_TASK_ID:?}]}"'
-    lines.append(f"exec {q(sys.executable)} -m runner.slurm.attempt {q(str(bundle))} {attempt} {entry}")
+    # -S: the attempt is standard library only; the node's site-packages cost most of its start-up (as the loader's)
+    lines.append(f"exec {q(sys.executable)} -S -m runner.slurm.attempt {q(str(bundle))} {attempt} {entry}")
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,7 @@ TITLE = "\x1b]0;owned\x07"
 
 
 def fake_host(sshd: Sshd, tmp_path: Path, script: str, **settings: object) -> Path:
-    """A hosts file whose box runs SCRIPT (sh) where the workstation runs python3 -c LOADER ..."""
+    """A hosts file whose box runs SCRIPT (sh) where the workstation runs python3 -S -c LOADER ..."""
     fake = tmp_path / "fake-python3"
     fake.write_text("#!/bin/sh\n" + script + "\n")
     fake.chmod(0o755)

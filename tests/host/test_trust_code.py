@@ -110,7 +110,7 @@ def _loader(root: Path, cache: Path, mode: str, stdin: bytes) -> subprocess.Pope
     env.pop("PYTHONPATH", None)  # the box has no runner of its own: only what the loader finds and checks
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-c", LOADER, digest, runner_tree(), mode, str(root)],
+        [sys.executable, "-S", "-c", LOADER, digest, runner_tree(), mode, str(root)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
