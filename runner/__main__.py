@@ -105,7 +105,7 @@ def _status(args: argparse.Namespace) -> int:
         return 2
     path = args.root / "status.json"
     try:
-        status = fresh_status(args.root, read_json(path))
+        status = fresh_status(args.root, read_json(path), every=args.all or args.json)
     except ValueError as exc:
         print(f"runner: {path}: not JSON: {exc}", file=sys.stderr)
         return 1

@@ -120,6 +120,7 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         )
 
     add("--tick", d.tick_s, "how often the queue is scanned; a job's exit wakes the runner at once")
+    add("--sweep-budget", d.sweep_budget_s, "each tick's time judging waiting jobs (a large queue: over ticks)")
     run.add_argument(
         "--lanes", type=_csv, default=d.lanes, help=f"lanes, in the order they pick jobs (default {','.join(d.lanes)})"
     )
@@ -326,11 +327,7 @@ def _add_others(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _add_thresholds(run: argparse.ArgumentParser, add: Callable[[str, float, str], None]) -> None:
     d = _DEFAULTS
     warn_env = os.environ.get("REQUIRES_WARN_S")
-    add(
-        "--condition-timeout",
-        d.condition_timeout_s,
-        "a REQUIRES/DONE_IF run by bash is killed after this and counts false",
-    )
+    add("--condition-timeout", d.condition_timeout_s, "a REQUIRES/DONE_IF run by bash is killed after this: false")
     add("--kill-grace", d.kill_grace_s, "between TERM and KILL when ending a job's processes")
     add("--backoff-base", d.backoff_base_s, "wait before the first retry")
     add("--backoff-max", d.backoff_max_s, "longest wait between retries")
@@ -360,7 +357,6 @@ def _add_thresholds(run: argparse.ArgumentParser, add: Callable[[str, float, str
         help="differently named jobs failing with the same line that raise correlated-failure "
         f"(default {d.correlate_min})",
     )
-
     add(
         "--settle",
         d.settle_s,
@@ -378,6 +374,7 @@ def config_from(args: argparse.Namespace) -> Config:
     return Config(
         root=args.root,
         tick_s=args.tick,
+        sweep_budget_s=args.sweep_budget,
         lanes=args.lanes,
         exclusive=args.exclusive,
         gpu_lane=args.gpu_lane,

@@ -45,6 +45,9 @@ GPU_IGNORE = (
 class Config:
     root: Path
     tick_s: float = 10.0
+    # The CPU-bound work of one sweep (judging queued jobs' conditions and stamps): a larger queue is judged over
+    # several ticks, each reason at most one pass old (status.json's `swept`).
+    sweep_budget_s: float = 0.1
     lanes: tuple[str, ...] = ("net", "gpu", "cpu")  # also the order lanes pick jobs in
     exclusive: tuple[str, ...] = ("net", "gpu")  # at most one of these lanes runs at a time
     gpu_lane: str = "gpu"

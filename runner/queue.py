@@ -17,6 +17,9 @@ from runner.vocab import EVENT_NAMES
 
 STATES = ("queue", "running", "done", "failed")
 HEARTBEAT_FILE = "heartbeat.json"  # the runner's heartbeat, every tick; status.json only when it changed
+# Every waiting job's entry, written by the sweep when one changed; status.json carries their summary (counts by
+# reason and blocker, the oldest few, each lane's first few), so what `plan status` reads does not grow with them.
+WAITING_FILE = "waiting.json"
 
 
 # What heartbeat.json carries of status.json, as of its tick (the runner writes status.json whole only on its
@@ -38,14 +41,19 @@ FRESH_KEYS = (
 )
 
 
-def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
-    """STATUS (status.json as read) with the newer heartbeat of the same runner life from heartbeat.json laid
-    over it: its heartbeat and tick, the lanes, running jobs and counts as of that tick, and the waiting jobs
-    judged since status.json listed them all (`queued_set` replaces their entries, `queued_gone` drops those
-    that left the queue or wait no more). Every reader of status.json reads it through this; status.json of a
-    runner older than heartbeat.json (none there, or another life's) is left as it is."""
+def fresh_status(root: str | os.PathLike[str], status: Any, every: bool = False) -> Any:
+    """STATUS (status.json as read) with its `queued` list, and the newer heartbeat of the same runner life from
+    heartbeat.json laid over it: its heartbeat and tick, the lanes, running jobs and counts as of that tick, and
+    the waiting jobs judged since the list was written (`queued_set` replaces their entries, `queued_gone` drops
+    those that left the queue or wait no more). `queued` is each lane's first waiting jobs (`queued_first`; the
+    rest are counted and grouped in `waiting_count` and `waiting_groups`), or with EVERY every waiting job (from
+    waiting.json). Every reader of status.json reads it through this; status.json of a runner older than
+    heartbeat.json (none there, or another life's) is left as it is, and one older than waiting.json lists
+    every waiting job itself."""
     if not isinstance(status, dict) or not isinstance(status.get("runner"), dict):
         return status
+    if "queued" not in status and "waiting_file" in status:
+        status = dict(status, queued=_listed(root, status) if every else status.get("queued_first"))
     try:
         beat = read_json(Path(root) / HEARTBEAT_FILE)
         runner = status["runner"]
@@ -62,8 +70,9 @@ def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
     if isinstance(shown, dict):
         laid = dict(fresh)
         laid.update((key, shown[key]) for key in FRESH_KEYS if key in shown)
-        if "swept" in beat:
-            laid["swept"] = beat["swept"]
+        for key in ("swept", "sweep"):  # how old the reasons are, and the pass in progress
+            if key in beat:
+                laid[key] = beat[key]
         from runner.readers import status_problem  # runner.readers reads files through runner.files, as this does
 
         # What the heartbeat brings is checked as status.json's readers check it (a heartbeat.json written by
@@ -71,6 +80,19 @@ def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
         brought = {key: laid[key] for key in FRESH_KEYS if key in shown}
         if not status_problem({**brought, "queued": beat.get("queued_set") or []}):
             laid["queued"] = _changed(status.get("queued"), beat.get("queued_set"), beat.get("queued_gone"))
+            was = beat.get("queued_was")
+            if isinstance(was, dict) and "waiting_groups" in status:  # its summary, moved on by the same entries
+                from runner.views.waiting import patch
+
+                summary = patch(
+                    status["waiting_groups"],
+                    status.get("waiting_count"),
+                    beat.get("queued_set") or [],
+                    beat.get("queued_gone") or [],
+                    was,
+                )
+                if summary is not None:
+                    laid["waiting_groups"], laid["waiting_count"] = summary
             return laid
     if "running" in status:  # a runner before the overlay: its running jobs' elapsed times move on by the lead
         fresh["running"] = [
@@ -80,6 +102,20 @@ def fresh_status(root: str | os.PathLike[str], status: Any) -> Any:
             for run in status.get("running") or []
         ]
     return fresh
+
+
+def _listed(root: str | os.PathLike[str], status: dict[str, Any]) -> Any:
+    """Every waiting job, from the waiting.json of STATUS's runner life; its `queued_first` where there is none
+    (or it is unreadable)."""
+    from runner.readers import status_problem
+
+    try:
+        listed = read_json(Path(root) / WAITING_FILE)
+        if listed.get("instance") == status["runner"].get("instance") and not status_problem(listed):
+            return listed["queued"]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return status.get("queued_first")
 
 
 def _changed(queued: Any, changed: Any, gone: Any) -> Any:
@@ -118,6 +154,7 @@ class Queue:
         self.state_path = self.root / "state.json"
         self.status_path = self.root / "status.json"
         self.heartbeat_path = self.root / HEARTBEAT_FILE
+        self.waiting_path = self.root / WAITING_FILE
         self.manifest_path = self.root / "manifest.json"
         self._events_fd: int | None = None
         self._pending: list[bytes] = []  # events not yet written (a full disk): written first next time

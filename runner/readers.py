@@ -183,8 +183,10 @@ def status_problem(status: Any) -> str | None:
             problem = _check(runner.get(name), types, f"runner.{name}")
             if problem:
                 return problem
-    problem = _items(status.get("running"), "running", _RUNNING, ("job", "lane")) or _items(
-        status.get("queued"), "queued", _QUEUED, ("job", "reason")
+    problem = (
+        _items(status.get("running"), "running", _RUNNING, ("job", "lane"))
+        or _items(status.get("queued"), "queued", _QUEUED, ("job", "reason"))
+        or _items(status.get("queued_first"), "queued_first", _QUEUED, ("job", "reason"))
     )
     if problem:
         return problem

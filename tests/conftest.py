@@ -123,7 +123,8 @@ class RunnerProcess:
         """status.json, waiting for the runner's first one (it is replaced atomically, never partial)."""
         path = self.root / "status.json"
         wait_for(path.exists, 10)
-        return fresh_status(self.root, json.loads(path.read_text()))  # its heartbeat from heartbeat.json
+        # its heartbeat from heartbeat.json, every waiting job from waiting.json
+        return fresh_status(self.root, json.loads(path.read_text()), every=True)
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.proc is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from runner import procs
 from runner.config import Config
+from runner.queue import fresh_status
 from runner.records import Running
 from runner.service import accounting, leaks
 from runner.service.gpu import GpuWatch, Holder, Observation
@@ -145,7 +146,8 @@ class Ticking:
         return [e for e in read_events(self.root) if kind is None or e["event"] == kind]
 
     def status(self) -> dict[str, Any]:
-        return json.loads((self.root / "status.json").read_text())
+        """status.json with every waiting job (`queued`, from waiting.json), as `plan status --all` reads it."""
+        return fresh_status(self.root, json.loads((self.root / "status.json").read_text()), every=True)
 
     def reason(self, job: str) -> dict[str, Any] | None:
         return next((q for q in self.status()["queued"] if q["job"] == job), None)

@@ -286,6 +286,6 @@ def _follow(path: Path, offset: int, summary: RunSummary, echo: Callable[[str], 
 
 def _read_status(root: Path) -> dict[str, Any] | None:
     try:
-        return fresh_status(root, json.loads((root / "status.json").read_text()))
+        return fresh_status(root, json.loads((root / "status.json").read_text()), every=True)  # each waiting job
     except (OSError, ValueError):
         return None

@@ -24,14 +24,17 @@ def counts(root: str) -> dict[str, int]:
 
 def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     st, corrupt = _read_status(os.path.join(root, "status.json"))
-    st = fresh_status(root, st) if st is not None else None
+    grouped = bool(request.get("grouped"))  # `plan status` without --all: the waiting jobs grouped, not each sent
+    st = fresh_status(root, st, every=not grouped) if st is not None else None
     logs = {}
     for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
         text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)
         logs[run.get("job")] = {"tail": text, "size": log_size}
     now = time.time()
-    if request.get("grouped") and isinstance(st, dict):  # `plan status` without --all: grouped here, not each sent
-        st = _grouped(st, now)
+    if grouped and isinstance(st, dict):
+        if "waiting_groups" not in st:  # an older runner's: grouped here
+            st = _grouped(st, now)
+        st = {k: v for k, v in st.items() if k != "queued_first"}  # `queued` is them
     if request.get("estimates") and isinstance(st, dict):  # asked for by `plan status` and `plan top`, not watch
         from runner.estimates import from_root
 
@@ -55,30 +58,16 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _grouped(status: dict[str, Any], now: float) -> dict[str, Any]:
-    """STATUS with its waiting jobs as `plan status` shows them without --all: `waiting_groups` (by reason and
-    blocker, with counts and the oldest few: runner.views.waiting), `waiting_count`, and in `queued` only the
-    first few of each lane (what the estimated starts read). 10 000 entries are then neither sent nor read."""
-    from runner.estimates import PER_LANE
-    from runner.views.waiting import group_waiting
+    """STATUS of a runner that lists every waiting job in status.json, with them as a runner now writes them there
+    (runner.views.waiting.Summary): 10 000 entries are then neither sent nor read."""
+    from runner.views.waiting import Summary
 
-    queued = [q for q in status.get("queued") or [] if isinstance(q, dict)]
-    heads: list[dict[str, Any]] = []
-    shown: dict[str, int] = {}
-    for item in queued:
-        lane = str(item.get("lane"))
-        if shown.get(lane, 0) < PER_LANE:
-            shown[lane] = shown.get(lane, 0) + 1
-            heads.append(item)
-    groups = [
-        {
-            "reason": g.reason,
-            "blocker": g.blocker,
-            "count": g.count,
-            "oldest": [{"job": w.job, "lane": w.lane, "since": w.since, "detail": w.detail} for w in g.oldest],
-        }
-        for g in group_waiting(queued, now)
-    ]
-    return {**status, "queued": heads, "waiting_groups": groups, "waiting_count": len(queued)}
+    summary = Summary(now)
+    for item in status.get("queued") or []:
+        if isinstance(item, dict):
+            summary.add(item)
+    found = summary.result()
+    return {**status, **found, "queued": found["queued_first"]}
 
 
 def _read_status(path: str) -> tuple[Any, str | None]:

@@ -190,12 +190,28 @@ def _take_slot(slots: list[tuple[float | None, str]], start: float, end: float |
     slots[index] = (end, job)
 
 
+def _read(status: dict[str, Any], per_lane: int = PER_LANE) -> list[str]:
+    """The jobs whose manifest entries `estimate` reads: those running, and each lane's first PER_LANE queued."""
+    jobs = [run.get("job") for run in status.get("running") or [] if isinstance(run, dict)]
+    shown: dict[str, int] = {}
+    for item in status.get("queued") or []:
+        lane = str(item.get("lane")) if isinstance(item, dict) else ""
+        if shown.get(lane, 0) < per_lane:
+            shown[lane] = shown.get(lane, 0) + 1
+            jobs.append(item.get("job"))
+    return [job for job in jobs if isinstance(job, str)]
+
+
 def from_root(root: str, status: dict[str, Any], now: float) -> dict[str, Any]:
-    """The estimates for the queue at ROOT, whose status.json is STATUS (what the agent answers with)."""
+    """The estimates for the queue at ROOT, whose status.json is STATUS (what the agent answers with). The manifest
+    entries they read are in status.json (`estimate_jobs`: a runner writes those of its running jobs and each
+    lane's first waiting ones); manifest.json is read whole for an older runner's, or where the whole list is."""
     from pathlib import Path
 
     from runner.files import read_json_or_none
 
-    manifest = read_json_or_none(str(Path(root) / "manifest.json"))
-    jobs = manifest.get("jobs") if isinstance(manifest, dict) else None
+    jobs = status.get("estimate_jobs")
+    if not isinstance(jobs, dict) or any(job not in jobs for job in _read(status)):
+        manifest = read_json_or_none(str(Path(root) / "manifest.json"))
+        jobs = manifest.get("jobs") if isinstance(manifest, dict) else None
     return estimate(status, History.load(Path(root)), jobs if isinstance(jobs, dict) else {}, now)

@@ -1,12 +1,15 @@
 """Scheduling as a tick does it: facts gathered, the pure scheduler's decision, its actions carried out in order.
 
-A sweep gathers every queued job's facts. Any other tick (a job's end, a new file, a control request) gathers
-only each lane's next candidates, in the order they start, as far as the decision needs them (the seed's rule:
-the first job whose DONE_IF is false and REQUIRES true): the jobs further down keep the reasons the last sweep
-gave them."""
+A sweep (the timer's tick) judges queued jobs in name order for at most --sweep-budget of CPU-bound work, and
+the next sweep goes on where it stopped: a pass over every queued job may take several ticks, and each reason is
+at most one pass old (`swept`: when the last whole pass began). A queue judged within the budget is judged whole
+in one tick, as one snapshot. Every tick, the sweep's included, gathers each lane's next candidates in the order
+they start, as far as the decision needs them (the seed's rule: the first job whose DONE_IF is false and REQUIRES
+true): a job's end starts its lane's next job at once, whatever the pass is doing."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 
 from runner import jobfile, procs
@@ -14,7 +17,7 @@ from runner.queue import Queue
 from runner.records import Parsed
 from runner.runstate import RunnerState
 from runner.service.announce import Announcer
-from runner.service.facts import Facts
+from runner.service.facts import Facts, Looking
 from runner.service.jobs import Jobs
 from runner.service.reasons import Reasons
 from runner.service.schedule import (
@@ -30,6 +33,9 @@ from runner.service.schedule import (
     Wait,
     decide,
 )
+
+# A sweep judges at least this many queued jobs whatever its budget: a pass always moves on.
+SWEEP_MIN = 100
 
 
 class Dispatcher:
@@ -53,6 +59,54 @@ class Dispatcher:
         self._last: tuple[object, ...] | None = None  # what the last decision was made from, when it can recur
         self._order_key: tuple[object, ...] | None = None
         self._order: list[tuple[str, Parsed]] = []
+        # The sweep's pass: where it goes on (the last name judged; None: the next sweep begins a pass), when the
+        # pass in progress began, how many it judged so far, and when the last whole pass began (every reason is
+        # at most that old).
+        self.sweep_after: str | None = None
+        self.pass_began = 0.0
+        self.pass_judged = 0
+        self.swept: float | None = None
+        self.passes = 0  # whole passes: the waits' repeats and the incidents are judged once a pass
+
+    def _sweep(
+        self, now: float, queued: list[tuple[str, Parsed]], parked: str, parked_lanes: dict[str, str]
+    ) -> tuple[Snapshot, list[Action] | None]:
+        """The sweep's share of this tick: queued jobs in name order from where the last one stopped, until the
+        budget is spent (at least SWEEP_MIN of them), and every job not judged yet (new files: what changed);
+        with each lane's next candidates, as any tick."""
+        start = 0 if self.sweep_after is None else _after(queued, self.sweep_after)
+        if start == 0:
+            self.pass_began, self.pass_judged = now, 0
+        deadline = time.monotonic() + self.facts.config.sweep_budget_s
+        looking = self.facts.begin(self.state, now)
+        known: dict[str, JobFacts] = {}
+        end = start
+        try:
+            for filename, parsed in queued[start:]:
+                known[filename] = looking.facts_of(filename, parsed)
+                end += 1
+                if end - start >= SWEEP_MIN and time.monotonic() >= deadline:
+                    break
+            self.pass_judged += end - start
+            for filename, parsed in queued:
+                if filename not in known and filename not in self.reasons:
+                    known[filename] = looking.facts_of(filename, parsed)
+            if len(known) == len(queued):  # every queued job judged in this tick: one snapshot of them all
+                self.sweep_after, self.swept, self.passes = None, now, self.passes + 1
+                facts = [known[filename] for filename, _ in queued]
+                return self.facts.build(facts, self.jobs.running, parked, now, parked_lanes), None
+            if end >= len(queued):
+                self.sweep_after, self.swept, self.passes = None, self.pass_began, self.passes + 1
+            else:
+                self.sweep_after = queued[end - 1][0]
+            self._candidates(now, queued, parked, parked_lanes, looking, known)
+        finally:
+            looking.end()
+        # The candidates' decision, with this part of the pass after them: a job further down a lane waits for
+        # what holds its lane or behind what starts there (the candidates looked until every lane was full).
+        facts = [known[name] for name in sorted(known)]
+        snapshot = self.facts.build(facts, self.jobs.running, parked, now, parked_lanes)
+        return snapshot, [a for a in decide(self.state, snapshot, now) if not isinstance(a, More)]
 
     def schedule(
         self,
@@ -66,7 +120,7 @@ class Dispatcher:
         """SWEEP: every queued job judged; else each lane's next candidates only. TAKEN: QUEUED by name."""
         actions: list[Action] | None = None
         if sweep:
-            snapshot = self.facts.snapshot(self.state, queued, self.jobs.running, parked, now, parked_lanes)
+            snapshot, actions = self._sweep(now, queued, parked, parked_lanes or {})
         else:
             snapshot, actions = self._candidates(now, queued, parked, parked_lanes or {})
         # The same facts decide the same actions: a tick where nothing changed does nothing more. Not after a
@@ -87,19 +141,29 @@ class Dispatcher:
         self._last = seen if recurs else None
 
     def _candidates(
-        self, now: float, queued: list[tuple[str, Parsed]], parked: str, parked_lanes: dict[str, str]
+        self,
+        now: float,
+        queued: list[tuple[str, Parsed]],
+        parked: str,
+        parked_lanes: dict[str, str],
+        looking: Looking | None = None,
+        known: dict[str, JobFacts] | None = None,
     ) -> tuple[Snapshot, list[Action]]:
         """Each lane's first jobs in the order they start, as many as its free slots and one more; where the
         decision says a lane could start another after them (those were done, wait, or in backoff), more of that
-        lane's, twice as many each time. Each job's facts are found out once a tick."""
+        lane's, twice as many each time. Each job's facts are found out once a tick (KNOWN: those found so far,
+        with LOOKING, this tick's look, which the caller ends)."""
         config, running = self.facts.config, self.jobs.running
         budget = {}
         for lane in config.lanes:
             busy = sum(1 for run in running.values() if run.lane == lane)
             budget[lane] = max(config.slots_of(lane) - busy, 0) + 1
         ordered = self._ordered(queued)
-        known: dict[str, JobFacts] = {}
-        looking = self.facts.begin(self.state, now)
+        if known is None:
+            known = {}
+        ours = looking is None
+        if looking is None:
+            looking = self.facts.begin(self.state, now)
         try:
             while True:
                 facts: list[JobFacts] = []
@@ -132,7 +196,12 @@ class Dispatcher:
                 for lane in more:
                     budget[lane] *= 2
         finally:
-            looking.end()
+            if ours:
+                looking.end()
+
+    def sweep_view(self) -> dict[str, object]:
+        """The pass in progress, for status.json: when it began, how many it judged so far."""
+        return {"began": self.pass_began, "judged": self.pass_judged}
 
     def _ordered(self, queued: list[tuple[str, Parsed]]) -> list[tuple[str, Parsed]]:
         """QUEUED in the order jobs start: the higher priority first (a `plan move`, a PRIORITY header), equal
@@ -194,3 +263,15 @@ class Dispatcher:
                 self.reasons.set(now, filename, "order", f"{started[-1]} is ahead of it", started[-1])
             elif self.jobs.start(now, filename, job, action.gpus.get(filename, ())):
                 started.append(filename)
+
+
+def _after(queued: list[tuple[str, Parsed]], name: str) -> int:
+    """The index of the first of QUEUED (in name order) whose name sorts after NAME."""
+    low, high = 0, len(queued)
+    while low < high:
+        mid = (low + high) // 2
+        if queued[mid][0] <= name:
+            low = mid + 1
+        else:
+            high = mid
+    return low

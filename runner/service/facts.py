@@ -128,21 +128,6 @@ class Facts:
         self.verdicts.begin(self.manifest.key(), time.time())
         return Looking(self, state, now)
 
-    def snapshot(
-        self,
-        state: RunnerState,
-        queued: list[tuple[str, Parsed]],
-        running: dict[str, Running],
-        parked: str,
-        now: float,
-        parked_lanes: dict[str, str] | None = None,
-    ) -> Snapshot:
-        """The scheduler's input: every queued job's facts (the sweep)."""
-        looking = self.begin(state, now)
-        facts = [looking.facts_of(filename, parsed) for filename, parsed in queued]
-        looking.end()
-        return self.build(facts, running, parked, now, parked_lanes or {})
-
     def build(
         self,
         facts: list[JobFacts],

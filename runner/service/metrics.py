@@ -64,8 +64,8 @@ class TickView:
     reasons: tuple[str, ...] = ()  # every reason name, so each has a series (0 when none waits on it)
     looked_at: int = 0  # queued jobs whose facts (DONE_IF, stamp, REQUIRES) ticks found out
     stats: int = 0  # stat() calls made for conditions' paths
-    sweeps: int = 0  # ticks that judged every queued job
-    swept_age_s: float | None = None  # how long ago the last of them ran
+    sweeps: int = 0  # the timer's ticks, each judging queued jobs for --sweep-budget
+    swept_age_s: float | None = None  # how long ago the last whole pass over every queued job began
 
 
 @dataclass
@@ -171,7 +171,7 @@ def _families(view: TickView) -> list[_Family]:
     looked.add(view.looked_at)
     stats = _Family("plan_runner_condition_stats_total", "counter", "stat() calls made for conditions' paths.")
     stats.add(view.stats)
-    sweeps = _Family("plan_runner_sweeps_total", "counter", "Ticks that judged every queued job's reason.")
+    sweeps = _Family("plan_runner_sweeps_total", "counter", "Sweeps (each judges queued jobs for --sweep-budget).")
     sweeps.add(view.sweeps)
     swept = _Family("plan_runner_sweep_age_seconds", "gauge", "How long ago every queued job's reason was last judged.")
     if view.swept_age_s is not None:

@@ -22,7 +22,22 @@ class Reasons:
         self.table: dict[str, Reason] = {}
         self.generation = 0  # changes whenever any reason (or its detail, blocker, since) does: status.json's cue
         self.by_reason: dict[str, int] = {}  # how many jobs wait for each reason, kept as reasons change
-        self.changed: set[str] = set()  # jobs whose reason changed (or went) since status.json listed them all
+        self.changed: set[str] = set()  # jobs whose reason changed (or went) since waiting.json listed them all
+        # Of those, what the list said: (reason, blocker), None where it did not list the job (the readers of
+        # status.json's summary move each from its group to its new one: runner.views.waiting.patch)
+        self.was: dict[str, tuple[str, str] | None] = {}
+
+    def listed(self) -> None:
+        """waiting.json lists every reason as it is now."""
+        self.changed.clear()
+        self.was.clear()
+
+    def _change(self, filename: str) -> None:
+        if filename not in self.changed:
+            current = self.table.get(filename)
+            self.was[filename] = (current.reason, current.blocker) if current is not None else None
+            self.changed.add(filename)
+        self.generation += 1
 
     def get(self, filename: str) -> Reason | None:
         return self.table.get(filename)
@@ -37,11 +52,9 @@ class Reasons:
         return self.table[filename]
 
     def drop(self, filename: str) -> None:
-        reason = self.table.pop(filename, None)
-        if reason is not None:
-            self._count(reason.reason, -1)
-            self.changed.add(filename)
-            self.generation += 1
+        if filename in self.table:
+            self._change(filename)
+            self._count(self.table.pop(filename).reason, -1)
 
     def keep_only(self, live: set[str]) -> None:
         for filename in [f for f in self.table if f not in live]:
@@ -57,9 +70,8 @@ class Reasons:
     def _since(self, filename: str, since: float) -> None:
         reason = self.table[filename]
         if reason.since != since:
+            self._change(filename)
             reason.since = since
-            self.changed.add(filename)
-            self.generation += 1
 
     def set(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
         if len(detail) < 256:  # the same words for many jobs ("X is running in cpu"): one string kept for all
@@ -67,20 +79,18 @@ class Reasons:
         current = self.table.get(filename)
         if current and current.reason == reason and current.blocker == blocker:
             if current.detail != detail or current.extra != extra:
+                self._change(filename)
                 current.detail = detail
                 current.extra = extra or _NO_EXTRA
-                self.changed.add(filename)
-                self.generation += 1
             return
         since = now
         if reason == "requires":
             since = self.state.waiting_since.get(filename, now)
+        self._change(filename)
         if current is not None:
             self._count(current.reason, -1)
         self._count(reason, 1)
         self.table[filename] = Reason(reason, since, detail, blocker, extra or _NO_EXTRA)
-        self.changed.add(filename)
-        self.generation += 1
 
     def requires_false(self, now: float, filename: str, requires: str, blocked: tuple[str, str, str] | None) -> None:
         """REQUIRES is false: `blocked` where the manifest shows it never can hold, else `requires`, timed from

@@ -88,8 +88,8 @@ class Runner:
         self.counts: Counts | None = None  # for --metrics: what it counts of the queue, kept while that is unchanged
         self.started_at = 0.0
         self.ticks = 0
-        self.sweeps = 0  # ticks that judged every queued job (the timer's)
-        self.swept_at: float | None = None  # when the last of them ran: every reason is at most this old
+        self.sweeps = 0  # the timer's ticks, each judging queued jobs for --sweep-budget (runner.service.dispatch)
+        self.swept_at: float | None = None  # when the last whole pass over them began: every reason is at most this old
         self._alerted: tuple[object, ...] | None = None  # what the incidents were last judged with, beyond reasons
         self.watch: DirWatch | None = None  # set by watch_dirs(): scans read only what changed
         self._lock_fds: list[int] = []
@@ -246,7 +246,7 @@ class Runner:
         self._save_state(now)
         self.alerts.stop()  # what is due goes out first, within a deadline
         try:
-            self.statusfile.write(self.snapshot(self.swept_at), now, [], force=True)
+            self.statusfile.write(self.snapshot(), now, [], force=True)
         except OSError:
             pass
         self.queue.close()
@@ -256,10 +256,11 @@ class Runner:
 
     # -- the tick ------------------------------------------------------------------------------
     def tick(self, now: float, sweep: bool = True) -> None:
-        """One tick at NOW. SWEEP (the timer's tick, every --tick; a test's): every queued job's reason and stamp
-        judged again, the waits re-announced, the incidents judged, status.json written whole. Otherwise (a
-        job's end, a new file, a control request woke it): only each lane's next candidates are judged, and
-        the rest keep the reasons of the last sweep (status.json's `swept` says when that was)."""
+        """One tick at NOW. SWEEP (the timer's tick, every --tick; a test's): queued jobs' reasons and stamps judged
+        again for --sweep-budget, going on where the last sweep stopped, and status.json and waiting.json written
+        where they changed; once a pass has judged every queued job, the waits are re-announced and the incidents
+        judged. Otherwise (a job's end, a new file, a control request woke it): only each lane's next candidates are
+        judged. Either way a reason is at most one pass old (status.json's `swept` says when that pass began)."""
         # Its moves and events are fsynced once, at its end: after the jobs it starts (a job's end and its
         # lane's next start are in the same tick, and 3 fsyncs between them were a third of that wait).
         with self.queue.synced_after():
@@ -292,29 +293,39 @@ class Runner:
             # a live push's: looked for again shortly; a stuck one: each sweep, its lanes and incident say why
             self.scanner.settle_due = None if self.pending.stuck else min(self.scanner.settle_due or 1e18, now + 0.1)
             self.pending.hold_lanes(now, self.announcer, self.jobs, self.config.lanes)
-            self._after(now, sweep, self._queued)
+            self._after(now, sweep, self._queued, passed=sweep)  # the incidents on the sweep's clock meanwhile
             return
-        if sweep:  # a tick that judges every queued job (not one a pending install held)
+        if sweep:  # a tick that judges queued jobs for the sweep (not one a pending install held)
             self.sweeps += 1
-            self.swept_at = now
         self._queued = queued = self.scanner.scan(now, changed)
+        passes = self.dispatcher.passes
         self.dispatcher.schedule(
             now, queued, self.controls.park, self.controls.park_lanes, sweep=sweep, taken=self.scanner.taken
         )
+        passed = self.dispatcher.passes != passes  # this tick ended a pass over every queued job
+        self.swept_at = self.dispatcher.swept
         if self.jobs.in_lane(self.config.gpu_lane):  # its jobs' GPU engine time: gpu-stalled, status per GPU
             self.facts.observe_gpus(now, self.jobs.running, max_age=1.0)
             self.announcer.gpu_stalls(now, self.jobs.running)
-        if sweep:  # every waiting job's repeats: on the sweep's clock
+        if passed:  # every waiting job's repeats: once a pass
             self.announcer.waits(now)
         self.announcer.lanes(now, self.jobs.running, queued, every=sweep)
         self.announcer.idle(now, self.jobs.running, queued)
-        self._after(now, sweep, queued, began)
+        self._after(now, sweep, queued, began, passed)
 
-    def _after(self, now: float, sweep: bool, queued: list[tuple[str, Parsed]], began: float | None = None) -> None:
+    def _after(
+        self,
+        now: float,
+        sweep: bool,
+        queued: list[tuple[str, Parsed]],
+        began: float | None = None,
+        passed: bool = False,
+    ) -> None:
         """A tick's end: the incidents, state.json, status.json, history, heartbeat event, metrics. BEGAN: when the
-        tick began; None where a pending install held it (nothing judged: status.json is not a sweep's, no metrics)."""
-        # The causes read every waiting job's reason: judged on the sweep's clock, and at once where what a
-        # cause is made of changed without a job's reason (a park, a failure, a hold, a full disk).
+        tick began; None where a pending install held it (nothing judged: status.json is not a sweep's, no metrics).
+        PASSED: the incidents are judged (a pass over every queued job ended, or the install's hold went on)."""
+        # The causes read every waiting job's reason: judged once a pass, and at once where what a cause is made
+        # of changed without a job's reason (a park, a failure, a hold, a full disk).
         alerting = (
             self.controls.park,
             tuple(sorted(self.controls.park_lanes.items())),
@@ -323,11 +334,11 @@ class Runner:
             tuple(sorted(self.state.held)),
             self.queue.moves.get("failed", 0),
         )
-        if sweep or alerting != self._alerted:
+        if passed or alerting != self._alerted:
             self._alerted = alerting
             self.problems.keep(now, "incidents.json", lambda: self.alerts.tick(now, queued))
         self._save_state(now)
-        judged = now if sweep and began is not None else None  # an install held the tick: no reason was judged
+        judged = sweep and began is not None  # an install held the tick: no reason was judged
         self.problems.keep(now, "status.json", lambda: self.statusfile.write(self.snapshot(judged), now, queued))
         self.outcomes.save_history(now)
         if now - self.queue.last_written >= self.config.heartbeat_event_s:
@@ -386,9 +397,9 @@ class Runner:
             swept_age_s=now - self.swept_at if self.swept_at is not None else None,
         )
 
-    def snapshot(self, sweeping: float | None = None) -> Snapshot:
-        """What status.json shows of this runner now (the status file reads this value, not the runner); SWEEPING:
-        the time of this tick, where it judged every queued job."""
+    def snapshot(self, sweep: bool = True) -> Snapshot:
+        """What status.json shows of this runner now (the status file reads this value, not the runner); SWEEP: this
+        tick is the timer's (it judged queued jobs for the sweep: status.json and waiting.json are written again)."""
         return Snapshot(
             pid=self.pid,
             instance=self.instance,
@@ -410,9 +421,11 @@ class Runner:
             leaks=tuple((pid, job) for pid, job in sorted(self.jobs.kept_leaks.items()) if self.processes.alive(pid)),
             reasons=self.reasons,
             scan_generation=self.scanner.generation,
-            sweep=sweeping is not None,
-            swept=sweeping if sweeping is not None else self.swept_at,
+            sweep=sweep,
+            swept=self.swept_at,
+            sweeping=self.dispatcher.sweep_view(),
             taken=self.scanner.taken,
+            manifest_jobs=(self.manifest.get() or {}).get("jobs"),
         )
 
     def _save_state(self, now: float) -> None:

@@ -25,11 +25,12 @@ from runner import FORMAT_VERSION, __version__, commit, formats, how_started, lo
 from runner.config import Config
 from runner.files import atomic_write, open_file
 from runner.procs import GpuUser
-from runner.queue import STATES, Queue, timestamp
+from runner.queue import STATES, WAITING_FILE, Queue, timestamp
 from runner.records import Parsed, Reason, Running
 from runner.service.announce import LaneView, progress
 from runner.service.gpu import Observation, gpu_status
 from runner.service.reasons import Reasons
+from runner.views.waiting import Summary as WaitingSummary
 
 # status.json is rewritten at least this often even when nothing in it changed: a reader older than
 # heartbeat.json (which judges the runner by status.json's heartbeat alone, dead after 300 s) stays content.
@@ -66,15 +67,19 @@ class Snapshot:
     scan_generation: int
     incidents: int = 0  # open in the incident book (runner.alerts)
     delivery: Mapping[str, Any] | None = None  # how --notify and --ping went (runner.alerts.engine.Alerts.delivery)
-    sweep: bool = True  # this tick judged every queued job: status.json lists them all again
-    swept: float | None = None  # when a tick last judged every queued job (every reason is at most this old)
+    sweep: bool = True  # the timer's tick (it judged queued jobs for the sweep): status.json and waiting.json again
+    swept: float | None = None  # when the last pass over every queued job began (every reason is at most this old)
+    sweeping: Mapping[str, Any] | None = None  # the pass in progress: when it began, how many it judged so far
     taken: Mapping[str, Parsed] | None = None  # the queued jobs by name (their lanes)
+    manifest_jobs: Mapping[str, Any] | None = None  # manifest.json's jobs (the estimates read a few of them)
 
 
 class StatusFile:
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
         self._written_queued: tuple[Any, ...] | None = None  # what the list written last was made from
+        self._waiting_key: tuple[int, int, int] | None = None
+        self._summary: dict[str, Any] = {}  # the last list's, in status.json (runner.views.waiting.summary)
         self._content: str | None = None  # status.json as last written, less its clock
         self._written_key: tuple[int, int, int] | None = None
         self._written_at = 0.0
@@ -86,9 +91,13 @@ class StatusFile:
         running = self._running(runner)
         status = self._status(runner, running)
         full = runner.sweep or force or now - self._written_at >= REFRESH_S
-        self._beat(runner, now, status, running, delta=not full)
-        if full:
-            self._full(runner, now, queued, status, running, force)
+        try:
+            if full:  # first: a reader never finds a heartbeat without the entries judged since an older list
+                copied = [dict(entry) for entry in running]
+                whole = dict(status, runner=dict(status["runner"]), running=copied)
+                self._full(runner, now, queued, whole, copied, force)
+        finally:
+            self._beat(runner, now, status, running, delta=not full)
 
     def _beat(
         self, runner: Snapshot, now: float, status: dict[str, Any], running: list[dict[str, Any]], delta: bool
@@ -107,6 +116,7 @@ class StatusFile:
             "heartbeat_ts": timestamp(now),
             "tick": runner.ticks,
             "swept": runner.swept,
+            "sweep": runner.sweeping,
             "status": shown,
         }
         if delta:
@@ -120,6 +130,8 @@ class StatusFile:
                     parsed = lanes.get(filename)
                     changed.append(_entry(filename, getattr(parsed.job, "lane", None) if parsed else None, reason))
             beat["queued_gone"], beat["queued_set"] = gone, changed
+            # what waiting.json said of them: status.json's summary is moved on by them (runner.views.waiting.patch)
+            beat["queued_was"] = {f: list(w) for f, w in runner.reasons.was.items() if w is not None}
         path = self.queue.heartbeat_path
         tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
         fd = open_file(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never through a symlink
@@ -138,27 +150,38 @@ class StatusFile:
         running: list[dict[str, Any]],
         force: bool,
     ) -> None:
-        """status.json with every waiting job, where something in it changed (or FORCE, or REFRESH_S passed)."""
+        """waiting.json with every waiting job where a reason or the queue changed (or FORCE), and status.json with
+        their summary where something in it changed (or FORCE, or REFRESH_S passed)."""
         queued_key = (runner.scan_generation, runner.reasons.generation, len(queued))
+        path = self.queue.waiting_path
+        if force or queued_key != self._written_queued or _key(path) != self._waiting_key:
+            self._list(runner, now, queued, queued_key)
+        status.update(self._summary)
+        status["estimate_jobs"] = _estimate_jobs(runner, status)
         content = _encode(status)
-        same = content == self._content and queued_key == self._written_queued
-        same = same and _key(self.queue.status_path) == self._written_key  # nobody replaced or removed it
+        same = content == self._content and _key(self.queue.status_path) == self._written_key  # nobody replaced it
         if not force and same and now - self._written_at < REFRESH_S:
-            runner.reasons.changed.clear()  # what it lists is what they are
             return
         status["runner"].update(heartbeat=now, heartbeat_ts=timestamp(now), tick=runner.ticks)
-        status["swept"] = runner.swept
+        status["swept"], status["sweep"] = runner.swept, runner.sweeping  # as the heartbeat says them, every tick
         for entry, run in zip(running, runner.running):
             entry["elapsed_s"] = round(now - run.started, 1)
-        text = _encode(status)
-        # The entries encoded as they are written, a few hundred at a time: neither the list nor its encoding is
-        # kept, or whole at once (10 000 entries were 3 MB kept between writes, the runner's largest table).
-        parts = itertools.chain((text[:-1].encode(), b',"queued":['), _entries(runner, queued), (b"]}\n",))
-        atomic_write(self.queue.status_path, parts)
-        self._content, self._written_queued, self._written_at = content, queued_key, now
+        atomic_write(self.queue.status_path, (_encode(status) + "\n").encode())
+        self._content, self._written_at = content, now
         self._written_key = _key(self.queue.status_path)
         self.writes += 1
-        runner.reasons.changed.clear()
+
+    def _list(self, runner: Snapshot, now: float, queued: list[tuple[str, Parsed]], key: tuple[Any, ...]) -> None:
+        """waiting.json: every waiting job's entry, encoded as it is written, a few hundred at a time (neither the
+        list nor its encoding is kept, or whole at once: 10 000 entries were 3 MB); their summary for status.json
+        is made as they go (runner.views.waiting.summary), in memory that does not grow with the queue."""
+        summary = WaitingSummary(now)
+        head = _encode({"instance": runner.instance, "listed": now, "swept": runner.swept})
+        parts = itertools.chain((head[:-1].encode(), b',"queued":['), _entries(runner, queued, summary), (b"]}\n",))
+        atomic_write(self.queue.waiting_path, parts)
+        self._summary = {**summary.result(), "waiting_file": WAITING_FILE}
+        self._written_queued, self._waiting_key = key, _key(self.queue.waiting_path)
+        runner.reasons.listed()
 
     def _status(self, runner: Snapshot, running: list[dict[str, Any]]) -> dict[str, Any]:
         """Everything but the queued jobs and the clock (heartbeat, tick, elapsed times)."""
@@ -268,19 +291,34 @@ def _entry(filename: str, lane: str | None, reason: Reason) -> dict[str, Any]:
     }
 
 
-def _entries(runner: Snapshot, queued: list[tuple[str, Parsed]], chunk: int = 500) -> Iterator[bytes]:
-    """Each waiting job's entry, encoded, comma-separated, CHUNK at a time."""
+def _entries(
+    runner: Snapshot, queued: list[tuple[str, Parsed]], summary: WaitingSummary, chunk: int = 500
+) -> Iterator[bytes]:
+    """Each waiting job's entry, encoded, comma-separated, CHUNK at a time; each added to SUMMARY as it goes."""
     batch: list[str] = []
     first = True
     for filename, lane in _waiting(runner.reasons, queued):
         reason = runner.reasons.get(filename)
         assert reason is not None
-        batch.append(_encode(_entry(filename, lane, reason)))
+        entry = _entry(filename, lane, reason)
+        summary.add(entry)
+        batch.append(_encode(entry))
         if len(batch) >= chunk:
             yield (("" if first else ",") + ",".join(batch)).encode()
             batch, first = [], False
     if batch:
         yield (("" if first else ",") + ",".join(batch)).encode()
+
+
+def _estimate_jobs(runner: Snapshot, status: dict[str, Any]) -> dict[str, Any]:
+    """manifest.json's `family` and `after` of the jobs the estimates read (those running, each lane's first
+    waiting): `plan status` then never reads the whole manifest (6 MB at 10 000 jobs) for a few of its entries."""
+    jobs = runner.manifest_jobs or {}
+    found: dict[str, Any] = {}
+    for item in [*status.get("running", ()), *status.get("queued_first", ())]:
+        spec = jobs.get(item["job"])  # None: a job no plan pushed (written by hand)
+        found[item["job"]] = {key: spec[key] for key in ("family", "after") if key in spec} if spec else None
+    return found
 
 
 def _key(path: Path) -> tuple[int, int, int] | None:

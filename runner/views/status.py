@@ -104,6 +104,7 @@ def _header(status: dict[str, Any], now: float) -> list[str]:
         ]
         if runner.get("started_by"):
             lines.append(f"started: {runner['started_by']}")
+        lines.extend(_reasons_age(status, now))
     if status.get("parked"):
         lines.append(f"PARKED: {status['parked']}")
     lanes = status.get("parked_lanes")
@@ -122,6 +123,20 @@ def _header(status: dict[str, Any], now: float) -> list[str]:
             f"GPU users ({'they hold the gpu lane' if unknown.get('policy') == 'block' else 'reported only'})"
         )
     return lines
+
+
+def _reasons_age(status: dict[str, Any], now: float) -> list[str]:
+    """How old the waiting jobs' reasons are, where a sweep pass over them spans several ticks (a large queue:
+    runner --sweep-budget) and the last whole pass began more than a tick and a half ago."""
+    swept, tick = status.get("swept"), (status.get("runner") or {}).get("tick_s")
+    if not isinstance(swept, (int, float)) or not isinstance(tick, (int, float)) or now - swept <= 1.5 * tick:
+        return []
+    line = f"reasons as of {format_duration(now - swept)} ago (a sweep over every waiting job spans several ticks"
+    sweep = status.get("sweep")
+    began, judged = (sweep.get("began"), sweep.get("judged")) if isinstance(sweep, dict) else (None, None)
+    if isinstance(began, (int, float)) and isinstance(judged, int) and began > swept:
+        line += f"; this one has judged {judged} since {format_duration(max(0.0, now - began))} ago"
+    return [line + ")"]
 
 
 def _estimate(word: str, at: Any, basis: Any, now: float) -> str:

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.estimates import PER_LANE
+
 # Worst first: what can never run, then what waits on something outside the plan.
 REASON_ORDER = (
     "blocked",
@@ -58,23 +60,146 @@ def waiter(item: Mapping[str, Any], now: float) -> Waiter:
 def group_waiting(queued: Iterable[Mapping[str, Any]], now: float, oldest: int = 3) -> list[WaitGroup]:
     """QUEUED (status.json's entries) grouped by reason, then by blocker where a reason has few of them; worst
     reason first, then the largest group; each group's OLDEST longest-waiting jobs."""
-    by_reason: dict[str, dict[str, list[Waiter]]] = {}
+    groups = Grouping(now, oldest)
     for item in queued:
+        groups.add(item)
+    return groups.groups()
+
+
+class Grouping:
+    """group_waiting one entry at a time, in memory that does not grow with the queue: per reason and blocker a
+    count and the OLDEST longest-waiting (the runner groups its 10 000 waiting jobs as it writes them out)."""
+
+    def __init__(self, now: float, oldest: int = 3) -> None:
+        self.now = now
+        self.oldest = oldest
+        self.count = 0
+        # reason -> [count, its oldest, {blocker: [count, its oldest]} or None once it has too many blockers]
+        self._reasons: dict[str, list[Any]] = {}
+
+    def add(self, item: Mapping[str, Any]) -> None:
+        self.count += 1
         reason = str(item.get("reason") or "?")
         blocker = str(item.get("blocker") or "")
-        by_reason.setdefault(reason, {}).setdefault(blocker, []).append(waiter(item, now))
+        w = waiter(item, self.now)
+        entry = self._reasons.get(reason)
+        if entry is None:
+            entry = self._reasons[reason] = [0, [], {} if reason != "requires" else None]
+        entry[0] += 1
+        self._keep(entry[1], w)
+        blockers = entry[2]
+        if blockers is not None:
+            one = blockers.get(blocker)
+            if one is None:
+                if len(blockers) >= MAX_BLOCKERS:  # each job's detail says why: one group for the reason
+                    entry[2] = None
+                    return
+                one = blockers[blocker] = [0, []]
+            one[0] += 1
+            self._keep(one[1], w)
+
+    def _keep(self, kept: list[tuple[float, str, Waiter]], w: Waiter) -> None:
+        """W among KEPT, the OLDEST longest-waiting (since, then name), in that order."""
+        key = (w.since, w.job, w)
+        if len(kept) >= self.oldest and key[:2] >= kept[-1][:2]:
+            return
+        at = len(kept)
+        while at and key[:2] < kept[at - 1][:2]:
+            at -= 1
+        kept.insert(at, key)
+        del kept[self.oldest :]
+
+    def groups(self) -> list[WaitGroup]:
+        """Worst reason first, then the largest group."""
+        rank = {r: i for i, r in enumerate(REASON_ORDER)}
+        found: list[WaitGroup] = []
+        for reason in sorted(self._reasons, key=lambda r: (rank.get(r, len(rank)), r)):
+            count, kept, blockers = self._reasons[reason]
+            if blockers is None:
+                found.append(WaitGroup(reason, "", count, tuple(k[2] for k in kept)))
+                continue
+            part = [WaitGroup(reason, b, n, tuple(k[2] for k in ks)) for b, (n, ks) in blockers.items()]
+            found += sorted(part, key=lambda g: (-g.count, g.blocker))
+        return found
+
+
+class Summary:
+    """What `plan status` shows of the waiting jobs without --all, made one entry at a time from status's entries
+    in the order the runner takes them: `waiting_count`, `waiting_groups` (group_waiting's, as JSON) and
+    `queued_first` (each lane's first PER_LANE entries: what the estimated starts read). The runner writes it into
+    status.json (runner.service.statusfile); the host agent makes it from the whole list of an older runner's."""
+
+    def __init__(self, now: float, per_lane: int = PER_LANE) -> None:
+        self.grouping = Grouping(now)
+        self.per_lane = per_lane
+        self.first: list[Mapping[str, Any]] = []
+        self._shown: dict[str, int] = {}
+
+    def add(self, item: Mapping[str, Any]) -> None:
+        self.grouping.add(item)
+        lane = str(item.get("lane"))
+        if self._shown.get(lane, 0) < self.per_lane:
+            self._shown[lane] = self._shown.get(lane, 0) + 1
+            self.first.append(item)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "waiting_count": self.grouping.count,
+            "waiting_groups": [
+                {
+                    "reason": g.reason,
+                    "blocker": g.blocker,
+                    "count": g.count,
+                    "oldest": [{"job": w.job, "lane": w.lane, "since": w.since, "detail": w.detail} for w in g.oldest],
+                }
+                for g in self.grouping.groups()
+            ],
+            "queued_first": list(self.first),
+        }
+
+
+def patch(
+    groups: Any, count: Any, changed: list[Any], gone: list[Any], was: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], int] | None:
+    """A summary's GROUPS and COUNT (status.json's `waiting_groups` and `waiting_count`, as of its list) moved on by
+    the entries judged since (heartbeat.json's: CHANGED replaces a job's entry, GONE ends its wait; WAS, what the
+    list said of each, its reason and blocker): each leaves the group it was counted in and joins the one of its
+    new reason and blocker. A group's oldest lose the jobs that left it (the next oldest are known at the next
+    list); None where the summary is not one."""
+    if not isinstance(groups, list) or not isinstance(count, int) or not all(isinstance(g, dict) for g in groups):
+        return None
+    found = [dict(g, oldest=[w for w in g.get("oldest") or [] if isinstance(w, dict)]) for g in groups]
+
+    def group(reason: str, blocker: str) -> dict[str, Any] | None:
+        exact = [g for g in found if g.get("reason") == reason and g.get("blocker") == blocker]
+        merged = [g for g in found if g.get("reason") == reason and not g.get("blocker")]
+        return exact[0] if exact else merged[0] if merged else None
+
+    entries = [e for e in changed if isinstance(e, dict) and isinstance(e.get("job"), str)]
+    moved = {e["job"] for e in entries} | {job for job in gone if isinstance(job, str)}
+    for job in moved:
+        old = was.get(job)
+        left = group(str(old[0]), str(old[1])) if isinstance(old, list) and len(old) == 2 else None
+        if left is not None and isinstance(left.get("count"), int):
+            left["count"] -= 1
+            count -= 1
+    for g in found:
+        g["oldest"] = [w for w in g["oldest"] if w.get("job") not in moved]
+    for entry in entries:
+        reason, blocker = str(entry.get("reason") or "?"), str(entry.get("blocker") or "")
+        joined = group(reason, blocker)
+        if joined is None:
+            joined = {"reason": reason, "blocker": "" if reason == "requires" else blocker, "count": 0, "oldest": []}
+            found.append(joined)
+        joined["count"] = int(joined.get("count") or 0) + 1
+        count += 1
+        w = waiter(entry, 0.0)
+        joined["oldest"].append({"job": w.job, "lane": w.lane, "since": w.since, "detail": w.detail})
+        joined["oldest"] = sorted(joined["oldest"], key=lambda o: (o.get("since") or 0.0, str(o.get("job"))))[:3]
     rank = {r: i for i, r in enumerate(REASON_ORDER)}
-    groups: list[WaitGroup] = []
-    for reason in sorted(by_reason, key=lambda r: (rank.get(r, len(rank)), r)):
-        blockers = by_reason[reason]
-        if len(blockers) > MAX_BLOCKERS or reason == "requires":
-            blockers = {"": [w for waiters in blockers.values() for w in waiters]}  # each job's detail says why
-        found = []
-        for blocker, waiters in blockers.items():
-            waiters.sort(key=lambda w: (w.since, w.job))
-            found.append(WaitGroup(reason, blocker, len(waiters), tuple(waiters[:oldest])))
-        groups += sorted(found, key=lambda g: (-g.count, g.blocker))
-    return groups
+    kept = [g for g in found if isinstance(g.get("count"), int) and g["count"] > 0]
+    kept.sort(key=lambda g: (rank.get(str(g["reason"]), len(rank)), str(g["reason"]), -g["count"], str(g["blocker"])))
+    return kept, max(count, 0)
 
 
 def every_waiter(queued: Iterable[Mapping[str, Any]], now: float) -> list[tuple[str, Waiter]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner import FORMAT_VERSION, procs
+from runner.queue import fresh_status
 from tests.conftest import REPO, RunnerProcess, kill_quietly, pid_alive, wait_for, write_job
 from tests.ticking import Ticking
 
@@ -451,6 +452,7 @@ def test_unreadable_processes_are_unknown_gpu_users_never_skipped(tmp_path: Path
             status = wait_for(
                 lambda: (s := json.loads((root / "status.json").read_text()))["gpu_unknown"]["count"] and s, 10
             )
+            status = fresh_status(root, status, every=True)  # each waiting job, from waiting.json
             unknown = status["gpu_unknown"]
             assert unknown["policy"] == "block" and unknown["count"] >= 1
             assert secret.pid in [p["pid"] for p in unknown["processes"]] or unknown["count"] > 20

@@ -240,7 +240,7 @@ def test_runner_waits_for_a_stale_producer_and_reruns_a_changed_job(tmp_path: Pa
     runner.tick(time.time())
     assert _reason(runner, "b.job") == ("stale", "waits for a.job to run again first")
     assert _reason(runner, "a.job")[0] == "parked"  # stale, so it would run: only the park holds it
-    status = json.loads((root / "status.json").read_text())
+    status = runner.status()  # every waiting job (from waiting.json)
     assert {q["job"]: q["reason"] for q in status["queued"]} == {"a.job": "parked", "b.job": "stale"}
     # a ran meanwhile (its new stamp): b is no longer waiting, it is stale and would run
     _stamp(root, "a", stamps.content_hash((root / "queue/a.job").read_bytes()), "id-a-v2")

@@ -1,0 +1,117 @@
+"""The sweep bounded per tick and spread across ticks, and what status.json carries of the waiting jobs: a summary
+that does not grow with the queue (the whole list in waiting.json). In-process runners driven by `tick(now)`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runner.agent import handlers
+from runner.queue import fresh_status
+from runner.service.dispatch import SWEEP_MIN
+from runner.views.status import render_status
+from runner.views.waiting import group_waiting
+from tests.conftest import write_job
+from tests.ticking import Ticking
+
+T0 = 1_000_000.0
+WAITING = 350  # 3.5 times what a sweep judges at least: a pass takes four ticks with a budget of 0
+
+
+def _queue(root: Path, waiting: int) -> None:
+    """a-run.job (nothing to wait for: it takes the cpu lane), then WAITING jobs whose REQUIRES is false."""
+    (root / "in").mkdir(parents=True)
+    write_job(root, "a-run.job", "true\n")
+    for i in range(waiting):
+        write_job(root, f"b-{i:03d}.job", f"# REQUIRES=test -f {root}/in/{i:03d}\ntrue\n")
+
+
+def _looked(q: Ticking, now: float, sweep: bool = True) -> int:
+    """Queued jobs whose facts the tick at NOW found out."""
+    before = q.runner.facts.looked_at
+    q.runner.tick(now, sweep=sweep)
+    return q.runner.facts.looked_at - before
+
+
+def test_a_large_queue_is_swept_over_several_ticks_and_its_reasons_say_how_old(queue_root: Path) -> None:
+    _queue(queue_root, WAITING)
+    q = Ticking(queue_root, sweep_budget_s=0.0).start(T0)
+    # The first tick judges every job (none had a reason yet: what changed is judged at once, whatever the budget).
+    assert _looked(q, T0) == WAITING + 1
+    assert q.procs.running() == ["a-run.job"]
+    status = q.status()
+    assert status["swept"] == T0 and status["waiting_count"] == WAITING
+    assert {e["reason"] for e in status["queued"]} == {"requires"}
+    # From then on each sweep judges SWEEP_MIN jobs on from where the last stopped (and the lane's candidates).
+    (queue_root / "in" / "320").touch()  # b-320 could run: the pass tells at its fourth tick
+    for n in range(1, 4):
+        assert _looked(q, T0 + 10 * n) <= SWEEP_MIN + 2
+        status = q.status()
+        assert status["sweep"] == {"began": T0 + 10, "judged": SWEEP_MIN * n}
+        assert status["swept"] == T0  # no pass has ended since: every reason is at most this old
+        assert q.reason("b-320.job")["reason"] == "requires"
+    screen = render_status(status, T0 + 35)
+    assert "reasons as of 35s ago" in screen and f"this one has judged {3 * SWEEP_MIN} since 25s ago" in screen
+    assert _looked(q, T0 + 40) <= WAITING - 3 * SWEEP_MIN + 2
+    status = q.status()
+    assert status["swept"] == T0 + 10  # the pass that ended began then
+    assert q.reason("b-320.job")["reason"] == "lane-busy"
+    assert "reasons as of 31s ago (a sweep over every waiting job spans several ticks)" in render_status(
+        status, T0 + 41
+    )
+    # The next pass begins at the first job again.
+    assert _looked(q, T0 + 50) <= SWEEP_MIN + 2 and q.status()["sweep"] == {"began": T0 + 50, "judged": SWEEP_MIN}
+
+
+def test_a_jobs_end_starts_its_lanes_next_job_whatever_the_pass_has_judged(queue_root: Path) -> None:
+    _queue(queue_root, WAITING)
+    q = Ticking(queue_root, sweep_budget_s=0.0).start(T0)
+    q.tick(T0)
+    q.tick(T0 + 10)  # the pass has judged the first SWEEP_MIN
+    (queue_root / "in" / "300").touch()
+    q.procs.exit("a-run.job")
+    q.runner.tick(T0 + 11, sweep=False)  # the end's own tick: the lane's candidates, in order, until one starts
+    assert q.procs.running() == ["b-300.job"]
+    assert q.status()["sweep"]["judged"] == SWEEP_MIN  # the pass did not move for it
+
+
+def test_a_small_queue_is_swept_whole_every_tick(queue_root: Path) -> None:
+    _queue(queue_root, 20)
+    q = Ticking(queue_root, sweep_budget_s=0.0).start(T0)
+    for n in range(3):
+        assert _looked(q, T0 + 10 * n) == (21 if n == 0 else 20)
+        assert q.status()["swept"] == T0 + 10 * n
+    assert "reasons as of" not in render_status(q.status(), T0 + 29)
+
+
+def _status_bytes(root: Path, waiting: int) -> tuple[int, dict]:
+    _queue(root, waiting)
+    q = Ticking(root).start(T0)
+    q.tick(T0)
+    q.tick(T0 + 10)
+    q.close()
+    return len((root / "status.json").read_bytes()), q.status()
+
+
+def test_status_json_does_not_grow_with_the_queue_and_plan_status_shows_what_the_whole_list_shows(
+    tmp_path: Path,
+) -> None:
+    small, _ = _status_bytes(tmp_path / "small", 60)
+    large, whole = _status_bytes(tmp_path / "large", 600)
+    assert abs(large - small) < 200  # the same summary (the counts have another digit)
+    assert len(whole["queued"]) == 600 and (tmp_path / "large" / "waiting.json").stat().st_size > 8 * large
+    # `plan status` without --all: the agent sends status.json's summary; it reads as the whole list grouped does
+    answer = handlers.status(str(tmp_path / "large"), {"offset": -1, "estimates": True, "grouped": True})
+    status = answer["status"]
+    assert status["waiting_count"] == 600 and len(status["queued"]) < 100 and "queued_first" not in status
+    made = group_waiting(whole["queued"], T0 + 20)
+    assert [(g["reason"], g["count"], [w["job"] for w in g["oldest"]]) for g in status["waiting_groups"]] == [
+        (g.reason, g.count, [w.job for w in g.oldest]) for g in made
+    ]
+    listed = dict(whole, waiting_groups=None, waiting_count=None)  # grouped here from the whole list, as before
+    assert render_status(status, T0 + 20) == render_status(listed, T0 + 20)
+    # --all (and plan watch, plan top): every waiting job, from waiting.json
+    every = handlers.status(str(tmp_path / "large"), {"offset": -1})["status"]
+    assert [e["job"] for e in every["queued"]] == [e["job"] for e in whole["queued"]]
+    raw = json.loads((tmp_path / "large" / "status.json").read_text())
+    assert "queued" not in raw and fresh_status(tmp_path / "large", raw)["queued"] == raw["queued_first"]
