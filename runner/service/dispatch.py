@@ -59,6 +59,7 @@ class Dispatcher:
         self._last: tuple[object, ...] | None = None  # what the last decision was made from, when it can recur
         self._order_key: tuple[object, ...] | None = None
         self._order: list[tuple[str, Parsed]] = []
+        self._lanes: set[str] = set()  # the lanes of the queued jobs in `_order`
         # The sweep's pass: where it goes on (the last name judged; None: the next sweep begins a pass), when the
         # pass in progress began, how many it judged so far, and when the last whole pass began (every reason is
         # at most that old).
@@ -67,6 +68,7 @@ class Dispatcher:
         self.pass_judged = 0
         self.swept: float | None = None
         self.passes = 0  # whole passes: the waits' repeats and the incidents are judged once a pass
+        self._cost = 0.0  # seconds a sweep spent per job it judged, the last time it judged more than SWEEP_MIN
 
     def _sweep(
         self, now: float, queued: list[tuple[str, Parsed]], parked: str, parked_lanes: dict[str, str]
@@ -77,7 +79,11 @@ class Dispatcher:
         start = 0 if self.sweep_after is None else _after(queued, self.sweep_after)
         if start == 0:
             self.pass_began, self.pass_judged = now, 0
-        deadline = time.monotonic() + self.facts.config.sweep_budget_s
+        budget = self.facts.config.sweep_budget_s
+        deadline = time.monotonic() + budget
+        # As many as the budget pays for at what a judged job cost last time (its facts, its decision, its
+        # reason set), and never past the deadline for the facts alone.
+        limit = max(SWEEP_MIN, int(budget / self._cost)) if self._cost else len(queued)
         looking = self.facts.begin(self.state, now)
         known: dict[str, JobFacts] = {}
         end = start
@@ -85,7 +91,7 @@ class Dispatcher:
             for filename, parsed in queued[start:]:
                 known[filename] = looking.facts_of(filename, parsed)
                 end += 1
-                if end - start >= SWEEP_MIN and time.monotonic() >= deadline:
+                if end - start >= SWEEP_MIN and (end - start >= limit or time.monotonic() >= deadline):
                     break
             self.pass_judged += end - start
             for filename, parsed in queued:
@@ -119,6 +125,7 @@ class Dispatcher:
     ) -> None:
         """SWEEP: every queued job judged; else each lane's next candidates only. TAKEN: QUEUED by name."""
         actions: list[Action] | None = None
+        began, looked = time.monotonic(), self.facts.looked_at
         if sweep:
             snapshot, actions = self._sweep(now, queued, parked, parked_lanes or {})
         else:
@@ -139,6 +146,9 @@ class Dispatcher:
             self._carry_out(now, action, taken, snapshot)
         recurs = not any(isinstance(a, (Launch, GpuWait)) for a in actions)
         self._last = seen if recurs else None
+        looked = self.facts.looked_at - looked
+        if sweep and looked > SWEEP_MIN:
+            self._cost = (time.monotonic() - began) / looked
 
     def _candidates(
         self,
@@ -154,11 +164,12 @@ class Dispatcher:
         lane's, twice as many each time. Each job's facts are found out once a tick (KNOWN: those found so far,
         with LOOKING, this tick's look, which the caller ends)."""
         config, running = self.facts.config, self.jobs.running
+        ordered = self._ordered(queued)
         budget = {}
         for lane in config.lanes:
-            busy = sum(1 for run in running.values() if run.lane == lane)
-            budget[lane] = max(config.slots_of(lane) - busy, 0) + 1
-        ordered = self._ordered(queued)
+            if lane in self._lanes:  # a lane with no queued job never fills: the loop would read every job
+                busy = sum(1 for run in running.values() if run.lane == lane)
+                budget[lane] = max(config.slots_of(lane) - busy, 0) + 1
         if known is None:
             known = {}
         ours = looking is None
@@ -210,6 +221,7 @@ class Dispatcher:
         key = (id(queued), len(queued), tuple(sorted(moved.items())))
         if self._order_key == key:
             return self._order
+        self._lanes = {parsed.job.lane for _, parsed in queued}  # type: ignore[union-attr]
         if moved or any(parsed.job.priority for _, parsed in queued):  # type: ignore[union-attr]
             order = sorted(queued, key=lambda item: -moved.get(item[0], item[1].job.priority))  # type: ignore[union-attr]
         else:

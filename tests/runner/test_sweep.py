@@ -115,3 +115,17 @@ def test_status_json_does_not_grow_with_the_queue_and_plan_status_shows_what_the
     assert [e["job"] for e in every["queued"]] == [e["job"] for e in whole["queued"]]
     raw = json.loads((tmp_path / "large" / "status.json").read_text())
     assert "queued" not in raw and fresh_status(tmp_path / "large", raw)["queued"] == raw["queued_first"]
+
+
+def test_the_summary_moves_on_with_the_jobs_judged_between_sweeps(queue_root: Path) -> None:
+    _queue(queue_root, 60)
+    q = Ticking(queue_root).start(T0)
+    q.tick(T0)
+    (queue_root / "in" / "000").touch()
+    q.runner.tick(T0 + 1, sweep=False)  # a new file's tick: b-000 waits for the busy lane now; no list is written
+    answer = handlers.status(str(queue_root), {"offset": -1, "grouped": True})["status"]
+    made = group_waiting(q.status()["queued"], T0 + 2)
+    assert [(g.reason, g.count) for g in made] == [("requires", 59), ("lane-busy", 1)]
+    assert [(g["reason"], g["count"]) for g in answer["waiting_groups"]] == [(g.reason, g.count) for g in made]
+    assert answer["waiting_count"] == 60 and "b-000.job" in render_status(answer, T0 + 2)
+    q.close()
