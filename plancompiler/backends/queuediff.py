@@ -82,8 +82,11 @@ def rerun_paths(result: PushPlan, compiled: Compiled) -> list[str]:
     """What to measure for the cost of RESULT's reruns: each output of a job that runs again, or the directory
     its marker stands for."""
     again = set(result.reruns or ()) | set(result.maybe)
-    stand = stamps.stands_for(outputs_of(compiled))
-    return sorted({stand[o] for job, outputs in outputs_of(compiled).items() if job in again for o in outputs})
+    if not again:  # a push of new or queued jobs only: nothing to measure (stands_for reads every output)
+        return []
+    outputs = outputs_of(compiled)
+    stand = stamps.stands_for(outputs)
+    return sorted({stand[o] for job, paths in outputs.items() if job in again for o in paths})
 
 
 def diff(compiled: Compiled, host: Host, probe: dict[str, Any], options: PushOptions) -> PushPlan:
@@ -137,8 +140,12 @@ class _Diff:
             for n in self.ours
             if n in self.where and self.owner(n) == self.plan_name
         }
-        texts = {job.filename: job.text.encode() for job in compiled.jobs}
-        graph = {n: {**spec, "run_sha": stamps.content_hash(texts[n])} for n, spec in self.record["jobs"].items()}
+        # what each job runs, hashed: read only for a done job of ours (whether a changed one must run again)
+        texts = {job.filename: job.text for job in compiled.jobs if mine.get(job.filename, ("",))[0] == "done"}
+        graph = {
+            n: {**spec, "run_sha": stamps.content_hash(texts[n].encode())} if n in texts else spec
+            for n, spec in self.record["jobs"].items()
+        }
         self.effects, self.marks = stamp_push.push_effects(graph, mine, probe.get("stamps") or {})
 
     def owner(self, name: str) -> str | None:

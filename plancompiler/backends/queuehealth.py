@@ -40,7 +40,9 @@ def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOpt
             f"{': ' + parked['reason'] if parked.get('reason') else ''}; no job starts until "
             f"`plan unpark {host.name}`"
         )
-    needed = max((format_needed(text) for text in result.request.get("files", {}).values()), default=1)
+    # what the files need, read only of a runner older than this plancompiler (none needs more than it writes)
+    older = isinstance(version, int) and version < FORMAT_VERSION
+    needed = max((format_needed(text) for text in result.request.get("files", {}).values()), default=1) if older else 1
     if isinstance(version, int) and version < needed:
         result.errors.append(
             f"the runner on {host.name} reads job-file format {version}, this plan needs "
