@@ -292,6 +292,20 @@ def _modules_after(
     return [(r["rc"], r["pydantic"], r["jinja2"], r["output"]) for r in ran]
 
 
+def test_a_push_keeps_its_check_in_the_memo_and_honours_a_remembered_one(tmp_path: Path) -> None:
+    """A push checks the plan once for `plan check` and the next push alike: its findings are remembered (the
+    check after it needs no compile), and a push of the same inputs refuses on the remembered findings."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: p\njobs:\n  - name: a\n    lane: cpu\n    run: cd /tmp\n")  # SC2164: cd without || exit
+    root, env = tmp_path / "q", {"PLAN_CACHE_DIR": str(tmp_path / "cache")}
+    [(rc, _, _, out)] = _modules_after([["push", str(root), str(plan)]], tmp_path, env)
+    assert rc == 0 and "SC2164" in out and "pushed: 1 installed" in out, out
+    [(rc, _, jinja2, out)] = _modules_after([["check", str(plan), "--strict"]], tmp_path, env)
+    assert rc == 1 and not jinja2 and "SC2164" in out, out  # what the push found, remembered
+    [(rc, _, _, out)] = _modules_after([["push", str(root), str(plan), "--strict"]], tmp_path, env)
+    assert rc == 1 and "SC2164" in out and "push refused" in out, out
+
+
 def test_status_watch_logs_and_park_import_neither_pydantic_nor_jinja2(tmp_path: Path) -> None:
     root = tmp_path / "q"
     for state in ("queue", "running", "done", "failed", "logs"):
