@@ -71,7 +71,7 @@ def test_timeouts_and_memory_limits_end_as_slurm_says_and_are_retried_with_their
         + second_try_writes(tmp_path, "long", f"touch {started}; sleep 120; exit 1")
     )
     p = write_plan(tmp_path / "se.yaml", "se", jobs)
-    hosts = enforced.hosts_file(root, extra="    backoff_base: 20\n    lanes:\n      net: {mem: 60M}\n")
+    hosts = enforced.hosts_file(root, extra="    backoff_base: 10\n    lanes:\n      net: {mem: 60M}\n")
     code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
     assert code == 0, out
     first = {name: str(attempts(root, "se", name)[0]["id"]) for name in ("slow", "hog", "long")}
@@ -79,7 +79,7 @@ def test_timeouts_and_memory_limits_end_as_slurm_says_and_are_retried_with_their
         wait_for(started.exists, 60, 0.1)
         subprocess.run(["scontrol", "update", f"JobId={first['long']}", "TimeLimit=0"], env=enforced.env, check=True)
         # the wrapper's own timer, and the kernel's OOM killer in the job's cgroup: each wrapper writes its
-        # result and submits its next try (20 s later) itself
+        # result and submits its next try (10 s later) itself
         wait_for(lambda: ended(root, "se", "slow") == "TIMEOUT" and ended(root, "se", "hog") == "OUT_OF_MEMORY", 60)
         waiting = {q["job"]: q for q in _status(hosts)["status"]["queued"]}
         assert waiting["se/slow.job"]["detail"] == "attempt 2 waits out the retry backoff after TIMEOUT", waiting
