@@ -74,7 +74,7 @@ def test_the_runner_ends_with_its_error_s_code(tmp_path: Path) -> None:
     serving = RunnerProcess(tmp_path / "q").start()
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "runner", "run", "--root", str(tmp_path / "q")],
+            [sys.executable, "-S", "-m", "runner", "run", "--root", str(tmp_path / "q")],
             capture_output=True,
             text=True,
             env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},

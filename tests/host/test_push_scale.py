@@ -240,7 +240,7 @@ def test_the_agent_session_answers_a_bad_frame_with_an_error_and_never_acts_on_a
     root.mkdir(mode=0o700)
     env = dict(os.environ, PYTHONPATH=str(Path(runner_pkg.__file__).resolve().parent.parent))
     done = subprocess.run(
-        [sys.executable, "-m", "runner", "agent", "session", str(root)],
+        [sys.executable, "-S", "-m", "runner", "agent", "session", str(root)],
         input=sent,
         capture_output=True,
         timeout=30,

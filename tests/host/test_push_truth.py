@@ -226,7 +226,7 @@ def test_version_says_the_commit_in_both_entry_points() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     for argv, name in (
         ([sys.executable, "-m", "plancompiler.cli", "--version"], "plan"),
-        ([sys.executable, "-m", "runner", "--version"], "runner"),
+        ([sys.executable, "-S", "-m", "runner", "--version"], "runner"),
     ):
         out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60).stdout
         assert out.startswith(f"{name} {runner.identity()['version']}")

@@ -332,7 +332,7 @@ def test_escape_sequences_from_a_job_never_reach_the_terminal(queue_root: Path, 
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\x9b" not in result.stdout
     assert "]0;" not in line and "PWNED-TITLE" not in line and "red" in line and "1;2q" not in line
     shown = subprocess.run(
-        [sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
+        [sys.executable, "-S", "-m", "runner", "status", "--root", str(queue_root)],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -230,7 +230,7 @@ def test_runner_gpus_prints_what_it_sees(box: GpuBox) -> None:
     server, (fd,) = box.holder(f"llama-server-{UNIQUE}", node_b)
     box.fdinfo(server.pid, fd, _amd(B, vram_kib=8 * 1024 * 1024))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    argv = [sys.executable, "-m", "runner", "gpus", "--window", "0.3", "--gpu-names", "", *box.flags()]
+    argv = [sys.executable, "-S", "-m", "runner", "gpus", "--window", "0.3", "--gpu-names", "", *box.flags()]
     shown = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()

@@ -259,7 +259,7 @@ def test_disk_full_reason_in_status_while_it_lasts(tmp_path: Path, queue_root: P
         assert "ENOSPC" in status["disk_full"]
         assert status["queued"][0]["reason"] == "disk-full"
         shown = subprocess.run(
-            [sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
+            [sys.executable, "-S", "-m", "runner", "status", "--root", str(queue_root)],
             text=True,
             capture_output=True,
             env=dict(os.environ, PYTHONPATH=str(REPO)),
@@ -384,7 +384,7 @@ def test_relative_and_symlinked_root_runs_jobs(tmp_path: Path, root: str) -> Non
     (tmp_path / "q/queue/1-cpu-a.job").write_text("mkdir -p /tmp && echo ok\n")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--root", root, "--tick", "0.2", "--settle", "0"],
+        [sys.executable, "-S", "-m", "runner", "run", "--root", root, "--tick", "0.2", "--settle", "0"],
         cwd=tmp_path,
         env=env,
         stderr=subprocess.DEVNULL,
@@ -409,7 +409,7 @@ def test_torn_last_line_of_events_is_mended_before_the_first_append(queue_root: 
     events.write_text('{"ts": "2026-01-01 00:00:00", "job": "-", "event": "do')
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--tick", "0.2"],
+        [sys.executable, "-S", "-m", "runner", "run", "--root", str(queue_root), "--tick", "0.2"],
         env=env,
         stderr=subprocess.DEVNULL,
     )

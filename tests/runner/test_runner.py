@@ -311,7 +311,7 @@ def test_status_command_and_unit(queue_root: Path, runner: RunnerProcess) -> Non
     wait_for(lambda: runner.status()["queued"])
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
-        [sys.executable, "-m", "runner", "status", "--root", str(queue_root)],
+        [sys.executable, "-S", "-m", "runner", "status", "--root", str(queue_root)],
         capture_output=True,
         text=True,
         env=env,
@@ -320,7 +320,7 @@ def test_status_command_and_unit(queue_root: Path, runner: RunnerProcess) -> Non
     assert "requires" in out and "1-gpu-wait.job" in out and "test -f /nonexistent/x" in out
     raw = json.loads(
         subprocess.run(
-            [sys.executable, "-m", "runner", "status", "--root", str(queue_root), "--json"],
+            [sys.executable, "-S", "-m", "runner", "status", "--root", str(queue_root), "--json"],
             capture_output=True,
             text=True,
             env=env,
@@ -329,7 +329,7 @@ def test_status_command_and_unit(queue_root: Path, runner: RunnerProcess) -> Non
     )
     assert raw["runner"]["format_version"] == FORMAT_VERSION
     unit = subprocess.run(
-        [sys.executable, "-m", "runner", "unit", "--root", str(queue_root)],
+        [sys.executable, "-S", "-m", "runner", "unit", "--root", str(queue_root)],
         capture_output=True,
         text=True,
         env=env,
@@ -343,11 +343,11 @@ def test_help_explains_every_flag() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     for args in ([], ["run"], ["status"], ["unit"], ["gpus"]):
         out = subprocess.run(
-            [sys.executable, "-m", "runner", *args, "--help"], capture_output=True, text=True, env=env, check=True
+            [sys.executable, "-S", "-m", "runner", *args, "--help"], capture_output=True, text=True, env=env, check=True
         ).stdout
         assert "usage:" in out
     run_help = subprocess.run(
-        [sys.executable, "-m", "runner", "run", "--help"], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-S", "-m", "runner", "run", "--help"], capture_output=True, text=True, env=env, check=True
     ).stdout
     for flag in (
         "--tick",
@@ -487,7 +487,7 @@ def test_a_second_runner_on_the_same_root_refuses(queue_root: Path, runner: Runn
     runner.wait_event("start")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     second = subprocess.run(
-        [sys.executable, "-m", "runner", "run", "--root", str(queue_root)],
+        [sys.executable, "-S", "-m", "runner", "run", "--root", str(queue_root)],
         env=env,
         capture_output=True,
         text=True,
@@ -521,7 +521,7 @@ def test_bad_slots_are_refused_with_a_clear_message(queue_root: Path) -> None:
         ("tpu=2", "--slots names a lane not in --lanes: tpu"),
     ):
         out = subprocess.run(
-            [sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--slots", flag],
+            [sys.executable, "-S", "-m", "runner", "run", "--root", str(queue_root), "--slots", flag],
             capture_output=True,
             text=True,
             env=env,
@@ -538,7 +538,7 @@ def test_unit_keeps_an_odd_root_one_literal_word() -> None:
     root = '/tmp/my jobs%h$HOME"q\\z'
     env = dict(os.environ, PYTHONPATH=str(REPO))
     unit = subprocess.run(
-        [sys.executable, "-m", "runner", "unit", "--root", root, "--python", "/usr/bin/python3"],
+        [sys.executable, "-S", "-m", "runner", "unit", "--root", root, "--python", "/usr/bin/python3"],
         capture_output=True,
         text=True,
         env=env,
@@ -549,6 +549,6 @@ def test_unit_keeps_an_odd_root_one_literal_word() -> None:
     assert words[words.index("--root") + 1] == root and words[0] == "/usr/bin/python3"
     assert 'Description=plancompiler queue runner (/tmp/my jobs%%h$HOME"q\\z)' in unit
     bad = subprocess.run(
-        [sys.executable, "-m", "runner", "unit", "--root", "/tmp/a\nb"], capture_output=True, text=True, env=env
+        [sys.executable, "-S", "-m", "runner", "unit", "--root", "/tmp/a\nb"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 2 and "cannot hold a newline" in bad.stderr and "Traceback" not in bad.stderr

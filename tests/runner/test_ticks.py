@@ -135,7 +135,7 @@ def test_a_new_job_file_starts_long_before_the_next_tick(tmp_path: Path) -> None
     (root / "queue").mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "30", "--settle", "0"],
+        [sys.executable, "-S", "-m", "runner", "run", "--root", str(root), "--tick", "30", "--settle", "0"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=(tmp_path / "stderr").open("w"),

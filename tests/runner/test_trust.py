@@ -76,7 +76,7 @@ def shared_tmp() -> Iterator[Path]:
 def run_runner(root: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     """A runner that is expected to refuse ROOT and exit at once."""
     return subprocess.run(
-        [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "0.2", *flags],
+        [sys.executable, "-S", "-m", "runner", "run", "--root", str(root), "--tick", "0.2", *flags],
         capture_output=True,
         text=True,
         timeout=30,
@@ -86,7 +86,7 @@ def run_runner(root: Path, *flags: str) -> subprocess.CompletedProcess[str]:
 
 def agent(mode: str, root: Path, request: dict) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "runner", "agent", mode, str(root)],
+        [sys.executable, "-S", "-m", "runner", "agent", mode, str(root)],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -261,7 +261,7 @@ def test_group_share_makes_2770_and_0660(tmp_path: Path) -> None:
 
 def test_runner_help_states_the_modes() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "runner", "run", "--help"],
+        [sys.executable, "-S", "-m", "runner", "run", "--help"],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
@@ -278,7 +278,7 @@ def test_events_file_is_never_opened_through_a_symlink(tmp_path: Path) -> None:
     target.write_text("")
     os.symlink(target, root / "events.jsonl")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "0.1"],
+        [sys.executable, "-S", "-m", "runner", "run", "--root", str(root), "--tick", "0.1"],
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         stderr=subprocess.DEVNULL,
     )

@@ -19,7 +19,7 @@ DEEP = "[" * 5000 + "]" * 5000
 
 def runner_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runner", *args],
+        [sys.executable, "-S", "-m", "runner", *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -68,7 +68,7 @@ def test_a_runner_started_on_a_full_disk_runs_and_drains_once_space_returns(tmp_
         write_job(root, "a.job", "echo a\n")
         filler = _fill(root)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "0.1", "--settle", "0"],
+            [sys.executable, "-S", "-m", "runner", "run", "--root", str(root), "--tick", "0.1", "--settle", "0"],
             env=dict(os.environ, PYTHONPATH=str(REPO)),
             stderr=subprocess.PIPE,
         )

@@ -143,7 +143,7 @@ def test_a_url_nothing_here_can_send_to_is_refused_before_the_runner_starts(tmp_
     from tests.conftest import REPO
 
     run = subprocess.run(
-        [sys.executable, "-m", "runner", "run", "--root", str(tmp_path / "q"), "--notify", "slack://x"],
+        [sys.executable, "-S", "-m", "runner", "run", "--root", str(tmp_path / "q"), "--notify", "slack://x"],
         capture_output=True,
         text=True,
         env={"PYTHONPATH": str(REPO)},

@@ -86,7 +86,7 @@ def test_status_of_a_backlog_is_grouped_and_all_lists_every_job(tmp_path: Path, 
         assert sum("-gpu-bench.job" in ln for ln in out.splitlines()) == 6
         env = dict(os.environ, PYTHONPATH=str(REPO))
         for flags, lines_of_strata in (([], 3), (["--all"], 40)):  # `runner status` on the box: the same view
-            argv = [sys.executable, "-m", "runner", "status", "--root", str(queue_root), *flags]
+            argv = [sys.executable, "-S", "-m", "runner", "status", "--root", str(queue_root), *flags]
             shown = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60).stdout
             assert sum("84c-cpu-strata-" in ln for ln in shown.splitlines()) == lines_of_strata, shown
     finally:

@@ -427,7 +427,7 @@ def test_a_state_or_metrics_file_that_is_a_device_or_fifo_is_refused_and_left_as
             f"plan: --state {path}: not a regular file (it is rewritten whole, replacing it)\n",
         ), result.output
         metrics = subprocess.run(
-            [sys.executable, "-m", "runner", "run", "--root", str(queue_root), "--metrics", str(path)],
+            [sys.executable, "-S", "-m", "runner", "run", "--root", str(queue_root), "--metrics", str(path)],
             capture_output=True,
             text=True,
             env=dict(os.environ, PYTHONPATH=str(REPO)),
