@@ -69,6 +69,9 @@ def test_not_a_terminal_prints_a_plain_frame_each_interval_until_interrupted(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=dict(os.environ, PYTHONPATH=str(REPO)),
+            # Ctrl-C at a terminal: a suite started as a shell's background job has SIGINT ignored, and Python
+            # keeps it so in a child (it timed out here then)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
         wait_for(lambda: out.read_text().count("plan top ") >= 1 and "1-cpu-a.job" in out.read_text())
