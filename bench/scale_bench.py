@@ -107,6 +107,7 @@ class Size:
 def writer(size: Size, root: Path) -> float:
     target = size.dir / "written"
     shutil.rmtree(target, ignore_errors=True)
+    os.sync()  # as before the push: the writer's sync writes only what it wrote
     took = run_step([sys.executable, "-c", WRITER, str(root / "queue"), str(target)])
     shutil.rmtree(target, ignore_errors=True)
     return took
@@ -254,6 +255,7 @@ def main() -> None:
                     if not only & {"push", "dispatch", "status"}:
                         continue
                     root, out = size.fresh(tree.label)
+                    os.sync()  # what the bench removed (10 000 files) is not left for the push's sync to write
                     took = run_step(plan_cli("push", str(root), str(size.plans[tree.label])), tree.env)
                     if "push" in only:
                         add("push", took)
