@@ -199,6 +199,21 @@ def read_json(path: Path, object_hook: Callable[[dict[str, Any]], Any] | None = 
     return loads(data, object_hook)
 
 
+def read_json_pieces(path: Path, read: Callable[[BinaryIO], Any]) -> Any:
+    """PATH's JSON as READ makes it from the open file, a piece at a time (runner.state.JsonPieces), with
+    read_json's checks: None when it does not exist, ValueError when it is not a regular file or too large."""
+    try:
+        fd = _regular_fd(str(path))
+    except OSError:
+        if not os.path.lexists(path):
+            return None
+        raise ValueError("not a regular file") from None
+    with os.fdopen(fd, "rb") as handle:
+        if os.fstat(fd).st_size > JSON_MAX_BYTES:
+            raise ValueError(f"larger than {JSON_MAX_BYTES >> 20} MiB")
+        return read(handle)
+
+
 def loads(data: str | bytes, object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """json.loads, with JSON nested deeper than the parser goes a ValueError like any other bad JSON."""
     try:

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from runner.files import ROOT_DIRS, fsync_dir, make_dir, make_dirs, open_file, read_json, write_json
-from runner.state import Problem, check_manifest, check_state, manifest_object
+from runner.files import ROOT_DIRS, fsync_dir, make_dir, make_dirs, open_file, read_json, read_json_pieces, write_json
+from runner.state import JsonPieces, Problem, check_manifest, check_state, manifest_object
 from runner.vocab import EVENT_NAMES
 
 STATES = ("queue", "running", "done", "failed")
@@ -327,9 +327,14 @@ class Queue:
         write_json(self.state_path, state)
 
     def read_manifest(self, compact: bool = False) -> tuple[dict[str, Any] | None, list[Problem]]:
-        """manifest.json, checked; COMPACT: as the runner keeps it (runner.state.manifest_object)."""
+        """manifest.json, checked; COMPACT: as the runner keeps it (runner.state.manifest_object), read a piece at
+        a time and without each plan's own copy of its jobs' entries and producers (push reads them, the runner
+        never does)."""
         try:
-            raw = read_json(self.manifest_path, manifest_object if compact else None)
+            if compact:
+                raw = read_json_pieces(self.manifest_path, lambda f: JsonPieces(f, manifest_object, _plan_jobs).read())
+            else:
+                raw = read_json(self.manifest_path)
         except OSError as exc:
             return None, [("(whole file)", f"unreadable ({exc.strerror}): ignored")]
         except ValueError as exc:
@@ -339,3 +344,8 @@ class Queue:
     def exit_record(self, filename: str) -> Path:
         """Where a job's wrapper records its exit status, next to it in running/ (a dot-file: never a job)."""
         return self.dir("running") / f".{filename}.exit"
+
+
+def _plan_jobs(path: tuple[Any, ...]) -> bool:
+    """plans.<plan>.jobs and .producers in manifest.json: each plan's own copy of its jobs' entries."""
+    return len(path) == 3 and path[0] == "plans" and path[2] in ("jobs", "producers")

@@ -7,9 +7,12 @@ runner turns into one `state-corrupt` event: well-formed JSON of the wrong shape
 
 from __future__ import annotations
 
+import codecs
+import json
+import re
 import sys
-from collections.abc import Iterator, Mapping
-from typing import Any, Tuple
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, BinaryIO, Tuple
 
 Problem = Tuple[str, str]  # (field, what was wrong and what was used instead)
 
@@ -83,6 +86,18 @@ def compact_names(value: Any) -> Any:
     return sys.intern(value) if isinstance(value, str) and len(value) < 200 else value
 
 
+def _sha(value: Any) -> Any:
+    """A sha256 as its 32 bytes (its 64 hex digits were a string of 113 bytes for every queued job); anything
+    else as it is. Read back as the hex it was (JobEntry.__getitem__)."""
+    if isinstance(value, str) and len(value) == 64:
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            return value
+        return raw if raw.hex() == value else value
+    return value
+
+
 class JobEntry(Mapping):
     """One job's entry in manifest.json as the runner keeps it: read like the dict it was (`entry.get("after")`),
     held in slots, its lists as tuples (a dict and its lists per queued job were most of a runner's memory)."""
@@ -91,7 +106,8 @@ class JobEntry(Mapping):
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         for key in _FIELDS:
-            setattr(self, key, compact_names(raw[key]) if key in raw else _MISSING)
+            setattr(self, key, compact_names(raw[key]) if key in raw and key != "sha" else _MISSING)
+        self.sha = _sha(raw["sha"]) if "sha" in raw else _MISSING
         rest = {k: v for k, v in raw.items() if k not in _FIELDS and k not in _DROPPED}
         self.rest = rest or None
 
@@ -99,7 +115,7 @@ class JobEntry(Mapping):
         value = getattr(self, key, _MISSING) if key in _FIELDS else (self.rest or {}).get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
-        return value
+        return value.hex() if isinstance(value, bytes) else value  # only a sha is kept as bytes
 
     def __iter__(self) -> Iterator[str]:
         yield from (key for key in _FIELDS if getattr(self, key) is not _MISSING)
@@ -112,7 +128,7 @@ class JobEntry(Mapping):
 def manifest_object(value: dict[str, Any]) -> Any:
     """json's object_hook for manifest.json as the runner reads it: a job's entry becomes a JobEntry as it is
     parsed (where its fields have their types: else check_manifest reports it), and a plan's own copy of its
-    jobs is dropped at once, so 10 000 jobs' entries never stand as dicts all at once."""
+    jobs and producers is dropped at once, so 10 000 jobs' entries never stand as dicts all at once."""
     if "sha" in value and ("after" in value or "requires" in value):
         lists = all(
             isinstance(value.get(key, []), list) and all(isinstance(v, str) for v in value.get(key, []))
@@ -120,7 +136,7 @@ def manifest_object(value: dict[str, Any]) -> Any:
         )
         return JobEntry(value) if lists and isinstance(value["sha"], str) else value
     if "jobs" in value and "pushed_at" in value:  # plans.<plan>: push reads its jobs from the file, never the runner
-        return {k: v for k, v in value.items() if k != "jobs"}
+        return {k: v for k, v in value.items() if k not in ("jobs", "producers")}
     return value
 
 
@@ -196,3 +212,113 @@ def check_request(raw: Any) -> tuple[dict[str, str] | None, list[Problem]]:
     if not isinstance(by, str):
         return None, [("by", f"expected a string, got {_kind(by)}: request not carried out")]
     return {"by": by}, []
+
+
+_PIECE = 1 << 20  # bytes of a large JSON file read at a time
+_SPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = frozenset("0123456789.eE+-")
+_DEEP = 4  # containers nearer the top than this are read member by member when large (manifest.json's jobs,
+# producers and plans.P.jobs); deeper ones, and small ones, by the json module whole
+
+
+class JsonPieces:
+    """A JSON file read a piece at a time: the text of a 100 000-job manifest.json (60 MB, and as much again
+    decoded) is never in memory at once, only _PIECE of it and the values built. Members whose path SKIP names
+    are read (and checked) but not kept. What json.loads(text, object_hook=HOOK) returns, built bottom-up alike."""
+
+    def __init__(
+        self,
+        handle: BinaryIO,
+        hook: Callable[[dict[str, Any]], Any] | None = None,
+        skip: Callable[[tuple[Any, ...]], bool] | None = None,
+    ) -> None:
+        self.handle = handle
+        self.text = codecs.getincrementaldecoder("utf-8-sig")()  # as json.loads(bytes) reads UTF-8
+        self.decoder = json.JSONDecoder(object_hook=hook)
+        self.hook = hook
+        self.skip = skip or (lambda path: False)
+        self.buf = ""
+        self.pos = 0
+        self.base = 0  # characters read before buf
+        self.eof = False
+
+    def read(self) -> Any:
+        try:
+            value = self._value(())
+        except RecursionError:
+            raise ValueError("nested too deep") from None
+        if self._peek():
+            raise self._error("Extra data")
+        return value
+
+    def _more(self) -> bool:
+        if self.eof:
+            return False
+        data = self.handle.read(_PIECE)
+        self.eof = not data
+        self.base += self.pos
+        self.buf = self.buf[self.pos :] + self.text.decode(data, final=self.eof)
+        self.pos = 0
+        return True
+
+    def _peek(self) -> str:
+        """The next character that is not white space; "" at the end."""
+        while True:
+            self.pos = _SPACE.match(self.buf, self.pos).end()  # type: ignore[union-attr]  # matches always
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self._more():
+                return ""
+
+    def _error(self, why: str, pos: int | None = None) -> ValueError:
+        return ValueError(f"{why}: char {self.base + (self.pos if pos is None else pos)}")
+
+    def _value(self, path: tuple[Any, ...], keep: bool = True) -> Any:
+        first = self._peek()
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.buf, self.pos)
+                # a number that reaches the piece's end ("2" of "2.5") may go on in the next
+                if self.eof or (end < len(self.buf) and self.buf[end] not in _NUMBER):
+                    self.pos = end
+                    return value
+            except json.JSONDecodeError as exc:
+                if self.eof:
+                    raise self._error(exc.msg, exc.pos) from None
+            if first in "{[" and len(path) < _DEEP and len(self.buf) - self.pos >= _PIECE:
+                return self._container(first, path, keep)  # larger than a piece: member by member
+            self._more()
+
+    def _container(self, first: str, path: tuple[Any, ...], keep: bool) -> Any:
+        self.pos += 1
+        items: list[Any] = []
+        members: dict[str, Any] = {}
+        close = "]" if first == "[" else "}"
+        if self._peek() == close:
+            self.pos += 1
+        else:
+            while True:
+                if first == "[":
+                    item = self._value((*path, len(items)), keep)
+                    if keep:
+                        items.append(item)
+                else:
+                    if self._peek() != '"':
+                        raise self._error("Expecting property name enclosed in double quotes")
+                    key = self._value(path)
+                    if self._peek() != ":":
+                        raise self._error("Expecting ':' delimiter")
+                    self.pos += 1
+                    wanted = keep and not self.skip((*path, key))
+                    item = self._value((*path, key), wanted)
+                    if wanted:
+                        members[key] = item
+                after = self._peek()
+                self.pos += 1
+                if after == close:
+                    break
+                if after != ",":
+                    raise self._error("Expecting ',' delimiter", self.pos - 1)
+        if first == "[":
+            return items
+        return self.hook(members) if self.hook is not None and keep else members
