@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import stat as stat_mod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # One word of a fast condition: a single-quoted string, a double-quoted string with nothing
@@ -17,30 +18,30 @@ _CHAIN_RE = re.compile(rf"^\s*{_TEST}(?:\s*&&\s*{_TEST})*\s*$")
 
 
 class Condition:
-    """A compiled condition: `tests` set when it can be decided by stat() alone; `checks` (when compiled for a
-    root) the same tests as (the `stat_flags` bit each asks for, the path resolved against the root). Immutable,
-    in slots (each queued job's DONE_IF is one, often its own)."""
+    """A compiled condition: `fast` when it can be decided by stat() alone, its `tests` then (op, path) each;
+    `checks` (when compiled for a root) the same tests flat, the `stat_flags` bit each asks for then the path
+    resolved against the root: (bit, path, bit, path, ...). Immutable, in slots (each queued job's DONE_IF is one,
+    often its own: its tests are found again from its text when asked for, which is seldom)."""
 
-    __slots__ = ("text", "tests", "checks")
+    __slots__ = ("text", "fast", "checks")
     text: str
-    tests: tuple[tuple[str, str], ...] | None
-    checks: tuple[tuple[int, str], ...] | None
+    fast: bool
+    checks: tuple[int | str, ...] | None
 
-    def __init__(
-        self,
-        text: str,
-        tests: tuple[tuple[str, str], ...] | None,
-        checks: tuple[tuple[int, str], ...] | None = None,
-    ) -> None:
+    def __init__(self, text: str, fast: bool, checks: tuple[int | str, ...] | None = None) -> None:
         object.__setattr__(self, "text", text)
-        object.__setattr__(self, "tests", tests)
+        object.__setattr__(self, "fast", fast)
         object.__setattr__(self, "checks", checks)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a Condition is immutable: cannot set {name}")
 
+    @property
+    def tests(self) -> tuple[tuple[str, str], ...] | None:
+        return _tests(self.text) if self.fast else None
+
     def _fields(self) -> tuple[object, ...]:
-        return (self.text, self.tests, self.checks)
+        return (self.text, self.fast, self.checks)
 
     def __eq__(self, other: object) -> bool:
         return self._fields() == other._fields() if isinstance(other, Condition) else NotImplemented
@@ -49,11 +50,7 @@ class Condition:
         return hash(self._fields())
 
     def __repr__(self) -> str:
-        return f"Condition({self.text!r}, {self.tests!r}, {self.checks!r})"
-
-    @property
-    def fast(self) -> bool:
-        return self.tests is not None
+        return f"Condition({self.text!r}, {self.fast!r}, {self.checks!r})"
 
     def paths(self) -> tuple[str, ...]:
         return tuple(path for _, path in self.tests or ())
@@ -65,22 +62,30 @@ def _unquote(word: str) -> str:
     return word
 
 
-def compile_condition(text: str, root: str | None = None) -> Condition:
-    """TEXT compiled; with ROOT (where it runs), a fast one's `checks` are resolved against it."""
+def _tests(text: str) -> tuple[tuple[str, str], ...] | None:
+    """TEXT's tests as (op, path), when stat() alone decides it; None when bash must."""
     if not _CHAIN_RE.match(text):
-        return Condition(text, None)
+        return None
     tests = []
     for m in _TEST_RE.finditer(text):
         op = m.group(1) or m.group(3)
         word = m.group(2) or m.group(4)
         path = _unquote(word)
         if path.startswith("~") or "*" in word or "?" in word or "[" in word:
-            return Condition(text, None)  # bash would expand it: let bash decide
+            return None  # bash would expand it: let bash decide
         tests.append((op, path))
+    return tuple(tests)
+
+
+def compile_condition(text: str, root: str | None = None, paths: Callable[[str], str] = str) -> Condition:
+    """TEXT compiled; with ROOT (where it runs), a fast one's `checks` are resolved against it. PATHS: what
+    keeps each resolved path (sys.intern: the queue's jobs then share one string per path)."""
+    tests = _tests(text)
+    if tests is None:
+        return Condition(text, False)
     if root is None:
-        return Condition(text, tuple(tests))
-    checks = tuple((OP_BIT[op], os.path.join(root, path)) for op, path in tests)
-    return Condition(text, tuple(tests), checks)
+        return Condition(text, True)
+    return Condition(text, True, tuple(x for op, path in tests for x in (OP_BIT[op], paths(os.path.join(root, path)))))
 
 
 def failed_test(cond: Condition, index: int) -> str:

@@ -6,7 +6,8 @@ import re
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from runner.durations import parse_duration
 
@@ -25,25 +26,147 @@ _KEYISH_LINE = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)\s*[:=]")
 BOM = "\ufeff"
 
 
-@dataclass(frozen=True)
-class JobFile:
-    """A job file that parsed completely: the only kind the runner executes."""
+_Waits = Tuple[Tuple[str, float], ...]
+_Shape = Tuple[str, int, Optional[float], Optional[float], Tuple[str, ...], int, _Waits, int]
+# What most queued jobs share (lane, retries, limits, header keys, GPUs, waits, priority): one tuple for them
+# all, as long as there are few (a plan's foreach makes thousands of jobs of one shape).
+_SHAPES: dict[_Shape, _Shape] = {}
+_FIELDS = (
+    "name",
+    "lane",
+    "body",
+    "requires",
+    "done_if",
+    "retries",
+    "timeout_s",
+    "warn_after_s",
+    "outputs",
+    "plan",
+    "keys",
+    "gpus",
+    "expect_wait",
+    "priority",
+)
 
-    name: str
-    lane: str
+
+class JobFile:
+    """A job file that parsed completely: the only kind the runner executes. Immutable, compared by its fields,
+    and small: a queued runner keeps one per job (100 000 of them), so it is in slots, keeps its file name (the
+    one string the runner's tables share) rather than its job name, and what most jobs have in common in one
+    shared shape. EXPECT_WAIT: how long a wait is normal, per reason ("*": any); nothing alerts before it has
+    passed. PRIORITY: within a lane the higher starts first; equal ones in name order. GPUS: the GPUs it takes in
+    the gpu lane, where the runner gives each job its own (--gpus)."""
+
+    __slots__ = ("filename", "body", "requires", "done_if", "outputs", "plan", "_shape")
+    filename: str
     body: str
-    requires: str | None = None
-    done_if: str | None = None
-    retries: int = 1
-    timeout_s: float | None = None
-    warn_after_s: float | None = None
-    outputs: tuple[str, ...] = ()
-    plan: str | None = None
-    keys: tuple[str, ...] = field(default=())
-    gpus: int = 1  # GPUs it takes in the gpu lane, where the runner gives each job its own (--gpus)
-    # EXPECT_WAIT: how long a wait is normal, per reason ("*": any); nothing alerts before it has passed.
-    expect_wait: tuple[tuple[str, float], ...] = ()
-    priority: int = 0  # within a lane the higher starts first; equal ones in name order
+    requires: str | None
+    done_if: str | None
+    outputs: tuple[str, ...]
+    plan: str | None  # the plan and the job's own hash: `plan@hash`
+    _shape: _Shape
+
+    def __init__(
+        self,
+        name: str,
+        lane: str,
+        body: str,
+        requires: str | None = None,
+        done_if: str | None = None,
+        retries: int = 1,
+        timeout_s: float | None = None,
+        warn_after_s: float | None = None,
+        outputs: tuple[str, ...] = (),
+        plan: str | None = None,
+        keys: tuple[str, ...] = (),
+        gpus: int = 1,
+        expect_wait: tuple[tuple[str, float], ...] = (),
+        priority: int = 0,
+        filename: str | None = None,
+    ) -> None:
+        shape = (lane, retries, timeout_s, warn_after_s, keys, gpus, expect_wait, priority)
+        kept = _SHAPES.get(shape)
+        if kept is None:
+            kept = shape
+            if len(_SHAPES) < 1000:
+                _SHAPES[shape] = shape
+        for slot, value in (
+            ("filename", filename if filename is not None else name + ".job"),
+            ("body", body),
+            ("requires", requires),
+            ("done_if", done_if),
+            ("outputs", outputs),
+            ("plan", plan),
+            ("_shape", kept),
+        ):
+            object.__setattr__(self, slot, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a JobFile is immutable: cannot set {name}")
+
+    @property
+    def name(self) -> str:
+        return self.filename[:-4]
+
+    @property
+    def lane(self) -> str:
+        return self._shape[0]
+
+    @property
+    def retries(self) -> int:
+        return self._shape[1]
+
+    @property
+    def timeout_s(self) -> float | None:
+        return self._shape[2]
+
+    @property
+    def warn_after_s(self) -> float | None:
+        return self._shape[3]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._shape[4]
+
+    @property
+    def gpus(self) -> int:
+        return self._shape[5]
+
+    @property
+    def expect_wait(self) -> tuple[tuple[str, float], ...]:
+        return self._shape[6]
+
+    @property
+    def priority(self) -> int:
+        return self._shape[7]
+
+    def header(self, requires: str | None, done_if: str | None, outputs: tuple[str, ...]) -> JobFile:
+        """This job without its body (bash reads the file itself), its REQUIRES, DONE_IF and OUTPUTS the equal
+        strings given (the queue's jobs then share one of each)."""
+        job = JobFile.__new__(JobFile)
+        for slot, value in (
+            ("filename", self.filename),
+            ("body", ""),
+            ("requires", requires),
+            ("done_if", done_if),
+            ("outputs", outputs),
+            ("plan", self.plan),
+            ("_shape", self._shape),
+        ):
+            object.__setattr__(job, slot, value)
+        return job
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in _FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        return self._values() == other._values() if isinstance(other, JobFile) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return "JobFile(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS) + ")"
 
 
 @dataclass(frozen=True)
@@ -84,7 +207,7 @@ def parse(filename: str, data: bytes, lanes: Sequence[str] = DEFAULT_LANES) -> J
     body = "\n".join(lines[body_start:])
     if not any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines[body_start:]):
         return Invalid("no command after the header: nothing to run")
-    return _typed(name, header, header_lines, body, lanes)
+    return _typed(filename, header, header_lines, body, lanes)
 
 
 def _text(data: bytes) -> str | Invalid:
@@ -174,7 +297,7 @@ def _header_line(line: str, lineno: int, header: dict[str, str], header_lines: d
 
 
 def _typed(
-    name: str, header: dict[str, str], where: dict[str, int], body: str, lanes: Sequence[str]
+    filename: str, header: dict[str, str], where: dict[str, int], body: str, lanes: Sequence[str]
 ) -> JobFile | Invalid:
     lane = sys.intern(header.get("LANE", DEFAULT_LANE))  # one string per lane name, not per queued job
     if lane not in lanes:
@@ -219,7 +342,8 @@ def _typed(
         except ValueError as exc:
             return Invalid(f"EXPECT_WAIT: {exc}", where["EXPECT_WAIT"])
     return JobFile(
-        name=name,
+        name=job_name(filename),
+        filename=filename,
         lane=lane,
         body=body,
         requires=header.get("REQUIRES"),

@@ -61,7 +61,8 @@ class Running:
 
 
 class Reason:
-    """Why a queued job waits, since when (one per waiting job, so in slots)."""
+    """Why a queued job waits, since when (in slots; equal ones are shared by the jobs that have them, so it is
+    replaced, never changed in place: runner.service.reasons)."""
 
     __slots__ = ("reason", "since", "detail", "blocker", "extra")
 

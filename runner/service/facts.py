@@ -38,12 +38,13 @@ class Looking:
         if checks is None:  # bash decides (bounded): `holds` runs it
             return self.facts.holds(cond)[0]
         seen = self.seen
-        for bit, path in checks:
+        for index in range(0, len(checks), 2):
+            path: str = checks[index + 1]  # type: ignore[assignment]  # (bit, path, bit, path, ...)
             flags = seen.get(path)
             if flags is None:
                 flags = seen[path] = stat_flags(path)
                 self.facts.stats += 1
-            if not flags & bit:
+            if not flags & checks[index]:  # type: ignore[operator]
                 return False
         return True
 
@@ -94,7 +95,7 @@ class Facts:
     def holds(self, cond: Condition | None) -> tuple[bool, str]:
         if cond is None:
             return True, ""
-        if cond.tests is None:
+        if not cond.fast:
             outcome = evaluate(cond, self.root, self.config.condition_timeout_s)
             return outcome.holds, outcome.detail
         if cond.checks is None:  # compiled without the root (a running job's DONE_IF, judged as it ends)
@@ -102,11 +103,13 @@ class Facts:
         false = self._first_false(cond.checks)  # type: ignore[arg-type]
         return (True, "") if false < 0 else (False, failed_test(cond, false))
 
-    def _first_false(self, checks: tuple[tuple[int, str], ...]) -> int:
-        """The index of the first of CHECKS that is false, -1 when all hold: each path stat()ed once per snapshot
-        (one job's DONE_IF is often the next one's REQUIRES)."""
+    def _first_false(self, checks: tuple[int | str, ...]) -> int:
+        """The index of the first test of CHECKS (bit, path, ...) that is false, -1 when all hold: each path
+        stat()ed once per snapshot (one job's DONE_IF is often the next one's REQUIRES)."""
         seen = self.seen
-        for index, (bit, path) in enumerate(checks):
+        for index in range(len(checks) // 2):
+            bit: int = checks[2 * index]  # type: ignore[assignment]
+            path: str = checks[2 * index + 1]  # type: ignore[assignment]
             if seen is None:
                 found = stat_flags(path)
                 self.stats += 1

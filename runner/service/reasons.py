@@ -26,6 +26,9 @@ class Reasons:
         # Of those, what the list said: (reason, blocker), None where it did not list the job (the readers of
         # status.json's summary move each from its group to its new one: runner.views.waiting.patch)
         self.was: dict[str, tuple[str, str] | None] = {}
+        # Reasons are never changed in place but replaced, so equal ones are one object: 100 000 jobs waiting for
+        # their lane since the same tick share one (most of a queue's reasons are such).
+        self._shared: dict[tuple[str, float, str, str], Reason] = {}
 
     def listed(self) -> None:
         """waiting.json lists every reason as it is now."""
@@ -71,7 +74,19 @@ class Reasons:
         reason = self.table[filename]
         if reason.since != since:
             self._change(filename)
-            reason.since = since
+            self.table[filename] = self._reason(reason.reason, since, reason.detail, reason.blocker, reason.extra)
+
+    def _reason(self, reason: str, since: float, detail: str, blocker: str, extra: dict[str, Any]) -> Reason:
+        """A Reason of these values: the one kept for them where there are no extra fields."""
+        if extra:
+            return Reason(reason, since, detail, blocker, extra)
+        key = (reason, since, detail, blocker)
+        found = self._shared.get(key)
+        if found is None:
+            if len(self._shared) >= 4096:
+                self._shared = {}  # the jobs keep theirs
+            found = self._shared[key] = Reason(reason, since, detail, blocker, _NO_EXTRA)
+        return found
 
     def set(self, now: float, filename: str, reason: str, detail: str, blocker: str = "", **extra: Any) -> None:
         if len(detail) < 256:  # the same words for many jobs ("X is running in cpu"): one string kept for all
@@ -80,8 +95,7 @@ class Reasons:
         if current and current.reason == reason and current.blocker == blocker:
             if current.detail != detail or current.extra != extra:
                 self._change(filename)
-                current.detail = detail
-                current.extra = extra or _NO_EXTRA
+                self.table[filename] = self._reason(reason, current.since, detail, blocker, extra or _NO_EXTRA)
             return
         since = now
         if reason == "requires":
@@ -90,7 +104,7 @@ class Reasons:
         if current is not None:
             self._count(current.reason, -1)
         self._count(reason, 1)
-        self.table[filename] = Reason(reason, since, detail, blocker, extra or _NO_EXTRA)
+        self.table[filename] = self._reason(reason, since, detail, blocker, extra or _NO_EXTRA)
 
     def requires_false(self, now: float, filename: str, requires: str, blocked: tuple[str, str, str] | None) -> None:
         """REQUIRES is false: `blocked` where the manifest shows it never can hold, else `requires`, timed from

@@ -12,7 +12,6 @@ import os
 import stat
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 
 from runner import jobfile
 from runner.conditions import Condition, compile_condition
@@ -51,7 +50,7 @@ class Scanner:
         self.reasons = reasons
         self.manifest = manifest
         self.forget_job = forget  # drops everything the runner knows of a job file (it left queue/)
-        self.parsed: dict[str, Parsed] = {}
+        self.parsed: dict[str, Parsed] = {}  # files parsed but not taken (invalid ones, where they stay)
         self.conditions: dict[str, Condition] = {}  # text -> compiled for this root, shared by the jobs that have it
         self.first_seen: dict[str, tuple[int, float]] = {}  # settle rule: key, first scan
         self.stuck: dict[str, str] = {}  # invalid entries that could not be moved to failed/
@@ -106,6 +105,7 @@ class Scanner:
                     gone.add(name)
             else:
                 self.taken[name] = parsed
+                self.parsed.pop(name, None)  # one table holds a job's record: 100 000 of them add up
             if self.taken.get(name) is not before:
                 self.generation += 1
         for name in gone:
@@ -144,7 +144,7 @@ class Scanner:
             self._invalid(now, filename, problem)
             return None
         key = file_key(st)
-        parsed = self.parsed.get(filename)
+        parsed = self.taken.get(filename) or self.parsed.get(filename)
         if parsed is None or parsed.key != key:
             data = read_regular(path)
             if data is None:
@@ -196,16 +196,15 @@ class Scanner:
         if isinstance(job, jobfile.JobFile):
             parsed.requires = self._condition(job.requires)
             parsed.done_if = self._condition(job.done_if)
-            # bash reads the file itself (10 000 bodies need not stay); equal conditions share one string
-            parsed.job = replace(
-                job,
-                body="",
-                requires=parsed.requires.text if parsed.requires else None,
-                done_if=parsed.done_if.text if parsed.done_if else None,
-                lane=sys.intern(job.lane),  # a few lanes and plans for 10 000 jobs: one string each
-                plan=sys.intern(job.plan) if job.plan else job.plan,
+            # bash reads the file itself (100 000 bodies need not stay); equal conditions share one string, and
+            # the paths one string each with the conditions' and the manifest's (interned)
+            parsed.job = job.header(
+                parsed.requires.text if parsed.requires else None,
+                parsed.done_if.text if parsed.done_if else None,
+                tuple(map(sys.intern, job.outputs)),
             )
-        self.parsed[filename] = parsed
+        else:
+            self.parsed[filename] = parsed  # kept while it stays (not taken): not parsed again every scan
         return parsed
 
     def _condition(self, text: str | None) -> Condition | None:
@@ -215,9 +214,9 @@ class Scanner:
             return None
         cond = self.conditions.get(text)
         if cond is None:
-            if len(self.conditions) > 2 * len(self.parsed) + 1000:
-                self.conditions = {}  # those of jobs gone; the live ones keep theirs
-            cond = self.conditions[text] = compile_condition(text, self.root)
+            if len(self.conditions) >= 4096:
+                self.conditions = {}  # the jobs keep theirs; a chain's next job is read next (name order)
+            cond = self.conditions[text] = compile_condition(text, self.root, sys.intern)
         return cond
 
     def _invalid(self, now: float, filename: str, why: str) -> None:

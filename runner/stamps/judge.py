@@ -133,7 +133,9 @@ class Verdicts:
     def __init__(self, root: str) -> None:
         self.root = root
         self._world: tuple[Any, ...] | None = None
-        self._kept: dict[str, tuple[int, bool, Verdict]] = {}
+        # file -> (its key, whether DONE_IF held, the verdict); most jobs' is FINE with DONE_IF false, kept as the
+        # key alone (100 000 tuples of three add up)
+        self._kept: dict[str, int | tuple[int, bool, Verdict]] = {}
         self.judged = 0  # verdicts worked out (not taken from what was kept): a test counts them
 
     def begin(self, manifest_key: object, clock: float) -> None:
@@ -160,14 +162,18 @@ class Verdicts:
         done: bool,
     ) -> Verdict:
         kept = self._kept.get(filename)
-        if kept is not None and kept[0] == key and kept[1] == done:
-            return kept[2]
+        if kept is not None:
+            if isinstance(kept, int):
+                if kept == key and not done:
+                    return FINE
+            elif kept[0] == key and kept[1] == done:
+                return kept[2]
         self.judged += 1
         verdict = judge(self.root, filename, job, manifest, now, done)
         if not verdict.problems:  # a stamp that cannot be read or written is tried again every tick
             if not (verdict.stale or verdict.wait or verdict.why or verdict.blocker):
                 verdict = FINE  # most of them: one kept for all
-            self._kept[filename] = (key, done, verdict)
+            self._kept[filename] = key if verdict is FINE and not done else (key, done, verdict)
         else:
             self._kept.pop(filename, None)
         return verdict

@@ -218,7 +218,7 @@ def test_a_shared_condition_and_a_changed_one_are_each_seen_on_the_next_tick(tmp
     write_job(root, "b.job", "# REQUIRES=test -f out/a\n# LANE=gpu\necho b\n")
     runner = Ticking(root).start(T0)
     runner.tick(T0)
-    parsed = runner.runner.scanner.parsed
+    parsed = runner.runner.scanner.taken
     assert parsed["a.job"].done_if is parsed["b.job"].requires  # one compiled condition for both
     assert runner.procs.running() == ["a.job"] and _reason(runner, "b.job")[0] == "requires"
     (root / "out/b-ready").write_text("")
