@@ -12,9 +12,11 @@ with --baseline DIR, and task-spooler), so the machine's noise hits all alike:
 - RSS: the runner's peak RSS (VmHWM) after the idle window;
 - check: `plan check plan.yaml --no-cache` (cold);
 - task-spooler: `tsp -S 1` with the same N jobs queued behind a blocker (900 for 1 000: it holds ~1 000 at most),
-  the 100 after the first end, per job.
+  the 100 after the first end, per job;
+- `--only rss`: the runner's peak RSS alone, on queues made in the shape a push writes without pushing each
+  job through the compiler (bench/rss_bench.py: 100 000 in seconds rather than minutes).
 
-    python3 bench/scale_bench.py [--huge] [--baseline DIR] [--only dispatch,push,status,check,tsp]
+    python3 bench/scale_bench.py [--huge] [--baseline DIR] [--only dispatch,push,status,check,tsp | --only rss]
     BENCH_RUNS=5 BENCH_SIZES=100,1000,10000 BENCH_IDLE_S=10
 """
 
@@ -228,6 +230,11 @@ def main() -> None:
     sizes = [int(s) for s in os.environ.get("BENCH_SIZES", "100,1000,10000").split(",")]
     if args.huge:
         sizes.append(100000)
+    if only == {"rss"}:
+        from bench import rss_bench
+
+        rss_bench.measure(sizes, args.baseline)
+        return
     tsp = shutil.which("tsp") if "tsp" in only else None
     if "tsp" in only and tsp is None:
         print("task-spooler (tsp) not found: its column says so (apt-get install task-spooler)\n")
