@@ -223,10 +223,13 @@ def _lanes(
         runs = [r for r in running.get(lane, []) if _matches(r["job"], needle)]
         found = view.get("slots")
         slots = found if isinstance(found, int) else 1
-        if slots > 1:
-            frame.lines.append(Line(f"  {lane:<4} {len(running.get(lane, []))}/{slots} slots busy"))
+        why = f" ({view.get('reason')}: {view.get('blocker')})" if view.get("reason") else ""
+        if slots > 1:  # what holds its free slots, where none is in use (a pending install, an exclusive job)
+            busy = len(running.get(lane, []))
+            frame.lines.append(
+                Line(terminal_safe(f"  {lane:<4} {busy}/{slots} slots busy{why if not busy else ''}", False))
+            )
         elif not running.get(lane):
-            why = f" ({view.get('reason')}: {view.get('blocker')})" if view.get("reason") else ""
             frame.lines.append(Line(terminal_safe(f"  {lane:<4} {view.get('state', 'idle')}{why}", False), "dim"))
         for run in runs:
             frame.items.append(Item("running", index, run["job"], "running"))

@@ -88,6 +88,14 @@ def test_a_frame_shows_running_jobs_their_estimate_with_its_basis_and_waiting_gr
     assert "cpu  idle (exclusive: 84c-gpu-strata.job)" in text
 
 
+def test_a_lane_of_several_slots_with_none_in_use_says_what_holds_it() -> None:
+    answer = _answer(running=0)
+    error = "IsADirectoryError: Is a directory: /srv/jobs/queue/b.job"
+    answer["status"]["lanes"]["cpu"] = {"state": "waiting", "reason": "install-pending", "blocker": error, "slots": 4}
+    text = build([_view(answer=answer)], Ui(), NOW, 120, None).plain()
+    assert f"cpu  0/4 slots busy (install-pending: {error})" in text
+
+
 def test_two_busy_hosts_fit_80x24_dropping_details_first_and_keeping_the_selection_in_view() -> None:
     views = [_view("a9", answer=_answer(queued=30, running=3)), _view("lab", answer=_answer(queued=30, running=3))]
     ui = Ui()
