@@ -21,20 +21,25 @@ class Condition:
     """A compiled condition: `fast` when it can be decided by stat() alone, its `tests` then (op, path) each;
     `checks` (when compiled for a root) the same tests flat, the `stat_flags` bit each asks for then the path
     resolved against the root: (bit, path, bit, path, ...). Immutable, in slots (each queued job's DONE_IF is one,
-    often its own: its tests are found again from its text when asked for, which is seldom)."""
+    often its own: its tests are found again from its text when asked for, which is seldom; and its text, where
+    it is what its checks say in the words the compiler writes, `test -f /abs/path`, from them)."""
 
-    __slots__ = ("text", "fast", "checks")
-    text: str
+    __slots__ = ("_text", "fast", "checks")
+    _text: str | None
     fast: bool
     checks: tuple[int | str, ...] | None
 
     def __init__(self, text: str, fast: bool, checks: tuple[int | str, ...] | None = None) -> None:
-        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "_text", None if checks is not None and text == _written(checks) else text)
         object.__setattr__(self, "fast", fast)
         object.__setattr__(self, "checks", checks)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a Condition is immutable: cannot set {name}")
+
+    @property
+    def text(self) -> str:
+        return self._text if self._text is not None else _written(self.checks)  # type: ignore[arg-type]
 
     @property
     def tests(self) -> tuple[tuple[str, str], ...] | None:
@@ -54,6 +59,11 @@ class Condition:
 
     def paths(self) -> tuple[str, ...]:
         return tuple(path for _, path in self.tests or ())
+
+
+def _written(checks: tuple[int | str, ...]) -> str:
+    """CHECKS as the compiler writes them: `test -f PATH && test -s PATH2`."""
+    return " && ".join(f"test -{_OP[checks[i]]} {checks[i + 1]}" for i in range(0, len(checks), 2))  # type: ignore[index]
 
 
 def _unquote(word: str) -> str:
@@ -112,6 +122,7 @@ def test_path(op: str, path: str) -> bool:
 # What `stat_flags` finds, one bit each; OP_BIT: the bit `test -OP` asks for.
 EXISTS, REGULAR, DIRECTORY, NONEMPTY = 1, 2, 4, 8
 OP_BIT = {"e": EXISTS, "f": REGULAR, "d": DIRECTORY, "s": NONEMPTY}
+_OP = {bit: op for op, bit in OP_BIT.items()}
 
 
 def stat_flags(path: str) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from runner.conditions import Condition
 from runner.durations import parse_duration
 
 SEED_KEYS = ("LANE", "REQUIRES", "DONE_IF", "RETRIES")
@@ -31,22 +32,8 @@ _Shape = Tuple[str, int, Optional[float], Optional[float], Tuple[str, ...], int,
 # What most queued jobs share (lane, retries, limits, header keys, GPUs, waits, priority): one tuple for them
 # all, as long as there are few (a plan's foreach makes thousands of jobs of one shape).
 _SHAPES: dict[_Shape, _Shape] = {}
-_FIELDS = (
-    "name",
-    "lane",
-    "body",
-    "requires",
-    "done_if",
-    "retries",
-    "timeout_s",
-    "warn_after_s",
-    "outputs",
-    "plan",
-    "keys",
-    "gpus",
-    "expect_wait",
-    "priority",
-)
+_FIELDS: tuple[str, ...] = ("name", "lane", "body", "requires", "done_if", "retries", "timeout_s", "warn_after_s")
+_FIELDS += ("outputs", "plan", "keys", "gpus", "expect_wait", "priority")
 
 
 class JobFile:
@@ -57,11 +44,11 @@ class JobFile:
     passed. PRIORITY: within a lane the higher starts first; equal ones in name order. GPUS: the GPUs it takes in
     the gpu lane, where the runner gives each job its own (--gpus)."""
 
-    __slots__ = ("filename", "body", "requires", "done_if", "outputs", "plan", "_shape")
+    __slots__ = ("filename", "body", "_requires", "_done_if", "outputs", "plan", "_shape")
     filename: str
     body: str
-    requires: str | None
-    done_if: str | None
+    _requires: str | Condition | None  # a queued job's: its compiled condition (whose text it is)
+    _done_if: str | Condition | None
     outputs: tuple[str, ...]
     plan: str | None  # the plan and the job's own hash: `plan@hash`
     _shape: _Shape
@@ -93,8 +80,8 @@ class JobFile:
         for slot, value in (
             ("filename", filename if filename is not None else name + ".job"),
             ("body", body),
-            ("requires", requires),
-            ("done_if", done_if),
+            ("_requires", requires),
+            ("_done_if", done_if),
             ("outputs", outputs),
             ("plan", plan),
             ("_shape", kept),
@@ -140,15 +127,26 @@ class JobFile:
     def priority(self) -> int:
         return self._shape[7]
 
-    def header(self, requires: str | None, done_if: str | None, outputs: tuple[str, ...]) -> JobFile:
-        """This job without its body (bash reads the file itself), its REQUIRES, DONE_IF and OUTPUTS the equal
-        strings given (the queue's jobs then share one of each)."""
+    @property
+    def requires(self) -> str | None:
+        value = self._requires
+        return value if value is None or isinstance(value, str) else value.text
+
+    @property
+    def done_if(self) -> str | None:
+        value = self._done_if
+        return value if value is None or isinstance(value, str) else value.text
+
+    def header(self, requires: Condition | None, done_if: Condition | None, outputs: tuple[str, ...]) -> JobFile:
+        """This job without its body (bash reads the file itself), its REQUIRES and DONE_IF kept as the compiled
+        conditions of their texts and its OUTPUTS as the equal strings given (the queue's jobs then share one of
+        each)."""
         job = JobFile.__new__(JobFile)
         for slot, value in (
             ("filename", self.filename),
             ("body", ""),
-            ("requires", requires),
-            ("done_if", done_if),
+            ("_requires", requires),
+            ("_done_if", done_if),
             ("outputs", outputs),
             ("plan", self.plan),
             ("_shape", self._shape),

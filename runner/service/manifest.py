@@ -53,6 +53,7 @@ class Manifest:
             return None
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         if self._cache is None or self._cache[0] != key:
+            self._cache = None  # let go of the last one first: two of 100 000 jobs would stand at once
             manifest, problems = self.queue.read_manifest(compact=True)
             self._cache = (key, compact(manifest) if manifest is not None else None)
             self.problems.report(self.now, "manifest.json", problems)

@@ -198,11 +198,7 @@ class Scanner:
             parsed.done_if = self._condition(job.done_if)
             # bash reads the file itself (100 000 bodies need not stay); equal conditions share one string, and
             # the paths one string each with the conditions' and the manifest's (interned)
-            parsed.job = job.header(
-                parsed.requires.text if parsed.requires else None,
-                parsed.done_if.text if parsed.done_if else None,
-                tuple(map(sys.intern, job.outputs)),
-            )
+            parsed.job = job.header(parsed.requires, parsed.done_if, tuple(map(sys.intern, job.outputs)))
         else:
             self.parsed[filename] = parsed  # kept while it stays (not taken): not parsed again every scan
         return parsed

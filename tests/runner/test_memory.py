@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from runner import jobfile, state
+from runner.conditions import compile_condition
 from runner.queue import Queue
 from runner.runstate import RunnerState
 from runner.service.reasons import Reasons
@@ -99,10 +100,14 @@ def test_queued_jobs_share_their_shape_paths_and_conditions(tmp_path: Path) -> N
     assert a.job.filename == "a.job" and a.job.name == "a" and a.job.body == ""  # type: ignore[union-attr]
     assert b.done_if is not None and c.requires is not None
     assert b.job.outputs[0] is b.done_if.checks[1] is c.requires.checks[1]  # type: ignore[union-attr,index]
-    assert b.done_if.tests == (("f", "/out/b"),) and b.done_if.text == b.job.done_if  # type: ignore[union-attr]
+    assert b.done_if.tests == (("f", "/out/b"),) and b.done_if.text == b.job.done_if == "test -f /out/b"  # type: ignore[union-attr]
+    assert b.done_if._text is None  # the compiler's words: the text is its checks, said again when asked
     parsed = jobfile.parse("b.job", (root / "queue/b.job").read_bytes())
     assert isinstance(parsed, jobfile.JobFile) and parsed.body == "echo\n"
-    assert parsed.header(parsed.requires, parsed.done_if, parsed.outputs) == b.job
+    assert parsed.header(None, b.done_if, parsed.outputs) == b.job
+    kept = compile_condition("test  -f /out/b", "/r")  # other words for the same test: kept as written
+    assert kept.text == "test  -f /out/b" and kept.checks == compile_condition("test -f /out/b", "/r").checks
+    assert compile_condition("test -f out/b && [ -s /c ]", "/r").text == "test -f out/b && [ -s /c ]"
     with pytest.raises(AttributeError):
         parsed.filename = "x.job"  # type: ignore[misc]
 
