@@ -42,7 +42,8 @@ def make_queue(work: Path, jobs: int) -> tuple[Path, Path]:
     template = work / "template"
     run_step(plan_cli("push", str(template), str(make_plan(work, 2, "rss"))), PY_ENV)
     first = (template / "queue" / "j-000000.job").read_text()
-    manifest = json.loads((template / "manifest.json").read_text())
+    written = (template / "manifest.json").read_text()
+    manifest = json.loads(written)
     entry, plan = manifest["jobs"]["j-000000.job"], manifest["plan"]
     (output,) = entry["outputs"]
     root = work / "pushed"
@@ -64,7 +65,10 @@ def make_queue(work: Path, jobs: int) -> tuple[Path, Path]:
         producers[out] = [name]
     manifest.update(jobs=entries, producers=producers)
     manifest["plans"][plan].update(jobs=entries, producers=producers)
-    (root / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    indent = 1 if written.startswith("{\n") else None  # as the push wrote it (one line since its install work)
+    separators = None if indent or '": ' in written[:50] else (",", ":")
+    text = json.dumps(manifest, indent=indent, separators=separators, sort_keys=True)
+    (root / "manifest.json").write_text(text + "\n")
     return root, Path(output).parent
 
 
