@@ -130,6 +130,9 @@ class Ticking:
         self.root = root
         self.procs = FakeProcesses()
         config.setdefault("settle_s", 0.0)
+        # The sweep's budget is wall time: under load 0.1 s may cut a 300-job pass in two. A test of the spread
+        # passes its own budget; every other test judges its whole queue in one sweep, whatever the load.
+        config.setdefault("sweep_budget_s", 3600.0)
         self.runner = Runner(Config(root=root, **config), processes=self.procs)
         if pid is not None:  # the process its status.json names (a real one, for `plan watch` to find alive)
             self.runner.pid = pid
