@@ -367,14 +367,24 @@ def test_the_box_agent_killed_during_its_renames_leaves_an_install_the_next_push
         target=lambda: answers.append(_asked(session, install_request(versions[1], versions[0], probe["generation"])))
     )
     sending.start()
+    record = root / ".install.json"
     try:
-        record = root / ".install.json"
-        wait_for(record.exists, 60, 0.001)
-        staged = root / json.loads(record.read_text())["stage"] / first
-        wait_for(lambda: not staged.exists(), 60, 0.0005)  # its first rename is done
-        os.kill(agent, signal.SIGKILL)
-        sending.join(60)
+        # The agent runs in slices: stopped, looked at, let go. Killed while stopped, the kill lands exactly in
+        # the state the test saw (a kill after a poll came late under load, after the last rename).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            os.kill(agent, signal.SIGSTOP)
+            wait_for(lambda: _state(agent) in "Tt", 10, 0.0002)
+            if record.exists():
+                stage = json.loads(record.read_text())["stage"]
+                if not (root / stage / first).exists():  # its first rename is done
+                    break
+            os.kill(agent, signal.SIGCONT)
+            time.sleep(0 if record.exists() else 0.002)  # while it stages: slices of a few ms
+        assert record.exists(), "the install ended before the test could stop it during its renames"
     finally:
+        os.kill(agent, signal.SIGKILL)  # (also on a failure: never a stopped agent left behind)
+        sending.join(60)
         session.close()
     assert answers and isinstance(answers[0], (RemoteFailed, Unreachable)), answers
     assert record.exists(), "killed during its renames: the install is left pending"
@@ -393,6 +403,14 @@ def test_the_box_agent_killed_during_its_renames_leaves_an_install_the_next_push
         assert answer["installed"] == ["x.job"] and answer["generation"] == 3
     finally:
         session.close()
+
+
+def _state(pid: int) -> str:
+    """PID's state letter in /proc (T: stopped), or "T" once it is gone (nothing left to wait for)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "T"
 
 
 def _asked(session: AgentSession, request: dict[str, object]) -> object:
