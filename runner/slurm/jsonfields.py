@@ -142,6 +142,19 @@ def read_each(items: Any, read: Callable[[Any], T]) -> Iterator[tuple[str, T]]:
             raise bad.within(name) from None
 
 
+def read_list(value: Any, read: Callable[[Any], T]) -> tuple[T, ...]:
+    """READ(item) for each item of the JSON list VALUE, a bad one located under its index."""
+    if not isinstance(value, list):
+        raise Bad("", f"a list was expected, not {kind_of(value)}")
+    found = []
+    for i, item in enumerate(value):
+        try:
+            found.append(read(item))
+        except Bad as bad:
+            raise bad.within(f"[{i}]") from None
+    return tuple(found)
+
+
 def place(where: str, key: str) -> str:
     if not where or not key:
         return where or key

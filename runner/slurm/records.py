@@ -30,6 +30,7 @@ from runner.slurm.jsonfields import (
     read_fields,
     read_float,
     read_int,
+    read_list,
     read_object,
     read_str,
     read_strings,
@@ -200,17 +201,7 @@ class JobRecord:
 
 
 def _attempts(value: Any) -> tuple[Attempt, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise Bad("", f"a list was expected, not {kind_of(value)}")
-    found = []
-    for i, item in enumerate(value):
-        try:
-            found.append(_attempt(item))
-        except Bad as bad:
-            raise bad.within(f"[{i}]") from None
-    return tuple(found)
+    return () if value is None else read_list(value, _attempt)
 
 
 _RECORD_READ: dict[str, Field] = {

@@ -15,12 +15,12 @@ from runner.slurm.jsonfields import (
     Bad,
     Field,
     SlurmId,
-    kind_of,
     optional,
     read_each,
     read_fields,
     read_float,
     read_int,
+    read_list,
     read_object,
     read_str,
 )
@@ -156,11 +156,11 @@ _OPT_INT = Field((int, type(None)), optional(read_int))
 
 
 def _strings(value: Any) -> tuple[str, ...]:
-    return tuple(_each(value, read_str))
+    return read_list(value, read_str)
 
 
 def _numbers(value: Any) -> tuple[float, ...]:
-    return tuple(_each(value, read_float))
+    return read_list(value, read_float)
 
 
 _RUNNING: dict[str, Field] = {
@@ -209,18 +209,6 @@ def _record(kind: Callable[..., T], readers: dict[str, Field], needed: tuple[str
     return read
 
 
-def _each(value: Any, read: Callable[[Any], T]) -> list[T]:
-    if not isinstance(value, list):
-        raise Bad("", f"a list was expected, not {kind_of(value)}")
-    found = []
-    for i, item in enumerate(value):
-        try:
-            found.append(read(item))
-        except Bad as bad:
-            raise bad.within(f"[{i}]") from None
-    return found
-
-
 _read_running = _record(Running, _RUNNING, ("job", "lane", "started"))
 _read_waiting = _record(Waiting, _WAITING, ("job", "reason"))
 _read_lane = _record(Lane, _LANE, ("state",))
@@ -236,8 +224,8 @@ def _read_status(value: Any) -> SlurmStatus:
     for key, read in (
         ("runner", _read_runner),
         ("lanes", lambda v: dict(read_each(v, _read_lane))),
-        ("running", lambda v: tuple(_each(v, _read_running))),
-        ("queued", lambda v: tuple(_each(v, _read_waiting))),
+        ("running", lambda v: read_list(v, _read_running)),
+        ("queued", lambda v: read_list(v, _read_waiting)),
         ("counts", _read_counts),
     ):
         try:
