@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from runner import jobfile, logs
 from runner.durations import format_duration
@@ -54,6 +54,27 @@ CAUSE_KINDS = {
 }
 
 
+class Headers(Mapping[str, "jobfile.JobFile"]):
+    """The queued jobs' parsed headers by name, in name order: a view of the scanner's table (not a copy of it,
+    which at 100,000 queued was 5 MB for a moment every time the causes were judged)."""
+
+    def __init__(self, queued: list[tuple[str, Parsed]], taken: Mapping[str, Parsed]) -> None:
+        self.queued = queued
+        self.taken = taken  # QUEUED by name
+
+    def __getitem__(self, filename: str) -> jobfile.JobFile:
+        parsed = self.taken[filename]
+        if not isinstance(parsed.job, jobfile.JobFile):
+            raise KeyError(filename)
+        return parsed.job
+
+    def __iter__(self) -> Iterator[str]:
+        return (f for f, p in self.queued if isinstance(p.job, jobfile.JobFile))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 @dataclass
 class Seen:
     """What one tick saw, as the judges read it. RUNNER is the service's Runner (runner.service.runner), typed
@@ -61,15 +82,19 @@ class Seen:
 
     runner: Any
     queued: list[tuple[str, Parsed]]
-    headers: dict[str, jobfile.JobFile] = field(default_factory=dict)  # queued job -> its parsed header
-    in_flight: set[str] = field(default_factory=set)  # queued or running job files
+    headers: Mapping[str, jobfile.JobFile] = field(default_factory=dict)  # queued job -> its parsed header
+    running: set[str] = field(default_factory=set)  # running job files
     covered: set[str] = field(default_factory=set)  # jobs an earlier cause (or an expected wait) explains
 
     @classmethod
-    def of(cls, runner: Any, queued: list[tuple[str, Parsed]]) -> Seen:
-        headers = {f: p.job for f, p in queued if isinstance(p.job, jobfile.JobFile)}
-        in_flight = set(headers) | {r.filename for r in runner.jobs.running.values()}
-        return cls(runner, queued, headers, in_flight)
+    def of(cls, runner: Any, queued: list[tuple[str, Parsed]], taken: Mapping[str, Parsed] | None = None) -> Seen:
+        """TAKEN: QUEUED by name (the scanner's table); made from QUEUED where not given."""
+        headers = Headers(queued, dict(queued) if taken is None else taken)
+        return cls(runner, queued, headers, {r.filename for r in runner.jobs.running.values()})
+
+    def in_flight(self, filename: str) -> bool:
+        """FILENAME is queued or running."""
+        return filename in self.headers or filename in self.running
 
 
 def names(jobs: list[str] | tuple[str, ...]) -> str:
@@ -251,7 +276,7 @@ def requires(seen: Seen, now: float) -> list[Cause]:
             continue
         entry = entries.get(filename) if isinstance(entries, dict) else None
         made = [p for path in (entry or {}).get("requires", []) for p in producers.get(path, [])]
-        if any(p in seen.in_flight for p in made):
+        if any(seen.in_flight(p) for p in made):
             seen.covered.add(filename)  # the queue's order: its producer is queued or running
             continue
         limit = expected_until(seen.headers.get(filename), "requires")
@@ -346,9 +371,11 @@ def idle(seen: Seen, now: float) -> list[Cause]:
 JUDGES = (gpu_held, failed, long_running, gpu_stalled, blocked, requires, parked, disk_full, install_stuck, idle)
 
 
-def judge(runner: Any, queued: list[tuple[str, Parsed]], now: float) -> list[Cause]:
-    """Every cause true on this box now, in JUDGES' order."""
-    seen = Seen.of(runner, queued)
+def judge(
+    runner: Any, queued: list[tuple[str, Parsed]], now: float, taken: Mapping[str, Parsed] | None = None
+) -> list[Cause]:
+    """Every cause true on this box now, in JUDGES' order. TAKEN: QUEUED by name, where the caller has it."""
+    seen = Seen.of(runner, queued, taken)
     causes: list[Cause] = []
     for one in JUDGES:
         causes.extend(one(seen, now))

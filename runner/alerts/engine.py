@@ -39,7 +39,7 @@ class Alerts:
         self.notices: list[Notice] = []  # the last tick's
 
     def tick(self, now: float, queued: list[tuple[str, Parsed]]) -> None:
-        causes = judge(self.runner, queued, now)
+        causes = judge(self.runner, queued, now, self.runner.scanner.taken)
         self.notices = self.book.reconcile(causes, now, self.config.realert_s, {"parked": self.config.parked_repeat_s})
         for notice in self.notices:
             self._tell(notice)
