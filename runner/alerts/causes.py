@@ -88,8 +88,8 @@ class Seen:
 
     @classmethod
     def of(cls, runner: Any, queued: list[tuple[str, Parsed]], taken: Mapping[str, Parsed] | None = None) -> Seen:
-        """TAKEN: QUEUED by name (the scanner's table); made from QUEUED where not given."""
-        headers = Headers(queued, dict(queued) if taken is None else taken)
+        """TAKEN: QUEUED by name (the scanner's table); made from QUEUED where not given or not the same jobs."""
+        headers = Headers(queued, taken if taken is not None and len(taken) == len(queued) else dict(queued))
         return cls(runner, queued, headers, {r.filename for r in runner.jobs.running.values()})
 
     def in_flight(self, filename: str) -> bool:

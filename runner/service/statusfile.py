@@ -297,7 +297,7 @@ def _entries(
     """Each waiting job's entry, encoded, comma-separated, CHUNK at a time; each added to SUMMARY as it goes."""
     batch: list[str] = []
     first = True
-    for filename, lane in _waiting(runner.reasons, queued):
+    for filename, lane in _waiting(runner.reasons, queued, runner.taken):
         reason = runner.reasons.get(filename)
         assert reason is not None
         entry = _entry(filename, lane, reason)
@@ -329,12 +329,15 @@ def _key(path: Path) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def _waiting(reasons: Reasons, queued: list[tuple[str, Parsed]]) -> Iterator[tuple[str, str | None]]:
+def _waiting(
+    reasons: Reasons, queued: list[tuple[str, Parsed]], taken: Mapping[str, Parsed] | None
+) -> Iterator[tuple[str, str | None]]:
     """(job, lane) of each entry: queued jobs with a reason, then files not yet jobs (settling, or invalid and
-    stuck in queue/)."""
+    stuck in queue/). TAKEN: QUEUED by name (the scanner's table: no set of every name made here, 4 MB at
+    100,000); made from QUEUED where not given or not the same jobs (a write with no queued list)."""
     for filename, parsed in queued:
         if filename in reasons:
             yield filename, parsed.job.lane  # type: ignore[union-attr]
-    names = {filename for filename, _ in queued}
+    names = taken if taken is not None and len(taken) == len(queued) else {filename for filename, _ in queued}
     for filename in sorted(f for f, _ in reasons.items() if f not in names):
         yield filename, None
