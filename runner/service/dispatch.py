@@ -98,17 +98,21 @@ class Dispatcher:
             for filename, parsed in queued:
                 if filename not in known and filename not in self.reasons:
                     known[filename] = looking.facts_of(filename, parsed)
-            if len(known) == len(queued):  # every queued job judged in this tick: one snapshot of them all
+            whole = len(known) == len(queued)
+            if whole:  # every queued job judged in this tick: one snapshot of them all
                 self.sweep_after, self.swept, self.passes = None, now, self.passes + 1
-                facts = [known[filename] for filename, _ in queued]
-                return self.facts.build(facts, self.jobs.running, parked, now, parked_lanes), None
-            if end >= len(queued):
+            elif end >= len(queued):
                 self.sweep_after, self.swept, self.passes = None, self.pass_began, self.passes + 1
             else:
                 self.sweep_after = queued[end - 1][0]
-            self._candidates(now, queued, parked, parked_lanes, looking, known)
+            if not whole:
+                self._candidates(now, queued, parked, parked_lanes, looking, known)
         finally:
             looking.end()
+        if whole:  # the look's stat()s and KNOWN's table (5 MB each at 100,000) let go before the snapshot is built
+            facts = [known[filename] for filename, _ in queued]
+            del known, looking
+            return self.facts.build(facts, self.jobs.running, parked, now, parked_lanes), None
         # The candidates' decision, with this part of the pass after them: a job further down a lane waits for
         # what holds its lane or behind what starts there (the candidates looked until every lane was full).
         facts = [known[name] for name in sorted(known)]

@@ -63,6 +63,7 @@ class Looking:
 
     def end(self) -> None:
         self.facts.seen = None
+        self.seen = {}  # a path each job's conditions name: let go at the look's end, not when the caller is done
 
 
 class Facts:
