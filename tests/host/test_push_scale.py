@@ -7,6 +7,7 @@ what is tested here (framing, the lock, the order of the install) does not depen
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -350,67 +351,72 @@ def test_the_box_agent_killed_during_its_renames_leaves_an_install_the_next_push
     )
     python.chmod(0o755)
     host = resolve("testbox", ssh_host(sshd, fast_dir, root, str(python)))
-    versions = [version("v1", 0, 3000), version("v2", 500, 3000)]  # 3 000 renames: tens of ms to kill it in
+    old = version("v1", 0, 3000)  # 3 000 renames: tens of ms to stop it in
 
     def push() -> tuple[AgentSession, dict[str, Any]]:
         session = host.session()
         assert session.ask("lock", {"wait_s": 10, "create": True}) == {"locked": True}
         return session, session.ask("probe", {"allow_missing": True})
 
-    delivery.install(str(root), install_request(versions[0], {}, None))  # the old queue, put there directly
+    delivery.install(str(root), install_request(old, {}, None))  # the old queue, put there directly
     pushlock.release_lock()
-    session, probe = push()
-    agent = int(marker.read_text())
-    first = min(set(versions[1]) - set(versions[0]))  # renamed first (in name order), after the removes
-    answers: list[object] = []
-    sending = threading.Thread(
-        target=lambda: answers.append(_asked(session, install_request(versions[1], versions[0], probe["generation"])))
-    )
-    sending.start()
     record = root / ".install.json"
-    try:
-        # The agent runs in slices: stopped, looked at, let go. Killed while stopped, the kill lands exactly in
-        # the state the test saw (a kill after a poll came late under load, after the last rename).
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            os.kill(agent, signal.SIGSTOP)
-            wait_for(lambda: _state(agent) in "Tt", 10, 0.0002)
-            if record.exists():
-                stage = json.loads(record.read_text())["stage"]
-                if not (root / stage / first).exists():  # its first rename is done
-                    break
-            os.kill(agent, signal.SIGCONT)
-            time.sleep(0 if record.exists() else 0.002)  # while it stages: slices of a few ms
-        assert record.exists(), "the install ended before the test could stop it during its renames"
-    finally:
-        os.kill(agent, signal.SIGKILL)  # (also on a failure: never a stopped agent left behind)
-        sending.join(60)
-        session.close()
+    for attempt in range(1, 6):  # an install that ended before it could be stopped (a loaded machine): again
+        new = version(f"v{attempt + 1}", 500 * attempt, 3000)
+        first = min(set(new) - set(old))  # renamed first (in name order), after the removes
+        session, probe = push()
+        agent = int(marker.read_text())
+        answers: list[object] = []
+        request = install_request(new, old, probe["generation"])
+        sending = threading.Thread(target=_send, args=(answers, session, request))
+        sending.start()
+        try:
+            # The agent runs in slices: stopped, looked at, let go. Killed while stopped, the kill lands exactly
+            # in the state the test saw (a kill after a poll came late under load, after the last rename).
+            while sending.is_alive():
+                os.kill(agent, signal.SIGSTOP)
+                wait_for(functools.partial(_stopped, agent), 10, 0.0002)
+                if record.exists() and not (root / json.loads(record.read_text())["stage"] / first).exists():
+                    break  # its first rename is done, and it is stopped there
+                os.kill(agent, signal.SIGCONT)
+                time.sleep(0 if record.exists() else 0.002)  # while it stages: slices of a few ms
+        finally:
+            os.kill(agent, signal.SIGKILL)  # (also on a failure: never a stopped agent left behind)
+            sending.join(60)
+            session.close()
+        if record.exists():
+            break
+        assert queue_of(root) == new, "an install that ended before it was stopped landed whole"
+        old = new
     assert answers and isinstance(answers[0], (RemoteFailed, Unreachable)), answers
     assert record.exists(), "killed during its renames: the install is left pending"
     files = queue_of(root)
-    assert files != versions[1] and files.get(first) == versions[1][first], "part of it landed"
+    assert files != new and files.get(first) == new[first], "part of it landed"
 
     session, probe = push()  # the next push: it finishes the install before it looks
     try:
         assert not record.exists() and not [p for p in root.iterdir() if p.name.startswith(".plan-stage-")]
         shas = {name: entry["sha"] for name, entry in probe["files"]["queue"].items()}
-        assert shas == {name: hashlib.sha256(text.encode()).hexdigest() for name, text in versions[1].items()}
-        assert queue_of(root) == versions[1] and probe["generation"] == 2
-        assert set(json.loads((root / "manifest.json").read_text())["jobs"]) == set(versions[1])
+        assert shas == {name: hashlib.sha256(text.encode()).hexdigest() for name, text in new.items()}
+        assert queue_of(root) == new and probe["generation"] == attempt + 1
+        assert set(json.loads((root / "manifest.json").read_text())["jobs"]) == set(new)
         # what it diffed is what it installs against: no other install comes between
-        answer = session.ask("install", {"files": {"x.job": "# LANE=cpu\ntrue\n"}, "generation": 2})
-        assert answer["installed"] == ["x.job"] and answer["generation"] == 3
+        answer = session.ask("install", {"files": {"x.job": "# LANE=cpu\ntrue\n"}, "generation": attempt + 1})
+        assert answer["installed"] == ["x.job"] and answer["generation"] == attempt + 2
     finally:
         session.close()
 
 
-def _state(pid: int) -> str:
-    """PID's state letter in /proc (T: stopped), or "T" once it is gone (nothing left to wait for)."""
+def _send(answers: list[object], session: AgentSession, request: dict[str, object]) -> None:
+    answers.append(_asked(session, request))
+
+
+def _stopped(pid: int) -> bool:
+    """Whether PID is stopped (its state in /proc is T), or gone (nothing left to wait for)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "Tt"
     except (OSError, IndexError):
-        return "T"
+        return True
 
 
 def _asked(session: AgentSession, request: dict[str, object]) -> object:
