@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,6 +33,43 @@ def ended(out: Path, index: int) -> float | None:
     except OSError:
         return None
     return float(text) if text else None
+
+
+def wait_end(out: Path, index: int, alive: subprocess.Popen[bytes] | None, what: str, timeout: float = 900) -> float:
+    """The end time job INDEX wrote into OUT, once it has; an error if ALIVE (the runner) exits or TIMEOUT passes."""
+    deadline = time.monotonic() + timeout
+    while (value := ended(out, index)) is None:
+        if time.monotonic() > deadline or (alive is not None and alive.poll() is not None):
+            raise RuntimeError(f"{what}: job {index} did not end (runner rc {alive and alive.poll()})")
+        time.sleep(0.005)
+    return value
+
+
+def peak_rss_mb(pid: int) -> float:
+    """PID's peak resident size (VmHWM) in MB."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM"))
+    return int(line.split()[1]) / 1024
+
+
+@contextmanager
+def serving(tree: Path, pushed: Path, work: Path, out: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """TREE's runner (`--tick 10`) on a fresh copy of the pushed root PUSHED (under WORK), its no-op jobs writing
+    into a fresh OUT; terminated, and the copy removed, when the block is left. It starts in TREE: `python3 -m`
+    puts the working directory first on sys.path, ahead of PYTHONPATH."""
+    root = work / "root"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(pushed, root, symlinks=True)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    argv = [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"]
+    env = dict(PY_ENV, PYTHONPATH=str(tree))
+    proc = subprocess.Popen(argv, env=env, cwd=str(tree), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(root, ignore_errors=True)  # (a copy of 100,000 jobs)
 
 
 def run_step(step: Step, env: Mapping[str, str] | None = None) -> float:

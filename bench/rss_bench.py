@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import PY_ENV, ended, machine, plan_cli, run_step, table  # noqa: E402
-from bench.scale_bench import make_plan, peak_rss_mb  # noqa: E402
+from bench.common import PY_ENV, machine, peak_rss_mb, plan_cli, run_step, serving, table, wait_end  # noqa: E402
+from bench.scale_bench import make_plan  # noqa: E402
 
 RUNS = max(5, int(os.environ.get("BENCH_RUNS", "5")))
 AFTER = 100
@@ -74,26 +73,10 @@ def make_queue(work: Path, jobs: int) -> tuple[Path, Path]:
 
 def one(tree: Path, pushed: Path, work: Path, out: Path) -> float:
     """The peak RSS in MB of TREE's runner serving a fresh copy of PUSHED."""
-    root = work / "root"
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.copytree(pushed, root, symlinks=True)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
-    argv = [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"]
-    env = dict(PY_ENV, PYTHONPATH=str(tree))
-    proc = subprocess.Popen(argv, env=env, cwd=str(tree), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 1800
-        while ended(out, AFTER) is None:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"{tree}: job {AFTER} did not end (runner rc {proc.poll()})")
-            time.sleep(0.05)
+    with serving(tree, pushed, work, out) as proc:
+        wait_end(out, AFTER, proc, str(tree), timeout=1800)
         time.sleep(IDLE_S)  # one more tick: a sweep over every queued job
         return peak_rss_mb(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> None:

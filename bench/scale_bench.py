@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import PY_ENV, ended, machine, plan_cli, run_step, spread, table, tree_of  # noqa: E402
+from bench.common import PY_ENV, ended, machine, peak_rss_mb, plan_cli, run_step, spread, table, tree_of, wait_end  # noqa: E402
 
 RUNS = max(5, int(os.environ.get("BENCH_RUNS", "5")))
 AFTER = 100  # the jobs after the first one's end that the dispatch figure times
@@ -115,24 +115,10 @@ def writer(size: Size, root: Path) -> float:
     return took
 
 
-def peak_rss_mb(pid: int) -> float:
-    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM"))
-    return int(line.split()[1]) / 1024
-
-
 def cpu_s(pid: int) -> float:
     """utime + stime of PID in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / HZ
-
-
-def wait_end(out: Path, index: int, alive: subprocess.Popen[bytes] | None, what: str) -> float:
-    deadline = time.monotonic() + 900
-    while (value := ended(out, index)) is None:
-        if time.monotonic() > deadline or (alive is not None and alive.poll() is not None):
-            raise RuntimeError(f"{what}: job {index} did not end")
-        time.sleep(0.005)
-    return value
 
 
 def settled(out: Path) -> None:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.common import PY_ENV, ended, machine, plan_cli, run_step, spread, table  # noqa: E402
+from bench.common import PY_ENV, ended, machine, peak_rss_mb, plan_cli, run_step, serving, spread, table, wait_end  # noqa: E402
 
 RUNS = max(5, int(os.environ.get("BENCH_RUNS", "5")))
 AFTER = 100
@@ -44,31 +42,12 @@ jobs:
 
 def one(tree: Path, pushed: Path, work: Path, out: Path, jobs: int) -> tuple[float, float]:
     """Per-job seconds of the jobs after the first end, and the runner's peak RSS in MB."""
-    root = work / "root"
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.copytree(pushed, root, symlinks=True)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
     after = min(AFTER, jobs - 1)
-    env = dict(PY_ENV, PYTHONPATH=str(tree))
-    argv = [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", "10"]
-    # cwd: `python3 -m` puts the working directory first on sys.path, ahead of PYTHONPATH: run from a checkout,
-    # every runner would be that checkout's
-    proc = subprocess.Popen(argv, env=env, cwd=str(tree), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 900
-        while ended(out, after) is None:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"{tree} {jobs}: job {after} did not end (runner rc {proc.poll()})")
-            time.sleep(0.02)
-        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-        rss = int(next(x for x in status if x.startswith("VmHWM")).split()[1]) / 1024
-        first, last = ended(out, 0), ended(out, after)
-        assert first is not None and last is not None
-        return (last - first) / after, rss
-    finally:
-        proc.terminate()
-        proc.wait()
+    with serving(tree, pushed, work, out) as proc:
+        last = wait_end(out, after, proc, f"{tree} {jobs}")
+        first = ended(out, 0)
+        assert first is not None
+        return (last - first) / after, peak_rss_mb(proc.pid)
 
 
 def main() -> None:
