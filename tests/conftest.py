@@ -190,7 +190,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest tests first, so that none starts last on a worker while the others have finished: those that
     wait for a Slurm controller to forget finished jobs (its purge comes 10 s after it starts at the earliest) or
     for its time-limit pass (`enforced`: every 30 s),
-    then those marked `long` (5-15 s each, mostly computing). The tests that mostly wait (on a Slurm cluster's
+    then those marked `long` (2-15 s each, mostly computing). The tests that mostly wait (on a Slurm cluster's
     scheduler, on sshd round trips) are then spread through the first two thirds of the rest rather than run
     together: all workers waiting at once left the cores half idle for seconds. Every worker starts its own Slurm
     cluster (a fraction of a second; its own directory, ports and munged) and its own sshd, so these tests

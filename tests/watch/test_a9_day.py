@@ -40,6 +40,7 @@ def day_root(tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.long  # computes for ~2 s in-process: started first, not last on its worker
 def test_the_a9_day_sends_each_silence_once_and_its_recovery(tmp_path: Path, day_root: Path) -> None:
     queue_root = day_root
     strata = str(tmp_path / "strata-qwen-q2_0.json")  # 84c's REQUIRES: a typo, nothing writes it

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runner.alerts.book import BOOK_FILE
 from runner.procs import GpuUser
 from tests.conftest import RunnerProcess, wait_for, write_job
@@ -30,6 +32,7 @@ def notices(q: Ticking) -> list[tuple[str, str]]:
     return [(e["what"], e["id"]) for e in q.events("incident")]
 
 
+@pytest.mark.long  # computes for ~2 s in-process: started first, not last on its worker
 def test_one_foreign_gpu_holder_behind_60_jobs_is_one_incident_until_it_ends(
     queue_root: Path, ticking: Callable[..., Ticking]
 ) -> None:
