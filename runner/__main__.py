@@ -2,20 +2,43 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner.cli import build_parser, config_from
 from runner.files import DIR_MODE, SHARED_DIR_MODE, make_dirs
+
+if TYPE_CHECKING:
+    import argparse
+
+    from runner.cli import build_parser, config_from
 
 __all__ = ["build_parser", "config_from", "main"]
 
 
+def __getattr__(name: str) -> object:
+    """`build_parser` and `config_from`, from runner.cli when asked for: an agent's start never builds the parser
+    (argparse, the `run` flags and their `Config` defaults: about a third of its start-up)."""
+    if name in ("build_parser", "config_from"):
+        from runner import cli
+
+        return getattr(cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if len(words) == 3 and words[0] == "agent" and not any(w.startswith("-") for w in words[1:]):
+        # `agent MODE ROOT`, as every `plan` call over ssh sends it (~150 starts a test run): what argparse
+        # would make of it, without building the parser of every other command.
+        from runner.agent.dispatch import main as agent_main
+
+        return agent_main(words[1:])
+    from runner.cli import build_parser
+
     args = build_parser().parse_args(argv)
     if args.command == "agent":
         from runner.agent.dispatch import main as agent_main
@@ -39,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from runner.cli import config_from
     from runner.errors import RunnerError
     from runner.service.loop import serve
     from runner.service.runner import Runner

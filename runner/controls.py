@@ -9,16 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner import jobfile
 from runner.files import loads, read_regular
 from runner.queue import Queue, timestamp
-from runner.runstate import RunnerState
-from runner.service.problems import FileProblems
 from runner.state import Problem, check_park, check_request
 from runner.vocab import Event
 
-if TYPE_CHECKING:  # runner.jobs imports nothing of this module; the import is for the annotation only
+if TYPE_CHECKING:  # for the annotations only: runner.jobs imports nothing of this module, and the agent's
+    # handlers (which use the park files and request names here) load neither the job header's parser nor
+    # the runner's state
+    from runner import jobfile
+    from runner.runstate import RunnerState
     from runner.service.jobs import Jobs
+    from runner.service.problems import FileProblems
 
 # A control request is the file control/<action>-<target>, JSON {"by": ...} inside. The actions are a
 # closed set with no '-' of their own, so the first '-' ends the action even when the job name has more.
@@ -204,6 +206,8 @@ class ControlHandler:
             found = self.queued()
             mine = found.get(job)
             if mine is None:
+                from runner import jobfile
+
                 data = read_regular(str(self.queue.dir("queue") / job))
                 parsed = jobfile.parse(job, data or b"", self.jobs.config.lanes)
                 if not isinstance(parsed, jobfile.JobFile):
@@ -259,6 +263,8 @@ class ControlHandler:
 
 
 def _request(name: str, action: str, job: str, text: bytes | None) -> tuple[dict[str, str] | None, list[Problem]]:
+    from runner import jobfile
+
     if action == "requeue":
         if job != "running":
             return None, [("(name)", f"unknown request {name!r}: requeue-running is the only requeue")]
@@ -281,6 +287,8 @@ def _request(name: str, action: str, job: str, text: bytes | None) -> tuple[dict
 
 def _move(raw: object) -> tuple[dict[str, str] | None, list[Problem]]:
     """A move's body: `to` one of MOVES, and `other` (a job file) for `before`."""
+    from runner import jobfile
+
     body = raw if isinstance(raw, dict) else {}
     to, other = body.get("to"), body.get("other", "")
     if to not in MOVES:

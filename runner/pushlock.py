@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import getpass
 import json
 import os
 import time
@@ -47,6 +46,8 @@ def _mine() -> Locks:
 
 
 def _who() -> str:
+    import getpass  # only by a lock taken without a `by` (getpass loads pwd's lookups and more)
+
     try:
         return f"{getpass.getuser()}@{os.uname().nodename}"
     except (OSError, KeyError):

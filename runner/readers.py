@@ -1,5 +1,6 @@
 """Validated readers of events.jsonl lines and status.json, the one terminal-safe text filter, and the two
-readers every host answer uses: a log's `tail` and the window of events a status asks for (`read_events`).
+readers every host answer uses: a log's `tail` and the window of events a status asks for (`read_events`); and
+whether the runner status.json names is alive (`runner_alive`).
 
 The runner writes these files, but a person, a crash or a disk can leave anything in them; whoever
 reads them (the host agent, `plan status`, `plan watch`, `plan report`) checks the field types here,
@@ -323,3 +324,16 @@ def _head(path: str, offset: int) -> str:
             return hashlib.sha256(handle.read(min(256, offset))).hexdigest()[:16]
     except OSError:
         return ""
+
+
+def runner_alive(status: Any) -> bool:
+    """Whether the pid in status.json is a live runner process on this host."""
+    runner = status.get("runner") if isinstance(status, dict) else None
+    pid = runner.get("pid") if isinstance(runner, dict) else None
+    if not isinstance(pid, int):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"runner" in handle.read()
+    except OSError:
+        return False

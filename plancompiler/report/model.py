@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from plancompiler.report.events import format_ts
-from runner.agent.delivery import runner_alive
 from runner.durations import format_duration
 from runner.files import read_json
-from runner.readers import status_problem, terminal_safe
+from runner.readers import runner_alive, status_problem, terminal_safe
 
 
 def _again(stats: JobStats) -> str:

@@ -32,6 +32,7 @@ from runner.files import (
     write_all_durably,
 )
 from runner.queue import STATES, Queue, fresh_status, timestamp
+from runner.readers import runner_alive
 
 STAGE_PREFIX = ".plan-stage-"
 INSTALL_RECORD = ".install.json"  # an install's renames, written before the first: see finish_pending
@@ -96,19 +97,6 @@ def _failures(root: str, failed: dict[str, Any]) -> dict[str, Any]:
             "summary": why.get("summary") if isinstance(why.get("summary"), str) else "",
         }
     return found
-
-
-def runner_alive(status: Any) -> bool:
-    """Whether the pid in status.json is a live runner process on this host."""
-    runner = status.get("runner") if isinstance(status, dict) else None
-    pid = runner.get("pid") if isinstance(runner, dict) else None
-    if not isinstance(pid, int):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return b"runner" in handle.read()
-    except OSError:
-        return False
 
 
 def _lifecycle(root: str) -> dict[str, Any] | None:

@@ -8,46 +8,42 @@ answers one JSON request per line until stdin ends (a push holds its lock so).""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from typing import Any, Callable, Dict
 
 from runner import pushlock
-from runner.agent import adhoc, bootstrap, delivery, wire
-from runner.agent.handlers import ack, control, logs, park, slurm_status, status
+from runner.agent import wire
 from runner.errors import AgentError
 from runner.files import loads, parent_problem, root_problems
 
 Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
 
-
-QUEUE_HANDLERS: dict[str, Handler] = {
-    "probe": delivery.probe,
-    "lock": pushlock.lock,
-    "install": delivery.install,
-    "measure": delivery.measure,
-    "status": status,
-    "park": park,
-    "control": control,
-    "ack": ack,
-    "add": adhoc.add,
-    "logs": logs,
-    "bootstrap": bootstrap.bootstrap,
+# Each request's handler as (module, function), imported when a request names it: an agent answering `status`
+# (most of the calls `plan` makes) loads neither the push's delivery nor bootstrap's process starting.
+QUEUE_HANDLERS: dict[str, tuple[str, str]] = {
+    "probe": ("runner.agent.delivery", "probe"),
+    "lock": ("runner.pushlock", "lock"),
+    "install": ("runner.agent.delivery", "install"),
+    "measure": ("runner.agent.delivery", "measure"),
+    "status": ("runner.agent.handlers", "status"),
+    "park": ("runner.agent.handlers", "park"),
+    "control": ("runner.agent.handlers", "control"),
+    "ack": ("runner.agent.handlers", "ack"),
+    "add": ("runner.agent.adhoc", "add"),
+    "logs": ("runner.agent.handlers", "logs"),
+    "bootstrap": ("runner.agent.bootstrap", "bootstrap"),
 }
-
-
-def slurm_handlers() -> dict[str, Handler]:
-    """The Slurm backend's handlers, imported only when a request names it (a queue host never loads them)."""
-    from runner.slurm import agent as slurm_agent
-
-    return {
-        "lock": pushlock.lock,  # a push session's: held from its diff to its apply
-        "push": slurm_agent.push,
-        "status": slurm_status,
-        "history": slurm_agent.history,
-        "logs": slurm_agent.logs,
-    }
+# The Slurm backend's, likewise (a queue host never loads them).
+SLURM_HANDLERS: dict[str, tuple[str, str]] = {
+    "lock": ("runner.pushlock", "lock"),  # a push session's: held from its diff to its apply
+    "push": ("runner.slurm.agent", "push"),
+    "status": ("runner.agent.handlers", "slurm_status"),
+    "history": ("runner.slurm.agent", "history"),
+    "logs": ("runner.slurm.agent", "logs"),
+}
 
 
 def answer(mode: str, root: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -76,9 +72,10 @@ def _handler(mode: str, root: str, request: dict[str, Any]) -> Handler:
     if untrusted:
         raise AgentError(f"refusing the queue root {root}: " + "; ".join(untrusted), untrusted=untrusted)
     backend = request.get("backend") or "queue"
-    handler = (slurm_handlers() if backend == "slurm" else QUEUE_HANDLERS).get(mode)
-    if handler is None:
+    where = (SLURM_HANDLERS if backend == "slurm" else QUEUE_HANDLERS).get(mode)
+    if where is None:
         raise AgentError(f"the {backend} backend has no {mode!r} request")
+    handler: Handler = getattr(importlib.import_module(where[0]), where[1])
     return handler
 
 

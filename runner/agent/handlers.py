@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from runner import readers
-from runner.agent import delivery
 from runner.controls import PARK_FILE, PARKED_LANES_FILE, park_record, request_name
 from runner.errors import AgentError
 from runner.files import atomic_write, make_dir, open_regular, read_json, read_json_or_none
@@ -46,7 +45,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         **read_events(root, request),
         "logs": logs,
         "counts": counts(root),
-        "runner_alive": delivery.runner_alive(st),
+        "runner_alive": readers.runner_alive(st),
         "now": now,
         "parked": read_json_or_none(os.path.join(root, PARK_FILE)),
         "incidents": read_json_or_none(os.path.join(root, "incidents.json")),  # the book (runner.alerts.book)
