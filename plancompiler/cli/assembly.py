@@ -1,16 +1,9 @@
-"""The `plan` command: parses arguments, calls one stage function, prints, returns an exit code.
-
-One module per command group, each declaring its commands on the shared typer app (plancompiler/cli/shared.py):
-compiling (check, render, graph, schema), pushing (push, run), watching (status, watch, ack), looking (top), reporting
-(report), operating (park, unpark, retry, cancel, logs, bootstrap, hooks install), onejob (add, hold, release,
-move). A new command group is a new
-module here, imported below; `light` reads a command line from those declarations without typer's pydantic
-adapters, for a fast start."""
+"""`plan`'s typer app with every command group on it, and the root callback (--version, --debug, --max-size):
+imported by the door (plancompiler/cli/__init__.py) when a command line needs typer, never for `plan --version`."""
 
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -18,7 +11,7 @@ import typer
 from plancompiler.cli import compiling, looking, onejob, operating, pushing, reporting, watching
 from plancompiler.cli.shared import GLOBAL, TemplatesOpt, app, edge, hooks_app, internal
 
-__all__ = ["TemplatesOpt", "app", "command", "main"]
+__all__ = ["COMMAND_GROUPS", "TemplatesOpt", "app", "command", "internal"]
 # imported for their @app.command()s
 COMMAND_GROUPS = (compiling, pushing, watching, looking, reporting, operating, onejob)
 
@@ -68,31 +61,3 @@ def _root(
 def command() -> Any:
     """The click command typer builds from every command's signature (~25 ms), built once per process."""
     return typer.main.get_command(app)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from plancompiler.cli import light
-
-    args = sys.argv[1:] if argv is None else list(argv)
-    for stream in (sys.stdout, sys.stderr):
-        # A file name is bytes, not always UTF-8 ($'a\xff.yaml' is a name): printed back as the same bytes, as
-        # the C locale's streams do, never an encoding error under a UTF-8 one.
-        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="surrogateescape")
-    read = light.read(app, _root, args)
-    if read is not None:
-        try:
-            code = light.run(_root, *read)
-        except Exception as exc:  # never a traceback and never exit 1 for a bug of ours
-            internal(None, exc)
-            return 2
-        if code is not None:
-            return code
-    try:
-        command()(args=args, prog_name="plan")
-    except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    except Exception as exc:  # never a traceback and never exit 1 for a bug of ours
-        internal(None, exc)
-        return 2
-    return 0

@@ -5,11 +5,13 @@ webhook, ntfy's plain text: runner.alerts.notify), and any other URL through app
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plancompiler.diagnostics import PlanError
 from plancompiler.watch.incidents import EXIT_CODES, Alert
-from runner.alerts.notify import BadTarget, Outbox, Target, target
+
+if TYPE_CHECKING:
+    from runner.alerts.notify import Target
 
 
 class NotifyError(PlanError):
@@ -22,6 +24,10 @@ def is_url(value: str) -> bool:
 
 class Sender:
     def __init__(self, urls: list[str], ping: str | None, timeout: float) -> None:
+        # urllib, http.client, ssl and threads (~40 ms): loaded by a watcher that sends, not by every `plan`
+        # command line (the watch loop, and so this module, is imported with the commands)
+        from runner.alerts.notify import BadTarget, Outbox, target
+
         self.outbox = Outbox(timeout)
         self.targets: list[Target] = []
         others = []
