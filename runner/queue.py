@@ -20,6 +20,8 @@ HEARTBEAT_FILE = "heartbeat.json"  # the runner's heartbeat, every tick; status.
 # Every waiting job's entry, written by the sweep when one changed; status.json carries their summary (counts by
 # reason and blocker, the oldest few, each lane's first few), so what `plan status` reads does not grow with them.
 WAITING_FILE = "waiting.json"
+# A push's install in progress: its renames, written before the first (runner.agent.delivery: finish_pending).
+INSTALL_RECORD = ".install.json"
 
 
 # What heartbeat.json carries of status.json, as of its tick (the runner writes status.json whole only on its
@@ -137,6 +139,11 @@ def _changed(queued: Any, changed: Any, gone: Any) -> Any:
 
 
 PENDING_EVENTS_MAX = 10000
+
+
+def pending_install(root: str) -> bool:
+    """An install record is there: the queue may hold part of an install until it is finished."""
+    return os.path.lexists(os.path.join(root, INSTALL_RECORD))
 
 
 def timestamp(now: float) -> str:

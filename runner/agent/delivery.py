@@ -31,11 +31,10 @@ from runner.files import (
     read_json_or_none,
     write_all_durably,
 )
-from runner.queue import STATES, Queue, fresh_status, timestamp
+from runner.queue import INSTALL_RECORD, STATES, Queue, fresh_status, pending_install, timestamp
 from runner.readers import runner_alive
 
 STAGE_PREFIX = ".plan-stage-"
-INSTALL_RECORD = ".install.json"  # an install's renames, written before the first: see finish_pending
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
 ADHOC_PLAN = "adhoc"  # the plan `plan add` installs one-off jobs in (runner/agent/adhoc.py): owned like any plan's
 
@@ -241,11 +240,6 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
     finally:
         _drop_stage(root, stage)
     return result
-
-
-def pending_install(root: str) -> bool:
-    """An install record is there: the queue may hold part of an install until it is finished."""
-    return os.path.lexists(os.path.join(root, INSTALL_RECORD))
 
 
 def finish_pending(root: str) -> None:

@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from runner import pushlock
-from runner.agent import delivery
-from runner.queue import Queue
+from runner.queue import INSTALL_RECORD, Queue, pending_install
 from runner.service.announce import Announcer, LaneView
 from runner.service.jobs import Jobs
 from runner.vocab import Event, Reason
@@ -41,11 +39,16 @@ class PendingInstall:
         """Finish the pending install if its push is gone; True while one is still pending. One that is stuck is
         tried again only where RETRY (the sweep's clock): each try may write control/ requests, which wake the
         runner, and the queue must not spin on a cause that lasts."""
-        if not delivery.pending_install(self.root):
+        if not pending_install(self.root):
             self._finished(now, "a push")  # another finished it (the next push, under its lock)
             return False
         if self.stuck and not retry:
             return True
+        # The push side (hashing, staging, the lock's bookkeeping) is loaded by a runner that finds an install to
+        # finish, not by every runner's start.
+        from runner import pushlock
+        from runner.agent import delivery
+
         tried = False
         try:
             if pushlock.lock(self.root, {"wait_s": 0, "by": "runner (an install left pending)"}).get("locked"):
@@ -56,7 +59,7 @@ class PendingInstall:
                     pushlock.release_lock()
         except OSError as exc:  # tried again next sweep; meanwhile nothing starts, and that is said
             self._stuck(now, _why(exc))
-        if delivery.pending_install(self.root):
+        if pending_install(self.root):
             return True
         self._finished(now, "the runner", tried)
         return False
@@ -72,7 +75,7 @@ class PendingInstall:
                 "-",
                 Event.INSTALL_STUCK.value,
                 error=why[:500],
-                record=delivery.INSTALL_RECORD,
+                record=INSTALL_RECORD,
                 stuck_s=round(now - self.stuck_since, 1),
             )
 
