@@ -1,0 +1,166 @@
+"""Start-up of the processes started over and over (by a test run, by `plan` over ssh, by Slurm, by people), whole
+processes, this checkout alternated with a baseline checkout (A, B, A, B, ...): wall time and the process's CPU.
+
+    python3 bench/startup_bench.py [--baseline DIR | --ref REF]     BENCH_RUNS=7 (at least 5)
+
+--ref REF makes the baseline a `git worktree` of REF (removed at the end); --baseline DIR uses another checkout;
+with neither, this checkout alone. Both trees' modules are compiled to bytecode first, so neither pays a compile.
+The rows: `runner run --help` (the runner's command line), a runner started on an empty root until its first tick
+(status.json written) and then sent SIGTERM, the agent answering one status request on a local root (as `plan`
+runs it over ssh: `python3 -S -m runner agent status ROOT`), `plan --version`, `plan status ROOT` (a local root,
+answered in-process) and `plan check plans/demo.yaml` (its shellcheck results cached, as after the first check).
+CPU is the process's own user + system time (wait4), which the machine's load disturbs less than the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import PY_ENV, REPO, machine, ratio, spread, table
+
+PY = sys.executable
+Sample = tuple[float, float]  # (wall s, CPU s)
+Step = Callable[[Path, Mapping[str, str]], Sample]
+
+
+def _wait(proc: subprocess.Popen[bytes], started: float, argv: list[str]) -> Sample:
+    """PROC's end: (its wall time since STARTED, its user + system CPU)."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1, -signal.SIGTERM):  # `plan check` exits 1 on findings
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def command(*argv: str, stdin: bytes = b"") -> Step:
+    """One whole process of ARGV (`{tree}` in a word: the checkout's path), fed STDIN."""
+
+    def step(tree: Path, env: Mapping[str, str]) -> Sample:
+        words = [w.replace("{tree}", str(tree)) for w in argv]
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            words, env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+        return _wait(proc, started, words)
+
+    return step
+
+
+def first_tick(work: Path) -> Step:
+    """A runner on a new empty root under WORK: started, its first status.json waited for, then SIGTERM."""
+    count = iter(range(1 << 30))
+
+    def step(tree: Path, env: Mapping[str, str]) -> Sample:
+        root = work / f"root-{next(count)}"
+        argv = [PY, "-S", "-m", "runner", "run", "--root", str(root), "--tick", "10"]
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = started + 60
+        while not (root / "status.json").exists():
+            if proc.poll() is not None or time.perf_counter() > deadline:
+                raise RuntimeError(f"{' '.join(argv)}: no first tick (rc {proc.poll()})")
+            time.sleep(0.001)
+        wall = time.perf_counter() - started
+        proc.send_signal(signal.SIGTERM)
+        _, cpu = _wait(proc, started, argv)
+        return wall, cpu
+
+    return step
+
+
+@contextmanager
+def worktree(ref: str) -> Iterator[Path]:
+    """A detached `git worktree` of REF in a temporary directory, removed when the block is left."""
+    with tempfile.TemporaryDirectory(prefix="startup-base-") as tmp:
+        path = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(path), ref], check=True)
+        try:
+            yield path
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=False)
+
+
+def measure(trees: dict[str, Path], runs: int) -> None:
+    print(f"machine: {machine()}; {runs} runs of each, alternated across the checkouts\n")
+    with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
+        work = Path(tmp)
+        root = work / "ticked"  # a root a runner has ticked on once: what `plan status` and the agent read
+        envs = {}
+        for label, tree in trees.items():
+            for package in ("runner", "plancompiler"):
+                compileall.compile_dir(tree / package, quiet=1)
+            envs[label] = dict(PY_ENV, PYTHONPATH=str(tree), PLAN_CACHE_DIR=str(work / f"cache-{label}"))
+        this = next(iter(trees))
+        first_tick(work)(trees[this], envs[this])
+        os.replace(next(work.glob("root-*")), root)
+        steps: dict[str, Step] = {
+            "python3 -S -c pass": command(PY, "-S", "-c", "pass"),
+            "runner run --help": command(PY, "-S", "-m", "runner", "run", "--help"),
+            "runner: start to first tick, SIGTERM": first_tick(work),
+            "agent status (local root)": command(PY, "-S", "-m", "runner", "agent", "status", str(root), stdin=b"{}"),
+            "python3 -c pass (site)": command(PY, "-c", "pass"),
+            "plan --version": command(PY, "-m", "plancompiler.cli", "--version"),
+            "plan status ROOT": command(PY, "-m", "plancompiler.cli", "status", str(root)),
+            "plan check plans/demo.yaml": command(PY, "-m", "plancompiler.cli", "check", "{tree}/plans/demo.yaml"),
+        }
+        for label, tree in trees.items():  # warm: the check's shellcheck cache, the page cache
+            for step in steps.values():
+                step(tree, envs[label])
+        got: dict[tuple[str, str], list[Sample]] = {(name, label): [] for name in steps for label in trees}
+        for _ in range(runs):
+            for name, step in steps.items():
+                for label, tree in trees.items():
+                    got[name, label].append(step(tree, envs[label]))
+    labels = list(trees)
+    header = ["command", *(f"{label}: wall" for label in labels), *(f"{label}: CPU" for label in labels)]
+    if len(labels) == 2:
+        header += ["wall, this / baseline", "CPU, this / baseline"]
+    rows = []
+    for name in steps:
+        walls = [[s[0] for s in got[name, label]] for label in labels]
+        cpus = [[s[1] for s in got[name, label]] for label in labels]
+        row = [name, *(spread(w) for w in walls), *(spread(c) for c in cpus)]
+        if len(labels) == 2:
+            row += [ratio(walls[0], walls[1]), ratio(cpus[0], cpus[1]) if min(cpus[1]) > 0 else "-"]
+        rows.append(row)
+    print(table("start-up, whole processes (min / median / max)", header, rows))
+    print(f"median CPU of the rows: {', '.join(f'{lb} {_median_cpu(got, lb):.3f} s' for lb in labels)}")
+
+
+def _median_cpu(got: dict[tuple[str, str], list[Sample]], label: str) -> float:
+    return sum(statistics.median(s[1] for s in samples) for (_, lb), samples in got.items() if lb == label)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--baseline", type=Path, help="another checkout, alternated with this one")
+    where.add_argument("--ref", help="a commit of this repository, checked out as the baseline (a git worktree)")
+    args = parser.parse_args()
+    runs = max(5, int(os.environ.get("BENCH_RUNS", "7")))
+    if args.ref:
+        with worktree(args.ref) as base:
+            measure({"this": REPO, "baseline": base}, runs)
+    else:
+        measure({"this": REPO, **({"baseline": args.baseline.resolve()} if args.baseline else {})}, runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The processes started over and over load only what they use (bench/startup_bench.py times them): an agent
+answering `status` loads neither the push's delivery nor the runner's command line, `plan --version` not typer,
+`plan status` not the watcher's loop and senders, and a runner's start not the push side. Each is a real process
+whose sys.modules (or `-X importtime` list) is read; no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _loaded(code: str, *args: str, stdin: str = "", site: bool = False) -> set[str]:
+    """The modules a fresh interpreter running CODE (which ends by printing nothing else) had loaded at its end."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    argv = [sys.executable, *([] if site else ["-S"]), "-c", script, *args]
+    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
+    return set(json.loads(proc.stdout.splitlines()[-1]))
+
+
+def test_an_agent_answering_status_loads_only_its_handler(queue_root: Path) -> None:
+    code = "import sys\nfrom runner.__main__ import main\nmain(sys.argv[1:])\nprint()"
+    loaded = _loaded(code, "agent", "status", str(queue_root), stdin="{}")
+    assert "runner.agent.handlers" in loaded  # it did answer
+    assert not loaded & {
+        "runner.agent.delivery",
+        "runner.agent.bootstrap",
+        "runner.agent.adhoc",
+        "runner.cli",
+        "runner.config",
+        "runner.jobfile",
+        "argparse",
+        "subprocess",
+        "tempfile",
+    }
+
+
+def test_plan_version_loads_no_typer() -> None:
+    loaded = _loaded("from plancompiler.cli import main\nmain(['--version'])", site=True)
+    assert "runner" in loaded  # the banner is the runner package's
+    assert not {m for m in loaded if m.split(".")[0] in ("typer", "click", "pydantic", "jinja2", "yaml")}
+    assert "plancompiler.cli.assembly" not in loaded
+
+
+def test_plan_status_loads_no_watcher_loop_or_senders(queue_root: Path) -> None:
+    loaded = _loaded(
+        "import sys\nfrom plancompiler.cli import main\nmain(sys.argv[1:])", "status", str(queue_root), site=True
+    )
+    assert "plancompiler.watch.screen" in loaded  # it did print the status
+    assert not loaded & {"plancompiler.watch.loop", "runner.alerts.notify", "http.client", "ssl", "apprise"}
+
+
+def test_a_runner_start_loads_no_push_side(queue_root: Path) -> None:
+    """A real runner to its first tick (status.json), then SIGTERM: what it imported, from `-X importtime`."""
+    argv = [sys.executable, "-S", "-X", "importtime", "-m", "runner", "run", "--root", str(queue_root), "--settle", "0"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (queue_root / "status.json").exists() or proc.poll() is not None, 30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert (queue_root / "status.json").exists(), err[-2000:]
+    loaded = {line.rpartition("|")[2].strip() for line in err.splitlines() if line.startswith("import time:")}
+    assert {"runner.service.runner", "runner.service.pending"} <= loaded
+    assert not loaded & {"runner.agent.delivery", "runner.pushlock", "tempfile"}
+    assert os.path.exists(queue_root / "events.jsonl")
