@@ -103,6 +103,10 @@ def park(root: str, request: dict[str, Any]) -> dict[str, Any]:
 def _park_lane(root: str, lane: str, parked: dict[str, Any] | None) -> dict[str, Any]:
     """One lane parked alone (or let go): parked-lanes.json, {lane: park_record}, rewritten atomically."""
     path = Path(root) / PARKED_LANES_FILE
+    served = _served_lanes(root)
+    if parked is not None and served is not None and lane not in served:
+        # A typo would park nothing, say "parked" and leave the lane running: the runner's lanes are known
+        raise AgentError(f"no lane {lane!r} on this queue: its runner serves {', '.join(sorted(served)) or 'none'}")
     lanes = read_json_or_none(str(path))
     lanes = lanes if isinstance(lanes, dict) else {}
     if parked is None:
@@ -120,6 +124,14 @@ def _park_lane(root: str, lane: str, parked: dict[str, Any] | None) -> dict[str,
     )
     atomic_write(path, (json.dumps(lanes) + "\n").encode())
     return {"parked": lanes[lane], "lane": lane}
+
+
+def _served_lanes(root: str) -> set[str] | None:
+    """The lanes the root's runner serves, from its status.json; None when no runner has said (not started yet,
+    or its status unreadable): a lane may be parked before its runner starts."""
+    st = read_json_or_none(os.path.join(root, "status.json"))
+    lanes = st.get("lanes") if isinstance(st, dict) else None
+    return set(lanes) if isinstance(lanes, dict) and lanes else None
 
 
 def _drop_request(root: str, name: str, by: str, body: dict[str, Any] | None = None) -> str:

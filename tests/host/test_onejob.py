@@ -277,6 +277,9 @@ def test_park_a_lane_alone_from_the_command_line(
     assert t.procs.running() == ["2-cpu.job"]
     assert t.reason("1-gpu.job")["reason"] == "parked"  # type: ignore[index]
     assert t.events("parked")[-1]["lane"] == "gpu"
+    typo = plan(tmp_path, "park", str(queue_root), "--lane", "gpus")  # a lane the runner (now ticked) lacks
+    assert typo.returncode != 0 and "no lane 'gpus' on this queue: its runner serves cpu, gpu, net" in typo.stderr
+    assert "gpus" not in (queue_root / "parked-lanes.json").read_text()
     assert "PARKED LANE gpu" in plan(tmp_path, "status", str(queue_root)).stdout
     assert plan(tmp_path, "unpark", str(queue_root)).stdout.endswith("was not parked\n")  # the queue itself was not
     assert plan(tmp_path, "unpark", str(queue_root), "--lane", "gpu").returncode == 0
