@@ -42,7 +42,13 @@ DOORS = {
         "plancompiler.commands.run",
         "plancompiler.commands.write",
     },
-    "plancompiler.backends": {"plancompiler.backends", "plancompiler.backends.protocol", "plancompiler.backends.slurm"},
+    # slurmstatus: the Slurm status reader, without the pydantic the rest of the Slurm backend needs (the watcher)
+    "plancompiler.backends": {
+        "plancompiler.backends",
+        "plancompiler.backends.protocol",
+        "plancompiler.backends.slurm",
+        "plancompiler.backends.slurmstatus",
+    },
     # wire: the session's framing, which the workstation writes and the agent reads (one implementation)
     "runner.agent": {"runner.agent.dispatch", "runner.agent.delivery", "runner.agent.unit", "runner.agent.wire"},
     # request and statusitems: the push request and the status answer, written on one side and read on the other

@@ -14,14 +14,13 @@ from typing import Any
 from plancompiler.backends.protocol import MARKS, Change, PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.backends.queue import CHANGED, busy_message, take_push_lock
 from plancompiler.backends.slurmanswer import PushAnswer, history_answer, push_answer
+from plancompiler.backends.slurmstatus import read_status
 from plancompiler.compile import Compiled
-from plancompiler.errors import AgentError, agent_error
 from plancompiler.hosts import AgentSession, Host
 from plancompiler.hostsfile import DEFAULT_SLURM_LANES, SlurmHostEntry, SlurmLane
 from runner import jobfile
 from runner.durations import parse_duration
 from runner.slurm.request import PushJob, PushRequest
-from runner.slurm.statusitems import RecordError, parse_status_answer
 
 
 def lane_spec(settings: SlurmHostEntry, lane: str) -> SlurmLane | None:
@@ -206,15 +205,7 @@ class SlurmBackend:
     def status(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """The agent's status answer, its status read (runner.slurm.statusitems) and passed on as it was read: a
         malformed one is an AgentError naming the host and where it is wrong, never a traceback further on."""
-        answer = self.host.call("status", request, timeout)
-        if agent_error(answer) is not None:
-            return answer  # said by whoever asked (plancompiler.errors.answered)
-        shown = parse_status_answer(answer)
-        if isinstance(shown, RecordError):
-            where = self.host.describe()
-            at = f" at {shown.where}" if shown.where else ""
-            raise AgentError(f"{where}: the agent's status answer is malformed{at}: {shown.message}", where=where)
-        return {**answer, "status": shown.to_json(), "counts": shown.counts.to_json()}
+        return read_status(self.host.call("status", request, timeout), self.host.describe())
 
     def report_source(self, since: str | None, plan: str | None = None) -> ReportSource:
         """The ledger's attempts with Slurm's clocks (sacct completing what squeue forgot, where it is on)."""

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from plancompiler.errors import AgentError, agent_error
 from plancompiler.errors import ControllerDown as ControllerDown  # its home is plancompiler/errors.py
-from plancompiler.errors import agent_error
 from plancompiler.hosts import Host, RemoteFailed, Unreachable
 from plancompiler.watch.args import DEFAULT_EVENTS, WAITING_REASONS
 from plancompiler.watch.book import book_conditions, book_of, skew_condition
@@ -21,8 +21,15 @@ from runner.vocab import Event, Reason
 
 
 def fetch_status(host: Host, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-    """The watcher's one way to a host: the agent's `status` mode (re-point it here when the agent moves)."""
-    return host.call("status", request, timeout)  # ControllerDown (an Unreachable) where Slurm's controller is
+    """The watcher's one way to a host: the agent's `status` mode (re-point it here when the agent moves); a
+    Slurm submit host's answer read by its typed reader, as `plan status` reads it (an AgentError where it is
+    malformed)."""
+    answer = host.call("status", request, timeout)  # ControllerDown (an Unreachable) where Slurm's controller is
+    if host.slurm is None:
+        return answer
+    from plancompiler.backends.slurmstatus import read_status  # the Slurm records: for Slurm hosts only
+
+    return read_status(answer, host.describe())
 
 
 @dataclass
@@ -82,11 +89,11 @@ def probe(
                 judged=frozenset({"UNREACHABLE"}),
             )
         return Probe(judged=frozenset(), note=f"probe failed ({state.failures}/{rules.unreachable_n}): {exc}")
-    except RemoteFailed as exc:
+    except (RemoteFailed, AgentError) as exc:  # AgentError: an answer of the wrong shape, said where
         state.failures = 0
         return Probe(conditions=[Condition("ERROR", subject, str(exc), "error")], judged=_HOST_KINDS)
     state.failures = 0
-    said = agent_error(answer)
+    said = agent_error(answer) or _unreadable(answer)
     if said is not None:
         return Probe(
             conditions=[
@@ -104,6 +111,17 @@ def probe(
         seen.conditions.extend([skew] if skew else [])
     seen.answer = answer
     return seen
+
+
+def _unreadable(answer: dict[str, Any]) -> str | None:
+    """Why ANSWER (an object: Host.call makes sure) is not a status answer the probe can go on from: its events'
+    integer offset; what is inside it is checked where it is read (status_corrupt, checked_events)."""
+    offset = answer.get("offset")
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        return "the agent's status answer has no integer 'offset'"
+    if not isinstance(answer.get("head", ""), str):
+        return "the agent's status answer's 'head' is not a string"
+    return None
 
 
 def evaluate(

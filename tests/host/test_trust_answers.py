@@ -117,6 +117,26 @@ def test_terminal_escapes_from_a_host_never_reach_the_terminal(sshd: Sshd, tmp_p
     assert ESC not in output and "\x07" not in output and ("oops" in output or "denied" in output), repr(output)
 
 
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ({"status": None, "events": []}, "the agent's status answer has no integer 'offset'"),
+        ({"offset": "7", "events": []}, "the agent's status answer has no integer 'offset'"),
+        ({"offset": 0, "head": 5, "events": []}, "the agent's status answer's 'head' is not a string"),
+        ([1, 2], "the host's answer is not a JSON object: '[1, 2]'"),
+    ],
+)
+def test_a_status_answer_of_the_wrong_shape_is_one_watch_error_never_a_crash(
+    sshd: Sshd, tmp_path: Path, plan_env: None, answer: object, said: str
+) -> None:
+    """The watcher took any JSON object for a status answer: one without an integer 'offset' ended it with a
+    KeyError (and no line said why). Now it is the probe's ERROR, naming the host and what is wrong."""
+    hosts = fake_host(sshd, tmp_path, "cat >/dev/null; printf '%s' " + repr(json.dumps(answer)))
+    code, output = plan_cli("watch", "testbox", "--hosts", str(hosts), "--once", "--state", str(tmp_path / "w"))
+    assert code == 16 and "Traceback" not in output, output
+    assert output.startswith("ERROR: ") and "testbox" in output and said in output, output
+
+
 def test_a_park_reason_with_escapes_is_shown_cleaned(tmp_path: Path, plan_env: None) -> None:
     root = tmp_path / "q"
     root.mkdir(mode=0o700)

@@ -165,6 +165,10 @@ def test_plan_status_of_a_slurm_box_that_answers_garbage_says_where_and_exits_1(
     code, out = plan_cli("status", "lab", "--hosts", str(hosts))
     assert code == 1 and "Traceback" not in out, out
     assert "the agent's status answer is malformed at status.running[0].started: a number was expected, not str" in out
+    watched = ("watch", "lab", "--hosts", str(hosts), "--once", "--state", str(tmp_path / "w.json"))
+    code, out = plan_cli(*watched)  # the watcher reads it as `plan status` does: one ERROR that says where
+    assert code == 16 and "Traceback" not in out, out
+    assert "ERROR" in out and "malformed at status.running[0].started: a number was expected, not str" in out, out
     answer.write_text(json.dumps({**STATUS.answer(), "events": [], "offset": 0}))
     code, out = plan_cli("status", "lab", "--hosts", str(hosts), "--json")
     assert code == 0, out
