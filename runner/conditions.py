@@ -7,7 +7,7 @@ import re
 import signal
 import stat as stat_mod
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # One word of a fast condition: a single-quoted string, a double-quoted string with nothing
 # bash would expand, or a bare word of characters bash leaves alone.
@@ -140,8 +140,7 @@ def stat_flags(path: str) -> int:
     )
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     holds: bool
     detail: str = ""  # why it could not be decided, e.g. "timed out after 10s"
 

@@ -8,8 +8,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Tuple
+from typing import NamedTuple, Tuple
 
 from runner.cgroups import cgroup_usable as cgroup_usable  # moved there; named here as before
 from runner.files import drain
@@ -19,8 +18,7 @@ JOB_VAR = "PLAN_RUNNER_JOB"
 PR_SET_CHILD_SUBREAPER = 36
 
 
-@dataclass(frozen=True)
-class Proc:
+class Proc(NamedTuple):
     pid: int
     ppid: int
     sid: int
@@ -220,8 +218,7 @@ def end_processes(pids: Iterable[int], grace_s: float, reap: Callable[[], None])
     return killed
 
 
-@dataclass(frozen=True)
-class GpuUser:
+class GpuUser(NamedTuple):
     pid: int
     ppid: int
     cmd: str

@@ -13,8 +13,8 @@ wrapper is gone (reaped, or ended with its job's leftovers), so it never reads o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 # $1 the job file, $2 the exit record, $3 a cgroup.procs to join first ('' for none). A TERM to the wrapper
 # means the runner is ending the job (timeout, cancel, stop, a new runner life ending leftovers): then it
@@ -46,8 +46,7 @@ def is_wrapper(cmdline: str) -> bool:
     return cmdline.startswith(f"bash -c {SCRIPT} plan-job ")
 
 
-@dataclass(frozen=True)
-class ExitRecord:
+class ExitRecord(NamedTuple):
     rc: int
     started: float
     ended: float

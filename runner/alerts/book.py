@@ -24,7 +24,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from runner.alerts.causes import CAUSE_KINDS, Cause
 
@@ -74,8 +74,7 @@ class Incident:
         return f"{host}: {self.text} (open {format_duration(now - self.opened)}; look: {look})"
 
 
-@dataclass(frozen=True)
-class Notice:
+class Notice(NamedTuple):
     """One thing to tell a person: an incident opened, is still open (a repeat), or recovered."""
 
     what: str  # open, repeat, recovered

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
 from runner import jobfile, logs
 from runner.durations import format_duration
@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 NAMES_SHOWN = 3  # a cause's text names this many of its jobs, then "+N"
 
 
-@dataclass(frozen=True)
-class Cause:
+class Cause(NamedTuple):
     """One thing wrong now. `kind` and `subject` make its id; `jobs` may change without a new alert."""
 
     kind: str  # a key of CAUSE_KINDS: gpu-held, failed, long-running, disk-full, install-stuck, ...

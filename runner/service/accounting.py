@@ -11,8 +11,7 @@ or the largest single process's peak from rusage, whichever is more: a peak shor
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from runner.records import Running
@@ -20,8 +19,7 @@ if TYPE_CHECKING:
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
 
 
-@dataclass(frozen=True)
-class ReapedUsage:
+class ReapedUsage(NamedTuple):
     """The rusage of a reaped wrapper, as much of it as accounting reads: its tree's CPU and largest RSS."""
 
     cpu_s: float
@@ -81,8 +79,7 @@ def cgroup_peak_kb(cgroup: str) -> int | None:
         return None
 
 
-@dataclass(frozen=True)
-class CgroupUsage:
+class CgroupUsage(NamedTuple):
     """A job cgroup's counters, read as its job ends (before the cgroup is removed)."""
 
     cpu_s: float | None

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from runner import jobfile, logs, procs
 from runner.config import Config
@@ -20,8 +19,7 @@ _LANE_OWN_WAITS = ("requires", "blocked", "order", "lane-busy")  # reasons of a 
 HELD = Reason.HELD.value  # a held job is no work waiting: its lane is idle, not waiting
 
 
-@dataclass(frozen=True)
-class LaneView:
+class LaneView(NamedTuple):
     state: str  # busy, idle, waiting, stopped
     job: str = ""
     reason: str = ""

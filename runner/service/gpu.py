@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from runner.config import GPU_IGNORE
 from runner.procs import GpuUser, Proc, Stat, proc_of, read_cmdline
@@ -29,8 +29,7 @@ class GpuRules:
     roots: Roots = field(default_factory=Roots)
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
     """A process holding a GPU, as judged now."""
 
     pid: int

@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 _PCI = re.compile(r"\A[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\Z")
 _DRM_NODE = re.compile(r"\A(card|renderD)(\d+)\Z")
@@ -19,8 +20,7 @@ _NVIDIA_NODE = re.compile(r"\Anvidia(\d+)\Z")
 _UNITS = {"": 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "ns": 1}
 
 
-@dataclass(frozen=True)
-class Roots:
+class Roots(NamedTuple):
     proc: str = "/proc"
     sys: str = "/sys"
     dev: str = "/dev"
@@ -107,8 +107,7 @@ def _number(value: str) -> int | None:
     return int(number) * _UNITS[unit.strip()]
 
 
-@dataclass(frozen=True)
-class KfdUse:
+class KfdUse(NamedTuple):
     """One process's use of one GPU through AMD's KFD (ROCm compute), from /sys/class/kfd/kfd/proc/PID/."""
 
     kfd_id: int
@@ -311,8 +310,7 @@ def read_held(roots: Roots, pid: int, kinds: NodeKinds) -> Held | None:
 
 
 # -- NVML -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class NvmlUse:
+class NvmlUse(NamedTuple):
     pci: str
     memory: int  # bytes it holds on that GPU
     sm_util: int  # percent of the last samples (-1: not reported)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from runner import procs
 
@@ -41,8 +42,7 @@ class Lifetime:
     end: int | None = None  # None while it runs
 
 
-@dataclass(frozen=True)
-class Leak:
+class Leak(NamedTuple):
     pid: int
     cmd: str
     job: str  # the job whose lifetime holds its start, or "-"

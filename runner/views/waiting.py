@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from runner.estimates import PER_LANE
 
@@ -29,8 +29,7 @@ MAX_BLOCKERS = 3
 ELLIPSIS = "…"
 
 
-@dataclass(frozen=True)
-class Waiter:
+class Waiter(NamedTuple):
     job: str
     lane: str | None
     since: float
