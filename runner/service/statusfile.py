@@ -17,9 +17,8 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from runner import FORMAT_VERSION, __version__, commit, formats, how_started, logs
 from runner.config import Config
@@ -41,8 +40,7 @@ def _encode(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """What status.json shows of the runner at one tick, taken by the runner (`Runner.snapshot`): the status file
     reads this value, never the runner's parts. `reasons` is the one live part it reads (each queued job's entry
     is kept encoded and read again only when its generation changed)."""
