@@ -154,7 +154,10 @@ def check_manifest(raw: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
     if not isinstance(value, dict):
         problems.append(("jobs", f"expected an object, got {_kind(value)}: used {{}}"))
         value = {}
-    for name, entry in value.items():
+    # Where every entry was checked as it was parsed (the runner's read), the table read is the one kept: a copy
+    # of 100,000 jobs' table stood beside it for nothing.
+    checked = all(isinstance(entry, JobEntry) for entry in value.values())
+    for name, entry in () if checked else value.items():
         if isinstance(entry, JobEntry):  # checked as it was parsed (manifest_object)
             jobs[name] = entry
             continue
@@ -170,16 +173,21 @@ def check_manifest(raw: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
             problems.append((f"jobs.{name}.sha", f"expected a string, got {_kind(clean['sha'])}: ignored"))
             clean.pop("sha")
         jobs[name] = clean
+    if checked:
+        jobs = value
     producers: dict[str, list[str]] = {}
     value = raw.get("producers", {})
     if not isinstance(value, dict):
         problems.append(("producers", f"expected an object, got {_kind(value)}: used {{}}"))
         value = {}
-    for path, names in value.items():
+    valid = all(_strings(names) for names in value.values())  # then kept as read (no copy), as the jobs are
+    for path, names in () if valid else value.items():
         if _strings(names):
             producers[path] = names
         else:
             problems.append((f"producers.{path}", f"expected a list of strings, got {_kind(names)}: dropped"))
+    if valid:
+        producers = value
     external = raw.get("external", [])
     if not _strings(external):
         problems.append(("external", f"expected a list of strings, got {_kind(external)}: used []"))

@@ -33,6 +33,7 @@ from runner.service.schedule import (
     Snapshot,
     Wait,
     decide,
+    decisions,
 )
 
 # A sweep judges at least this many queued jobs whatever its budget: a pass always moves on.
@@ -149,11 +150,13 @@ class Dispatcher:
             return
         if taken is None:
             taken = dict(queued)
-        if actions is None:
-            actions = decide(self.state, snapshot, now)
-        for action in actions:
-            self._carry_out(now, action, taken, snapshot)
-        recurs = not any(isinstance(a, (Launch, GpuWait)) for a in actions)
+        # A sweep's actions are carried out as they are decided (at a first tick of 100,000 queued they were two per
+        # job, held beside the facts while every job's reason was set: the process's peak); the snapshot less its
+        # queued jobs' facts is what an action reads (none reads those).
+        recurs = True
+        for action in decisions(self.state, snapshot, now) if actions is None else actions:
+            self._carry_out(now, action, taken, rest)
+            recurs = recurs and not isinstance(action, (Launch, GpuWait))
         self._last = seen if recurs else None
         looked = self.facts.looked_at - looked
         if sweep and looked > SWEEP_MIN:

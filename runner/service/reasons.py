@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import ItemsView
 from typing import Any
 
 from runner import procs
@@ -23,9 +24,9 @@ class Reasons:
         self.generation = 0  # changes whenever any reason (or its detail, blocker, since) does: status.json's cue
         self.by_reason: dict[str, int] = {}  # how many jobs wait for each reason, kept as reasons change
         self.changed: set[str] = set()  # jobs whose reason changed (or went) since waiting.json listed them all
-        # Of those, what the list said: (reason, blocker), None where it did not list the job (the readers of
-        # status.json's summary move each from its group to its new one: runner.views.waiting.patch)
-        self.was: dict[str, tuple[str, str] | None] = {}
+        # Of those the list listed, what it said: (reason, blocker) (the readers of status.json's summary move
+        # each from its group to its new one: runner.views.waiting.patch)
+        self.was: dict[str, tuple[str, str]] = {}
         # Reasons are never changed in place but replaced, so equal ones are one object: 100 000 jobs waiting for
         # their lane since the same tick share one (most of a queue's reasons are such).
         self._shared: dict[tuple[str, float, str, str], Reason] = {}
@@ -38,15 +39,18 @@ class Reasons:
     def _change(self, filename: str) -> None:
         if filename not in self.changed:
             current = self.table.get(filename)
-            self.was[filename] = (current.reason, current.blocker) if current is not None else None
+            if current is not None:  # a job the list did not list is in `changed` alone (100,000 at a first tick)
+                self.was[filename] = (current.reason, current.blocker)
             self.changed.add(filename)
         self.generation += 1
 
     def get(self, filename: str) -> Reason | None:
         return self.table.get(filename)
 
-    def items(self) -> list[tuple[str, Reason]]:
-        return list(self.table.items())
+    def items(self) -> ItemsView[str, Reason]:
+        """Every job's reason, as the table holds them (no list of 100,000 pairs made per reader): a reader
+        changes no reason while it goes through them."""
+        return self.table.items()
 
     def __contains__(self, filename: object) -> bool:
         return filename in self.table

@@ -129,7 +129,7 @@ class StatusFile:
                     changed.append(_entry(filename, getattr(parsed.job, "lane", None) if parsed else None, reason))
             beat["queued_gone"], beat["queued_set"] = gone, changed
             # what waiting.json said of them: status.json's summary is moved on by them (runner.views.waiting.patch)
-            beat["queued_was"] = {f: list(w) for f, w in runner.reasons.was.items() if w is not None}
+            beat["queued_was"] = {f: list(w) for f, w in runner.reasons.was.items()}
         path = self.queue.heartbeat_path
         tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
         fd = open_file(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never through a symlink

@@ -123,3 +123,51 @@ def test_equal_reasons_are_one_object_and_a_change_to_one_job_leaves_the_others(
     assert (reasons["b.job"].reason, reasons["b.job"].since) == ("requires", T0 + 2)
     assert (reasons["c.job"].reason, reasons["c.job"].detail) == ("lane-full", "x.job is running in cpu")
     assert reasons.by_reason == {"lane-full": 2, "requires": 1}
+
+
+def test_the_runner_keeps_the_producers_a_requires_names_and_the_tables_it_read(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    write_job(root, "a.job", "# PLAN=p@1\n# OUTPUTS=/out/a\necho a\n")
+    write_job(root, "b.job", "# PLAN=p@2\n# REQUIRES=test -f /out/a\necho b\n")
+    write_job(root, "c.job", "# PLAN=p@3\n# LANE=gpu\n# REQUIRES=test -f /out/x\necho c\n")
+    entry = {"sha": "0" * 64, "requires": [], "after": [], "family": "f"}
+    jobs = {
+        "a.job": {**entry, "outputs": ["/out/a"]},
+        "b.job": {**entry, "requires": ["/out/a"], "after": ["a.job"]},
+        "c.job": {**entry, "requires": ["/out/x"]},
+        "x.job": {**entry, "outputs": ["/out/x"]},  # not on this host
+        "y.job": {**entry, "outputs": ["/out/y"]},  # no job requires what it makes
+    }
+    producers = {"/out/a": ["a.job"], "/out/x": ["x.job"], "/out/y": ["y.job"]}
+    (root / "manifest.json").write_text(json.dumps({"plan": "p", "jobs": jobs, "producers": producers}))
+    runner = Ticking(root).start(T0)
+    runner.tick(T0)
+    manifest = runner.runner.manifest.get()
+    assert manifest is not None and manifest["producers"] == {"/out/a": ("a.job",), "/out/x": ("x.job",)}
+    assert sorted(manifest["jobs"]) == sorted(jobs)
+    assert runner.procs.running() == ["a.job"]
+    assert runner.reason("b.job")["reason"] != "blocked"  # type: ignore[index]  # its producer is queued here
+    blocked = runner.reason("c.job")
+    assert (
+        blocked
+        and blocked["reason"] == "blocked"
+        and blocked["detail"] == ("/out/x is produced by x.job, which is not on this host")
+    )
+    taken = runner.runner.scanner.taken
+    assert taken["a.job"].job.plan == "p@" and taken["a.job"].job.plan is taken["b.job"].job.plan  # type: ignore[union-attr]
+    # the runner's read: every entry checked as it was parsed, so the checked manifest is the table read, no copy
+    raw = {"jobs": {"a.job": JobEntry(jobs["a.job"])}, "producers": {"/out/a": ["a.job"]}}
+    checked, problems = state.check_manifest(raw)
+    assert problems == [] and checked is not None
+    assert checked["jobs"] is raw["jobs"] and checked["producers"] is raw["producers"]
+
+
+def test_a_reason_s_change_keeps_what_the_list_said_only_of_jobs_it_listed() -> None:
+    reasons = Reasons(RunnerState())
+    for name in ("a.job", "b.job"):
+        reasons.set(T0, name, "lane-busy", "x.job is running in cpu", "x.job")
+    assert reasons.changed == {"a.job", "b.job"} and reasons.was == {}  # new: nothing listed them
+    reasons.listed()
+    reasons.set(T0 + 1, "a.job", "order", "y.job is ahead of it", "y.job")
+    reasons.set(T0 + 1, "c.job", "order", "y.job is ahead of it", "y.job")
+    assert reasons.changed == {"a.job", "c.job"} and reasons.was == {"a.job": ("lane-busy", "x.job")}
