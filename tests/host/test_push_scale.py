@@ -286,12 +286,18 @@ def test_an_install_killed_during_its_renames_is_finished_before_any_job_starts(
         the seconds from its first rename to its end."""
         path = fast_dir / f"request-{new}.json"
         path.write_text(json.dumps(install_request(versions[new], versions[1 - new], None)))
-        before = _count(root / "queue")
+        queue = root / "queue"
+        # The file its removes and renames change first (each goes in name order): the first retired one goes, or
+        # on an empty queue the first new one lands. One stat a poll: a listing of 10 000 names every ms kept a
+        # core busy through the whole staging.
+        retired = sorted(set(versions[1 - new]) - set(versions[new]))
+        first = queue / (retired[0] if _count(queue) else min(versions[new]))
+        was = first.exists()
+        assert was == bool(_count(queue)), "the queue holds the other version whole, or nothing"
         proc = subprocess.Popen([sys.executable, "-c", _INSTALL, str(root), str(path)], env=env, text=True)
         try:
             # Its removes and renames have begun: the queue no longer holds the other version's 10 000 jobs.
-            queue = root / "queue"
-            wait_for(lambda: _count(queue) != before or proc.poll() is not None, 60, 0.001)
+            wait_for(lambda: first.exists() != was or proc.poll() is not None, 60, 0.001)
             began = time.monotonic()
             if kill:
                 time.sleep(rng.uniform(0, renames))
