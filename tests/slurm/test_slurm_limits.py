@@ -15,7 +15,9 @@ from tests.conftest import plan_cli, wait_for
 from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
 from tests.slurm.jobs import attempts, cancel_root, held_until, ledger, write_plan
 
-pytestmark = pytest.mark.usefixtures("plan_env")
+# Every test here on one worker: one cluster with accounting (mariadb, slurmdbd: ~1 s of CPU to start), not one
+# on each worker that runs one of them.
+pytestmark = [pytest.mark.usefixtures("plan_env"), pytest.mark.xdist_group("limited")]
 plan = plan_cli
 
 
