@@ -12,8 +12,13 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("plancompiler", "runner")
+# One worker runs them all (`--dist loadgroup`): a process parses every module once (`imports` below), and spread
+# over the workers, each that ran one of them parsed both packages again (0.3-0.6 s of CPU each).
+pytestmark = pytest.mark.xdist_group("architecture")
 # The runner's parts (runner/service/, and the control requests it carries out) and its foundations: a
 # foundation imports no part.
 PARTS = {
