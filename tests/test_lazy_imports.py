@@ -71,3 +71,12 @@ def test_a_runner_start_loads_no_push_side(queue_root: Path) -> None:
     assert {"runner.service.runner", "runner.service.pending"} <= loaded
     assert not loaded & {"runner.agent.delivery", "runner.pushlock", "tempfile"}
     assert os.path.exists(queue_root / "events.jsonl")
+
+
+def test_every_name_the_watch_door_offers_is_found_in_its_part() -> None:
+    """The door lists its names three times (for mypy, for the lazy table, in __all__): none may drift."""
+    import plancompiler.watch as door
+
+    assert sorted(door._PARTS) == sorted(door.__all__)
+    for name in door.__all__:
+        assert getattr(door, name) is not None, name
