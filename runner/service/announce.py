@@ -187,15 +187,21 @@ class Announcer:
         self.throttle.forget(("start-failed", filename))
 
     def lanes(
-        self, now: float, running: dict[str, Running], queued: list[tuple[str, Parsed]], every: bool = True
+        self,
+        now: float,
+        running: dict[str, Running],
+        queued: list[tuple[str, Parsed]],
+        generation: int,
+        every: bool = True,
     ) -> None:
         """Each lane's state, and `idle` repeated while a lane waits. An idle lane's view reads its queued jobs'
-        reasons: computed again when a reason, the queue or what runs changed; where not EVERY (a tick between
-        sweeps), only for the lanes whose running jobs changed (the others' waiting jobs kept their reasons)."""
-        key = (queued, len(queued), self.reasons.generation, tuple((r.filename, r.lane) for r in running.values()))
+        reasons: computed again when a reason, the queue (GENERATION: the scan's, which changes with QUEUED, a list
+        kept in place) or what runs changed; where not EVERY (a tick between sweeps), only for the lanes whose
+        running jobs changed (the others' waiting jobs kept their reasons)."""
+        key = (generation, len(queued), self.reasons.generation, tuple((r.filename, r.lane) for r in running.values()))
         # views kept from before are reused unless they were left partly stale by a tick between sweeps
         kept = self._views is not None and (self._complete or not every)
-        if kept and self._views[0][0] is queued and self._views[0][1:] == key[1:]:  # type: ignore[index]
+        if kept and self._views[0] == key:  # type: ignore[index]
             views = self._views[1]  # type: ignore[index]
         else:
             old = self._views[1] if self._views is not None and not every else {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from bisect import bisect_left, insort
 from collections.abc import Callable
 
 from runner import jobfile
@@ -57,15 +58,21 @@ class Scanner:
         self.settle_due: float | None = None  # when the next settling file may be taken
         self.listing: set[str] = set()  # job names in queue/ as last seen
         self.listed = False  # queue/ was listed once: from then on the names a watch reports are enough
-        self.taken: dict[str, Parsed] = {}  # settled, valid jobs: what scan returns
+        self.taken: dict[str, Parsed] = {}  # settled, valid jobs: what scan returns (in `queued`, by name)
         self.pending: set[str] = set()  # not taken yet (settling, stuck, a symlink): looked at every scan
         self.recheck: set[str] = set()  # forgotten by the runner: looked at once more
         self.generation = 0  # changes whenever the list scan returns does
-        self._queued: list[tuple[str, Parsed]] = []
-        self._queued_generation = -1
+        # What the dispatcher orders by, kept as jobs are taken and leave (a job's end is O(log n), not a re-sort
+        # of every queued job: 98 ms a tick at 100,000): `queued`, TAKEN's items in name order, one list changed
+        # in place (its identity says nothing; `generation` does); the queued jobs per lane; and (-PRIORITY, name)
+        # of those whose PRIORITY header is not 0, in the order they start.
+        self.queued: list[tuple[str, Parsed]] = []
+        self.lanes: dict[str, int] = {}
+        self.prioritised: list[tuple[int, str]] = []
 
     def forget(self, filename: str) -> None:
-        for table in (self.parsed, self.first_seen, self.stuck, self.taken):
+        self._drop(filename)
+        for table in (self.parsed, self.first_seen, self.stuck):
             table.pop(filename, None)
         self.recheck.add(filename)  # it left queue/ (or should have): the next scan looks at it again
         self.generation += 1
@@ -98,19 +105,18 @@ class Scanner:
                 self._invalid(now, name, str(parsed.job))
                 parsed = None
             if parsed is None:
-                self.taken.pop(name, None)
+                self._drop(name)
                 if os.path.lexists(queue_dir + name):
                     self.pending.add(name)  # settling, stuck, or replaced meanwhile: looked at again next scan
                 else:
                     gone.add(name)
-            else:
-                self.taken[name] = parsed
+            elif parsed is not before:
+                self._take(name, parsed)
                 self.parsed.pop(name, None)  # one table holds a job's record: 100 000 of them add up
-            if self.taken.get(name) is not before:
-                self.generation += 1
         for name in gone:
             self.listing.discard(name)
-            for table in (self.parsed, self.first_seen, self.stuck, self.taken):
+            self._drop(name)
+            for table in (self.parsed, self.first_seen, self.stuck):
                 table.pop(name, None)
             self.pending.discard(name)
             self.reasons.drop(name)
@@ -118,10 +124,44 @@ class Scanner:
             self.generation += 1
         if full:
             self.reasons.keep_only(self.listing)
-        if self._queued_generation != self.generation:
-            self._queued = [(name, self.taken[name]) for name in sorted(self.taken)]
-            self._queued_generation = self.generation
-        return self._queued
+        return self.queued
+
+    def _take(self, name: str, parsed: Parsed) -> None:
+        """NAME taken as PARSED, new or in place of what was: at its place in `queued` by bisection ((NAME,) sorts
+        just before (NAME, anything): no Parsed is ever compared)."""
+        before, self.taken[name] = self.taken.get(name), parsed
+        at = bisect_left(self.queued, (name,))
+        if before is None:
+            self.queued.insert(at, (name, parsed))
+        else:
+            self.queued[at] = (name, parsed)
+            self._left(name, before)
+        job = parsed.job
+        if isinstance(job, jobfile.JobFile):
+            self.lanes[job.lane] = self.lanes.get(job.lane, 0) + 1
+            if job.priority:
+                insort(self.prioritised, (-job.priority, name))
+        self.generation += 1
+
+    def _drop(self, name: str) -> None:
+        """NAME is no longer taken (gone, forgotten, or not a settled job any more)."""
+        before = self.taken.pop(name, None)
+        if before is None:
+            return
+        del self.queued[bisect_left(self.queued, (name,))]
+        self._left(name, before)
+        self.generation += 1
+
+    def _left(self, name: str, before: Parsed) -> None:
+        job = before.job
+        if isinstance(job, jobfile.JobFile):
+            left = self.lanes[job.lane] - 1
+            if left:
+                self.lanes[job.lane] = left
+            else:
+                del self.lanes[job.lane]
+            if job.priority:
+                del self.prioritised[bisect_left(self.prioritised, (-job.priority, name))]
 
     def _names(self) -> set[str]:
         try:
