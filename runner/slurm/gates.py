@@ -67,7 +67,8 @@ def _keep_watch(root: str, env: dict[str, str], slurm_conf: str | None, interval
             "# plan: checks this root's closed external gates and releases the jobs whose gates hold",
             f"export PYTHONPATH={shlex.quote(runner_path())}",
             f"cd {shlex.quote(root)} || exit 1",
-            f"exec {shlex.quote(sys.executable)} -m runner agent status {shlex.quote(root)} <<'EOF' >/dev/null",
+            # -S: the agent is standard library only, found by PYTHONPATH (as the attempts' wrappers run it)
+            f"exec {shlex.quote(sys.executable)} -S -m runner agent status {shlex.quote(root)} <<'EOF' >/dev/null",
             ask,
             "EOF",
             "",
