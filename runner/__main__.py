@@ -7,10 +7,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runner.files import DIR_MODE, SHARED_DIR_MODE, make_dirs
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 

@@ -4,16 +4,15 @@ out between ticks; and the park files (the whole queue, or lanes alone) it reads
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runner.files import loads, read_regular
 from runner.queue import Queue, timestamp
-from runner.state import Problem, check_park, check_request
+from runner.state import check_park, check_request
 from runner.vocab import Event
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # for the annotations only: runner.jobs imports nothing of this module, and the agent's
     # handlers (which use the park files and request names here) load neither the job header's parser nor
     # the runner's state
@@ -21,6 +20,7 @@ if TYPE_CHECKING:  # for the annotations only: runner.jobs imports nothing of th
     from runner.runstate import RunnerState
     from runner.service.jobs import Jobs
     from runner.service.problems import FileProblems
+    from runner.state import Problem
 
 # A control request is the file control/<action>-<target>, JSON {"by": ...} inside. The actions are a
 # closed set with no '-' of their own, so the first '-' ends the action even when the job name has more.
@@ -301,6 +301,8 @@ def _move(raw: object) -> tuple[dict[str, str] | None, list[Problem]]:
 def _remove(path: Path) -> None:
     try:
         if path.is_dir() and not path.is_symlink():
+            import shutil  # here: it loads bz2 and lzma, and the agent's handlers use this module's names
+
             shutil.rmtree(path)
         else:
             path.unlink()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _builtin(names: tuple[tuple[str, str], ...], fallback: str) -> Callable[[bytes], Any]:

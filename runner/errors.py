@@ -7,7 +7,9 @@ answer's `controller_down`)."""
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class RunnerError(Exception):

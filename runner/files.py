@@ -17,9 +17,12 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from runner.errors import Untrusted
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 
 def not_replaceable(path: str | Path) -> str | None:

@@ -6,11 +6,17 @@ import re
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from runner.conditions import Condition
 from runner.durations import parse_duration
+
+if TYPE_CHECKING:
+    from typing import Optional, Tuple
+
+    from runner.conditions import Condition
+
+    _Waits = Tuple[Tuple[str, float], ...]
+    _Shape = Tuple[str, int, Optional[float], Optional[float], Tuple[str, ...], int, _Waits, int]
 
 SEED_KEYS = ("LANE", "REQUIRES", "DONE_IF", "RETRIES")
 HEADER_KEYS = (*SEED_KEYS, "TIMEOUT", "WARN_AFTER", "OUTPUTS", "PLAN", "GPUS", "EXPECT_WAIT", "PRIORITY")
@@ -27,8 +33,6 @@ _KEYISH_LINE = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)\s*[:=]")
 BOM = "\ufeff"
 
 
-_Waits = Tuple[Tuple[str, float], ...]
-_Shape = Tuple[str, int, Optional[float], Optional[float], Tuple[str, ...], int, _Waits, int]
 # What most queued jobs share (lane, retries, limits, header keys, GPUs, waits, priority): one tuple for them
 # all, as long as there are few (a plan's foreach makes thousands of jobs of one shape).
 _SHAPES: dict[_Shape, _Shape] = {}
@@ -168,9 +172,9 @@ class JobFile:
         return "JobFile(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS) + ")"
 
 
-@dataclass(frozen=True)
-class Invalid:
-    """Why a job file must never be executed; `line` is 1-based where one line is to blame."""
+class Invalid(NamedTuple):
+    """Why a job file must never be executed; `line` is 1-based where one line is to blame. (A NamedTuple: a push's
+    agent, which parses every job it installs, then loads no dataclasses.)"""
 
     reason: str
     line: int | None = None

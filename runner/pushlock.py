@@ -14,11 +14,14 @@ import json
 import os
 import time
 from contextvars import ContextVar
-from typing import Any
 
 from runner.errors import AgentError
 from runner.files import make_dirs, open_file, read_json_or_none
 from runner.queue import timestamp
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 LOCK_NAME = ".push.lock"
 

@@ -9,11 +9,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from runner.files import ROOT_DIRS, fsync_dir, make_dir, make_dirs, open_file, read_json, read_json_pieces, write_json
-from runner.state import JsonPieces, Problem, check_manifest, check_state, manifest_object
+from runner.state import JsonPieces, check_manifest, check_state, manifest_object
 from runner.vocab import EVENT_NAMES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from runner.state import Problem
 
 STATES = ("queue", "running", "done", "failed")
 HEARTBEAT_FILE = "heartbeat.json"  # the runner's heartbeat, every tick; status.json only when it changed

@@ -9,13 +9,16 @@ skips what is malformed and says so, instead of failing later on a KeyError or a
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-from typing import Any
 
+from runner.digest import sha256_hex
 from runner.files import loads, open_regular
 from runner.vocab import Event
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _STR: tuple[type, ...] = (str,)
 _NUM: tuple[type, ...] = (int, float)
@@ -321,7 +324,7 @@ def _head(path: str, offset: int) -> str:
     bytes keeps the one a watcher stored as it grows; a rotated one has another."""
     try:
         with open_regular(path) as handle:
-            return hashlib.sha256(handle.read(min(256, offset))).hexdigest()[:16]
+            return sha256_hex(handle.read(min(256, offset)))[:16]
     except OSError:
         return ""
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.queue import Queue
-from runner.state import Problem
+
+if TYPE_CHECKING:
+    from runner.state import Problem
 
 # state.json carries "version"; a file without it (every runner before this field) reads as version 1.
 STATE_VERSION = 1

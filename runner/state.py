@@ -12,9 +12,12 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, BinaryIO, Tuple
 
-Problem = Tuple[str, str]  # (field, what was wrong and what was used instead)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, Tuple
+
+    Problem = Tuple[str, str]  # (field, what was wrong and what was used instead)
 
 STATE_MAPS = ("attempts", "waiting_since", "backoff_until", "last_failure", "held", "priority")
 

@@ -1,7 +1,8 @@
 """The processes started over and over load only what they use (bench/startup_bench.py times them): an agent
-answering `status` loads neither the push's delivery nor the runner's command line, `plan --version` not typer,
-`plan status` not the watcher's loop and senders, and a runner's start not the push side. Each is a real process
-whose sys.modules (or `-X importtime` list) is read; no timing is asserted."""
+answering `status` loads neither the push's delivery nor the runner's command line (nor typing: its annotations
+are never evaluated), a push's session no dataclasses, `plan --version` not typer, `plan status` not the
+watcher's loop and senders, and a runner's start not the push side. Each is a real process whose sys.modules (or
+`-X importtime` list) is read; no timing is asserted."""
 
 from __future__ import annotations
 
@@ -39,7 +40,27 @@ def test_an_agent_answering_status_loads_only_its_handler(queue_root: Path) -> N
         "argparse",
         "subprocess",
         "tempfile",
+        "typing",
+        "dataclasses",
+        "shutil",
+        "hashlib",
     }
+
+
+def test_a_push_session_loads_no_dataclasses(queue_root: Path) -> None:
+    """Probe, lock and install, one request a line as `plan push` sends them: the job file's parser and the
+    stamps are the push's, the runner's Config and its dataclasses are not (nor OpenSSL: digests are builtin)."""
+    requests = [
+        {"mode": "probe", "create": True},
+        {"mode": "lock", "wait_s": 5, "create": True},
+        {"mode": "install", "files": {"a.job": "# LANE=cpu\ntrue\n"}, "create": True},
+    ]
+    code = "import sys\nfrom runner.__main__ import main\nmain(sys.argv[1:])"
+    stdin = "".join(json.dumps(r) + "\n" for r in requests)
+    loaded = _loaded(code, "agent", "session", str(queue_root), stdin=stdin)
+    assert (queue_root / "queue" / "a.job").read_text() == "# LANE=cpu\ntrue\n"  # it did install
+    assert {"runner.agent.delivery", "runner.jobfile", "runner.stamps"} <= loaded
+    assert not loaded & {"dataclasses", "inspect", "runner.config", "runner.conditions", "hashlib", "argparse"}
 
 
 def test_plan_version_loads_no_typer() -> None:

@@ -7,16 +7,19 @@ none of the queue's states any more are dropped as a job is added, so the entry 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from typing import Any
 
 from runner import jobfile, pushlock
 from runner.agent import delivery
+from runner.digest import sha256_hex
 from runner.errors import AgentError
 from runner.files import read_json_or_none
 from runner.queue import STATES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ADHOC_PLAN = delivery.ADHOC_PLAN
 MAX_SUFFIX = 1000  # name-2 .. name-1000: an automatic name that is taken gets the first free suffix
@@ -106,10 +109,10 @@ def _adhoc_record(
             if path in wanted:
                 producers[path] = producers.get(path, []) + [n for n in names if n not in producers.get(path, [])]
     external = sorted(p for p in {*(before.get("external") or []), *request.get("external", [])} if p in wanted)
-    digest = hashlib.sha256(json.dumps(sorted((j, s.get("sha", "")) for j, s in jobs.items())).encode())
+    digest = sha256_hex(json.dumps(sorted((j, s.get("sha", "")) for j, s in jobs.items())).encode())
     return {
         "plan": ADHOC_PLAN,
-        "hash": digest.hexdigest()[:12],
+        "hash": digest[:12],
         "by": request.get("by") or "?",
         "jobs": jobs,
         "producers": producers,

@@ -8,17 +8,16 @@ against, so a push that looked at an older queue is refused instead of mixing tw
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from runner import MANIFEST_VERSION, identity, jobfile, pushlock, refusal, stamps
 from runner.controls import request_name
+from runner.digest import sha256_hex
 from runner.errors import AgentError
 from runner.files import (
     atomic_write,
@@ -33,6 +32,10 @@ from runner.files import (
 )
 from runner.queue import INSTALL_RECORD, STATES, Queue, fresh_status, pending_install, timestamp
 from runner.readers import runner_alive
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 STAGE_PREFIX = ".plan-stage-"
 STAGE_MAX_AGE_S = 3600.0  # a staging dir this old belongs to a push that died: anyone may remove it
@@ -140,7 +143,7 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
             except OSError:
                 continue
             parsed = _header(name, data, lanes)
-            entry: dict[str, Any] = {"sha": hashlib.sha256(data).hexdigest(), "plan": parsed.plan if parsed else None}
+            entry: dict[str, Any] = {"sha": sha256_hex(data), "plan": parsed.plan if parsed else None}
             if state == "failed":
                 entry["retries"] = parsed.retries if parsed else None
             entries[name] = entry

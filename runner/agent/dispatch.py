@@ -12,14 +12,17 @@ import importlib
 import json
 import os
 import sys
-from typing import Any, Callable, Dict
 
 from runner import pushlock
 from runner.agent import wire
 from runner.errors import AgentError
 from runner.files import loads, parent_problem, root_problems
 
-Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]  # typing's: evaluated at run time on 3.8
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict
+
+    Handler = Callable[[str, Dict[str, Any]], Dict[str, Any]]
 
 # Each request's handler as (module, function), imported when a request names it: an agent answering `status`
 # (most of the calls `plan` makes) loads neither the push's delivery nor bootstrap's process starting.

@@ -6,7 +6,6 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from runner import readers
 from runner.controls import PARK_FILE, PARKED_LANES_FILE, park_record, request_name
@@ -14,6 +13,10 @@ from runner.errors import AgentError
 from runner.files import atomic_write, make_dir, open_regular, read_json, read_json_or_none
 from runner.queue import STATES, Queue, fresh_status
 from runner.readers import read_events, tail
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def counts(root: str) -> dict[str, int]:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import zlib
-from typing import IO, Any
 
 from runner.files import loads
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 COMPRESS_FROM = 1 << 14  # bytes of JSON: a smaller request goes as a plain line
 MAX_REQUEST = 1 << 30  # bytes of a request's JSON once inflated: past it, refused (never read into memory whole)

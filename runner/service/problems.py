@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from runner.queue import Queue
-from runner.state import Problem
 from runner.vocab import Event
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.state import Problem
 
 
 class FileProblems:

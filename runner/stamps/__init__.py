@@ -8,7 +8,6 @@ from runner.stamps.cost import format_size, measure, stands_for
 from runner.stamps.store import (
     STAMPS_DIR,
     VERSION,
-    Problem,
     check,
     content_hash,
     current_ids,
@@ -30,7 +29,6 @@ from runner.stamps.store import (
 __all__ = [
     "STAMPS_DIR",
     "VERSION",
-    "Problem",
     "check",
     "content_hash",
     "current_ids",

@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from runner import jobfile
 from runner.stamps import (
     STAMPS_DIR,
-    Problem,
     current_ids,
     file_hash,
     new_stamp,
@@ -23,6 +21,12 @@ from runner.stamps import (
     stamped,
     try_write,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from runner.state import Problem
 
 # What a verdict reads beyond the job's own file: the manifest and these directories (a job file coming or
 # going, a stamp written: each is a rename, so its directory's mtime changes).

@@ -18,16 +18,20 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Tuple
 
 from runner import jobfile
 from runner.digest import sha256_hex
 from runner.files import atomic_write, loads, make_dir, open_regular
 from runner.queue import timestamp
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from runner.state import Problem  # (field, what was wrong): reported as state-corrupt, like state.json's
+
 STAMPS_DIR = "stamps"
 VERSION = 1
-Problem = Tuple[str, str]  # (field, what was wrong): reported as state-corrupt, like state.json's
 
 # Content hashes of queued files, by path and (mtime, size, inode): a stale job waiting for its producer is
 # judged every tick, and need not be read again each time.
