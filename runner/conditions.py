@@ -15,6 +15,8 @@ _WORD = r"""(?:'[^']*'|"[^"$`\\!]*"|[A-Za-z0-9_./+:,@%=-]+)"""
 _TEST = rf"(?:test\s+-([efsd])\s+({_WORD})|\[\s+-([efsd])\s+({_WORD})\s+\])"
 _TEST_RE = re.compile(_TEST)
 _CHAIN_RE = re.compile(rf"^\s*{_TEST}(?:\s*&&\s*{_TEST})*\s*$")
+# A condition run in bash is killed after this (`runner run --condition-timeout`; a Slurm attempt's always)
+CONDITION_TIMEOUT_S = 10.0
 
 
 class Condition:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner import backoff
+from runner.conditions import CONDITION_TIMEOUT_S
+from runner.logs import TAIL_LINES
+
 # Display servers, compositors and GPU monitors: they hold GPU nodes all day long and are never a reason to
 # wait (`--gpu-ignore` replaces the list). Names are matched as /proc/PID/comm (15 characters at most) and as
 # the base name of argv[0].
@@ -66,10 +70,10 @@ class Config:
     # A process whose open files this runner may not read (another user's, when not root) could be
     # using the GPU: "report" lists it in status.json; "block" makes it hold the gpu lane like a foreign user.
     unreadable_gpu: str = "report"
-    condition_timeout_s: float = 10.0  # a REQUIRES/DONE_IF run in bash is killed after this
+    condition_timeout_s: float = CONDITION_TIMEOUT_S  # a REQUIRES/DONE_IF run in bash is killed after this
     kill_grace_s: float = 5.0  # TERM, then this long, then KILL
-    backoff_base_s: float = 30.0  # retry n waits base * 2**(n-1) ...
-    backoff_max_s: float = 600.0  # ... capped here
+    backoff_base_s: float = backoff.BASE_S  # retry n waits base * 2**(n-1) ...
+    backoff_max_s: float = backoff.MAX_S  # ... capped here
     requires_warn_s: float = 6 * 3600.0
     requires_repeat_s: float = 3600.0
     blocked_repeat_s: float = 3600.0
@@ -82,7 +86,7 @@ class Config:
     stall_repeat_s: float = 1800.0
     correlate_window_s: float = 6 * 3600.0
     correlate_min: int = 2
-    tail_lines: int = 5
+    tail_lines: int = TAIL_LINES  # a failed job's last log lines, in its event
     settle_s: float = 1.0  # a job file written in place is taken once nothing has written to it this long
     keep_leaks: bool = False  # let processes that escaped their job outlive it (daemons on purpose)
     heartbeat_event_s: float = 600.0  # a `heartbeat` event after this long without any other event
@@ -105,4 +109,4 @@ class Config:
 
     def backoff_s(self, attempt: int) -> float:
         """The wait before the next try after attempt ATTEMPT (1-based) failed: base * 2**(n-1), capped."""
-        return min(self.backoff_base_s * 2 ** (attempt - 1), self.backoff_max_s)
+        return backoff.backoff_s(attempt, self.backoff_base_s, self.backoff_max_s)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 _TAIL_BYTES = 16384
+TAIL_LINES = 5  # the last lines of a failed job's log that its event carries (runner.config's tail_lines)
 _MASKS = (
     (re.compile(r"(?:/[\w.@+-]+)+/?"), "<path>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),

@@ -31,7 +31,7 @@ FOUNDATIONS = {
     f"runner.{name}"
     for name in (
         *("config", "records", "throttle", "queue", "files", "state", "jobfile", "conditions", "vocab"),
-        *("procs", "wrapper", "logs", "progress", "durations", "readers", "runstate", "digest", "errors"),
+        *("procs", "wrapper", "logs", "progress", "durations", "readers", "runstate", "digest", "errors", "backoff"),
     )
 } | {"runner.service.dirwatch", "runner.service.leaks", "runner.service.gpuread"}
 # Each corridor (sub-package) and the modules of it that others may import: its door.

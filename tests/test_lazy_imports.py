@@ -1,13 +1,15 @@
 """The processes started over and over load only what they use (bench/startup_bench.py times them): an agent
 answering `status` loads neither the push's delivery nor the runner's command line (nor typing: its annotations
-are never evaluated), a push's session no dataclasses, `plan --version` not typer, `plan status` not the
-watcher's loop and senders, and a runner's start not the push side. Each is a real process whose sys.modules (or
-`-X importtime` list) is read; no timing is asserted."""
+are never evaluated), a push's session no dataclasses, a Slurm attempt neither the runner's Config nor the
+ledger's records, `plan --version` not typer, `plan status` not the watcher's loop and senders, and a runner's
+start not the push side. Each is a real process whose sys.modules (or `-X importtime` list) is read; no timing
+is asserted."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +63,32 @@ def test_a_push_session_loads_no_dataclasses(queue_root: Path) -> None:
     assert (queue_root / "queue" / "a.job").read_text() == "# LANE=cpu\ntrue\n"  # it did install
     assert {"runner.agent.delivery", "runner.jobfile", "runner.stamps"} <= loaded
     assert not loaded & {"dataclasses", "inspect", "runner.config", "runner.conditions", "hashlib", "argparse"}
+
+
+def test_a_slurm_attempt_loads_neither_the_runners_config_nor_the_ledgers_records(tmp_path: Path) -> None:
+    """A real attempt of a job with no DONE_IF or gate, outside Slurm (no squeue on its PATH: it cannot ask
+    Slurm and takes its body's exit): its result written, what it imported read at its end."""
+    from runner.slurm.bundle import Element
+    from runner.slurm.wrapper import write_bundle
+
+    root, out, bin_ = tmp_path / "root", tmp_path / "modules.json", tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
+    body, log = root / "scripts" / "p" / "a.sh", root / "logs" / "p" / "a.log"
+    element = Element(root=str(root), plan="p", name="a", body=str(body), log=str(log), text="true\n")
+    bundle = write_bundle(str(root), "p", [element])
+    code = (
+        "import json, sys\nfrom runner.slurm.attempt import main\nrc = main(sys.argv[1:4])\n"
+        "open(sys.argv[4], 'w').write(json.dumps([rc, sorted(sys.modules)]))"
+    )
+    argv = [sys.executable, "-S", "-c", code, str(bundle), "1", "0", str(out)]
+    env = {"PATH": str(bin_), "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
+    subprocess.run(argv, cwd=REPO, env=env, timeout=60, check=True)
+    rc, loaded = json.loads(out.read_text())
+    assert rc == 0, log.read_text()
+    assert json.loads((root / "results" / "p" / "a" / "0.json").read_text())["state"] == "COMPLETED"
+    assert {"runner.slurm.bundle", "runner.slurm.result", "runner.pushlock"} <= set(loaded)
+    assert not set(loaded) & {"runner.config", "runner.slurm.records", "runner.slurm.ledger", "hashlib"}
 
 
 def test_plan_version_loads_no_typer() -> None:

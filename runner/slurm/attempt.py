@@ -23,14 +23,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from runner import pushlock
-from runner.conditions import compile_condition, evaluate
-from runner.config import Config
+from runner.backoff import backoff_s
+from runner.conditions import CONDITION_TIMEOUT_S, compile_condition, evaluate
 from runner.files import atomic_write, read_json
-from runner.logs import tail_lines
+from runner.logs import TAIL_LINES, tail_lines
 from runner.queue import timestamp
 from runner.slurm.bundle import Element, parse_element, read_element
 from runner.slurm.jsonfields import RecordError
-from runner.slurm.records import AttemptResult
+from runner.slurm.result import AttemptResult
 from runner.slurm.wrapper import retry_script, submit_env, write_once
 
 _DEP = re.compile(r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?")
@@ -188,13 +188,8 @@ def attempt_once(spec: Element, attempt: int) -> int:
     root, label = spec.root, f"{spec.plan}/{spec.name}"
     job_id = this_job()
     result = AttemptResult(id=job_id, attempt=attempt, start=time.time())
-    config = Config(
-        root=Path(root),
-        backoff_base_s=float(spec.backoff_base_s),
-        backoff_max_s=float(spec.backoff_max_s),
-    )
     gate = spec.gate
-    if gate and not evaluate(compile_condition(gate), root, config.condition_timeout_s).holds:
+    if gate and not evaluate(compile_condition(gate), root, CONDITION_TIMEOUT_S).holds:
         _say(f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in {spec.gate_interval_s:g}s")
         result = replace(result, kind="gated", state="GATED", next_attempt=attempt)
         return _finish(spec, result, attempt, float(spec.gate_interval_s), 0)
@@ -217,7 +212,7 @@ def attempt_once(spec: Element, attempt: int) -> int:
     ok = (
         rc == 0
         and not timed_out
-        and (not done_if or evaluate(compile_condition(done_if), root, config.condition_timeout_s).holds)
+        and (not done_if or evaluate(compile_condition(done_if), root, CONDITION_TIMEOUT_S).holds)
     )
     if ok:
         kind, state = "done", "COMPLETED"
@@ -226,7 +221,7 @@ def attempt_once(spec: Element, attempt: int) -> int:
     else:  # the kernel's OOM killer in this job's memory cgroup: Slurm's state will be OUT_OF_MEMORY
         kind, state = "failed", "OUT_OF_MEMORY" if oom else "FAILED"
     # the body's own last lines, from its start on and before the wrapper says anything (the failure cluster's label)
-    tail = tuple(tail_lines(Path(spec.log), config.tail_lines, body_at))
+    tail = tuple(tail_lines(Path(spec.log), TAIL_LINES, body_at))
     result = replace(result, rc=rc, kind=kind, state=state, tail=tail, cause=None if ok else state)
     if timed_out:
         _say(f"=== TIMEOUT: {spec.name} ended after {spec.timeout_s or 0:g}s; Slurm ends the job as TIMEOUT")
@@ -236,7 +231,8 @@ def attempt_once(spec: Element, attempt: int) -> int:
         _say("=== exited 0 but DONE_IF is false")
     if not ok and attempt < int(spec.retries):
         result = replace(result, next_attempt=attempt + 1)
-        code = _finish(spec, result, attempt, config.backoff_s(attempt), rc or 1)
+        wait_s = backoff_s(attempt, float(spec.backoff_base_s), float(spec.backoff_max_s))
+        code = _finish(spec, result, attempt, wait_s, rc or 1)
     else:
         code = _finish(spec, result, attempt, None, 0 if ok else (rc or 1))
     return end_as_timeout(float(result.start or 0), code) if timed_out else code

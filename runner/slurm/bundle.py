@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runner.config import Config
+from runner import backoff
 from runner.files import read_json
 from runner.slurm.jsonfields import (
     OPT_FLOAT,
@@ -98,8 +98,8 @@ class Element:
     done_if: str | None = None
     gate: str | None = None
     gate_interval_s: float = 60.0
-    backoff_base_s: float = Config.backoff_base_s
-    backoff_max_s: float = Config.backoff_max_s
+    backoff_base_s: float = backoff.BASE_S
+    backoff_max_s: float = backoff.MAX_S
     sbatch: tuple[str, ...] = ()
     bundle: str | None = None
     entry: int | None = None

@@ -21,15 +21,14 @@ from pathlib import Path
 from runner.files import atomic_write, read_json
 from runner.slurm.records import (
     Attempt,
-    AttemptResult,
     JobRecord,
     Ledger,
     RecordError,
     Seen,
     SlurmId,
     parse_ledger,
-    parse_result,
 )
+from runner.slurm.result import AttemptResult, parse_result
 
 LEDGER = "slurm.json"
 FINISHED_OK = ("COMPLETED",)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.config import Config
+from runner import backoff
 from runner.slurm.bundle import PushJob as PushJob  # the request's jobs: this door's too
 from runner.slurm.bundle import parse_jobs
 from runner.slurm.jsonfields import (
@@ -41,8 +41,8 @@ class PushRequest:
     by: str | None = None  # user@host of the workstation that pushes
     lock_wait_s: float = 60.0
     gate_interval_s: float = 60.0
-    backoff_base_s: float = Config.backoff_base_s
-    backoff_max_s: float = Config.backoff_max_s
+    backoff_base_s: float = backoff.BASE_S
+    backoff_max_s: float = backoff.MAX_S
     slurm_conf: str | None = None
     keep: bool = False
     token: str = ""

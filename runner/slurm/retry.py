@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runner.config import Config
+from runner.backoff import backoff_s
 from runner.slurm.bundle import Element, find_element, read_element
 from runner.slurm.ledger import ACTIVE, RUNNING
 from runner.slurm.query import Live, live_of, slurm, state_of
@@ -64,9 +64,8 @@ def _due(root: str, plan: str, name: str, record: JobRecord, live: Live, now: fl
     element = spec_of(root, plan, name, record)
     if element is None or last.attempt >= element.retries:
         return None
-    config = Config(root=Path(root), backoff_base_s=element.backoff_base_s, backoff_max_s=element.backoff_max_s)
-    ended = last.end or now
-    return Due(last.attempt + 1, max(1.0, ended + config.backoff_s(last.attempt) - now), state)
+    wait_s = backoff_s(last.attempt, element.backoff_base_s, element.backoff_max_s)
+    return Due(last.attempt + 1, max(1.0, (last.end or now) + wait_s - now), state)
 
 
 def _submit(

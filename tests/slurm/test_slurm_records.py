@@ -15,14 +15,13 @@ import pytest
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.records import (
     Attempt,
-    AttemptResult,
     JobRecord,
     Ledger,
     PlanEntry,
     RecordError,
     parse_ledger,
-    parse_result,
 )
+from runner.slurm.result import AttemptResult, parse_result
 from tests.conftest import REPO
 
 WRITTEN = {
