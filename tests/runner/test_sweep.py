@@ -4,10 +4,12 @@ that does not grow with the queue (the whole list in waiting.json). In-process r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from runner.agent import handlers
 from runner.queue import fresh_status
+from runner.service import statusfile
 from runner.service.dispatch import SWEEP_MIN
 from runner.views.status import render_status
 from runner.views.waiting import group_waiting
@@ -128,4 +130,35 @@ def test_the_summary_moves_on_with_the_jobs_judged_between_sweeps(queue_root: Pa
     assert [(g.reason, g.count) for g in made] == [("requires", 59), ("lane-busy", 1)]
     assert [(g["reason"], g["count"]) for g in answer["waiting_groups"]] == [(g.reason, g.count) for g in made]
     assert answer["waiting_count"] == 60 and "b-000.job" in render_status(answer, T0 + 2)
+    q.close()
+
+
+def test_waiting_json_lists_each_job_as_its_own_entry_encoded_whole_would(queue_root: Path) -> None:
+    """Entries that share a reason (and lane) are encoded from that reason's parts, made once: the list is byte for
+    byte the entries encoded one by one, for shared reasons, reasons of their own, other lanes, and files that are
+    not jobs (yet)."""
+    _queue(queue_root, 40)  # a-run runs; the b-* wait for their REQUIRES, each on its own file
+    for i in range(6):  # one reason shared by jobs in two lanes
+        lane = "net" if i < 4 else "cpu"
+        write_job(queue_root, f"c-{i}.job", f'# LANE={lane}\n# REQUIRES=test -f "in/é \\"q\\""\ntrue\n')
+    write_job(queue_root, "d-1.job", "true\n")  # waits for the busy cpu lane
+    settling = queue_root / "queue" / 'e-"é".job'  # not a job's name: listed (settling) until it is taken
+    settling.write_text("true\n")
+    for path in (queue_root / "queue").iterdir():  # older than the settle, taken at once; the odd one just written
+        os.utime(path, (T0, T0) if path == settling else (T0 - 100, T0 - 100))
+    q = Ticking(queue_root, settle_s=60.0).start(T0)
+    q.tick(T0)
+    q.tick(T0 + 10)
+    runner = q.runner
+    taken = runner.scanner.taken
+    names = [f for f, _ in runner.scanner.queued if f in runner.reasons]
+    names += sorted(f for f, _ in runner.reasons.items() if f not in taken)
+    want = [
+        statusfile._entry(f, taken[f].job.lane if f in taken else None, runner.reasons[f])  # type: ignore[union-attr]
+        for f in names
+    ]
+    assert {e["reason"] for e in want} == {"requires", "lane-busy", "settling"} and len(want) == 48
+    text = (queue_root / "waiting.json").read_text()
+    assert text.endswith(',"queued":[' + ",".join(statusfile._encode(e) for e in want) + "]}\n")
+    assert json.loads(text)["queued"] == want
     q.close()
