@@ -86,8 +86,8 @@ class Outcomes:
         self.state.ended(filename)
 
     def _remember(self, now: float, filename: str, graph: dict[str, Any] | None, seconds: float) -> None:
-        """A done run's length, for the estimates; history.json is written at the tick's end (save_history), after
-        the jobs the tick starts, not between a job's end and its successor's start."""
+        """A done run's length, for the estimates; history.json is written by the sweep's tick (save_history), not
+        between a job's end and its successor's start."""
         spec = ((graph or {}).get("jobs") or {}).get(filename)
         family = spec.get("family") if isinstance(spec, Mapping) else None
         self.history.record(filename, family if isinstance(family, str) else None, seconds, now)

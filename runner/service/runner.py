@@ -244,6 +244,7 @@ class Runner:
             self.announcer.set_lane(now, lane, LaneView("stopped"))
         self.queue.emit(now, "-", Event.RUNNER_STOP.value, why=why)
         self._save_state(now)
+        self.outcomes.save_history(now)
         self.alerts.stop()  # what is due goes out first, within a deadline
         try:
             self.statusfile.write(self.snapshot(), now, [], force=True)
@@ -341,7 +342,8 @@ class Runner:
         self._save_state(now)
         judged = sweep and began is not None  # an install held the tick: no reason was judged
         self.problems.keep(now, "status.json", lambda: self.statusfile.write(self.snapshot(judged), now, queued))
-        self.outcomes.save_history(now)
+        if sweep:  # on the sweep's clock, as status.json: rewritten at every job's end, its 2,000 jobs were a third
+            self.outcomes.save_history(now)  # of the runner's CPU in a run of short jobs (a cache: events say it all)
         if now - self.queue.last_written >= self.config.heartbeat_event_s:
             # Nothing else said we were alive for that long: `plan report` measures downtime from this.
             self.queue.emit(now, "-", Event.HEARTBEAT.value, tick=self.ticks)

@@ -15,6 +15,7 @@ from runner.estimates import History, estimate, progress_left
 from runner.estimates.history import MAX_JOBS, RUNS_PER_JOB
 from tests.conftest import write_job
 from tests.inprocess import plan_main
+from tests.ticking import Ticking
 
 NOW = 1_000_000.0
 
@@ -140,7 +141,9 @@ def test_done_runs_go_into_the_history_and_status_shows_estimates_with_their_bas
     write_job(queue_root, "1-cpu-a.job", "true\n")
     run = ticking(pid=stand_in).tick(NOW)
     run.procs.exit("1-cpu-a.job", 0)
-    run.tick(NOW + 120)
+    run.runner.tick(NOW + 120, sweep=False)  # its end's own tick: history.json waits for the sweep's
+    assert History.load(queue_root).expected("1-cpu-a.job") is None
+    run.tick(NOW + 121)
     assert History.load(queue_root).expected("1-cpu-a.job") == (120.0, "median of its last 1 run")
     assert History.load(queue_root).expected("2-cpu-b.job", "bench") == (120.0, "median of 1 run of its family bench")
     (queue_root / "done" / "1-cpu-a.job").rename(queue_root / "queue" / "1-cpu-a.job")  # it runs again ...
@@ -159,3 +162,14 @@ def test_done_runs_go_into_the_history_and_status_shows_estimates_with_their_bas
     every = plan_main("status", str(queue_root), "--all", cwd=tmp_path, cache=tmp_path / "cache").stdout
     assert "estimated starts" not in every  # --all says it on each job's own line
     assert any("2-cpu-b.job" in line and "(est. start ~" in line for line in every.splitlines())
+
+
+def test_a_runner_stopped_between_sweeps_writes_the_history_of_the_runs_that_ended_since(queue_root: Path) -> None:
+    write_job(queue_root, "1-cpu-a.job", "true\n")
+    run = Ticking(queue_root).start(NOW).tick(NOW)
+    run.procs.exit("1-cpu-a.job", 0)
+    run.runner.tick(NOW + 30, sweep=False)
+    assert History.load(queue_root).expected("1-cpu-a.job") is None
+    run.runner.stop(NOW + 31)
+    assert History.load(queue_root).expected("1-cpu-a.job") == (30.0, "median of its last 1 run")
+    run.runner.release_lock()
