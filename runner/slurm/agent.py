@@ -28,7 +28,7 @@ from runner.slurm.gates import check_gates
 from runner.slurm.jsonfields import RecordError
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
 from runner.slurm.limits import read_limits
-from runner.slurm.query import ControllerDown, Live, SlurmId, env_for, live_of, slurm, squeue, state_of, sync
+from runner.slurm.query import ControllerDown, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import LOST, lost_job, open_ledger
 from runner.slurm.records import Attempt, JobRecord, Ledger
 from runner.slurm.request import PushRequest, PushResult, parse_push_request
@@ -36,6 +36,11 @@ from runner.slurm.retry import retry_due
 from runner.slurm.submit import Submitted
 from runner.slurm.view import logs, status
 from runner.slurm.wrapper import wrapper_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.jsonfields import SlurmId
+    from runner.slurm.query import Live
 
 __all__ = ["history", "logs", "push", "status", "wrapper"]  # status, history and logs: the agent's other modes
 

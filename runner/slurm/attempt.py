@@ -24,7 +24,6 @@ from pathlib import Path
 
 from runner import pushlock
 from runner.backoff import backoff_s
-from runner.conditions import CONDITION_TIMEOUT_S, compile_condition, evaluate
 from runner.files import atomic_write, read_json
 from runner.logs import TAIL_LINES, tail_lines
 from runner.queue import timestamp
@@ -184,12 +183,19 @@ def slurm_ended(job_id: int | str) -> bool:
     return proc.returncode == 0 and bool(states) and states[0] in _ENDED
 
 
+def holds(condition: str, root: str) -> bool:
+    """Whether CONDITION (a gate's REQUIRES, a DONE_IF) holds in ROOT, judged as the runner judges it."""
+    from runner.conditions import CONDITION_TIMEOUT_S, compile_condition, evaluate  # a job without one: not loaded
+
+    return evaluate(compile_condition(condition), root, CONDITION_TIMEOUT_S).holds
+
+
 def attempt_once(spec: Element, attempt: int) -> int:
     root, label = spec.root, f"{spec.plan}/{spec.name}"
     job_id = this_job()
     result = AttemptResult(id=job_id, attempt=attempt, start=time.time())
     gate = spec.gate
-    if gate and not evaluate(compile_condition(gate), root, CONDITION_TIMEOUT_S).holds:
+    if gate and not holds(gate, root):
         _say(f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in {spec.gate_interval_s:g}s")
         result = replace(result, kind="gated", state="GATED", next_attempt=attempt)
         return _finish(spec, result, attempt, float(spec.gate_interval_s), 0)
@@ -209,11 +215,7 @@ def attempt_once(spec: Element, attempt: int) -> int:
         _say(f"=== {timestamp(time.time())} {label}: stopped by Slurm (signal {_STOPPED[0]}); its state is Slurm's")
         return 128 + _STOPPED[0]
     done_if = spec.done_if
-    ok = (
-        rc == 0
-        and not timed_out
-        and (not done_if or evaluate(compile_condition(done_if), root, CONDITION_TIMEOUT_S).holds)
-    )
+    ok = rc == 0 and not timed_out and (not done_if or holds(done_if, root))
     if ok:
         kind, state = "done", "COMPLETED"
     elif timed_out:

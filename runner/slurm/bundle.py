@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from runner import backoff
 from runner.files import read_json
@@ -19,7 +18,6 @@ from runner.slurm.jsonfields import (
     Bad,
     Field,
     RecordError,
-    SlurmId,
     kind_of,
     optional,
     read_fields,
@@ -28,6 +26,12 @@ from runner.slurm.jsonfields import (
     read_object,
     read_str,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from runner.slurm.jsonfields import SlurmId
 
 KILL_AFTER_S = 10  # the grace a timed-out body has between TERM and KILL
 

@@ -14,13 +14,17 @@ from typing import Any, Dict, Tuple
 from runner.queue import timestamp
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
-from runner.slurm.query import ControllerDown, Live, conf_of, env_for, live_of, sacct, squeue, state_of, sync
+from runner.slurm.query import ControllerDown, conf_of, env_for, live_of, sacct, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
 from runner.slurm.records import Attempt, JobRecord, Ledger
 from runner.slurm.retry import SLURM_ENDED
 from runner.slurm.timeline import intervals_of, lane_events
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Event
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.query import Live
 
 _RESULT_EVENT = {"done": Event.DONE, "failed": Event.FAILED, "timeout": Event.TIMEOUT, "gated": Event.REQUIRES_WAIT}
 _STATE_EVENT = {

@@ -13,10 +13,14 @@ import sys
 
 from runner.conditions import compile_condition, evaluate
 from runner.slurm.bundle import Element
-from runner.slurm.query import Live, live_of, slurm, state_of
+from runner.slurm.query import live_of, slurm, state_of
 from runner.slurm.records import JobRecord, Ledger
 from runner.slurm.retry import spec_of
 from runner.slurm.wrapper import runner_path, submit_env
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.query import Live
 
 KEEPER = ".plan-gates"  # the keeper's Slurm job name; its comment is not `plan=`, so no push takes it for a job
 HELD = "JobHeldUser"

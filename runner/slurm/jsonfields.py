@@ -8,10 +8,13 @@ a valid 10 000-job ledger spends nothing on names it never needs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar, Union
 
-SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
-T = TypeVar("T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a Slurm attempt, which reads its bundle element through these, loads no typing
+    from typing import Any, Callable, Iterator, TypeVar, Union
+
+    SlurmId = Union[int, str]  # a job's id, or ARRAY_N for an element of an array
+    T = TypeVar("T")
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from runner.files import atomic_write, read_json
-from runner.slurm.records import (
-    Attempt,
-    JobRecord,
-    Ledger,
-    RecordError,
-    Seen,
-    SlurmId,
-    parse_ledger,
-)
+from runner.slurm.records import Attempt, JobRecord, Ledger, RecordError, parse_ledger
 from runner.slurm.result import AttemptResult, parse_result
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.jsonfields import SlurmId
+    from runner.slurm.records import Seen
 
 LEDGER = "slurm.json"
 FINISHED_OK = ("COMPLETED",)

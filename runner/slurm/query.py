@@ -6,12 +6,19 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Any, Dict
 
 from runner.errors import ControllerDown as ControllerDown  # its home is runner/errors.py
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE
-from runner.slurm.records import Accounted, Attempt, JobRecord, Ledger, LiveJob, SlurmId
+from runner.slurm.records import Accounted, Attempt, JobRecord, Ledger, LiveJob
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict
+
+    from runner.slurm.jsonfields import SlurmId
+
+    Live = Dict[SlurmId, LiveJob]  # what squeue knows, by id
 
 SQUEUE_FIELDS = (
     "JobArrayID",
@@ -28,7 +35,6 @@ SQUEUE_FIELDS = (
     "RestartCnt",
     "WorkDir",  # last: a path may hold anything, even the separator
 )
-Live = Dict[SlurmId, LiveJob]  # what squeue knows, by id
 
 
 def slurm_id(text: str) -> SlurmId:

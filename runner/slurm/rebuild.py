@@ -20,9 +20,14 @@ from typing import Any
 from runner.files import read_json_or_none
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.ledger import ACTIVE, RUNNING
-from runner.slurm.query import Live, sacct, slurm_id, slurm_time
-from runner.slurm.records import Attempt, JobRecord, Ledger, LiveJob, SlurmId
+from runner.slurm.query import sacct, slurm_id, slurm_time
+from runner.slurm.records import Attempt, JobRecord, Ledger, LiveJob
 from runner.slurm.result import AttemptResult, parse_result
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.jsonfields import SlurmId
+    from runner.slurm.query import Live
 
 LOST = "LOST"  # the state of a job a push prepared that nothing left a trace of (it may run, or have run)
 

@@ -22,7 +22,6 @@ from runner.slurm.jsonfields import (
     Bad,
     Field,
     RecordError,
-    SlurmId,
     kind_of,
     opt_int,
     read_each,
@@ -34,6 +33,10 @@ from runner.slurm.jsonfields import (
     read_str,
     read_strings,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.jsonfields import SlurmId
 
 VERSION = 2
 

@@ -17,13 +17,16 @@ from runner.slurm.jsonfields import (
     Bad,
     Field,
     RecordError,
-    SlurmId,
     read_bool,
     read_fields,
     read_float,
     read_object,
     read_str,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.jsonfields import SlurmId
 
 
 @dataclass(frozen=True)

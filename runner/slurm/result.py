@@ -16,7 +16,6 @@ from runner.slurm.jsonfields import (
     Bad,
     Field,
     RecordError,
-    SlurmId,
     read_fields,
     read_object,
 )
@@ -24,6 +23,8 @@ from runner.slurm.jsonfields import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from runner.slurm.jsonfields import SlurmId
 
 
 @dataclass(frozen=True)

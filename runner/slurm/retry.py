@@ -14,10 +14,15 @@ from pathlib import Path
 from runner.backoff import backoff_s
 from runner.slurm.bundle import Element, find_element, read_element
 from runner.slurm.ledger import ACTIVE, RUNNING
-from runner.slurm.query import Live, live_of, slurm, state_of
-from runner.slurm.records import Attempt, JobRecord, Ledger, SlurmId
+from runner.slurm.query import live_of, slurm, state_of
+from runner.slurm.records import Attempt, JobRecord, Ledger
 from runner.slurm.submit import hand_over
 from runner.slurm.wrapper import retry_script, submit_env
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.jsonfields import SlurmId
+    from runner.slurm.query import Live
 
 # What Slurm ends an attempt with that the attempt's own wrapper cannot see to (it is killed with it)
 SLURM_ENDED = ("OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL")

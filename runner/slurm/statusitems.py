@@ -14,7 +14,6 @@ from runner.slurm.jsonfields import (
     OPT_ID,
     Bad,
     Field,
-    SlurmId,
     optional,
     read_each,
     read_fields,
@@ -25,6 +24,10 @@ from runner.slurm.jsonfields import (
     read_str,
 )
 from runner.slurm.jsonfields import RecordError as RecordError  # what a parse here answers: this door's too
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.jsonfields import SlurmId
 
 T = TypeVar("T")
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from runner.slurm.attempt import pending_updates
 from runner.slurm.bundle import PushJob
 from runner.slurm.ledger import ACTIVE
-from runner.slurm.query import ControllerDown, Live, slurm
-from runner.slurm.records import Attempt, JobRecord, SlurmId
+from runner.slurm.query import ControllerDown, slurm
+from runner.slurm.records import Attempt, JobRecord
 from runner.slurm.request import PushRequest
 from runner.slurm.wrapper import (
     array_options,
@@ -33,6 +33,11 @@ from runner.slurm.wrapper import (
     wrapper_text,
     write_bundle,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.jsonfields import SlurmId
+    from runner.slurm.query import Live
 
 SUBMIT_THREADS = 8  # sbatch calls in flight at once: each is mostly a round trip to slurmctld
 CHUNK = 1000  # elements per array at most where no limit was read: Slurm's default MaxArraySize (1001) allows 0-1000

@@ -21,13 +21,17 @@ from runner.slurm import ledger as ledger_mod
 from runner.slurm.events import attempt_events, blocked, job_key
 from runner.slurm.gates import HELD, check_gates, gated_and_held
 from runner.slurm.ledger import ACTIVE, FINISHED_BAD, RUNNING
-from runner.slurm.query import ControllerDown, Live, conf_of, env_for, live_of, slurm, squeue, state_of, sync
+from runner.slurm.query import ControllerDown, conf_of, env_for, live_of, slurm, squeue, state_of, sync
 from runner.slurm.rebuild import open_ledger
 from runner.slurm.records import Attempt, JobRecord, Ledger, LiveJob
 from runner.slurm.retry import SLURM_ENDED, retry_due
 from runner.slurm.statusitems import Counts, Lane, Running, SlurmStatus, Waiting
 from runner.slurm.wrapper import job_paths
 from runner.vocab import Reason
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.slurm.query import Live
 
 REASONS = {
     "Dependency": Reason.REQUIRES,

@@ -10,11 +10,11 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import runner
 from runner.slurm.bundle import KILL_AFTER_S, Element, PushJob
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # each job's wrapper imports this module: the request's reader is the push's alone
     from runner.slurm.request import PushRequest
 
