@@ -7,8 +7,11 @@ processes, this checkout alternated with a baseline checkout (A, B, A, B, ...): 
 with neither, this checkout alone. Both trees' modules are compiled to bytecode first, so neither pays a compile.
 The rows: `runner run --help` (the runner's command line), a runner started on an empty root until its first tick
 (status.json written) and then sent SIGTERM, the agent answering one status request on a local root (as `plan`
-runs it over ssh: `python3 -S -m runner agent status ROOT`), `plan --version`, `plan status ROOT` (a local root,
-answered in-process) and `plan check plans/demo.yaml` (its shellcheck results cached, as after the first check).
+runs it over ssh: `python3 -S -m runner agent status ROOT`), a push's session (probe, lock, install of one job
+file: `python3 -S -m runner agent session ROOT`), one Slurm attempt (`python3 -S -m runner.slurm.attempt BUNDLE 1
+0`, as the sbatch wrapper execs it, of a job whose body is `true`, outside Slurm: no squeue on its PATH, so it
+takes the body's exit), `plan --version`, `plan status ROOT` (a local root, answered in-process) and `plan check
+plans/demo.yaml` (its shellcheck results cached, as after the first check).
 CPU is the process's own user + system time (wait4), which the machine's load disturbs less than the wall time.
 """
 
@@ -16,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -59,6 +64,48 @@ def command(*argv: str, stdin: bytes = b"") -> Step:
         proc.stdin.write(stdin)
         proc.stdin.close()
         return _wait(proc, started, words)
+
+    return step
+
+
+def session(work: Path) -> Step:
+    """A push's session on a new root under WORK: probe, lock and the install of one job file."""
+    count = iter(range(1 << 30))
+    lines = [
+        {"mode": "probe", "create": True},
+        {"mode": "lock", "wait_s": 5, "create": True},
+        {"mode": "install", "files": {"a.job": "# LANE=cpu\ntrue\n"}, "create": True},
+    ]
+    stdin = "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+    def step(tree: Path, env: Mapping[str, str]) -> Sample:
+        root = work / f"pushed-{next(count)}"
+        return command(PY, "-S", "-m", "runner", "agent", "session", str(root), stdin=stdin)(tree, env)
+
+    return step
+
+
+def attempt(work: Path) -> Step:
+    """One Slurm attempt of a job whose body is `true`, from a bundle under WORK, outside Slurm: its PATH has bash
+    and no squeue (it cannot ask Slurm, and takes the body's exit), its result written under the bundle's root."""
+    from runner.slurm.bundle import Element
+    from runner.slurm.wrapper import write_bundle
+
+    bin_ = work / "bin"
+    bin_.mkdir(exist_ok=True)
+    if not (bin_ / "bash").exists():
+        (bin_ / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
+    bundles: dict[Path, Path] = {}
+
+    def step(tree: Path, env: Mapping[str, str]) -> Sample:
+        if tree not in bundles:  # a root of its own for each checkout
+            root = work / f"slurm-{len(bundles)}"
+            element = Element(
+                root=str(root), plan="p", name="a", body=f"{root}/a.sh", log=f"{root}/a.log", text="true\n"
+            )
+            bundles[tree] = write_bundle(str(root), "p", [element])
+        argv = (PY, "-S", "-m", "runner.slurm.attempt", str(bundles[tree]), "1", "0")
+        return command(*argv)(tree, {**env, "PATH": str(bin_)})
 
     return step
 
@@ -115,6 +162,8 @@ def measure(trees: dict[str, Path], runs: int) -> None:
             "runner run --help": command(PY, "-S", "-m", "runner", "run", "--help"),
             "runner: start to first tick, SIGTERM": first_tick(work),
             "agent status (local root)": command(PY, "-S", "-m", "runner", "agent", "status", str(root), stdin=b"{}"),
+            "agent session: probe, lock, install": session(work),
+            "Slurm attempt (body `true`)": attempt(work),
             "python3 -c pass (site)": command(PY, "-c", "pass"),
             "plan --version": command(PY, "-m", "plancompiler.cli", "--version"),
             "plan status ROOT": command(PY, "-m", "plancompiler.cli", "status", str(root)),
