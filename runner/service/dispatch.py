@@ -9,7 +9,6 @@ true): a job's end starts its lane's next job at once, whatever the pass is doin
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import heapq
 import time
@@ -37,6 +36,10 @@ from runner.service.schedule import (
     decide,
     decisions,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.service.scan import Scanner
 
 # A sweep judges at least this many queued jobs whatever its budget: a pass always moves on.
 SWEEP_MIN = 100
@@ -128,23 +131,14 @@ class Dispatcher:
         self,
         now: float,
         queued: list[tuple[str, Parsed]],
+        kept: Scanner,
         parked: str,
         parked_lanes: dict[str, str] | None = None,
         sweep: bool = True,
-        taken: Mapping[str, Parsed] | None = None,
-        lanes: Mapping[str, int] | None = None,
-        prioritised: Sequence[tuple[int, str]] | None = None,
     ) -> None:
-        """SWEEP: every queued job judged; else each lane's next candidates only. TAKEN: QUEUED by name; LANES: the
-        queued jobs per lane; PRIORITISED: (-PRIORITY, name) of those whose PRIORITY is not 0, sorted (all three
-        the scanner's, kept as jobs come and go; made from QUEUED where not given)."""
-        if taken is None:
-            taken = dict(queued)
-        if lanes is None:
-            lanes = collections.Counter(p.job.lane for _, p in queued if isinstance(p.job, jobfile.JobFile))
-        if prioritised is None:
-            prioritised = prioritised_of(queued)
-        self.taken, self.lanes, self.prioritised = taken, lanes, prioritised
+        """SWEEP: every queued job judged; else each lane's next candidates only. KEPT: what the scanner keeps beside
+        QUEUED as jobs come and go (runner.service.scan.Scanner: `taken`, `lanes`, `prioritised`)."""
+        self.taken, self.lanes, self.prioritised = kept.taken, kept.lanes, kept.prioritised
         actions: list[Action] | None = None
         began, looked = time.monotonic(), self.facts.looked_at
         if sweep:
@@ -168,7 +162,7 @@ class Dispatcher:
         # queued jobs' facts is what an action reads (none reads those).
         recurs = True
         for action in decisions(self.state, snapshot, now) if actions is None else actions:
-            self._carry_out(now, action, taken, rest)
+            self._carry_out(now, action, self.taken, rest)
             recurs = recurs and not isinstance(action, (Launch, GpuWait))
         self._last = seen if recurs else None
         looked = self.facts.looked_at - looked
@@ -294,11 +288,6 @@ class Dispatcher:
                 self.reasons.set(now, filename, "order", f"{started[-1]} is ahead of it", started[-1])
             elif self.jobs.start(now, filename, job, action.gpus.get(filename, ())):
                 started.append(filename)
-
-
-def prioritised_of(queued: list[tuple[str, Parsed]]) -> list[tuple[int, str]]:
-    """(-PRIORITY, name) of QUEUED's jobs whose PRIORITY header is not 0, in the order they start."""
-    return sorted((-p.job.priority, f) for f, p in queued if isinstance(p.job, jobfile.JobFile) and p.job.priority)
 
 
 def _in_order(

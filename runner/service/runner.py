@@ -300,10 +300,7 @@ class Runner:
             self.sweeps += 1
         self._queued = queued = self.scanner.scan(now, changed)
         passes = self.dispatcher.passes
-        scan = self.scanner
-        self.dispatcher.schedule(
-            now, queued, self.controls.park, self.controls.park_lanes, sweep, scan.taken, scan.lanes, scan.prioritised
-        )
+        self.dispatcher.schedule(now, queued, self.scanner, self.controls.park, self.controls.park_lanes, sweep)
         passed = self.dispatcher.passes != passes  # this tick ended a pass over every queued job
         self.swept_at = self.dispatcher.swept
         if self.jobs.in_lane(self.config.gpu_lane):  # its jobs' GPU engine time: gpu-stalled, status per GPU
@@ -311,7 +308,7 @@ class Runner:
             self.announcer.gpu_stalls(now, self.jobs.running)
         if passed:  # every waiting job's repeats: once a pass
             self.announcer.waits(now)
-        self.announcer.lanes(now, self.jobs.running, queued, scan.generation, every=sweep)
+        self.announcer.lanes(now, self.jobs.running, queued, self.scanner.generation, every=sweep)
         self.announcer.idle(now, self.jobs.running, queued)
         self._after(now, sweep, queued, began, passed)
 
