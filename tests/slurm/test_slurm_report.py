@@ -42,8 +42,13 @@ def test_the_report_splits_each_lanes_window_and_its_jobs_waits_by_slurms_reason
         def waiting() -> dict | None:  # each status contact records the reasons squeue gives the pending jobs
             code, out = plan("status", "cluster", "--hosts", str(hosts), "--json")
             said = {q["lane"]: q["detail"].split(":")[0] for q in json.loads(out)["status"]["queued"]}
+            # a job the scheduler has not looked at yet pends for reason None (seen at load 7): waited past
             return (
-                said if said.get("gpu") == "Resources" and said.get("cpu") == "Dependency" and "net" in said else None
+                said
+                if said.get("gpu") == "Resources"
+                and said.get("cpu") == "Dependency"
+                and said.get("net", "None") != "None"
+                else None
             )
 
         said = wait_for(waiting, 60, 0.3)
