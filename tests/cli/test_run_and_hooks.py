@@ -38,6 +38,7 @@ def test_plan_run_demo_completes_then_skips_everything(tmp_path: Path) -> None:
     assert "6 new" in first.stdout and "6/6 done" in first.stdout
     assert "start          30-gpu-intake-tiny-a.job" in first.stdout
     assert (work / "bench.jsonl").exists()
+    assert "orphans-killed" not in first.stdout  # the intakes end their own servers: no false alert
     second = plan_main(*argv[3:], cwd=tmp_path, cache=tmp_path / "cache")  # the same command in this process
     assert second.returncode == 0, second.stdout + second.stderr
     assert "6 done" in second.stdout and " start " not in second.stdout
