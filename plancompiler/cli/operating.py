@@ -113,11 +113,13 @@ def bootstrap(
         bool, typer.Option("--no-cgroup", help="--start without --cgroup auto (where the cgroup is shared)")
     ] = False,
 ) -> None:
-    """Install the standard-library runner under HOST's queue root and its systemd unit, then wait for a heartbeat.
+    """Install the standard-library runner under HOST's queue root and the root's own systemd unit
+    (plan-runner-<root as systemd-escape --path writes it>.service), then wait for a heartbeat.
 
-    Idempotent. Where systemd is not running, it prints the exact command to run instead, or with --start starts
-    the runner detached (setsid, ROOT/.plan-runner/runner.log, the unit's flags) and says so when one already runs;
-    `plan status` shows how the runner was started.
+    Idempotent; a unit of that name that serves another root is not replaced. Where systemd is not running no unit
+    is written: it prints the exact command to run instead, or with --start starts the runner detached (setsid,
+    ROOT/.plan-runner/runner.log, the unit's flags) and says so when one already runs; `plan status` shows how the
+    runner was started.
     """
     from plancompiler.commands import operate
     from runner.agent.unit import run_flags

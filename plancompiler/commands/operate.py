@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,9 +150,6 @@ def logs(host: Host, job: str, lines: int, follow: bool, interval: float, echo: 
     return state if isinstance(state, str) else None
 
 
-UNIT_NAME = "plan-runner.service"
-
-
 def unit_for(root: str, python: str, user_unit: bool, user: str | None, tick: str = "10") -> str:
     from runner.agent.unit import unit_text
 
@@ -173,6 +171,8 @@ class BootstrapPlan:
 
 
 def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str, tick: str = "10") -> BootstrapPlan:
+    from runner.agent.unit import unit_name
+
     files = transport.runner_sources()
     user = run_as or (
         None if user_unit else (host.ssh.split("@")[0] if host.ssh and "@" in host.ssh else getpass.getuser())
@@ -187,7 +187,8 @@ def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str,
         [
             f"bootstrap {host.describe()}:",
             f"  copy the runner ({len(files)} files) to {host.root}/.plan-runner/runner/",
-            f"  write the {'user' if user_unit else 'system'} unit {UNIT_NAME}; enable and start it",
+            f"  where systemd runs, write the {'user' if user_unit else 'system'} unit "
+            f"{shlex.quote(unit_name(host.root))} (this root's own) and start it; elsewhere, no unit",
         ],
     )
 
@@ -212,7 +213,6 @@ def bootstrap(
             "files": plan.files,
             "content_hash": transport.runner_zip()[0],
             "unit": plan.unit,
-            "unit_name": UNIT_NAME,
             "user_unit": user_unit,
             "python": python,
             "wait_s": wait,
@@ -224,16 +224,21 @@ def bootstrap(
         wait + 60,
     )
     lines = [f"  wrote {len(result.get('written', []))} files, {len(result.get('unchanged', []))} unchanged"]
+    if not result.get("systemd"):
+        lines.append(f"  systemd is not running on {host.name}: no unit written")
     if isinstance(result.get("start"), dict):
         return lines + _started(host, result["start"], wait)
-    if result.get("unit_error"):
-        lines.append(f"  could not write {result.get('unit_path')}: {result['unit_error']}")
     lines += [f"  {command}" for command in result.get("commands", [])]
+    unit = shlex.quote(str(result.get("unit_name")))
+    if result.get("unit_error"):
+        raise OperateError("\n".join(lines) + f"\nplan: unit {result.get('unit_path')}: {result['unit_error']}")
     if result.get("systemd") and not result.get("heartbeat"):
         raise OperateError(
-            "\n".join(lines) + f"\nplan: the unit was started but no heartbeat came within "
-            f"{wait:g}s: journalctl -u {UNIT_NAME}"
+            "\n".join(lines) + f"\nplan: the unit {unit} was started but no heartbeat came within "
+            f"{wait:g}s: journalctl {'--user ' if user_unit else ''}-u {unit}"
         )
+    if result.get("systemd"):
+        lines.append(f"  wrote and started the unit {result.get('unit_path')}")
     if result.get("heartbeat"):
         lines.append("  runner is ticking")
     return lines

@@ -19,6 +19,33 @@ def _word(arg: str, command: bool = True) -> str:
     return '"' + (escaped.replace("$", "$$") if command else escaped) + '"'
 
 
+UNIT_PREFIX = "plan-runner"
+_KEPT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
+
+
+def unit_name(root: str) -> str:
+    """The unit serving ROOT: plan-runner-<ROOT as `systemd-escape --path` writes it>.service, so that each root
+    has its own (two roots' bootstraps never write one unit over the other)."""
+    path = "/".join(part for part in root.split("/") if part not in ("", "."))
+    escaped = "".join(
+        "-"
+        if char == "/"
+        else char
+        if char in _KEPT and not (char == "." and at == 0)
+        else "".join(f"\\x{byte:02x}" for byte in char.encode())
+        for at, char in enumerate(path)
+    )
+    return f"{UNIT_PREFIX}-{escaped or '-'}.service"
+
+
+def served_root(text: str) -> str | None:
+    """The root a unit written by unit_text() serves (from its Description=), None for a unit it did not write."""
+    for line in text.splitlines():
+        if line.startswith("Description=plancompiler queue runner (") and line.endswith(")"):
+            return line[len("Description=plancompiler queue runner (") : -1].replace("%%", "%")
+    return None
+
+
 def run_flags(tick: str = "10", cgroup: bool = True) -> list[str]:
     """The flags the unit runs the runner with; `plan bootstrap --start` starts it with the same ones. ValueError
     for a tick the runner would refuse (the unit would restart it every 15 s, forever)."""

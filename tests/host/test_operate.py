@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runner import FORMAT_VERSION
-from tests.conftest import RunnerProcess, plan_cli, wait_for, write_job
+from tests.conftest import RunnerProcess, pid_alive, plan_cli, wait_for, write_job
 from tests.sshd import Sshd
 
 cli = CliRunner()
@@ -64,6 +65,7 @@ def test_park_now_requeues_running_without_an_attempt(queue_root: Path, runner: 
 def _bootstrap_and_start(host_args: list[str], root: Path) -> None:
     code, out = plan("bootstrap", *host_args, "--python", sys.executable, "--no-cgroup")
     assert code == 0, out
+    assert "systemd is not running on " in out and ": no unit written" in out
     assert (root / ".plan-runner/runner/service/runner.py").exists()
     command = next(line.strip() for line in out.splitlines() if "-m runner run --root" in line)
     proc = subprocess.Popen(
@@ -85,13 +87,28 @@ def _bootstrap_and_start(host_args: list[str], root: Path) -> None:
     from plancompiler.transport import runner_sources
 
     again = plan("bootstrap", *host_args, "--python", sys.executable)[1]
-    assert f"wrote 1 files, {len(runner_sources())} unchanged" in again  # idempotent: only the unit is rewritten
+    assert f"wrote 0 files, {len(runner_sources())} unchanged" in again  # idempotent
 
 
-def test_bootstrap_into_an_empty_directory(tmp_path: Path) -> None:
+@pytest.fixture
+def unit_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The in-process agent's bootstrap looks for systemd and writes units under the test's directory (where
+    systemd does not run unless the test makes it), never this machine's /run and /etc."""
+    from runner.agent import bootstrap as box
+
+    where = tmp_path / "systemd"
+    monkeypatch.setattr(box, "SYSTEMD_RUNNING", str(where / "run"))
+    monkeypatch.setattr(box, "UNIT_DIRS", {"system": str(where / "system"), "user": str(where / "user")})
+    return where
+
+
+def test_bootstrap_into_an_empty_directory(tmp_path: Path, unit_dirs: Path) -> None:
+    from runner.agent.unit import unit_name
+
     root = tmp_path / "box"
     code, out = plan("bootstrap", str(root), "--dry-run")
     assert code == 0 and "Restart=always" in out and not root.exists()
+    assert shlex.quote(unit_name(str(root))) in out  # the root's own
     unit = out[out.index("[Unit]") :]
     for line in ("KillMode=control-group", "LimitMEMLOCK=infinity", f'--root "{root}"'):
         assert line in unit
@@ -101,6 +118,56 @@ def test_bootstrap_into_an_empty_directory(tmp_path: Path) -> None:
         check = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
         assert "Unknown key" not in check.stderr and "Invalid" not in check.stderr, check.stderr
     _bootstrap_and_start([str(root)], root)
+
+
+def test_bootstrap_writes_no_unit_without_systemd_and_each_root_its_own_with_it(
+    tmp_path: Path, unit_dirs: Path
+) -> None:
+    """Without systemd, --start starts the runner detached and writes no unit; with it, each root has its own unit
+    (named as systemd-escape names the path), and a unit of that name that serves another root, or that plan did not
+    write, is left as it is and named. An earlier bootstrap's plan-runner.service is kept for the root it serves."""
+    from runner.agent.bootstrap import place_unit
+    from runner.agent.unit import unit_text
+
+    root = tmp_path / "q-4"
+    code, out = plan("bootstrap", str(root), "--start", "--no-cgroup", "--python", sys.executable, "--tick", "0.2")
+    started = json.loads((root / "status.json").read_text())["runner"]["pid"] if code == 0 else None
+    if started:
+        os.kill(started, 15)
+        wait_for(lambda: not pid_alive(started))
+    assert code == 0, out
+    assert f"systemd is not running on {root}: no unit written" in out and "started the runner detached" in out
+    assert not unit_dirs.exists()
+
+    system = str(unit_dirs / "system")
+    first, second = str(root), str(tmp_path / "q5")
+    one = place_unit(system, first, unit_text(first, sys.executable, "lib"))
+    two = place_unit(system, second, unit_text(second, sys.executable, "lib"))
+    assert one[2] is None and two[2] is None and one[0] != two[0]
+    assert sorted(os.listdir(system)) == sorted([one[0], two[0]])
+    if shutil.which("systemd-escape"):
+        escaped = subprocess.run(["systemd-escape", "--path", first], capture_output=True, text=True).stdout
+        assert one[0] == f"plan-runner-{escaped.strip()}.service"
+    assert place_unit(system, first, unit_text(first, sys.executable, "lib2")) == one  # its own: rewritten
+    assert 'Environment="PYTHONPATH=lib2"' in Path(one[1]).read_text()
+
+    theirs = unit_text(second, sys.executable, "lib")  # a unit named as FIRST's serving SECOND: refused, kept
+    Path(one[1]).write_text(theirs)
+    name, path, error = place_unit(system, first, unit_text(first, sys.executable, "lib"))
+    assert (name, path) == one[:2] and error == f"it serves another root, {second}: not replaced " + (
+        "(remove it by hand if that root is gone)"
+    )
+    assert Path(path).read_text() == theirs
+    Path(path).write_text("[Service]\nExecStart=/bin/true\n")
+    assert "it serves a unit plan bootstrap did not write" in str(place_unit(system, first, theirs)[2])
+
+    legacy = Path(system) / "plan-runner.service"  # what bootstraps wrote before units were named per root
+    legacy.write_text(unit_text(second, sys.executable, "old"))
+    assert place_unit(system, second, unit_text(second, sys.executable, "lib"))[:2] == (
+        "plan-runner.service",
+        str(legacy),
+    )
+    assert "PYTHONPATH=lib" in legacy.read_text()
 
 
 def test_bootstrap_over_ssh(tmp_path: Path, sshd: Sshd) -> None:
