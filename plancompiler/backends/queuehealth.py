@@ -21,7 +21,9 @@ def health(result: PushPlan, host: Host, probe: dict[str, Any], options: PushOpt
     age = now - beat if isinstance(beat, (int, float)) else None
     parked: dict[str, Any] | None = probe["parked"] if isinstance(probe.get("parked"), dict) else None
     version = runner.get("format_version")
-    queued = len(probe.get("files", {}).get("queue", {})) + len(result.request.get("files", {}))
+    # queue/ after the push: a changed job's new file replaces its old one, a pruned one goes
+    removed = {name for state, name in result.request.get("remove", []) if state == "queue"}
+    queued = len(set(probe.get("files", {}).get("queue", {})) - removed | set(result.request.get("files", {})))
     state, why = _runner_state(host, probe, options, status, runner, age)
     result.host_state = {
         "runner": state,

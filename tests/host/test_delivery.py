@@ -188,7 +188,12 @@ def test_push_says_when_the_runner_is_not_running_it(tmp_path: Path) -> None:
     code, out = plan_cli("push", str(root), str(plan), "--dry-run", "--json")
     assert code == 0 and as_json(out)["host_state"]["runner"] == "never-started"
     code, out = plan_cli("push", str(root), str(plan))
-    assert code == 0 and "but no runner has ever ticked there" in out
+    assert code == 0 and "warning: 1 job queued on " in out and "but no runner has ever ticked there" in out
+    changed = make_plan(tmp_path / "p2.yaml", "p", {"a": "sleep 61", "b": "true", "c": "true"})
+    code, out = plan_cli("push", str(root), str(changed))  # a changed job is counted once, with the new ones
+    assert code == 0 and "warning: 3 jobs queued on " in out
+    code, out = plan_cli("push", str(root), str(plan))  # the pruned ones not at all
+    assert code == 0 and "warning: 1 job queued on " in out and len(queue_of(root)) == 1
     runner = RunnerProcess(root).start()
     try:
         code, out = plan_cli("push", str(root), str(plan), "--dry-run")
