@@ -12,7 +12,7 @@ from jinja2 import meta
 from jinja2.sandbox import SecurityError
 
 from plancompiler.diagnostics import Diagnostic, error, warning
-from plancompiler.foreach import MAX_JOBS, RESERVED, LocatedError
+from plancompiler.foreach import MAX_JOBS, RESERVED, LocatedError, text_order_breaks_count
 from plancompiler.foreach import rows as rows_of
 from plancompiler.load import Source
 from plancompiler.models import Job, Output, Plan, Requirement
@@ -231,6 +231,7 @@ def expand(
             break
         attempted += len(rows)
         line = source.job_line(index)
+        first = len(jobs)
         for row in rows:
             try:
                 item = _expand_one(plan, job, index, line, row, variables, limits)
@@ -243,6 +244,20 @@ def expand(
                 diagnostics.append(refused)
                 continue
             jobs.append(item)
+        broken = text_order_breaks_count([item.name for item in jobs[first:]])
+        if broken is not None:
+            pos = source.where(("jobs", index, "name"))
+            earlier, later = broken
+            diagnostics.append(
+                warning(
+                    source.path,
+                    pos[0],
+                    pos[1],
+                    "P014",
+                    f"{later!r} starts before {earlier!r}: a lane runs its jobs in name order, which is text order; "
+                    "pad the number to one width (e.g. {{ '%04d' | format(i) }}) for the rows' order",
+                )
+            )
     if any(d.code == "P023" for d in diagnostics):
         jobs = [j for j in jobs if not set(j.job.with_) & set(RESERVED)]
     return Expanded(variables, jobs, diagnostics, external, attempted)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,3 +83,22 @@ def _range(spec: dict[Any, Any], key: str, loc: tuple[Any, ...]) -> range:
     if len(bounds) == 3 and bounds[2] == 0:
         raise LocatedError(loc, f"foreach.{key}.range: the step must not be 0")
     return range(*bounds)
+
+
+def _counted(name: str) -> list[Any]:
+    """NAME with each run of digits as its number: the order a person counts in (j-2 before j-10)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def text_order_breaks_count(names: Sequence[str]) -> tuple[str, str] | None:
+    """Two neighbouring rows' names, earlier then later, that count up but sort down as text (j-9 then j-10: the
+    runner starts j-10 first, since a lane runs its jobs in name order); None when text order keeps the rows'
+    counting. A roster in any order is left alone: only names that differ in their numbers are compared."""
+    for earlier, later in itertools.pairwise(names):
+        if later > earlier:
+            continue  # text order keeps them (most neighbours of a 100,000-row range): no parsing
+        a, b = _counted(earlier), _counted(later)
+        alike = len(a) == len(b) and all(type(x) is type(y) for x, y in zip(a, b, strict=True))
+        if alike and a < b:
+            return earlier, later
+    return None

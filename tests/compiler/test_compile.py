@@ -135,6 +135,38 @@ def test_foreach_product_rows_and_var_rows(tmp_path: Path) -> None:
     assert [j.name for j in c.jobs] == ["p-a-fast", "p-a-slow", "p-b-fast", "p-b-slow", "r-one", "r-two", "v-x", "v-y"]
 
 
+def test_rows_whose_numbers_sort_out_of_count_order_as_text_are_a_warning_at_the_name(tmp_path: Path) -> None:
+    """A lane runs in name order, which is text order: j-10 before j-9. Said once per plan job, at its name;
+    padded numbers, a roster in any order and one row are left alone."""
+    c = compile_text(
+        tmp_path,
+        """\
+        plan: t
+        jobs:
+          - name: "j-{{ i }}"
+            foreach: {i: {range: [0, 12]}}
+            run: echo {{ i }}
+          - name: "k-{{ '%02d' | format(i) }}"
+            foreach: {i: {range: [0, 12]}}
+            run: echo {{ i }}
+          - name: "m-{{ m }}"
+            foreach: {m: [llama, gemma, qwen2, qwen10]}
+            run: echo {{ m }}
+          - name: "n-{{ m }}"
+            foreach: {m: [llama, gemma, mistral]}
+            run: echo {{ m }}
+          - name: "s-{{ i }}"
+            foreach: {i: [10]}
+            run: echo {{ i }}
+        """,
+    )
+    said = [(d.code, d.line, d.col, d.severity) for d in c.diagnostics]
+    assert said == [("P014", 3, 11, "warning"), ("P014", 9, 11, "warning")], found(c)
+    assert "'j-10' starts before 'j-9'" in c.diagnostics[0].message
+    assert "'m-qwen10' starts before 'm-qwen2'" in c.diagnostics[1].message
+    assert len(c.jobs) == 32  # a warning: every job is still made
+
+
 def test_duplicate_job_names_name_both_sources(tmp_path: Path) -> None:
     c = compile_text(
         tmp_path,
@@ -640,7 +672,7 @@ def test_an_inline_run_is_placed_once_per_plan_job_and_every_row_points_at_its_v
     rows = 300
     c = compile_text(
         tmp_path,
-        'plan: t\njobs:\n  - name: "a{{ i }}"\n    foreach: {i: ROWS}\n    run: "echo one\\n  eval {{ i }}"\n'
+        'plan: t\njobs:\n  - name: "a{{ 1000 + i }}"\n    foreach: {i: ROWS}\n    run: "echo one\\n  eval {{ i }}"\n'
         '  - name: b\n    run: "echo {{ 1 }}\\n  eval {{ 2 }}"\n'.replace("ROWS", str(list(range(rows)))),
         lint=False,
     )

@@ -143,7 +143,7 @@ def _plan(tmp_path: Path, values: list[str]) -> Path:
     for name, (body, _, _) in CONTEXTS.items():
         run = textwrap.indent(body.replace("{{ v }}", "{{ values[i] }}"), "      ")
         jobs.append(
-            f'  - name: "{name}-{{{{ i }}}}"\n    foreach: {{i: {list(range(len(values)))}}}\n    run: |\n{run}\n'
+            f"  - name: \"{name}-{{{{ '%04d' | format(i) }}}}\"\n    foreach: {{i: {list(range(len(values)))}}}\n    run: |\n{run}\n"
         )
     plan = tmp_path / "escape.yaml"
     plan.write_text("plan: escape\nvars:\n  values: " + json.dumps(values) + "\njobs:\n" + "".join(jobs))
@@ -166,7 +166,7 @@ def test_every_context_prints_every_hostile_value_byte_exact_and_runs_none(tmp_p
     for name, (_, prints, must_refuse) in CONTEXTS.items():
         script.append("(\n")  # each context in a subshell of its own: what one defines never reaches another
         for i, value in enumerate(values):
-            job = rendered.get(f"{name}-{i}")
+            job = rendered.get(f"{name}-{i:04d}")  # padded: the rows run in count order (P014)
             if must_refuse(value):
                 assert job is None, f"{name} should refuse {value!r}:\n{job.text if job else ''}"
                 continue
