@@ -108,7 +108,7 @@ class Job(Strict):
     requires: list[Requirement] = Field(default_factory=list)
     outputs: list[Output] = Field(default_factory=list)
     done_if: Requirement | list[Requirement] | None = Field(None, description="defaults to the outputs")
-    retries: int = Field(1, ge=1, description="attempts allowed")
+    retries: int = Field(1, ge=1, description="attempts allowed in all, the first one included (1: run once, no retry)")
     priority: int = Field(
         0,
         ge=-1_000_000,
@@ -144,6 +144,15 @@ class Job(Strict):
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return _check_duration(None if value is None else str(value))
+
+    @field_validator("retries", mode="before")
+    @classmethod
+    def _attempts(cls, value: Any) -> Any:
+        # The seed's RETRIES= counts attempts, not retries after the first: `retries: 0` reads as "no retry" and
+        # "Input should be greater than or equal to 1" does not say what it counts.
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"counts attempts in all, the first one included: at least 1 (1: no retry), got {value}")
+        return value
 
     @field_validator("expect_wait", mode="before")
     @classmethod

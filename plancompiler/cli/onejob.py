@@ -33,7 +33,10 @@ def add(
         list[str] | None, typer.Option("--outputs", metavar="PATH", help="a file it promises (its DONE_IF)")
     ] = None,
     timeout: Annotated[str | None, typer.Option("--timeout", help="wall-clock limit: 90, 90s, 10m, 6h")] = None,
-    retries: Annotated[int, typer.Option("--retries", help="attempts allowed")] = 1,
+    retries: Annotated[
+        int,
+        typer.Option("--retries", help="attempts in all, the first one included (1: no retry), as a plan's `retries`"),
+    ] = 1,
     priority: Annotated[int, typer.Option("--priority", help="higher starts first within the lane")] = 0,
     name: Annotated[str | None, typer.Option("--name", help="the job's name (default add-TIME-PROGRAM)")] = None,
     shell: Annotated[

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from plancompiler.sandbox import Limits
 from runner.agent.delivery import ADHOC_PLAN
 
 SOURCE = "plan add"  # where an add's findings point: its command line has no file
+OPTION_KEYS = ("name", "lane", "timeout", "retries", "priority")  # the job's keys its options of the same name set
 # The body of a job whose command is words: each one quoted by the renderer; of one whose command is shell.
 RUN_WORDS = "{{ argv | program }}\n"  # the user names the program: a trusted one
 RUN_SHELL = "{{ script | sh }}\n"
@@ -78,6 +79,12 @@ def _job(spec: AddSpec, name: str) -> Job:
     )
 
 
+def _as_option(message: str) -> str:
+    """A plan key's finding named as the option that set it: `retries: …` -> `--retries: …`."""
+    key, said, rest = message.partition(": ")
+    return f"--{key}: {rest}" if said and key in OPTION_KEYS else message
+
+
 def compile_add(spec: AddSpec, name: str, limits: Limits | None = None, use_cache: bool = True) -> Any:
     """The add as a compiled one-job plan (plancompiler.compile.Compiled): findings located at `plan add`."""
     from plancompiler.compile import Compiled, compile_expanded
@@ -90,7 +97,8 @@ def compile_add(spec: AddSpec, name: str, limits: Limits | None = None, use_cach
         job = _job(spec, name)
         plan = Plan(plan=ADHOC_PLAN, lanes=[spec.lane], jobs=[job])
     except ValidationError as exc:
-        return Compiled(Path(SOURCE), source, diagnostics=validation_diagnostics(exc, source))
+        found = [replace(d, message=_as_option(d.message)) for d in validation_diagnostics(exc, source)]
+        return Compiled(Path(SOURCE), source, diagnostics=found)
     outputs = tuple(job.outputs)
     context: dict[str, Any] = {
         **job.with_,

@@ -72,6 +72,11 @@ def test_wrong_type_is_located(tmp_path: Path) -> None:
     c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    run: echo\n    retries: many\n")
     assert [d.code for d in c.diagnostics] == ["P004"]
     assert c.diagnostics[0].line == 5 and "jobs[0].retries" in c.diagnostics[0].message
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    run: echo\n    retries: 0\n")
+    assert found(c) == [
+        "p.yaml:5:14: error[P004]: jobs[0].retries: counts attempts in all, the first one included: at least 1 "
+        "(1: no retry), got 0"
+    ]
 
 
 def test_bad_requirement_form_suggests(tmp_path: Path) -> None:

@@ -71,8 +71,12 @@ def test_add_is_refused_on_a_shellcheck_error_and_installs_nothing(tmp_path: Pat
     assert refused.returncode == 1
     assert "plan add:" in refused.stdout and "SC2154" in refused.stdout, refused.stdout
     assert not os.listdir(queue_root / "queue") and not (queue_root / "manifest.json").exists()
-    usage = plan(tmp_path, "add", str(queue_root), "--retries", "0", "--", "true")
-    assert usage.returncode == 1 and "retries" in usage.stdout
+    usage = plan(tmp_path, "add", str(queue_root), "--retries", "0", "--", "true")  # attempts, as a plan's retries
+    assert usage.returncode == 1 and usage.stdout.startswith(
+        "plan add:1:1: error[P004]: --retries: counts attempts in all, the first one included: at least 1 "
+        "(1: no retry), got 0\n"
+    )
+    assert "attempts in all, the first one included (1: no retry)" in plan(tmp_path, "add", "--help").stdout
     none = plan(tmp_path, "add", str(queue_root))
     assert none.returncode == 2 and "no command" in none.stderr
     assert not os.listdir(queue_root / "queue")
