@@ -79,6 +79,9 @@ def _event_line(event: dict[str, Any]) -> str:
         detail = f"rc {event.get('rc')}" + (f", {event.get('why')}" if event.get("why") else "")
         if event.get("tail") and kind != Event.DONE:
             detail += f": {event['tail'][-1][:100]}"
+        if kind == Event.RETRY and isinstance(event.get("backoff_s"), (int, float)):
+            of = f" of {event['retries']}" if isinstance(event.get("retries"), int) else ""
+            detail += f" (attempt {event.get('next_attempt')}{of} in {format_duration(event['backoff_s'])})"
     elif kind == Event.BLOCKED:
         detail = event.get("why", "")
     elif kind == Event.CORRELATED_FAILURE:
@@ -270,10 +273,10 @@ def _follow(path: Path, offset: int, summary: RunSummary, echo: Callable[[str], 
         except ValueError:
             continue
         kind, job = event.get("event"), event.get("job")
+        if kind in (Event.DONE, Event.FAILED, Event.RETRY) and isinstance(event.get("duration_s"), (int, float)):
+            summary.durations[job] = summary.durations.get(job, 0.0) + event["duration_s"]  # its attempts together
         if kind in (Event.DONE, Event.SKIPPED):
             summary.states[job] = "done"
-            if "duration_s" in event:
-                summary.durations[job] = event["duration_s"]
             if kind == Event.SKIPPED:
                 summary.reasons[job] = "skipped: DONE_IF already true"
         elif kind in (Event.FAILED, Event.INVALID):

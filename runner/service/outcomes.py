@@ -69,7 +69,13 @@ class Outcomes:
             self.state.backoff_until[run.filename] = now + delay
             leave_running(self.queue, run.filename, "queue")
             self.queue.emit(
-                now, run.filename, Event.RETRY.value, next_attempt=run.attempt + 1, backoff_s=delay, **details
+                now,
+                run.filename,
+                Event.RETRY.value,
+                next_attempt=run.attempt + 1,
+                retries=run.job.retries,  # attempts allowed: `attempt 2 of 3 in 30s`
+                backoff_s=delay,
+                **details,
             )
         else:
             leave_running(self.queue, run.filename, "failed")

@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, RunnerProcess
+from tests.conftest import REPO, RunnerProcess, write_job
 from tests.inprocess import plan_main
+from tests.ticking import Ticking
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -60,6 +62,33 @@ def test_plan_run_exits_1_when_a_job_fails(tmp_path: Path) -> None:
     out = plan_main("run", str(plan), "--root", str(tmp_path / "q"), cwd=tmp_path, cache=tmp_path / "cache")
     assert out.returncode == 1
     assert "1/2 done" in out.stdout and "failed" in out.stdout
+
+
+def test_plan_run_says_when_a_retry_starts_and_times_a_failed_job(
+    queue_root: Path, ticking: Callable[..., Ticking]
+) -> None:
+    """`plan run`'s lines and summary from a runner's events (driven by tick(now), not 30 s of backoff): a retry
+    says which attempt starts and when (its backoff was silence), a failed job has its time (its attempts')."""
+    from plancompiler.commands.run import RunSummary, _follow
+
+    write_job(queue_root, "f1.job", "# RETRIES=2\nexit 3\n")
+    now = 1_000_000.0
+    q = ticking(now, backoff_base_s=30.0)
+    q.tick(now)
+    q.say("f1.job", "oops")
+    q.procs.exit("f1.job", 3)
+    q.tick(now + 4)
+    q.tick(now + 34)
+    q.say("f1.job", "oops again")
+    q.procs.exit("f1.job", 3)
+    q.tick(now + 40)
+    lines: list[str] = []
+    summary = RunSummary(["f1.job"])
+    _follow(queue_root / "events.jsonl", 0, summary, lines.append)
+    said = [line[10:] for line in lines if " f1.job " in line]  # after the time of day
+    assert said[1] == "retry          f1.job  rc 3: oops (attempt 2 of 2 in 30s)", said
+    assert said[3] == "failed         f1.job  rc 3: oops again", said
+    assert summary.table().splitlines()[1].split() == ["f1.job", "failed", "10s", "rc", "3"]  # 4 s and 6 s
 
 
 def test_plan_run_on_a_root_another_runner_serves_follows_that_runner(tmp_path: Path) -> None:
