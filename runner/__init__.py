@@ -31,7 +31,8 @@ PYTHON_MIN = (3, 8)
 MANIFEST_VERSION = 3
 # events.jsonl's shape (contract 3): the seed's keys, `ts` `job` `event` then details.
 EVENTS_VERSION = 1
-# Set for a runner `plan bootstrap --start` started (runner/agent/detach.py); status.json's `runner.started_by`.
+# Set for a runner `plan bootstrap --start` (runner/agent/detach.py) or `plan run` started; status.json's
+# `runner.started_by`.
 STARTED_ENV = "PLAN_RUNNER_STARTED"
 # The file beside this package that a build (the zipapp a push sends, `plan bootstrap`'s copy) bakes the commit into.
 COMMIT_FILE = "COMMIT"

@@ -1,6 +1,6 @@
 """Validated readers of events.jsonl lines and status.json, the one terminal-safe text filter, and the two
-readers every host answer uses: a log's `tail` and the window of events a status asks for (`read_events`); and
-whether the runner status.json names is alive (`runner_alive`).
+readers every host answer uses: a log's `tail` and the window of events a status asks for (`read_events`);
+whether the runner status.json names is alive (`runner_alive`), and whether it stopped cleanly (`runner_stopped`).
 
 The runner writes these files, but a person, a crash or a disk can leave anything in them; whoever
 reads them (the host agent, `plan status`, `plan watch`, `plan report`) checks the field types here,
@@ -340,3 +340,54 @@ def runner_alive(status: Any) -> bool:
             return b"runner" in handle.read()
     except OSError:
         return False
+
+
+def last_lifecycle(root: str) -> dict[str, Any] | None:
+    """The last runner-start or runner-stop in the tail of ROOT's events.jsonl (its last 64 KiB)."""
+    try:
+        with open_regular(os.path.join(root, "events.jsonl")) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - 65536))
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if b"runner-st" not in line:
+            continue
+        try:
+            event = loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") in (Event.RUNNER_START.value, Event.RUNNER_STOP.value):
+            return event
+    return None
+
+
+def runner_stopped(root: str, status: Any) -> dict[str, Any] | None:
+    """How the runner status.json names stopped, where it stopped cleanly: its runner-stop event is the last word
+    of a runner in events.jsonl, and came after that runner started. {"at": epoch, "ts": box time, "why": what
+    stopped it (SIGTERM, SIGINT)}; None for a runner that runs, or that ended without one (killed, crashed: dead)."""
+    runner = status.get("runner") if isinstance(status, dict) else None
+    if not isinstance(runner, dict):
+        return None
+    event = last_lifecycle(root)
+    if not isinstance(event, dict) or event.get("event") != Event.RUNNER_STOP.value:
+        return None
+    at, started = event.get("t"), runner.get("started")
+    if isinstance(at, (int, float)) and isinstance(started, (int, float)) and at < started:
+        return None  # an earlier runner's stop: this one started after it and ended without a word
+    why = event.get("why")
+    return {
+        "at": float(at) if isinstance(at, (int, float)) else None,
+        "ts": str(event.get("ts") or "?"),
+        "why": why if isinstance(why, str) and why else "?",
+    }
+
+
+def stopped_words(stopped: Any) -> str | None:
+    """`stopped at 2026-12-04 09:24:45 (SIGTERM)` for runner_stopped's record; None for anything else."""
+    if not isinstance(stopped, dict):
+        return None
+    return (
+        f"stopped at {terminal_safe(str(stopped.get('ts') or '?'))} ({terminal_safe(str(stopped.get('why') or '?'))})"
+    )

@@ -77,3 +77,6 @@ REASON_NAMES = frozenset(r.value for r in Reason) - LANE_REASONS  # what a queue
 # Reasons that are the queue working as designed, or as its operator asked (a held job): a job waiting for them is
 # not an incident.
 ORDINARY_REASONS = frozenset({Reason.ORDER.value, Reason.LANE_BUSY.value, Reason.HELD.value})
+# Waits on the runner's own lanes: for a job it runs (lane-busy, exclusive) or one before it in its order. They end
+# with the runner (runner.service.runner.stop): no queued job waits on them once it has stopped.
+LANE_WAITS = frozenset({Reason.LANE_BUSY.value, Reason.EXCLUSIVE.value, Reason.ORDER.value})

@@ -15,7 +15,7 @@ from typing import Any
 
 import runner as runner_package
 from runner.durations import format_duration
-from runner.queue import fresh_status
+from runner.queue import fresh_status, timestamp
 from runner.readers import terminal_safe
 from runner.vocab import Event, Reason
 
@@ -129,6 +129,8 @@ def _start_runner(root: Path, tick: float, log: Any) -> subprocess.Popen[bytes]:
         + os.pathsep
         + os.environ.get("PYTHONPATH", ""),
     )
+    # how it was started, as `plan status` says it (runner.how_started); it stops it by SIGTERM when the run ends
+    env[runner_package.STARTED_ENV] = f"plan run (pid {os.getpid()}) at {timestamp(time.time())}"
     return subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", str(tick)],
         env=env,

@@ -9,7 +9,7 @@ from typing import Any
 
 from plancompiler.watch import Incident
 from runner.durations import format_duration
-from runner.readers import terminal_safe
+from runner.readers import stopped_words, terminal_safe
 from runner.views.waiting import group_waiting
 
 KEYS = "q quit  j/k select  l log  a ack  r retry  c cancel  / filter"
@@ -189,8 +189,11 @@ def _state(
     counts = _dict(status.get("counts"))
     count = " ".join(f"{k[0]}{counts[k]}" for k in ("queue", "running", "done", "failed") if k in counts)
     alive = (view.answer or {}).get("runner_alive", True)
-    who = f"runner {runner.get('pid')}" if alive else f"runner {runner.get('pid')} NOT RUNNING"
+    stopped = None if alive else stopped_words((view.answer or {}).get("runner_stopped"))
     parked = "  PARKED" if status.get("parked") else ""
+    if stopped is not None:  # stopped cleanly: its last heartbeat's age says nothing more
+        return f"runner {runner.get('pid')} {stopped}{parked}  {count}", "bold"
+    who = f"runner {runner.get('pid')}" if alive else f"runner {runner.get('pid')} NOT RUNNING"
     style = "bold red" if not alive or beat_age > 300 else "bold"
     return f"{who}  beat {format_duration(beat_age)} ago{parked}  {count}", style
 

@@ -24,11 +24,23 @@ EXIT_CODES = {
     "WAITING": 18,
     "DIGEST": 19,
     "SKEW": 20,
+    "STOPPED": 21,
     "RECOVERED": 0,
     "OK": 0,
 }
 # The kinds that are states (judged on every probe) rather than one-off events: these are incidents.
-INCIDENT_KINDS = ("STALL", "IDLE", "BLOCKED", "DEAD", "UNREACHABLE", "ERROR", "PARKED", "WAITING", "SKEW")
+INCIDENT_KINDS = (
+    "STALL",
+    "IDLE",
+    "BLOCKED",
+    "DEAD",
+    "STOPPED",
+    "UNREACHABLE",
+    "ERROR",
+    "PARKED",
+    "WAITING",
+    "SKEW",
+)
 
 
 @dataclass(frozen=True)

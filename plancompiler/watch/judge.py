@@ -16,7 +16,7 @@ from plancompiler.watch.book import book_conditions, book_of, skew_condition
 from plancompiler.watch.incidents import Alert, Condition
 from plancompiler.watch.state import Rules, WatchState, host_subject
 from runner.durations import format_duration
-from runner.readers import status_problem, valid_events
+from runner.readers import status_problem, stopped_words, valid_events
 from runner.vocab import Event, Reason
 
 
@@ -46,7 +46,7 @@ class Probe:
     answer: dict[str, Any] | None = None  # the status answer it judged (`plan top` draws it)
 
 
-_HOST_KINDS = frozenset({"DEAD", "UNREACHABLE", "ERROR", "SKEW"})
+_HOST_KINDS = frozenset({"DEAD", "STOPPED", "UNREACHABLE", "ERROR", "SKEW"})
 
 
 # What `plan status` lists as a job's end.
@@ -151,12 +151,17 @@ def evaluate(
         result.judged = _HOST_KINDS
         return result
     runner = status.get("runner") or {}
-    dead = _dead(answer, runner, now, rules, host)
-    conditions.extend(dead)
+    stopped = answer.get("runner_stopped") if not answer.get("runner_alive", True) else None
+    if isinstance(stopped, dict):
+        conditions.extend(_stopped(answer, runner, stopped, host))
+    else:
+        conditions.extend(_dead(answer, runner, now, rules, host))
+    # a dead runner's files are frozen, and a stopped one's: what they say of waits and stalls is not news
+    down = isinstance(stopped, dict) or any(c.kind == "DEAD" for c in conditions)
     if book is not None:
         found, result.box_acked = book_conditions(book, name or host, now)
         conditions.extend(found)
-        if dead:  # a dead runner's book is frozen: its incidents stay as they are
+        if down:  # a dead (or stopped) runner's book is frozen: its incidents stay as they are
             result.judged = _HOST_KINDS
         result.lanes = lanes_line(status)
         return result
@@ -179,9 +184,9 @@ def evaluate(
         conditions.append(
             Condition("PARKED", host, parked if isinstance(parked, str) else json.dumps(parked), "parked")
         )
-    if dead:
-        # A dead runner's status.json is frozen: what it says about waiting and idling is not news.
-        result.judged = frozenset({"DEAD", "UNREACHABLE", "ERROR", "PARKED", "BLOCKED", "STALL"})
+    if down:
+        # A dead (or stopped) runner's status.json is frozen: what it says about waiting and idling is not news.
+        result.judged = frozenset({"DEAD", "STOPPED", "UNREACHABLE", "ERROR", "PARKED", "BLOCKED", "STALL"})
         return result
     conditions.extend(_waiting(queued, state, rules, now))
     if running:
@@ -200,6 +205,24 @@ def _dead(answer: dict[str, Any], runner: dict[str, Any], now: float, rules: Rul
     if not answer.get("runner_alive", True):
         return [Condition("DEAD", host, f"runner pid {runner.get('pid')} is not running", "dead")]
     return []
+
+
+def _stopped(answer: dict[str, Any], runner: dict[str, Any], stopped: dict[str, Any], host: str) -> list[Condition]:
+    """A runner that stopped cleanly (its runner-stop is its last word) is not dead; it is news only while work
+    waits that no runner will start: STOPPED, with when and why (one incident, keyed by the stop)."""
+    counts = answer.get("counts")
+    queued = counts.get("queue") if isinstance(counts, dict) else None
+    if not isinstance(queued, int) or queued <= 0:
+        return []
+    return [
+        Condition(
+            "STOPPED",
+            host,
+            f"runner pid {runner.get('pid')} {stopped_words(stopped)}: {queued} job{'s' * (queued != 1)} queued, "
+            "and none starts until a runner runs",
+            f"stopped:{stopped.get('at')}",
+        )
+    ]
 
 
 def _stalled(running: list[dict[str, Any]], runner: dict[str, Any], now: float, rules: Rules) -> list[Condition]:

@@ -23,7 +23,6 @@ from runner.files import (
     atomic_write,
     file_mode,
     fsync_dir,
-    loads,
     make_dir,
     open_regular,
     read_json,
@@ -31,7 +30,7 @@ from runner.files import (
     write_all_durably,
 )
 from runner.queue import INSTALL_RECORD, STATES, Queue, fresh_status, pending_install, timestamp
-from runner.readers import runner_alive
+from runner.readers import last_lifecycle, runner_alive
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,27 +100,6 @@ def _failures(root: str, failed: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _lifecycle(root: str) -> dict[str, Any] | None:
-    """The last runner-start or runner-stop in the tail of events.jsonl."""
-    try:
-        with open_regular(os.path.join(root, "events.jsonl")) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, size - 65536))
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if b"runner-st" not in line:
-            continue
-        try:
-            event = loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("event") in ("runner-start", "runner-stop"):
-            return event
-    return None
-
-
 def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
     """What a push diffs against: each job file's hash and owning plan, manifest generation, runner health. Under
     the push lock, an install left pending (its push or agent killed during its renames) is finished first: the
@@ -162,7 +140,7 @@ def probe(root: str, request: dict[str, Any]) -> dict[str, Any]:
         "external_missing": missing,
         "status": status,
         "runner_alive": runner_alive(status),
-        "lifecycle": _lifecycle(root),
+        "lifecycle": last_lifecycle(root),
         "parked": read_json_or_none(os.path.join(root, "parked.json")),
         "generation": manifest["generation"],
         "owners": owners(manifest),

@@ -37,10 +37,12 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         if "waiting_groups" not in st:  # an older runner's: grouped here
             st = _grouped(st, now)
         st = {k: v for k, v in st.items() if k != "queued_first"}  # `queued` is them
+    alive = readers.runner_alive(st)
     if request.get("estimates") and isinstance(st, dict):  # asked for by `plan status` and `plan top`, not watch
         from runner.estimates import from_root
 
-        estimates: dict[str, Any] = {"estimates": from_root(root, st, now)}
+        down = None if alive else "no runner is running: nothing starts until one does"
+        estimates: dict[str, Any] = {"estimates": from_root(root, st, now, down)}
     else:
         estimates = {}
     return {
@@ -48,7 +50,9 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         **read_events(root, request),
         "logs": logs,
         "counts": counts(root),
-        "runner_alive": readers.runner_alive(st),
+        "runner_alive": alive,
+        # a runner that is not running stopped cleanly (when and why) or died: readers say which
+        "runner_stopped": None if alive else readers.runner_stopped(root, st),
         "now": now,
         "parked": read_json_or_none(os.path.join(root, PARK_FILE)),
         "incidents": read_json_or_none(os.path.join(root, "incidents.json")),  # the book (runner.alerts.book)

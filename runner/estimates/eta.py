@@ -54,13 +54,18 @@ def progress_left(progress: str, elapsed: float) -> tuple[float, str] | None:
 
 
 def estimate(
-    status: dict[str, Any], history: History, jobs: dict[str, Any], now: float, per_lane: int = PER_LANE
+    status: dict[str, Any],
+    history: History,
+    jobs: dict[str, Any],
+    now: float,
+    per_lane: int = PER_LANE,
+    down: str | None = None,
 ) -> dict[str, Any]:
     """{"running": {job: {ends, left_s, basis}}, "queued": {job: {starts, in_s, basis}}} from STATUS (status.json),
-    HISTORY and JOBS (manifest.json's jobs: each one's `family` and `after`). An unknown time is None, with why."""
+    HISTORY and JOBS (manifest.json's jobs: each one's `family` and `after`). An unknown time is None, with why.
+    DOWN: why no runner runs the queue (stopped, dead): then no queued job has a start."""
     ends: dict[str, float | None] = {}
-    runner = _dict(status.get("runner"))
-    beat = runner.get("heartbeat")
+    beat = _dict(status.get("runner")).get("heartbeat")
     running_out: dict[str, Any] = {}
     free: dict[str, list[tuple[float | None, str]]] = {}  # lane -> each slot: when it frees (None: unknown), by what
     lanes = _dict(status.get("lanes"))
@@ -93,7 +98,10 @@ def estimate(
             ends[job] = None
             continue
         shown[lane] = shown.get(lane, 0) + 1
-        start, basis = _start(item, jobs, ends, free.setdefault(lane, [(now, "")]), now)
+        if down is not None:
+            start, basis = None, down
+        else:
+            start, basis = _start(item, jobs, ends, free.setdefault(lane, [(now, "")]), now)
         if start is None:
             ends[job] = None
             queued_out[job] = {"starts": None, "in_s": None, "basis": basis}
@@ -202,10 +210,11 @@ def _read(status: dict[str, Any], per_lane: int = PER_LANE) -> list[str]:
     return [job for job in jobs if isinstance(job, str)]
 
 
-def from_root(root: str, status: dict[str, Any], now: float) -> dict[str, Any]:
+def from_root(root: str, status: dict[str, Any], now: float, down: str | None = None) -> dict[str, Any]:
     """The estimates for the queue at ROOT, whose status.json is STATUS (what the agent answers with). The manifest
     entries they read are in status.json (`estimate_jobs`: a runner writes those of its running jobs and each
-    lane's first waiting ones); manifest.json is read whole for an older runner's, or where the whole list is."""
+    lane's first waiting ones); manifest.json is read whole for an older runner's, or where the whole list is.
+    DOWN: why no runner runs there (no queued job starts)."""
     from pathlib import Path
 
     from runner.files import read_json_or_none
@@ -214,4 +223,4 @@ def from_root(root: str, status: dict[str, Any], now: float) -> dict[str, Any]:
     if not isinstance(jobs, dict) or any(job not in jobs for job in _read(status)):
         manifest = read_json_or_none(str(Path(root) / "manifest.json"))
         jobs = manifest.get("jobs") if isinstance(manifest, dict) else None
-    return estimate(status, History.load(Path(root)), jobs if isinstance(jobs, dict) else {}, now)
+    return estimate(status, History.load(Path(root)), jobs if isinstance(jobs, dict) else {}, now, down=down)

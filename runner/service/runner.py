@@ -35,7 +35,7 @@ from runner.service.proctable import OsProcesses, Processes
 from runner.service.reasons import Reasons
 from runner.service.scan import Scanner
 from runner.service.statusfile import Snapshot, StatusFile
-from runner.vocab import REASON_NAMES, Event
+from runner.vocab import LANE_WAITS, REASON_NAMES, Event
 
 if TYPE_CHECKING:
     from runner.service.metrics import Counts, TickView
@@ -242,12 +242,17 @@ class Runner:
             self.jobs.evict(now, run, "queue", f"runner stopped ({why})", refund=True)
         for lane in self.config.lanes:
             self.announcer.set_lane(now, lane, LaneView("stopped"))
+        # A wait on its own lanes (a job it ran, its order) ends with it: listed on, it would name as running a job
+        # it has just put back. What it judged of the jobs themselves (requires, held, blocked, ...) still holds.
+        for filename, reason in list(self.reasons.items()):
+            if reason.reason in LANE_WAITS:
+                self.reasons.drop(filename)
         self.queue.emit(now, "-", Event.RUNNER_STOP.value, why=why)
         self._save_state(now)
         self.outcomes.save_history(now)
         self.alerts.stop()  # what is due goes out first, within a deadline
         try:
-            self.statusfile.write(self.snapshot(), now, [], force=True)
+            self.statusfile.write(self.snapshot(), now, self._queued, force=True)  # each waiting job with its lane
         except OSError:
             pass
         self.queue.close()

@@ -156,7 +156,9 @@ def _starts(queued: list[dict[str, Any]], starts: dict[str, Any], now: float, pe
     shown: dict[str, int] = {}
     for item in sorted(queued, key=lambda q: (str(q.get("lane")), q["job"])):
         estimate = starts.get(item["job"])
-        lane = str(item.get("lane"))
+        lane = item.get("lane")
+        if not isinstance(lane, str):
+            continue  # a file not yet a job (settling, invalid): it has no lane to start in
         if not isinstance(estimate, dict) or estimate.get("starts") is None or shown.get(lane, 0) >= per_lane:
             continue  # a job no clock tells the start of (blocked, a REQUIRES made outside the plan) is not listed
         shown[lane] = shown.get(lane, 0) + 1

@@ -334,7 +334,7 @@ def test_ack_silences_one_incident_until_its_time_passes(
     assert ack("BLOKED") == (
         2,
         "plan: unknown incident kind 'BLOKED'; did you mean 'BLOCKED'? (kinds: STALL, IDLE, "
-        "BLOCKED, DEAD, UNREACHABLE, ERROR, PARKED, WAITING, SKEW)\n",
+        "BLOCKED, DEAD, STOPPED, UNREACHABLE, ERROR, PARKED, WAITING, SKEW)\n",
     )
     code, out = ack("DEAD")  # judged by the watcher: acked in its own state file
     assert code == 1 and "no open incident DEAD (open: BLOCKED:blocked:/nonexistent/x)" in out

@@ -1,0 +1,99 @@
+"""A runner that stopped cleanly is said as stopped (when, why, what it leaves waiting), never as dead; one that
+ended without a word is dead. What `plan status` shows of a stopped queue is true of it."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from plancompiler.cli import app
+from tests.conftest import write_job
+from tests.inprocess import plan_main
+
+cli = CliRunner()
+NOW = 1_000_000.0
+
+
+@pytest.fixture(autouse=True)
+def _no_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+
+
+def _gone_pid() -> int:
+    """The pid of a process that has ended: the runner status.json names is not running."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _plan(*args: str) -> tuple[int, str]:
+    result = cli.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_a_runner_stopped_with_work_queued_is_stopped_not_dead(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Any]
+) -> None:
+    for name in ("1-a.job", "2-b.job", "3-c.job"):
+        write_job(queue_root, name, "sleep 60\n")
+    run = ticking(NOW, pid=_gone_pid())
+    run.tick(NOW + 1)
+    assert run.procs.running() == ["1-a.job"]
+    assert {run.reason(job)["reason"] for job in ("2-b.job", "3-c.job")} <= {"lane-busy", "order"}
+    run.runner.stop(NOW + 5, "SIGTERM")
+    state = str(tmp_path / "w.json")
+
+    code, out = _plan("watch", str(queue_root), "--once", "--state", state)
+    assert code == 21, out
+    assert "STOPPED: runner pid" in out and "(SIGTERM): 3 jobs queued, and none starts until a runner runs" in out
+    assert "DEAD" not in out
+
+    code, out = _plan("status", str(queue_root))
+    assert code == 0, out
+    first = out.splitlines()[0]
+    assert first.startswith("STOPPED: runner pid") and first.endswith(
+        "(SIGTERM); 3 jobs queued, none starts until a runner runs"
+    )
+    # its lanes say stopped; nothing it put back is said to run, no lane is None, nothing has a start
+    assert "cpu   stopped" in out and "queue 3  running 0" in out
+    for untrue in ("is running in", "is ahead of it", "None", "est. start"):
+        assert untrue not in out
+
+    code, out = _plan("top", "--once", str(queue_root))
+    assert "(SIGTERM)" in out.splitlines()[1] and "NOT RUNNING" not in out and "! STOPPED" in out
+
+
+def test_a_stopped_runner_with_nothing_queued_is_quiet_and_a_killed_one_is_dead(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Any]
+) -> None:
+    pid = _gone_pid()
+    run = ticking(NOW, pid=pid)
+    run.tick(NOW + 1)
+    run.runner.stop(NOW + 2, "SIGINT")
+    run.runner.release_lock()  # as its process's end does
+    state = str(tmp_path / "w.json")
+    assert _plan("watch", str(queue_root), "--once", "--state", state) == (0, "")
+    assert _plan("status", str(queue_root))[1].startswith(f"STOPPED: runner pid {pid} stopped at ")
+    # a later runner that ended without a runner-stop (killed, crashed) is dead, whatever the one before said
+    again = ticking(NOW + 10, pid=pid)
+    again.tick(NOW + 11)
+    code, out = _plan("watch", str(queue_root), "--once", "--state", state)
+    assert code == 14 and out.startswith("DEAD: runner ") and "STOPPED" not in out
+
+
+def test_plan_run_says_it_started_the_runner_and_that_it_stopped(tmp_path: Path) -> None:
+    plan = tmp_path / "ok.yaml"
+    plan.write_text("plan: ok\njobs:\n  - name: a\n    run: echo ok\n")
+    root = tmp_path / "q"
+    out = plan_main("run", str(plan), "--root", str(root), cwd=tmp_path, cache=tmp_path / "cache")
+    assert out.returncode == 0, out.stdout + out.stderr
+    code, said = _plan("status", str(root))
+    assert "\nstarted: plan run (pid " in said
+    assert said.startswith("STOPPED: runner pid ") and "(SIGTERM); nothing is queued" in said
+    assert _plan("watch", str(root), "--once", "--state", str(tmp_path / "w.json")) == (0, "")
