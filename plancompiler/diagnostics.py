@@ -52,4 +52,6 @@ def summary(diagnostics: Iterable[Diagnostic], jobs: int) -> str:
     items = list(set(diagnostics))
     errors = sum(d.severity == "error" for d in items)
     warnings = sum(d.severity == "warning" for d in items)
-    return f"{jobs} jobs, {errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+    return (
+        f"{jobs} job{'s' * (jobs != 1)}, {errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+    )

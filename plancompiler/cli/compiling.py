@@ -48,7 +48,7 @@ def check(
             compiled.append(_checked(path, set_, templates, no_cache))
         except PlanFileError as exc:  # the other plans are checked all the same; this one is reported last
             unreadable.append(exc)
-    code = print_findings(compiled, fmt, strict)
+    code = print_findings(compiled, fmt, strict) if compiled else 2  # no summary of no plan before its error
     if unreadable:
         raise unreadable[0] if len(unreadable) == 1 else PlanError("\n".join(str(e) for e in unreadable))
     raise typer.Exit(code)
@@ -88,7 +88,7 @@ def render(
         write_jobs(compiled.jobs, out)
     except OSError as exc:
         raise fail(f"cannot write {out}: {exc}") from exc
-    typer.echo(f"wrote {len(compiled.jobs)} jobs to {out}", err=True)
+    typer.echo(f"wrote {len(compiled.jobs)} job{'s' * (len(compiled.jobs) != 1)} to {out}", err=True)
 
 
 @app.command()

@@ -83,8 +83,11 @@ def test_check_formats_and_exit_codes(tmp_path: Path) -> None:
     assert missing.stderr.endswith(
         f"plan: {tmp_path / 'nope.yaml'}: plan file not found\n{tmp_path}: a directory, not a plan file\n"
     ), missing.stderr
+    assert missing.stderr.startswith("1 job, 0 errors, 1 warning\n"), missing.stderr  # the plans that were read
     alone = cli.invoke(app, ["render", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "out")])
     assert (alone.exit_code, alone.stderr) == (2, f"plan: {tmp_path / 'nope.yaml'}: plan file not found\n")
+    alone = cli.invoke(app, ["check", str(tmp_path / "nope.yaml")])  # the error alone, no "0 jobs" before it
+    assert (alone.exit_code, alone.output) == (2, f"plan: {tmp_path / 'nope.yaml'}: plan file not found\n")
 
 
 def test_set_override_and_bad_set(tmp_path: Path) -> None:
@@ -340,7 +343,7 @@ def test_an_unchanged_plan_is_checked_from_the_memo_and_a_changed_template_is_no
         [["check", str(plan)], (template, cd), ["check", str(plan), "--strict"]], tmp_path, env
     )
     rc, _, jinja2, out = remembered
-    assert rc == 0 and not jinja2 and "1 jobs, 0 errors" in out, out  # the same inputs: remembered
+    assert rc == 0 and not jinja2 and "1 job, 0 errors" in out, out  # the same inputs: remembered
     rc, _, jinja2, out = changed
     assert rc == 1 and jinja2 and "SC2164" in out, out
     m2 = plan.read_text().replace("m1", "m2")
