@@ -186,7 +186,7 @@ def _state(
     runner = _dict(status.get("runner"))
     beat = float(runner.get("heartbeat") or 0)
     beat_age = (said if said is not None else now) - beat + lag
-    counts = _dict(status.get("counts"))
+    counts = _dict((view.answer or {}).get("counts")) or _dict(status.get("counts"))  # the agent's: counted now
     count = " ".join(f"{k[0]}{counts[k]}" for k in ("queue", "running", "done", "failed") if k in counts)
     alive = (view.answer or {}).get("runner_alive", True)
     stopped = None if alive else stopped_words((view.answer or {}).get("runner_stopped"))

@@ -61,6 +61,8 @@ def _status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str
         why = f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)"
         return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
     _add_progress(status, answer)
+    if counts:  # the job files in each state as the agent counted them now; status.json's are a tick old or more
+        status = dict(status, counts=counts)
     estimates = answer.get("estimates")
     text = render_status(status, now, every, estimates if isinstance(estimates, dict) else None)
     if not answer.get("runner_alive", True):

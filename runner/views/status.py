@@ -30,7 +30,7 @@ def render_status(
     count = status.get("waiting_count") if groups is not None else len(queued)
     if count:
         lines.append("")
-        lines.append(f"waiting ({count}):")
+        lines.append(f"waiting ({count}{_judged(count, counts.get('queue'))}):")
         found = (estimates or {}).get("queued")
         starts = found if isinstance(found, dict) else {}
         lines.extend(_every(queued, now, starts) if every else _grouped(queued, now, groups))
@@ -39,6 +39,14 @@ def render_status(
             lines.append("")
             lines.extend(known)
     return terminal_safe("\n".join(lines))  # last lines and details are job output: no escapes reach a terminal
+
+
+def _judged(waiting: Any, queue: Any) -> str:
+    """Where the waiting jobs (as the runner last judged them, each with its reason) are not the jobs in queue/ now
+    (the `jobs:` line: files put there since, or gone, that its next sweep judges), what each counts."""
+    if not isinstance(waiting, int) or not isinstance(queue, int) or waiting == queue:
+        return ""
+    return f" as the runner last judged them; {queue} in queue/ now"
 
 
 def _every(queued: list[dict[str, Any]], now: float, starts: dict[str, Any]) -> list[str]:
@@ -249,8 +257,11 @@ def _running(lane: str, run: dict[str, Any], now: float, estimate: Any = None) -
     on = f"  gpu {','.join(map(str, run['gpus']))}" if run.get("gpus") else ""
     if run.get("slurm_id") is not None:  # on Slurm: which Slurm job (an array's element as ARRAY_N) it is
         on += f"  slurm {run['slurm_id']}"
+    # its age at NOW from when it started: status.json's elapsed_s is as old as the tick that wrote it (up to --tick)
+    started = run.get("started")
+    elapsed = now - float(started) if isinstance(started, (int, float)) else float(run["elapsed_s"])
     lines = [
-        f"  {lane:<5} {run['job']}{on}  {format_duration(run['elapsed_s'])}  attempt {run['attempt']}  log +{grew} ago"
+        f"  {lane:<5} {run['job']}{on}  {format_duration(max(0.0, elapsed))}  attempt {run['attempt']}  log +{grew} ago"
     ]
     if run.get("progress"):
         lines.append(f"        {run['progress']}")

@@ -3,7 +3,9 @@ ended without a word is dead. What `plan status` shows of a stopped queue is tru
 
 from __future__ import annotations
 
+import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -97,3 +99,20 @@ def test_plan_run_says_it_started_the_runner_and_that_it_stopped(tmp_path: Path)
     assert "\nstarted: plan run (pid " in said
     assert said.startswith("STOPPED: runner pid ") and "(SIGTERM); nothing is queued" in said
     assert _plan("watch", str(root), "--once", "--state", str(tmp_path / "w.json")) == (0, "")
+
+
+def test_status_says_a_running_job_s_age_now_and_what_each_count_counts(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Any], stand_in: int
+) -> None:
+    began = time.time() - 40
+    for name in ("1-a.job", "2-b.job"):
+        write_job(queue_root, name, "sleep 60\n")
+    run = ticking(began, pid=stand_in)
+    run.tick(began + 1)  # 1-a starts; status.json says it has run 0 s, and says so until the next tick
+    write_job(queue_root, "3-c.job", "sleep 60\n")  # put there by another process: the runner judges it next sweep
+    code, out = _plan("status", str(queue_root))
+    assert code == 0, out
+    line = next(ln for ln in out.splitlines() if "1-a.job" in ln and "attempt 1" in ln)
+    assert re.search(r"1-a\.job  (39|40|41|42)s  attempt 1", line), line  # its age now, from when it started
+    assert "jobs: queue 2  running 1" in out  # the files there now, as the agent counted them
+    assert "waiting (1 as the runner last judged them; 2 in queue/ now):" in out
