@@ -71,6 +71,13 @@ class OperateError(PlanFailure):
     code = 1
 
 
+class Interrupted(PlanFailure):
+    """Ctrl-C (or SIGTERM's KeyboardInterrupt) during a change on a host, said with whether the change was made
+    (exit 130, as a shell reports a SIGINT)."""
+
+    code = 130
+
+
 class AckError(PlanFailure):
     """`plan ack` could not pick one incident (exit 2 usage, 1 nothing to ack)."""
 

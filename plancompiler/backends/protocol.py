@@ -173,6 +173,10 @@ class PushSession(Protocol):
 
     def apply(self, diff: PushPlan) -> PushOutcome: ...
 
+    def landed(self, diff: PushPlan) -> bool | None:
+        """After an apply that was interrupted: whether DIFF was applied (None: it cannot be told)."""
+        ...
+
 
 class Backend(Protocol):
     host: Host

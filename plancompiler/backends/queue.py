@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from plancompiler.backends.protocol import PushOptions, PushOutcome, PushPlan, Refused, ReportSource, who
 from plancompiler.backends.queuediff import add_costs, diff, plan_record, rerun_paths
 from plancompiler.backends.queuehealth import health
-from plancompiler.errors import answered
+from plancompiler.errors import PlanFailure, agent_error, answered
 from plancompiler.hosts import AgentSession, Host
 from runner import identity
 
@@ -85,6 +85,19 @@ class QueuePushSession:
         ]
         notes.append(f"pushed: {len(result.get('installed', []))} installed, {len(result.get('removed', []))} removed")
         return PushOutcome(plan, True, notes)
+
+    def landed(self, plan: PushPlan) -> bool | None:
+        """Whether PLAN's install was made: every install moves the manifest's generation, and this session
+        still holds the push lock, so no other push moved it since PLAN's probe."""
+        before = plan.request.get("generation")
+        try:
+            now = self.session.ask("probe", {**self.host.context(), "allow_missing": True, "client": identity()})
+        except (PlanFailure, OSError):
+            return None
+        after = now.get("generation")
+        if not isinstance(before, int) or not isinstance(after, int) or agent_error(now):
+            return None
+        return after > before
 
 
 class QueueBackend:

@@ -170,6 +170,9 @@ class SlurmPushSession:
             diff.errors.append(answer.error)
         return PushOutcome(diff, not answer.error, *outcome_lines(answer))
 
+    def landed(self, diff: PushPlan) -> bool | None:
+        return None  # the ledger says what was submitted, not which push submitted it
+
 
 def outcome_lines(answer: PushAnswer) -> tuple[list[str], list[str]]:
     """(notes for stderr, results for stdout) of an applied Slurm push: what was submitted, re-pointed, cancelled."""

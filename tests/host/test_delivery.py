@@ -182,6 +182,47 @@ def test_hand_written_jobs_are_never_replaced_or_pruned(tmp_path: Path) -> None:
     assert set(queue_of(root)) == {"a.job", "c.job"}
 
 
+def test_a_ctrl_c_during_a_push_says_whether_it_was_applied(tmp_path: Path) -> None:
+    """A SIGINT while the install runs is held until the install ends (it lands whole), then the push says it was
+    applied and exits 130; one while the diff is shown says nothing was changed, and nothing was."""
+    from plancompiler.errors import Interrupted
+    from tests.inprocess import plan_main
+
+    root = tmp_path / "q"
+    plan = make_plan(tmp_path / "p.yaml", "p", {f"j{i:03d}": "true" for i in range(200)})  # an install of ~0.1 s
+    landed = threading.Event()
+
+    def interrupt_the_install() -> None:  # the push's one deferred request is its install (localagent._Deferred)
+        while not landed.is_set():
+            held_by = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+            if type(held_by).__name__ == "_Deferred":
+                os.kill(os.getpid(), signal.SIGINT)
+                landed.set()
+            time.sleep(0.0002)
+
+    interrupter = threading.Thread(target=interrupt_the_install, daemon=True)
+    interrupter.start()
+    try:
+        ran = plan_main("push", str(root), str(plan), cwd=tmp_path, cache=tmp_path / "cache")
+    finally:
+        landed.set()
+        interrupter.join()
+    assert ran.returncode == 130, ran.stdout + ran.stderr
+    assert ran.stderr.endswith(
+        f"plan: interrupted after the install: the push was applied on {root} (`plan status` shows its queue)\n"
+    ), ran.stderr
+    assert len(queue_of(root)) == 200
+
+    def interrupt(diff: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    again = compile_plan(make_plan(tmp_path / "p2.yaml", "p", {"j000": "echo changed"}))
+    with pytest.raises(Interrupted) as stopped:
+        push(again, resolve(str(root)), PushOptions(), interrupt)
+    assert str(stopped.value) == f"interrupted before the push was applied: nothing was changed on {root}"
+    assert stopped.value.code == 130 and len(queue_of(root)) == 200
+
+
 def test_push_says_when_the_runner_is_not_running_it(tmp_path: Path) -> None:
     root = tmp_path / "q"
     plan = make_plan(tmp_path / "p.yaml", "p", {"a": "sleep 60"})
