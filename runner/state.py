@@ -210,7 +210,8 @@ def check_park(raw: Any) -> tuple[str, list[Problem]]:
     ]
     since = raw.get("since") if isinstance(raw.get("since"), str) else "?"
     reason = raw.get("reason") if isinstance(raw.get("reason"), str) else ""
-    return f"parked since {since}: {reason}".strip(), problems
+    said = f": {reason}" if isinstance(reason, str) and reason.strip() else ""  # never a colon before nothing
+    return f"parked since {since}{said}", problems
 
 
 def check_request(raw: Any) -> tuple[dict[str, str] | None, list[Problem]]:

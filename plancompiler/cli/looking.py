@@ -26,7 +26,8 @@ def top(
     waiting jobs grouped by reason, recent ends; refreshed by `plan watch`'s bounded probes.
 
     Keys: q quit, j/k or arrows select, l log, a ack the selected incident, r retry / c cancel (asks first),
-    / filter. Not a terminal: a plain frame each interval. Exit 0; with --once 3 when no host answered.
+    / filter. Not a terminal: a plain frame each interval. Exit 0; with --once 3 when no host answered, 1 when
+    one was reached but its queue could not be read (a root that does not exist).
     """
     from plancompiler.hosts import hosts_file
     from plancompiler.top import TopOptions, run_top

@@ -118,7 +118,10 @@ class Top:
         self.once()
         out.write(self.frame(width, None, keys=False).plain() + "\n")
         out.flush()
-        return 0 if any(v.answer is not None for v in self.views()) else 3
+        views = self.views()
+        if any(v.answer is not None for v in views):
+            return 0
+        return 1 if any(v.failure.startswith("ERROR:") for v in views) else 3  # read, not reached: as plan status
 
     def plain(self, out: TextIO, width: int) -> int:
         """Not a terminal: a plain frame each interval, until interrupted."""

@@ -28,7 +28,7 @@ class HostView:
     answer: dict[str, Any] | None = None  # the last status answer that came back whole
     answered: float | None = None  # when it came (wall clock)
     probing_since: float | None = None  # a probe in flight since (wall clock)
-    failure: str = ""  # why the last probe failed; "" when it answered
+    failure: str = ""  # why the last probe failed, `KIND: detail` (UNREACHABLE, ERROR); "" when it answered
     incidents: tuple[Incident, ...] = ()
     ends: tuple[dict[str, Any], ...] = ()  # the host's latest end events, oldest first
 
@@ -142,9 +142,10 @@ def _host(frame: Frame, index: int, view: HostView, needle: str, now: float) -> 
         kind = "incident"
         frame.items.append(Item(kind, index, f"{incident.kind}:{incident.subject}"))
         ack = "  (acked)" if incident.acked else ""
-        line = (
-            f"  ! {incident.kind} {incident.subject} {format_duration(now - incident.opened)}{ack}: {incident.detail}"
-        )
+        # the box's failed incident is keyed by its failure's signature (`exited <n>`, numbers and paths masked):
+        # a key, not words; its detail says what the jobs said
+        shown = "failed" if incident.kind == "EVENT" and incident.subject.startswith("failed:") else incident.subject
+        line = f"  ! {incident.kind} {shown} {format_duration(now - incident.opened)}{ack}: {incident.detail}"
         frame.lines.append(
             Line(terminal_safe(line, newlines=False), "dim" if incident.acked else "red", len(frame.items) - 1)
         )
@@ -172,7 +173,7 @@ def _state(
     silent = view.probing_since is not None and now - view.probing_since >= view.interval
     if view.answer is None:
         if view.failure:
-            return f"UNREACHABLE: {view.failure}", "bold red"
+            return view.failure, "bold red"
         if silent:
             return f"NO ANSWER for {format_duration(now - (view.probing_since or now))}", "bold red"
         return "probing...", "bold"

@@ -96,7 +96,11 @@ class HostProbe:
                     ends=tuple(self.ends),
                 )
             else:
-                failure = seen.note or "; ".join(c.detail for c in seen.conditions) or "no answer"
+                # said as what it was: a host not reached (UNREACHABLE), or reached with a queue it could not read
+                # (ERROR: a root that does not exist), as `plan watch` says it
+                failure = "; ".join(f"{c.kind}: {c.detail}" for c in seen.conditions) or (
+                    f"UNREACHABLE: {seen.note or 'no answer'}"
+                )
                 self.view = replace(self.view, probing_since=None, failure=failure, incidents=incidents)
 
     def current(self) -> HostView:

@@ -29,6 +29,7 @@ _NEVER = {
     "disk-full": "the disk is full",
     "gpu-foreign": "a GPU process the runner did not start holds the lane",
     "settling": "its file is still being written",
+    "held": "it is held: `plan release` lets it start",
 }
 
 

@@ -96,6 +96,15 @@ def test_a_lane_of_two_slots_starts_two_at_once_and_an_unknown_length_leaves_wha
     assert queued["d.job"] == {"starts": None, "in_s": None, "basis": "after c.job, whose end is unknown"}
 
 
+def test_a_held_job_has_no_start_and_the_job_after_it_takes_the_free_slot() -> None:
+    status = _status(
+        [], [{"job": "a.job", "lane": "cpu", "reason": "held"}, {"job": "b.job", "lane": "cpu", "reason": "order"}]
+    )
+    queued = estimate(status, History(), {}, NOW)["queued"]
+    assert queued["a.job"] == {"starts": None, "in_s": None, "basis": "it is held: `plan release` lets it start"}
+    assert queued["b.job"]["starts"] == NOW
+
+
 def test_a_running_job_without_progress_ends_by_its_history_and_says_when_it_is_past_it() -> None:
     history = History()
     history.record("a.job", None, 600.0, 0)

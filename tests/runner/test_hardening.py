@@ -569,6 +569,9 @@ def test_state_corrupt_is_said_once_per_problem(queue_root: Path, ticking: Calla
     corrupt = [e for e in read_events(queue_root) if e["event"] == "state-corrupt"]
     assert [(e["file"], e["field"]) for e in corrupt][1:] == [("parked.json", "since")]
     assert runner.runner.controls.park == "parked since ?: reboot"
+    (queue_root / "parked.json").write_text('{"since": "2026-12-04 09:15:30", "reason": "", "by": "me@ws"}')
+    runner.tick(t0 + 5)
+    assert runner.runner.controls.park == "parked since 2026-12-04 09:15:30"  # no reason: no colon before nothing
 
 
 def test_a_state_file_that_cannot_be_kept_is_said_and_retried(

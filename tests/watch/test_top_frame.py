@@ -119,7 +119,9 @@ def test_a_host_that_does_not_answer_is_marked_after_one_interval_with_what_it_s
     assert "84c-gpu-strata.job" in text  # what it showed last stays, under the mark
     fresh = _view("a9", answered=NOW - 1, probing_since=NOW - 4)  # within its interval: no mark yet
     assert "NO ANSWER" not in build([fresh], Ui(), NOW, 100, None).plain()
-    failed = _view("lab", answer=None, answered=None, failure="ssh: connect to host lab port 22: Connection refused")
+    failed = _view(
+        "lab", answer=None, answered=None, failure="UNREACHABLE: ssh: connect to host lab port 22: Connection refused"
+    )
     assert "lab  UNREACHABLE: ssh: connect to host lab port 22" in build([failed], Ui(), NOW).plain()
 
 
@@ -130,6 +132,10 @@ def test_incidents_come_first_and_an_acked_one_says_so() -> None:
     assert frame.items[0] == Item("incident", 0, "BLOCKED:99-cpu-report.job")
     incident.acked = True
     assert "(acked)" in build([_view(incidents=(incident,))], Ui(), NOW, 80, None).lines[2].text
+    # the box's failed incident is keyed by a signature with its numbers masked: the line says `failed`, never `<n>`
+    failed = Incident("EVENT", "failed:exited <n>: boom", "9-cpu-a.job failed: exited 3: boom", "y", NOW - 5, NOW)
+    line = build([_view(incidents=(failed,))], Ui(), NOW, 80, None).lines[2].text
+    assert line.startswith("  ! EVENT failed 5s: 9-cpu-a.job failed: exited 3: boom") and "<n>" not in line
 
 
 def test_the_filter_keeps_the_jobs_whose_names_hold_it() -> None:
