@@ -323,7 +323,10 @@ def _map(findings: Sequence[Finding], source: Source) -> list[Diagnostic]:
         job = f.job
         body_line = f.line - job.header_lines
         if body_line >= 1 and job.body_lines_match:
-            place = (job.origin, job.origin_line + body_line - 1, f.col)
+            # bash -n and shellcheck say an unclosed `if` or quote at the line after the last: that is the
+            # next key, or past the end of the file, in the plan; its body's last line is where it is missing
+            last = len(job.text.splitlines()) - job.header_lines
+            place = (job.origin, job.origin_line + min(body_line, last) - 1, f.col if body_line <= last else 1)
             message = f.message
         else:
             place = (source.path, job.job.line, 1)

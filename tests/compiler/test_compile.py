@@ -350,8 +350,9 @@ def test_lint_findings_are_mapped_to_their_lines(tmp_path: Path) -> None:
     codes = {(Path(d.path).name, d.line, d.code) for d in c.diagnostics}
     assert ("empty.sh.j2", 1, "L001") in codes  # at the template that rendered nothing
     assert ("p.yaml", 7, "L002") in codes
-    # bash reports the missing `fi` at the end of the body: one line past the job's last line
-    assert ("p.yaml", 12, "L005") in codes and ("p.yaml", 10, "SC1046") in codes
+    # bash reports the missing `fi` one line past the body's end (the next job's line): it is said at its last line
+    assert ("p.yaml", 11, "L005") in codes and ("p.yaml", 10, "SC1046") in codes
+    assert ("p.yaml", 12, "L005") not in codes and ("p.yaml", 11, "SC1072") in codes
     sc2154 = [d for d in c.diagnostics if d.code == "SC2154"]
     assert len(sc2154) == 1 and sc2154[0].severity == "error" and sc2154[0].line == 15
     assert "job unassigned: rc is referenced but not assigned" in sc2154[0].message
@@ -362,6 +363,8 @@ def test_bash_n_error_points_at_plan(tmp_path: Path) -> None:
     c = compile_text(tmp_path, "plan: t\njobs:\n  - name: s\n    run: |\n      if true; then\n        echo x\n")
     l005 = [d for d in c.diagnostics if d.code == "L005"]
     assert l005 and l005[0].path.endswith("p.yaml") and "syntax error" in l005[0].message
+    # at the run's last line, not at line 7 of this 6-line file (bash says the line after the last)
+    assert {(d.line, d.col) for d in c.diagnostics if d.code in ("L005", "SC1047", "SC1072")} == {(6, 1)}
 
 
 def test_same_plan_renders_byte_identical(tmp_path: Path) -> None:
