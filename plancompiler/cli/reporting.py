@@ -29,7 +29,7 @@ def report(
 ) -> None:
     """Where each lane's time went: busy, idle, and idle with work waiting, split by cause.
 
-    Causes: the exclusive lane's job, a foreign GPU process, a REQUIRES that later held or never held,
+    Causes: the exclusive lane's job, a foreign GPU process, a REQUIRES that came true later or never did,
     blocked, backoff, runner down. Then each job's attempts and outcome, failure clusters, and the
     longest silences. Reads the seed's events too (lane states then marked as inferred).
     """
@@ -63,6 +63,15 @@ def report(
         raise fail(f"{source}: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise fail(str(exc)) from exc
+    if not events.events:  # a host's queue no runner has run yet (a file with no events was refused above)
+        said = "no events yet: no runner has run this queue"
+        if as_json:
+            typer.echo(json.dumps({**result.to_json(), "start": None, "end": None, "notes": [said]}, indent=1))
+        else:
+            typer.echo(f"{source}: {said}")
+        if html_file:
+            typer.echo(f"{html_file} not written: {said}", err=True)
+        return
     typer.echo(json.dumps(result.to_json(), indent=1) if as_json else result.text())
     if html_file:
         try:

@@ -353,11 +353,12 @@ def _took(event: dict[str, Any], started: float, ts: float) -> float:
 
 
 def _resolve_requires(spans: list[Span], jobs: dict[str, JobStats]) -> None:
-    """A REQUIRES wait is 'later held' if its job started afterwards, else 'never held'."""
+    """A REQUIRES wait came true later if its job started afterwards, else its job never started (the words say
+    the condition's truth: `held` read as `plan hold`)."""
     for span in spans:
         if span.state == "waiting" and span.cause.startswith("requires:"):
-            held = span.job and jobs.get(span.job) and jobs[span.job].attempts > 0
-            span.cause += " (later held)" if held else " (never held)"
+            started = span.job and jobs.get(span.job) and jobs[span.job].attempts > 0
+            span.cause += " (true later: the job started)" if started else " (the job never started)"
 
 
 def _clusters(items: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:

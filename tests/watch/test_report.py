@@ -371,3 +371,23 @@ def test_report_downtime_is_the_outage_not_the_quiet_before_it(queue_root: Path)
     lanes = json.loads(result.stdout)["lanes"]
     # Counting the idle 4 s as down would make it 7.
     assert {lane: row["down_s"] for lane, row in lanes.items()} == {"net": 3.0, "gpu": 3.0, "cpu": 3.0}
+
+
+def test_a_requires_wait_says_whether_it_came_true_and_an_untouched_queue_has_no_events_yet(
+    tmp_path: Path, queue_root: Path
+) -> None:
+    d = "2026-10-15 "
+    events = [
+        ev(d + "20:00:00", "-", "runner-start"),
+        ev(d + "20:00:00", "a.job", "lane", lane="cpu", state="waiting", reason="requires", blocker="test -f /x/a"),
+        ev(d + "20:10:00", "a.job", "start", lane="cpu", attempt=1),
+        ev(d + "20:10:00", "a.job", "lane", lane="cpu", state="busy"),
+        ev(d + "20:11:00", "a.job", "done", rc=0),
+        ev(d + "20:11:00", "b.job", "lane", lane="cpu", state="waiting", reason="requires", blocker="test -f /x/b"),
+        ev(d + "20:20:00", "-", "runner-stop", why="SIGTERM"),
+    ]
+    text = build_report(events).text()
+    assert "10m00s: requires: test -f /x/a (true later: the job started)" in text
+    assert "9m00s: requires: test -f /x/b (the job never started)" in text and "held" not in text
+    result = cli.invoke(app, ["report", str(queue_root)])  # a queue no runner has run: no events.jsonl
+    assert result.exit_code == 0 and result.output == f"{queue_root}: no events yet: no runner has run this queue\n"
