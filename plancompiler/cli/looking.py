@@ -13,7 +13,7 @@ from plancompiler.cli.shared import HostsOpt, app, fail, resolve_host
 def top(
     host: Annotated[
         list[str] | None,
-        typer.Argument(help="hosts to show (default: every host in the hosts file)", metavar="[HOST]..."),
+        typer.Argument(help="hosts to show (default: every host in the hosts file)", metavar="HOST"),
     ] = None,
     hosts: HostsOpt = None,
     interval: Annotated[

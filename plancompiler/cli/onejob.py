@@ -12,14 +12,14 @@ from plancompiler.cli.shared import GLOBAL, Format, HostArg, HostsOpt, JobArg, a
 from plancompiler.cli.shared import resolve_host as _resolve
 
 WaitOpt = Annotated[float, typer.Option("--wait", help="seconds to wait for the runner to take the request")]
-JobsArg = Annotated[list[str], typer.Argument(help="the jobs' names (with or without .job)", metavar="JOB...")]
+JobsArg = Annotated[list[str], typer.Argument(help="the jobs' names (with or without .job)", metavar="JOB")]
 
 
 @app.command()
 def add(
     host: HostArg,
     command: Annotated[
-        list[str] | None, typer.Argument(help="the command and its arguments, after --", metavar="-- CMD [ARG...]")
+        list[str] | None, typer.Argument(help="the command and its arguments, after --", metavar="-- CMD ARG")
     ] = None,
     hosts: HostsOpt = None,
     lane: Annotated[str, typer.Option("--lane", help="the lane it runs in")] = "cpu",

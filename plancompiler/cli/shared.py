@@ -74,9 +74,7 @@ TemplatesOpt = Annotated[
 ]
 
 
-PlansArg = Annotated[
-    list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)", metavar="PLAN...")
-]
+PlansArg = Annotated[list[Path], typer.Argument(help="plan files: YAML (.yaml/.yml) or Python (.py)", metavar="PLAN")]
 
 
 PlanArg = Annotated[Path, typer.Argument(help="a plan file: YAML or Python", metavar="PLAN")]

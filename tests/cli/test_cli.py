@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from plancompiler.cli import app
@@ -209,6 +211,20 @@ def _typer_calls(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str,
     assert result.exit_code == 0, (argv, result.output)
     monkeypatch.undo()
     return calls["command"][0], calls["command"][1], calls["root"][1]
+
+
+def test_usage_lines_say_each_argument_s_repeat_once() -> None:
+    """typer writes a required argument {NAME}, an optional one [NAME], and ... after a list: a metavar of its own
+    with ... read `{PLAN...}...` (`plan check`) and `[[HOST]...]...` (`plan top`)."""
+
+    def usages(command: Any, name: str) -> list[str]:  # click's classes, as typer has them (it may vendor click)
+        if hasattr(command, "commands"):
+            return [u for sub, c in command.commands.items() for u in usages(c, f"{name} {sub}")]
+        return [command.get_usage(command.context_class(command, info_name=name))]
+
+    lines = usages(typer.main.get_command(app), "plan")
+    assert "Usage: plan check [OPTIONS] {PLAN}..." in lines and "Usage: plan top [OPTIONS] [HOST]..." in lines
+    assert [u for u in lines if re.search(r"\.\.\.[\]}]", u)] == []
 
 
 @pytest.mark.parametrize("argv", LIGHT_LINES, ids=[" ".join(a) for a in LIGHT_LINES])
