@@ -38,6 +38,7 @@ _OUTCOME = {
     Event.CANCELLED.value: "cancelled",
     Event.BLOCKED.value: "blocked",
     Event.START_FAILED.value: "start-failed",
+    Event.RECOVERED.value: "requeued",  # put back in the queue (a runner's stop, or its start after a crash)
 }
 
 
@@ -155,6 +156,8 @@ def _close_at_now(items: list[tuple[float, dict[str, Any]]], live: Liveness | No
     alive = max(last, min(live.heartbeat or last, end))
     restart = {"event": Event.RUNNER_START.value, "ts": format_ts(end), "_alive_at": alive, "job": "-", _NOW: True}
     items.append((end, restart))
+    if live.stopped is not None:  # it stopped cleanly, and put back what it ran: not running since
+        return [f"runner: {live.stopped}; not running for {format_duration(live.now - alive)} since"]
     return [
         f"runner: not running; last sign of life {format_ts(alive)}, down {format_duration(live.now - alive)} since"
     ]
@@ -307,7 +310,7 @@ def _jobs(items: list[tuple[float, dict[str, Any]]]) -> dict[str, JobStats]:
         if kind == Event.START:
             if stats.outcome == "retrying" and retried.get(job):
                 stats.retries += 1
-            elif stats.attempts and stats.outcome:
+            elif stats.attempts and stats.outcome and stats.outcome != "requeued":  # put back: started again
                 stats.reruns += 1  # it had ended: run again by a push or `plan retry`, not by its RETRIES
             stats.attempts += 1
             stats.lane = event.get("lane", stats.lane)

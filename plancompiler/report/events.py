@@ -203,6 +203,7 @@ KEPT_KINDS = frozenset(
         "timeout",
         "cancelled",
         "start-failed",
+        "recovered",  # an attempt put back in the queue: the job's outcome until it starts again
         "skipped",
         "invalid",
         "blocked",

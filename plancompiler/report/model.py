@@ -10,7 +10,7 @@ from typing import Any
 from plancompiler.report.events import format_ts
 from runner.durations import format_duration
 from runner.files import read_json
-from runner.readers import runner_alive, status_problem, terminal_safe
+from runner.readers import runner_alive, runner_stopped, status_problem, stopped_words, terminal_safe
 
 
 def _again(stats: JobStats) -> str:
@@ -235,6 +235,7 @@ class Liveness:
     now: float
     alive: bool
     heartbeat: float | None = None
+    stopped: str | None = None  # how a runner that stopped cleanly stopped (runner.readers.stopped_words)
 
 
 def liveness(answer: dict[str, Any]) -> Liveness | None:
@@ -248,6 +249,7 @@ def liveness(answer: dict[str, Any]) -> Liveness | None:
         float(now),
         bool(answer.get("runner_alive")),
         float(beat) if isinstance(beat, (int, float)) and not isinstance(beat, bool) else None,
+        stopped_words(answer.get("runner_stopped")),
     )
 
 
@@ -261,4 +263,6 @@ def file_liveness(path: Path) -> Liveness | None:
         return None
     if status is None or status_problem(status):
         return None
-    return liveness({"now": time.time(), "status": status, "runner_alive": runner_alive(status)})
+    alive = runner_alive(status)
+    stopped = None if alive else runner_stopped(str(path.parent), status)
+    return liveness({"now": time.time(), "status": status, "runner_alive": alive, "runner_stopped": stopped})

@@ -116,3 +116,17 @@ def test_status_says_a_running_job_s_age_now_and_what_each_count_counts(
     assert re.search(r"1-a\.job  (39|40|41|42)s  attempt 1", line), line  # its age now, from when it started
     assert "jobs: queue 2  running 1" in out  # the files there now, as the agent counted them
     assert "waiting (1 as the runner last judged them; 2 in queue/ now):" in out
+
+
+def test_report_says_the_runner_stopped_and_what_it_put_back(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Any]
+) -> None:
+    write_job(queue_root, "1-a.job", "sleep 60\n")
+    run = ticking(NOW, pid=_gone_pid())
+    run.tick(NOW + 1)
+    run.runner.stop(NOW + 5, "SIGTERM")
+    code, out = _plan("report", str(queue_root))
+    assert code == 0, out
+    assert "\nrunner: stopped at " in out and "(SIGTERM); not running for " in out
+    assert "1-a.job  cpu  1 attempt  requeued" in out  # put back in the queue: not an outcome nobody saw
+    assert "outcome unknown" not in out and "last sign of life" not in out
