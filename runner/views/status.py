@@ -112,7 +112,9 @@ def _header(status: dict[str, Any], now: float) -> list[str]:
         ]
         if runner.get("started_by"):
             lines.append(f"started: {runner['started_by']}")
-        lines.extend(_reasons_age(status, now))
+        views = [v for v in (status.get("lanes") or {}).values() if isinstance(v, dict)]
+        if not views or any(v.get("state") != "stopped" for v in views):  # a stopped runner sweeps no more
+            lines.extend(_reasons_age(status, now))
     if status.get("parked"):
         lines.append(f"PARKED: {status['parked']}")
     lanes = status.get("parked_lanes")

@@ -64,7 +64,7 @@ def test_a_runner_stopped_with_work_queued_is_stopped_not_dead(
     )
     # its lanes say stopped; nothing it put back is said to run, no lane is None, nothing has a start
     assert "cpu   stopped" in out and "queue 3  running 0" in out
-    for untrue in ("is running in", "is ahead of it", "None", "est. start"):
+    for untrue in ("is running in", "is ahead of it", "None", "est. start", "reasons as of"):
         assert untrue not in out
 
     code, out = _plan("top", "--once", str(queue_root))
