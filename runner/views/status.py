@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from runner.durations import format_duration
 from runner.readers import terminal_safe
 from runner.views.waiting import WaitGroup, cut_middle, every_waiter, group_waiting, waiter
 
+# Reasons whose blocker is a job the runner runs (runner.vocab.Reason's LANE_BUSY, EXCLUSIVE)
+_ON_A_RUN = frozenset({"lane-busy", "exclusive"})
 DETAIL_WIDTH = 90  # a REQUIRES or command longer than this is cut in the middle: the file name at its end survives
 
 
@@ -33,7 +36,7 @@ def render_status(
         lines.append(f"waiting ({count}{_judged(count, counts.get('queue'))}):")
         found = (estimates or {}).get("queued")
         starts = found if isinstance(found, dict) else {}
-        lines.extend(_every(queued, now, starts) if every else _grouped(queued, now, groups))
+        lines.extend(_every(queued, now, starts) if every else _grouped(queued, now, groups, _ended_blockers(status)))
         known = [] if every else _starts(queued, starts, now)
         if known:
             lines.append("")
@@ -77,7 +80,22 @@ def _groups(found: Any, now: float) -> list[WaitGroup] | None:
     return groups
 
 
-def _grouped(queued: list[dict[str, Any]], now: float, groups: list[WaitGroup] | None = None) -> list[str]:
+def _ended_blockers(status: dict[str, Any]) -> Callable[[WaitGroup], bool]:
+    """Whether a group waits on a running job that runs no more: a job's end judges its lane's next jobs at once
+    and the rest at the runner's next sweep (up to --tick later), so until then their reason names it as running."""
+    runner = status.get("runner") if isinstance(status.get("runner"), dict) else {}
+    if (runner or {}).get("backend") == "slurm" or not isinstance(status.get("running"), list):
+        return lambda group: False
+    running = {run.get("job") for run in status["running"] if isinstance(run, dict)}
+    return lambda group: group.reason in _ON_A_RUN and bool(group.blocker) and group.blocker not in running
+
+
+def _grouped(
+    queued: list[dict[str, Any]],
+    now: float,
+    groups: list[WaitGroup] | None = None,
+    ended: Callable[[WaitGroup], bool] = lambda group: False,
+) -> list[str]:
     """`requires    259 jobs  oldest 84c-gpu-strata-qwen-q2_0.job 1h07m: test -f …/strata-qwen-q2_0.json`, then
     the next oldest under it; a group of one job is that job's line. GROUPS: made already (by the host agent)."""
     lines = []
@@ -88,6 +106,8 @@ def _grouped(queued: list[dict[str, Any]], now: float, groups: list[WaitGroup] |
         for i, w in enumerate(group.oldest):
             same = w.detail == group.blocker or (i > 0 and w.detail == group.oldest[0].detail)
             said = "" if same and group.count > 1 else f": {cut_middle(w.detail, DETAIL_WIDTH)}"
+            if i == 0 and ended(group):
+                said = f": {cut_middle(group.blocker, 50)} has ended since (judged again at the runner's next sweep)"
             waited = f"{w.job} {format_duration(now - w.since)}{said}"
             if i == 0:
                 lines.append(f"  {group.reason:<11} {jobs:>9}{behind}  {'oldest ' if group.count > 1 else ''}{waited}")

@@ -130,3 +130,20 @@ def test_report_says_the_runner_stopped_and_what_it_put_back(
     assert "\nrunner: stopped at " in out and "(SIGTERM); not running for " in out
     assert "1-a.job  cpu  1 attempt  requeued" in out  # put back in the queue: not an outcome nobody saw
     assert "outcome unknown" not in out and "last sign of life" not in out
+
+
+def test_status_says_when_the_job_a_reason_names_as_running_has_ended_since(
+    queue_root: Path, ticking: Callable[..., Any]
+) -> None:
+    from runner.views.status import render_status
+
+    for name in ("1-a.job", "2-b.job", "3-c.job", "4-d.job"):
+        write_job(queue_root, name, "sleep 60\n")
+    run = ticking(NOW)
+    run.tick(NOW + 1).tick(NOW + 2)
+    assert "on 1-a.job  oldest 2-b.job 1s: 1-a.job is running in cpu" in render_status(run.status(), NOW + 3)
+    run.procs.exit("1-a.job", 0)
+    run.runner.tick(NOW + 4, sweep=False)  # its end: its lane's next job starts, the rest wait for the sweep
+    text = render_status(run.status(), NOW + 5)
+    assert "cpu   2-b.job" in text and "1-a.job is running" not in text
+    assert "4-d.job 3s: 1-a.job has ended since (judged again at the runner's next sweep)" in text
