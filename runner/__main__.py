@@ -119,9 +119,9 @@ def _make_root(root: Path, group_share: bool) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     from runner.files import read_json
-    from runner.queue import fresh_status
-    from runner.readers import status_problem
-    from runner.views.status import render_status
+    from runner.queue import Queue, fresh_status
+    from runner.readers import runner_alive, runner_stopped, status_problem
+    from runner.views.status import render_status, runner_down
 
     if not os.path.isdir(args.root):
         what = "does not exist" if not os.path.lexists(args.root) else "is not a directory"
@@ -140,7 +140,14 @@ def _status(args: argparse.Namespace) -> int:
     if problem:
         print(f"runner: {path} is corrupt: {problem}", file=sys.stderr)
         return 1
-    print(json.dumps(status, indent=1) if args.json else render_status(status, time.time(), args.all))
+    if args.json:
+        print(json.dumps(status, indent=1))
+        return 0
+    text = render_status(status, time.time(), args.all)
+    if not runner_alive(status):  # as `plan status` says it: stopped cleanly (when, why) or dead
+        queued = len(Queue(args.root).jobs("queue"))
+        text = runner_down(status, runner_stopped(str(args.root), status), queued) + "\n" + text
+    print(text)
     return 0
 
 

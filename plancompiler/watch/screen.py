@@ -8,8 +8,8 @@ from typing import Any
 from plancompiler.hosts import Host
 from plancompiler.watch.book import book_conditions, book_of
 from plancompiler.watch.judge import ENDS, answer_now, checked_events, status_corrupt
-from runner.readers import stopped_words, terminal_safe
-from runner.views.status import render_status
+from runner.readers import terminal_safe
+from runner.views.status import render_status, runner_down
 
 
 def status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str:
@@ -66,30 +66,13 @@ def _status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str
     estimates = answer.get("estimates")
     text = render_status(status, now, every, estimates if isinstance(estimates, dict) else None)
     if not answer.get("runner_alive", True):
-        text = runner_down(answer, status) + "\n" + text
+        text = runner_down(status, answer.get("runner_stopped"), counts.get("queue")) + "\n" + text
     ends = [e for e in events if e.get("event") in ENDS]
     if ends:
         text += "\n\nrecent ends:\n" + "\n".join(
             f"  {e['ts']}  {e['event']:<8} {e['job']}" + (f"  rc {e['rc']}" if "rc" in e else "") for e in ends[-8:]
         )
     return text + incidents_text(answer, host.name, now) + note
-
-
-def runner_down(answer: dict[str, Any], status: dict[str, Any]) -> str:
-    """The first line of a queue whose runner is not running: STOPPED (cleanly: when, why, and what that leaves
-    waiting) or DEAD (it ended without a word: killed, crashed)."""
-    pid = (status.get("runner") or {}).get("pid")
-    stopped = stopped_words(answer.get("runner_stopped"))
-    if stopped is None:
-        return f"DEAD: runner pid {pid} is not running (it ended without a runner-stop: killed or crashed)"
-    counts = answer.get("counts")
-    queued = counts.get("queue") if isinstance(counts, dict) else None
-    left = (
-        f"; {plural(queued, 'job')} queued, none starts until a runner runs"
-        if isinstance(queued, int) and queued > 0
-        else "; nothing is queued"
-    )
-    return f"STOPPED: runner pid {pid} {stopped}{left}"
 
 
 def incidents_text(answer: dict[str, Any], host: str, now: float) -> str:

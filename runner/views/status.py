@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runner.durations import format_duration
-from runner.readers import terminal_safe
+from runner.readers import stopped_words, terminal_safe
 from runner.views.waiting import WaitGroup, cut_middle, every_waiter, group_waiting, waiter
 
 # Reasons whose blocker is a job the runner runs (runner.vocab.Reason's LANE_BUSY, EXCLUSIVE)
@@ -50,6 +50,20 @@ def _judged(waiting: Any, queue: Any) -> str:
     if not isinstance(waiting, int) or not isinstance(queue, int) or waiting == queue:
         return ""
     return f" as the runner last judged them; {queue} in queue/ now"
+
+
+def runner_down(status: dict[str, Any], stopped: Any, queued: Any) -> str:
+    """The first line of a queue whose runner is not running: STOPPED (cleanly: when and why, from
+    runner.readers.runner_stopped's STOPPED, and what that leaves of QUEUED jobs) or DEAD (it ended without a
+    runner-stop: killed, crashed)."""
+    pid = (status.get("runner") or {}).get("pid")
+    said = stopped_words(stopped)
+    if said is None:
+        return f"DEAD: runner pid {pid} is not running (it ended without a runner-stop: killed or crashed)"
+    if not isinstance(queued, int) or queued <= 0:
+        return f"STOPPED: runner pid {pid} {said}; nothing is queued"
+    jobs = f"{queued} job{'s' * (queued != 1)}"
+    return f"STOPPED: runner pid {pid} {said}; {jobs} queued, none starts until a runner runs"
 
 
 def _every(queued: list[dict[str, Any]], now: float, starts: dict[str, Any]) -> list[str]:

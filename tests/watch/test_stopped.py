@@ -40,7 +40,7 @@ def _plan(*args: str) -> tuple[int, str]:
 
 
 def test_a_runner_stopped_with_work_queued_is_stopped_not_dead(
-    tmp_path: Path, queue_root: Path, ticking: Callable[..., Any]
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name in ("1-a.job", "2-b.job", "3-c.job"):
         write_job(queue_root, name, "sleep 60\n")
@@ -69,6 +69,10 @@ def test_a_runner_stopped_with_work_queued_is_stopped_not_dead(
 
     code, out = _plan("top", "--once", str(queue_root))
     assert "(SIGTERM)" in out.splitlines()[1] and "NOT RUNNING" not in out and "! STOPPED" in out
+    from runner.__main__ import main as runner_main  # the box's own `runner status` says it the same way
+
+    assert runner_main(["status", "--root", str(queue_root)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == first
 
 
 def test_a_stopped_runner_with_nothing_queued_is_quiet_and_a_killed_one_is_dead(
