@@ -181,10 +181,11 @@ def watch(
     """Probe HOST every --interval seconds and print `KIND: detail` lines (docs/watching.md).
 
     A box whose runner keeps the incident book: its incidents (one per cause; EVENT 10, STALL 11, IDLE 12,
-    BLOCKED 13, PARKED 17, WAITING 18), and what only the watcher sees: DEAD 14, UNREACHABLE 15, ERROR 16,
-    SKEW 20; after a gap, one DIGEST 19. Otherwise (Slurm, an older runner) judged here by the flags. An
-    incident is sent when it opens and every --realert, RECOVERED (exit 0) when it clears. Without --on-alert
-    the watcher exits on the first alert; --once exits 0 when there is nothing new.
+    BLOCKED 13, PARKED 17, WAITING 18), and what only the watcher sees: DEAD 14, STOPPED 21 (a runner that
+    stopped cleanly, while jobs are queued), UNREACHABLE 15, ERROR 16, SKEW 20; after a gap, one DIGEST 19.
+    Otherwise (Slurm, an older runner) judged here by the flags. An incident is sent when it opens and every
+    --realert, RECOVERED (exit 0) when it clears. Without --on-alert the watcher exits on the first alert; --once
+    exits 0 when there is nothing new.
     """
     from plancompiler.watch import (
         Rules,
@@ -269,7 +270,7 @@ def ack(
 ) -> None:
     """Silence open incidents until they recover (or change), or --for passes: on the box first (the runner's
     incident book: every channel it notifies goes quiet; KIND may be a cause such as failed or gpu-held, and
-    SUBJECT a pattern such as 92c-*), else one `plan watch` judged here (DEAD, UNREACHABLE, ERROR).
+    SUBJECT a pattern such as 92c-*), else one `plan watch` judged here (DEAD, STOPPED, UNREACHABLE, ERROR).
 
     Exit 0 when acked, 1 when no open incident (or more than one) matches, 2 for an unknown kind.
     """

@@ -3,7 +3,7 @@
 A probe that hangs holds only its own host's thread (until the host's timeout ends it); the screen reads each
 host's latest view without waiting, so a host that does not answer is shown as such, never a frozen screen.
 The incidents are `plan watch`'s: the box's own book (its runner judges them; an ack goes to the box, as `plan ack`
-sends it) and what only the outside can judge (DEAD, UNREACHABLE, ERROR, SKEW; acked in the watcher's book).
+sends it) and what only the outside can judge (DEAD, STOPPED, UNREACHABLE, ERROR, SKEW; acked in the watcher's book).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`plan watch` on a box whose runner keeps the incident book (runner/alerts/book.py): the book's open incidents
 become the watcher's conditions (one per cause, as the box judged them, acked where the box says so), and
-the watcher adds only what the box cannot judge about itself: DEAD, UNREACHABLE, ERROR and clock SKEW. After a
-gap (a stopped or sleeping watcher, failed probes) what changed meanwhile is one DIGEST, not a replay."""
+the watcher adds only what the box cannot judge about itself: DEAD, STOPPED, UNREACHABLE, ERROR and clock SKEW.
+After a gap (a stopped or sleeping watcher, failed probes) what changed meanwhile is one DIGEST, not a replay."""
 
 from __future__ import annotations
 
