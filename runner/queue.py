@@ -48,19 +48,32 @@ FRESH_KEYS = (
 )
 
 
+# What status.json carries of waiting.json's entries that changed since it was written (runner.service.statusfile):
+# read into `queued` by fresh_status, never passed on.
+UNLISTED_KEYS = ("queued_set", "queued_gone")
+
+
 def fresh_status(root: str | os.PathLike[str], status: Any, every: bool = False) -> Any:
     """STATUS (status.json as read) with its `queued` list, and the newer heartbeat of the same runner life from
     heartbeat.json laid over it: its heartbeat and tick, the lanes, running jobs and counts as of that tick, and
-    the waiting jobs judged since the list was written (`queued_set` replaces their entries, `queued_gone` drops
-    those that left the queue or wait no more). `queued` is each lane's first waiting jobs (`queued_first`; the
-    rest are counted and grouped in `waiting_count` and `waiting_groups`), or with EVERY every waiting job (from
-    waiting.json). Every reader of status.json reads it through this; status.json of a runner older than
-    heartbeat.json (none there, or another life's) is left as it is, and one older than waiting.json lists
-    every waiting job itself."""
+    the waiting jobs judged since status.json was written (`queued_set` replaces their entries, `queued_gone`
+    drops those that left the queue or wait no more). `queued` is each lane's first waiting jobs (`queued_first`;
+    the rest are counted and grouped in `waiting_count` and `waiting_groups`), or with EVERY every waiting job
+    (waiting.json, with the entries status.json says changed since it was written: its own `queued_set` and
+    `queued_gone`, where its `listed` names that list). Every reader of status.json reads it through this;
+    status.json of a runner older than heartbeat.json (none there, or another life's) is left as it is, one older
+    than waiting.json lists every waiting job itself, and a waiting.json newer than status.json's (a runner killed
+    between the two writes) is read as it is, newer than any change either file could lay over it."""
     if not isinstance(status, dict) or not isinstance(status.get("runner"), dict):
         return status
+    newer_list = False
     if "queued" not in status and "waiting_file" in status:
-        status = dict(status, queued=_listed(root, status) if every else status.get("queued_first"))
+        if every:
+            queued, newer_list = _listed(root, status)
+        else:
+            queued = status.get("queued_first")
+        status = {k: v for k, v in status.items() if k not in UNLISTED_KEYS}
+        status["queued"] = queued
     try:
         beat = read_json(Path(root) / HEARTBEAT_FILE)
         runner = status["runner"]
@@ -86,7 +99,8 @@ def fresh_status(root: str | os.PathLike[str], status: Any, every: bool = False)
         # hand changes nothing a reader reads); status.json's own list was checked by whoever read it.
         brought = {key: laid[key] for key in FRESH_KEYS if key in shown}
         if not status_problem({**brought, "queued": beat.get("queued_set") or []}):
-            laid["queued"] = _changed(status.get("queued"), beat.get("queued_set"), beat.get("queued_gone"))
+            if not newer_list:
+                laid["queued"] = _changed(status.get("queued"), beat.get("queued_set"), beat.get("queued_gone"))
             was = beat.get("queued_was")
             if isinstance(was, dict) and "waiting_groups" in status:  # its summary, moved on by the same entries
                 from runner.views.waiting import patch
@@ -111,18 +125,27 @@ def fresh_status(root: str | os.PathLike[str], status: Any, every: bool = False)
     return fresh
 
 
-def _listed(root: str | os.PathLike[str], status: dict[str, Any]) -> Any:
-    """Every waiting job, from the waiting.json of STATUS's runner life; its `queued_first` where there is none
-    (or it is unreadable)."""
+def _listed(root: str | os.PathLike[str], status: dict[str, Any]) -> tuple[Any, bool]:
+    """Every waiting job: the waiting.json of STATUS's runner life with the entries STATUS says changed since it
+    was written, where STATUS names that list (its `listed`; a runner before it names none and carries none); as
+    it is where it is newer than the one STATUS names (True: nothing newer can be laid over it); STATUS's
+    `queued_first` where there is none (or it is unreadable, or older)."""
     from runner.readers import status_problem
 
     try:
         listed = read_json(Path(root) / WAITING_FILE)
         if listed.get("instance") == status["runner"].get("instance") and not status_problem(listed):
-            return listed["queued"]
+            named = status.get("listed")
+            if named is None or listed.get("listed") == named:
+                changed, gone = status.get("queued_set"), status.get("queued_gone")
+                if changed is None or status_problem({"queued": changed}):
+                    return listed["queued"], False
+                return _changed(listed["queued"], changed, gone), False
+            if float(listed["listed"]) > float(named):
+                return listed["queued"], True
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         pass
-    return status.get("queued_first")
+    return status.get("queued_first"), False
 
 
 def _changed(queued: Any, changed: Any, gone: Any) -> Any:

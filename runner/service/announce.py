@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -193,11 +194,13 @@ class Announcer:
         queued: list[tuple[str, Parsed]],
         generation: int,
         every: bool = True,
+        in_lanes: Mapping[str, int] | None = None,
     ) -> None:
         """Each lane's state, and `idle` repeated while a lane waits. An idle lane's view reads its queued jobs'
         reasons: computed again when a reason, the queue (GENERATION: the scan's, which changes with QUEUED, a list
         kept in place) or what runs changed; where not EVERY (a tick between sweeps), only for the lanes whose
-        running jobs changed (the others' waiting jobs kept their reasons)."""
+        running jobs changed (the others' waiting jobs kept their reasons). IN_LANES: how many of QUEUED each lane
+        has (the scanner keeps it): a lane with none is idle without reading the 100,000 of the others."""
         key = (generation, len(queued), self.reasons.generation, tuple((r.filename, r.lane) for r in running.values()))
         # views kept from before are reused unless they were left partly stale by a tick between sweeps
         kept = self._views is not None and (self._complete or not every)
@@ -210,7 +213,7 @@ class Announcer:
             views = {
                 lane: old[lane]
                 if lane in old and runs.get(lane) == self._runs[lane]
-                else self._lane_view(lane, running, queued)
+                else self._lane_view(lane, running, queued, in_lanes)
                 for lane in self.config.lanes
             }
             self._views, self._complete = (key, views), not old
@@ -236,10 +239,18 @@ class Announcer:
         reason = self.reasons.get(filename)
         return reason is not None and reason.reason == HELD
 
-    def _lane_view(self, lane: str, running: dict[str, Running], queued: list[tuple[str, Parsed]]) -> LaneView:
+    def _lane_view(
+        self,
+        lane: str,
+        running: dict[str, Running],
+        queued: list[tuple[str, Parsed]],
+        in_lanes: Mapping[str, int] | None = None,
+    ) -> LaneView:
         runs = [run.filename for run in running.values() if run.lane == lane]
         if runs:
             return LaneView("busy", runs[0], busy=len(runs) if self.config.slots_of(lane) > 1 else 0)
+        if in_lanes is not None and not in_lanes.get(lane):
+            return LaneView("idle")
         first: tuple[str, Any] | None = None
         for f, p in queued:
             if not isinstance(p.job, jobfile.JobFile) or p.job.lane != lane:

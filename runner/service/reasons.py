@@ -13,6 +13,9 @@ from runner.runstate import RunnerState
 # The extra fields of most reasons: none. One dict shared by them all (10 000 empty dicts were 0.6 MB); a reason's
 # extra is replaced, never changed in place.
 _NO_EXTRA: dict[str, Any] = {}
+# More jobs than this changed since waiting.json listed them all: it is written whole at the next sweep, whichever
+# they are, and they are no longer kept (100,000 names at a first tick, beside `changed`'s own)
+UNLISTED_MAX = 10000
 
 
 class Reasons:
@@ -23,26 +26,43 @@ class Reasons:
         self.table: dict[str, Reason] = {}
         self.generation = 0  # changes whenever any reason (or its detail, blocker, since) does: status.json's cue
         self.by_reason: dict[str, int] = {}  # how many jobs wait for each reason, kept as reasons change
-        self.changed: set[str] = set()  # jobs whose reason changed (or went) since waiting.json listed them all
-        # Of those the list listed, what it said: (reason, blocker) (the readers of status.json's summary move
+        # Jobs whose reason changed (or went) since status.json was written (heartbeat.json carries their entries)
+        self.changed: set[str] = set()
+        # Of those status.json counted, what it said: (reason, blocker) (status.json's summary is moved on by them,
         # each from its group to its new one: runner.views.waiting.patch)
         self.was: dict[str, tuple[str, str]] = {}
+        # Jobs whose reason changed (or went) since waiting.json listed every waiting job (status.json carries their
+        # entries until the list is written whole again: runner.service.statusfile); None: more than UNLISTED_MAX
+        self.unlisted: set[str] | None = set()
         # Reasons are never changed in place but replaced, so equal ones are one object: 100 000 jobs waiting for
         # their lane since the same tick share one (most of a queue's reasons are such).
         self._shared: dict[tuple[str, float, str, str], Reason] = {}
 
-    def listed(self) -> None:
-        """waiting.json lists every reason as it is now."""
+    def written(self) -> None:
+        """status.json shows every reason as it is now."""
         self.changed.clear()
         self.was.clear()
+
+    def listed(self) -> None:
+        """waiting.json lists every reason as it is now."""
+        self.unlisted = set()
 
     def _change(self, filename: str) -> None:
         if filename not in self.changed:
             current = self.table.get(filename)
-            if current is not None:  # a job the list did not list is in `changed` alone (100,000 at a first tick)
+            if current is not None:  # a job status.json did not count is in `changed` alone (100,000 at a first tick)
                 self.was[filename] = (current.reason, current.blocker)
             self.changed.add(filename)
+        if self.unlisted is not None:
+            self.unlisted.add(filename)
+            if len(self.unlisted) > UNLISTED_MAX:
+                self.unlisted = None
         self.generation += 1
+
+    def retaken(self, filename: str) -> None:
+        """FILENAME was read again (its file changed): its entry is written again, its lane maybe another."""
+        if filename in self.table:
+            self._change(filename)
 
     def get(self, filename: str) -> Reason | None:
         return self.table.get(filename)

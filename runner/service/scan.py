@@ -136,6 +136,7 @@ class Scanner:
         else:
             self.queued[at] = (name, parsed)
             self._left(name, before)
+            self.reasons.retaken(name)
         job = parsed.job
         if isinstance(job, jobfile.JobFile):
             self.lanes[job.lane] = self.lanes.get(job.lane, 0) + 1

@@ -1,13 +1,17 @@
-"""status.json, rewritten by the sweep when something in it changed (at least every REFRESH_S), and
-heartbeat.json every tick.
+"""status.json, rewritten by the sweep when something in it changed (at least every REFRESH_S), waiting.json when
+enough changed since it was, and heartbeat.json every tick.
 
-status.json lists every waiting job (`queued`); it is written by the sweep (every --tick), never after a job's
-end: at 10 000 queued jobs re-encoding every job's entry was most of a tick. The list is encoded as it is
-written, and only when a reason or the queue changed since the last write. heartbeat.json, small
-and written every tick, carries what changes between sweeps: the heartbeat (what `plan watch` judges a runner
-alive by), the lanes, the running jobs, the counts (by state, and of waiting jobs by reason), and the entries of
-the jobs whose reason changed since status.json listed them (`queued_set`, `queued_gone`): a job's end judges a
-few jobs, and only those are written again. `queue.fresh_status` lays it over status.json for every reader.
+waiting.json lists every waiting job; status.json carries their summary (runner.views.waiting.summary), which does
+not grow with the queue. Neither is written after a job's end: at 10 000 queued jobs re-encoding every job's entry
+was most of a tick. waiting.json is written whole by a sweep once WHOLE_BOUND entries changed since it was (or the
+first of them changed WHOLE_AGE_S ago); until then status.json carries those entries (`queued_set`, `queued_gone`
+since the list named by `listed`), and its summary is moved on by each sweep's changes: a pass that changes every
+reason at 100,000 queued rewrites the 14 MB list every few ticks, not every tick, and an idle queue never.
+heartbeat.json, small and written every tick, carries what changes between sweeps: the heartbeat (what `plan watch`
+judges a runner alive by), the lanes, the running jobs, the counts (by state, and of waiting jobs by reason), and the
+entries of the jobs whose reason changed since status.json was written (`queued_set`, `queued_gone`, `queued_was`):
+a job's end judges a few jobs, and only those are written again. `queue.fresh_status` lays them over status.json
+(and waiting.json) for every reader.
 """
 
 from __future__ import annotations
@@ -16,25 +20,37 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from runner import FORMAT_VERSION, __version__, commit, formats, how_started, logs
 from runner.config import Config
+from runner.estimates import PER_LANE
 from runner.files import atomic_write, open_file
 from runner.procs import GpuUser
 from runner.queue import STATES, WAITING_FILE, Queue, timestamp
 from runner.records import Parsed, Reason, Running
 from runner.service.announce import LaneView, progress
 from runner.service.gpu import Observation, gpu_status
-from runner.service.reasons import Reasons
+from runner.service.reasons import UNLISTED_MAX, Reasons
 from runner.views.waiting import Summary as WaitingSummary
+from runner.views.waiting import patch
 
 # status.json is rewritten at least this often even when nothing in it changed: a reader older than
 # heartbeat.json (which judges the runner by status.json's heartbeat alone, dead after 300 s) stays content.
 REFRESH_S = 60.0
+# waiting.json is written whole again when more entries than a tenth of the waiting jobs (within these bounds) changed
+# since it was, or when the first of them changed WHOLE_AGE_S ago: status.json carries them meanwhile, so they are
+# bounded in number (what `plan status` reads) and in age (what an older reader of the list alone misses).
+WHOLE_MIN, WHOLE_MAX = 1000, UNLISTED_MAX
+WHOLE_AGE_S = 300.0
+
+
+def whole_bound(waiting: int) -> int:
+    """How many changed entries status.json carries at most for WAITING jobs before waiting.json is written whole."""
+    return min(max(WHOLE_MIN, waiting // 10), WHOLE_MAX)
 
 
 def _encode(value: Any) -> str:
@@ -76,9 +92,11 @@ class Snapshot(NamedTuple):
 class StatusFile:
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
-        self._written_queued: tuple[Any, ...] | None = None  # what the list written last was made from
-        self._waiting_key: tuple[int, int, int] | None = None
-        self._summary: dict[str, Any] = {}  # the last list's, in status.json (runner.views.waiting.summary)
+        self._waiting_key: tuple[int, int, int] | None = None  # waiting.json as written (nobody replaced it)
+        self._listed: float | None = None  # when waiting.json was last written whole (its `listed`)
+        self._unlisted_since: float | None = None  # the first write that found entries changed since then
+        self._summary: dict[str, Any] = {}  # the waiting jobs' summary as status.json last said it
+        self.lists = 0  # waiting.json writes (a test counts them)
         self._content: str | None = None  # status.json as last written, less its clock
         self._written_key: tuple[int, int, int] | None = None
         self._written_at = 0.0
@@ -91,19 +109,16 @@ class StatusFile:
         status = self._status(runner, running)
         full = runner.sweep or force or now - self._written_at >= REFRESH_S
         try:
-            if full:  # first: a reader never finds a heartbeat without the entries judged since an older list
+            if full:  # first: a reader never finds a heartbeat without the entries judged since an older status
                 copied = [dict(entry) for entry in running]
                 whole = dict(status, runner=dict(status["runner"]), running=copied)
                 self._full(runner, now, queued, whole, copied, force)
         finally:
-            self._beat(runner, now, status, running, delta=not full)
+            self._beat(runner, now, status, running)
 
-    def _beat(
-        self, runner: Snapshot, now: float, status: dict[str, Any], running: list[dict[str, Any]], delta: bool
-    ) -> None:
-        """heartbeat.json: the clock, and what changes between sweeps (DELTA: the waiting jobs judged since
-        status.json listed them all). Not fsync()ed: it is rewritten next tick, and a crash loses nothing a
-        reader needs from it."""
+    def _beat(self, runner: Snapshot, now: float, status: dict[str, Any], running: list[dict[str, Any]]) -> None:
+        """heartbeat.json: the clock, and what changes between sweeps (the waiting jobs judged since status.json
+        was written). Not fsync()ed: it is rewritten next tick, and a crash loses nothing a reader needs from it."""
         shown = {k: v for k, v in status.items() if k != "runner"}
         shown["running"] = [
             {**entry, "elapsed_s": round(now - run.started, 1)} for entry, run in zip(running, runner.running)
@@ -118,19 +133,9 @@ class StatusFile:
             "sweep": runner.sweeping,
             "status": shown,
         }
-        if delta:
-            gone, changed = [], []
-            lanes = runner.taken or {}
-            for filename in sorted(runner.reasons.changed):
-                reason = runner.reasons.get(filename)
-                if reason is None:
-                    gone.append(filename)
-                else:
-                    parsed = lanes.get(filename)
-                    changed.append(_entry(filename, getattr(parsed.job, "lane", None) if parsed else None, reason))
-            beat["queued_gone"], beat["queued_set"] = gone, changed
-            # what waiting.json said of them: status.json's summary is moved on by them (runner.views.waiting.patch)
-            beat["queued_was"] = {f: list(w) for f, w in runner.reasons.was.items()}
+        beat["queued_set"], beat["queued_gone"] = _delta(runner, runner.reasons.changed)
+        # what status.json said of them: its summary is moved on by them (runner.views.waiting.patch)
+        beat["queued_was"] = {f: list(w) for f, w in runner.reasons.was.items()}
         path = self.queue.heartbeat_path
         tmp = path.with_name("." + path.name + ".tmp")  # one runner per root (its lock): one writer of this
         fd = open_file(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never through a symlink
@@ -149,15 +154,29 @@ class StatusFile:
         running: list[dict[str, Any]],
         force: bool,
     ) -> None:
-        """waiting.json with every waiting job where a reason or the queue changed (or FORCE), and status.json with
-        their summary where something in it changed (or FORCE, or REFRESH_S passed)."""
-        queued_key = (runner.scan_generation, runner.reasons.generation, len(queued))
-        path = self.queue.waiting_path
-        if force or queued_key != self._written_queued or _key(path) != self._waiting_key:
-            self._list(runner, now, queued, queued_key)
-        status.update(self._summary)
+        """waiting.json with every waiting job where enough changed since it was (or FORCE), and status.json with
+        their summary and the entries changed since the list, where something in it changed (or FORCE, or
+        REFRESH_S passed)."""
+        reasons = runner.reasons
+        if reasons.unlisted and self._unlisted_since is None:
+            self._unlisted_since = now
+        listed = (
+            not force
+            and self._listed is not None
+            and _key(self.queue.waiting_path) == self._waiting_key  # nobody replaced it
+            and reasons.unlisted is not None
+            and len(reasons.unlisted) <= whole_bound(len(reasons.table))
+            and (self._unlisted_since is None or now - self._unlisted_since < WHOLE_AGE_S)
+        )
+        if listed:
+            summary = self._moved(runner)
+        else:
+            summary = self._list(runner, now, queued)
+        status.update(summary)
         status["estimate_jobs"] = _estimate_jobs(runner, status)
-        content = _encode(status)
+        status["listed"] = self._listed
+        unlisted = _encoded_delta(runner, reasons.unlisted) if listed and reasons.unlisted else ("", [])
+        content = _encode(dict(status, queued_gone=unlisted[1])) + unlisted[0]
         same = content == self._content and _key(self.queue.status_path) == self._written_key  # nobody replaced it
         if not force and same and now - self._written_at < REFRESH_S:
             return
@@ -165,22 +184,50 @@ class StatusFile:
         status["swept"], status["sweep"] = runner.swept, runner.sweeping  # as the heartbeat says them, every tick
         for entry, run in zip(running, runner.running):
             entry["elapsed_s"] = round(now - run.started, 1)
-        atomic_write(self.queue.status_path, (_encode(status) + "\n").encode())
+        text = _encode(dict(status, queued_gone=unlisted[1]))
+        atomic_write(self.queue.status_path, f'{text[:-1]},"queued_set":[{unlisted[0]}]}}\n'.encode())
         self._content, self._written_at = content, now
         self._written_key = _key(self.queue.status_path)
+        self._summary = summary
+        reasons.written()
         self.writes += 1
 
-    def _list(self, runner: Snapshot, now: float, queued: list[tuple[str, Parsed]], key: tuple[Any, ...]) -> None:
+    def _moved(self, runner: Snapshot) -> dict[str, Any]:
+        """The summary status.json last said, moved on by the entries changed since (runner.views.waiting.patch:
+        each job leaves the group it was counted in and joins its new one), and each lane's first waiting jobs as
+        they are now (where some left, those after them are shown by the next list)."""
+        reasons, last = runner.reasons, self._summary
+        if not reasons.changed:
+            return last
+        changed, gone = _delta(runner, reasons.changed)
+        was = {f: list(w) for f, w in reasons.was.items()}
+        moved = patch(last["waiting_groups"], last["waiting_count"], changed, gone, was)
+        assert moved is not None  # made here, a summary
+        left = set(gone)
+        shown = {e["job"]: e for e in last["queued_first"] if e["job"] not in left}
+        shown.update((e["job"], e) for e in changed)
+        first: list[dict[str, Any]] = []
+        per_lane: dict[str, int] = {}
+        for entry in sorted(shown.values(), key=lambda e: (e["lane"] is None, e["job"])):  # as the list orders them
+            count = per_lane.get(str(entry["lane"]), 0)
+            if count < PER_LANE:
+                per_lane[str(entry["lane"])] = count + 1
+                first.append(entry)
+        return dict(last, waiting_groups=moved[0], waiting_count=moved[1], queued_first=first)
+
+    def _list(self, runner: Snapshot, now: float, queued: list[tuple[str, Parsed]]) -> dict[str, Any]:
         """waiting.json: every waiting job's entry, encoded as it is written, a few hundred at a time (neither the
         list nor its encoding is kept, or whole at once: 10 000 entries were 3 MB); their summary for status.json
-        is made as they go (runner.views.waiting.summary), in memory that does not grow with the queue."""
+        (returned) is made as they go (runner.views.waiting.summary), in memory that does not grow with the queue."""
         summary = WaitingSummary(now)
         head = _encode({"instance": runner.instance, "listed": now, "swept": runner.swept})
         parts = itertools.chain((head[:-1].encode(), b',"queued":['), _entries(runner, queued, summary), (b"]}\n",))
         atomic_write(self.queue.waiting_path, parts)
-        self._summary = {**summary.result(), "waiting_file": WAITING_FILE}
-        self._written_queued, self._waiting_key = key, _key(self.queue.waiting_path)
+        self._listed, self._unlisted_since = now, None
+        self._waiting_key = _key(self.queue.waiting_path)
         runner.reasons.listed()
+        self.lists += 1
+        return {**summary.result(), "waiting_file": WAITING_FILE}
 
     def _status(self, runner: Snapshot, running: list[dict[str, Any]]) -> dict[str, Any]:
         """Everything but the queued jobs and the clock (heartbeat, tick, elapsed times)."""
@@ -290,34 +337,74 @@ def _entry(filename: str, lane: str | None, reason: Reason) -> dict[str, Any]:
     }
 
 
+class _Encoder:
+    """Entries encoded as json.dumps would (keys sorted), from their reason's and lane's parts, encoded once around
+    the job's name: most waiting jobs share their reason (one Reason object for 100,000 jobs waiting for their lane
+    since one tick), and at 100,000 queued encoding each entry whole was 0.5 s of every list."""
+
+    def __init__(self) -> None:
+        self._parts: dict[tuple[int, str | None], tuple[Reason, str, str]] = {}
+
+    def __call__(self, filename: str, lane: str | None, reason: Reason, entry: dict[str, Any] | None = None) -> str:
+        part = self._parts.get((id(reason), lane))
+        if part is None or part[0] is not reason:
+            head = _encode({"blocker": reason.blocker, "detail": reason.detail})
+            tail = _encode(entry or _entry(filename, lane, reason))
+            tail = tail[tail.index(',"lane":') :]  # the keys sorted: blocker, detail, job, lane, reason, since
+            part = (reason, head[:-1] + ',"job":', tail)
+            if len(self._parts) < 4096:  # the reason is kept with its parts: its id names no other while they are
+                self._parts[(id(reason), lane)] = part
+        return part[1] + encode_basestring_ascii(filename) + part[2]  # as json.dumps does a str
+
+
 def _entries(
     runner: Snapshot, queued: list[tuple[str, Parsed]], summary: WaitingSummary, chunk: int = 500
 ) -> Iterator[bytes]:
     """Each waiting job's entry, encoded, comma-separated, CHUNK at a time; each added to SUMMARY as it goes."""
     batch: list[str] = []
     first = True
-    # Most waiting jobs share their reason (one Reason object for 100,000 jobs waiting for their lane since one
-    # tick): an entry is encoded as its reason's and lane's parts, encoded once, around the job's name (at 100,000
-    # queued, encoding each entry whole was 0.5 s of every tick whose sweep changed a reason).
-    parts: dict[tuple[int, str | None], tuple[Reason, str, str]] = {}
+    encode = _Encoder()
     for filename, lane in _waiting(runner.reasons, queued, runner.taken):
         reason = runner.reasons.get(filename)
         assert reason is not None
         entry = _entry(filename, lane, reason)
         summary.add(entry)
-        part = parts.get((id(reason), lane))
-        if part is None or part[0] is not reason:
-            head, tail = _encode({"blocker": reason.blocker, "detail": reason.detail}), _encode(entry)
-            tail = tail[tail.index(',"lane":') :]  # the keys sorted: blocker, detail, job, lane, reason, since
-            part = (reason, head[:-1] + ',"job":', tail)
-            if len(parts) < 4096:  # the reason is kept with its parts: its id names no other while they are
-                parts[(id(reason), lane)] = part
-        batch.append(part[1] + encode_basestring_ascii(filename) + part[2])  # as json.dumps does a str
+        batch.append(encode(filename, lane, reason, entry))
         if len(batch) >= chunk:
             yield (("" if first else ",") + ",".join(batch)).encode()
             batch, first = [], False
     if batch:
         yield (("" if first else ",") + ",".join(batch)).encode()
+
+
+def _lane(runner: Snapshot, filename: str) -> str | None:
+    parsed = (runner.taken or {}).get(filename)
+    return getattr(parsed.job, "lane", None) if parsed else None
+
+
+def _delta(runner: Snapshot, names: Iterable[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The entries of NAMES that wait, in name order, and those that wait no more (they left the queue, or run)."""
+    changed, gone = [], []
+    for filename in sorted(names):
+        reason = runner.reasons.get(filename)
+        if reason is None:
+            gone.append(filename)
+        else:
+            changed.append(_entry(filename, _lane(runner, filename), reason))
+    return changed, gone
+
+
+def _encoded_delta(runner: Snapshot, names: Iterable[str]) -> tuple[str, list[str]]:
+    """_delta's entries encoded and comma-separated (up to WHOLE_MAX of them, a sweep's), and the names gone."""
+    encode = _Encoder()
+    entries, gone = [], []
+    for filename in sorted(names):
+        reason = runner.reasons.get(filename)
+        if reason is None:
+            gone.append(filename)
+        else:
+            entries.append(encode(filename, _lane(runner, filename), reason))
+    return ",".join(entries), gone
 
 
 def _estimate_jobs(runner: Snapshot, status: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from runner import jobfile, state
 from runner.conditions import compile_condition
 from runner.queue import Queue
 from runner.runstate import RunnerState
+from runner.service import reasons as reasons_module
 from runner.service.reasons import Reasons
 from runner.state import JobEntry, JsonPieces
 from tests.conftest import write_job
@@ -162,12 +163,23 @@ def test_the_runner_keeps_the_producers_a_requires_names_and_the_tables_it_read(
     assert checked["jobs"] is raw["jobs"] and checked["producers"] is raw["producers"]
 
 
-def test_a_reason_s_change_keeps_what_the_list_said_only_of_jobs_it_listed() -> None:
+def test_a_reason_s_change_keeps_what_the_list_said_only_of_jobs_it_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     reasons = Reasons(RunnerState())
     for name in ("a.job", "b.job"):
         reasons.set(T0, name, "lane-busy", "x.job is running in cpu", "x.job")
     assert reasons.changed == {"a.job", "b.job"} and reasons.was == {}  # new: nothing listed them
-    reasons.listed()
+    reasons.written()  # status.json: what changed since it is in heartbeat.json
     reasons.set(T0 + 1, "a.job", "order", "y.job is ahead of it", "y.job")
     reasons.set(T0 + 1, "c.job", "order", "y.job is ahead of it", "y.job")
     assert reasons.changed == {"a.job", "c.job"} and reasons.was == {"a.job": ("lane-busy", "x.job")}
+    assert reasons.unlisted == {"a.job", "b.job", "c.job"}  # waiting.json: none of them listed yet
+    reasons.listed()
+    reasons.drop("b.job")
+    assert reasons.unlisted == {"b.job"} and reasons.changed == {"a.job", "b.job", "c.job"}
+    monkeypatch.setattr(reasons_module, "UNLISTED_MAX", 2)  # more than that: the list is written whole, names not kept
+    reasons.drop("a.job")
+    assert reasons.unlisted == {"a.job", "b.job"}
+    reasons.drop("c.job")
+    assert reasons.unlisted is None
+    reasons.listed()
+    assert reasons.unlisted == set()

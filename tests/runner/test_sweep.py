@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from runner.agent import handlers
 from runner.queue import fresh_status
 from runner.service import statusfile
@@ -150,6 +152,7 @@ def test_waiting_json_lists_each_job_as_its_own_entry_encoded_whole_would(queue_
     q.tick(T0)
     q.tick(T0 + 10)
     runner = q.runner
+    runner.statusfile.write(runner.snapshot(), T0 + 10, runner.scanner.queued, force=True)  # the list whole
     taken = runner.scanner.taken
     names = [f for f, _ in runner.scanner.queued if f in runner.reasons]
     names += sorted(f for f, _ in runner.reasons.items() if f not in taken)
@@ -162,3 +165,121 @@ def test_waiting_json_lists_each_job_as_its_own_entry_encoded_whole_would(queue_
     assert text.endswith(',"queued":[' + ",".join(statusfile._encode(e) for e in want) + "]}\n")
     assert json.loads(text)["queued"] == want
     q.close()
+
+
+def _scratch(q: Ticking) -> dict[str, dict]:
+    """Every waiting job's entry as a whole waiting.json written now would list it, by job."""
+    runner = q.runner
+    taken = runner.scanner.taken
+    return {
+        f: statusfile._entry(f, taken[f].job.lane if f in taken else None, r)  # type: ignore[union-attr]
+        for f, r in runner.reasons.items()
+    }
+
+
+def _seen(root: Path) -> tuple[dict[str, dict], list[tuple[str, int]]]:
+    """What the readers see: every waiting job (`plan status --all`, watch, top: waiting.json and what is laid over
+    it), and the summary's groups (`plan status`: status.json and heartbeat.json alone), as the agent sends them."""
+    every = handlers.status(str(root), {"offset": -1})["status"]["queued"]
+    grouped = handlers.status(str(root), {"offset": -1, "grouped": True})["status"]
+    assert len(every) == len({e["job"] for e in every}) == grouped["waiting_count"]
+    return {e["job"]: e for e in every}, [(g["reason"], g["count"]) for g in grouped["waiting_groups"]]
+
+
+def _agrees(q: Ticking) -> None:
+    every, groups = _seen(q.root)
+    scratch = _scratch(q)
+    assert every == scratch
+    assert groups == [(g.reason, g.count) for g in group_waiting(scratch.values(), T0)]
+
+
+def test_waiting_json_is_written_whole_only_past_a_bound_and_readers_see_every_change_meanwhile(
+    queue_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changed entries ride in status.json (and heartbeat.json between sweeps) until more than the bound of them, or
+    the oldest WHOLE_AGE_S old, have piled up: then the list is written whole. At every step each reader sees what a
+    whole list written then would say."""
+    monkeypatch.setattr(statusfile, "WHOLE_MIN", 5)  # whole_bound(30 waiting): 5
+    _queue(queue_root, 30)
+    q = Ticking(queue_root).start(T0)
+    files = q.runner.statusfile
+    q.tick(T0)
+    assert files.lists == 1
+    _agrees(q)
+    ready = queue_root / "in"
+    for i in range(3):  # three wait for the busy lane now, not for their REQUIRES
+        (ready / f"{i:03d}").touch()
+    q.tick(T0 + 10)
+    assert files.lists == 1  # 3 changed: status.json carries them
+    status = json.loads((queue_root / "status.json").read_text())
+    assert [e["job"] for e in status["queued_set"]] == ["b-000.job", "b-001.job", "b-002.job"]
+    assert status["listed"] == T0 and status["waiting_count"] == 30
+    _agrees(q)
+    q.procs.exit("a-run.job")  # its end's tick, between sweeps: b-000 starts; heartbeat.json carries the change
+    q.runner.tick(T0 + 11, sweep=False)
+    beat = json.loads((queue_root / "heartbeat.json").read_text())
+    assert q.procs.running() == ["b-000.job"] and files.lists == 1
+    assert "b-000.job" in beat["queued_gone"] and beat["queued_was"]["b-000.job"] == ["lane-busy", "a-run.job"]
+    _agrees(q)
+    for i in range(3, 6):
+        (ready / f"{i:03d}").touch()
+    q.tick(T0 + 20)  # b-000 to b-005 changed since the list: past the bound, written whole
+    assert files.lists == 2
+    assert json.loads((queue_root / "status.json").read_text())["queued_set"] == []
+    _agrees(q)
+    (ready / "001").unlink()  # back under the bound: one entry carried again
+    q.tick(T0 + 30)
+    assert files.lists == 2
+    assert [e["job"] for e in json.loads((queue_root / "status.json").read_text())["queued_set"]] == ["b-001.job"]
+    _agrees(q)
+    writes = files.writes
+    q.tick(T0 + 40)  # nothing changed: neither file is written
+    assert (files.lists, files.writes) == (2, writes)
+    _agrees(q)
+    q.tick(T0 + 30 + statusfile.WHOLE_AGE_S)  # the entry carried since T0 + 30 is that old: written whole
+    assert files.lists == 3
+    _agrees(q)
+    q.close()
+
+
+def test_a_reader_sees_one_runner_s_view_whatever_write_a_kill_cut_off(
+    queue_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner killed between waiting.json and status.json, or between status.json and heartbeat.json (the files
+    of the tick before, laid beside the new ones), or replaced by another life: what a reader sees is one moment's."""
+    monkeypatch.setattr(statusfile, "WHOLE_MIN", 5)
+    _queue(queue_root, 30)
+    q = Ticking(queue_root).start(T0)
+    q.tick(T0)
+    ready = queue_root / "in"
+    for i in range(3):
+        (ready / f"{i:03d}").touch()
+    q.tick(T0 + 10)  # carried in status.json
+    before = _scratch(q)
+    names = ("waiting.json", "status.json", "heartbeat.json")
+    old = {name: (queue_root / name).read_bytes() for name in names}
+    for i in range(3, 9):
+        (ready / f"{i:03d}").touch()
+    q.tick(T0 + 20)  # past the bound: all three written
+    assert q.runner.statusfile.lists == 2
+    new = {name: (queue_root / name).read_bytes() for name in names}
+    after = _scratch(q)
+    # killed after waiting.json: the list is newer than status.json's, and read as it is
+    (queue_root / "status.json").write_bytes(old["status.json"])
+    (queue_root / "heartbeat.json").write_bytes(old["heartbeat.json"])
+    every, groups = _seen(queue_root)
+    assert every == after
+    assert groups == [(g.reason, g.count) for g in group_waiting(before.values(), T0)]
+    # killed after status.json: the heartbeat is older, and laid over nothing
+    (queue_root / "status.json").write_bytes(new["status.json"])
+    assert _seen(queue_root) == (after, [(g.reason, g.count) for g in group_waiting(after.values(), T0)])
+    (queue_root / "heartbeat.json").write_bytes(new["heartbeat.json"])
+    q.close()
+    # another life: its first tick writes the list whole; until then the readers see the last life's
+    again = Ticking(queue_root).start(T0 + 30)
+    assert _seen(queue_root)[0] == after
+    (ready / "000").unlink()
+    again.tick(T0 + 30)
+    assert again.runner.statusfile.lists == 1
+    _agrees(again)
+    again.close()
