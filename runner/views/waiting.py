@@ -197,11 +197,32 @@ def patch(
         count += 1
         w = waiter(entry, 0.0)
         joined["oldest"].append({"job": w.job, "lane": w.lane, "since": w.since, "detail": w.detail})
-        joined["oldest"] = sorted(joined["oldest"], key=lambda o: (o.get("since") or 0.0, str(o.get("job"))))[:3]
+        joined["oldest"] = sorted(joined["oldest"], key=_longest)[:3]
     rank = {r: i for i, r in enumerate(REASON_ORDER)}
-    kept = [g for g in found if isinstance(g.get("count"), int) and g["count"] > 0]
+    kept = _merged([g for g in found if isinstance(g.get("count"), int) and g["count"] > 0])
     kept.sort(key=lambda g: (rank.get(str(g["reason"]), len(rank)), str(g["reason"]), -g["count"], str(g["blocker"])))
     return kept, max(count, 0)
+
+
+def _longest(waiter: Mapping[str, Any]) -> tuple[float, str]:
+    """The longest waiting first (a summary's `oldest`), then by name."""
+    return (waiter.get("since") or 0.0, str(waiter.get("job")))
+
+
+def _merged(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """GROUPS with a reason's groups made one where it has more than MAX_BLOCKERS blockers, as group_waiting makes
+    them (each job's detail says why)."""
+    by_reason: dict[Any, list[dict[str, Any]]] = {}
+    for g in groups:
+        by_reason.setdefault(g.get("reason"), []).append(g)
+    out: list[dict[str, Any]] = []
+    for reason, same in by_reason.items():
+        if len(same) <= MAX_BLOCKERS:
+            out += same
+            continue
+        oldest = sorted((w for g in same for w in g["oldest"]), key=_longest)[:3]
+        out.append({"reason": reason, "blocker": "", "count": sum(g["count"] for g in same), "oldest": oldest})
+    return out
 
 
 def every_waiter(queued: Iterable[Mapping[str, Any]], now: float) -> list[tuple[str, Waiter]]:

@@ -14,7 +14,7 @@ from runner.queue import fresh_status
 from runner.service import statusfile
 from runner.service.dispatch import SWEEP_MIN
 from runner.views.status import render_status
-from runner.views.waiting import group_waiting
+from runner.views.waiting import Summary, group_waiting, patch
 from tests.conftest import write_job
 from tests.ticking import Ticking
 
@@ -236,6 +236,10 @@ def test_waiting_json_is_written_whole_only_past_a_bound_and_readers_see_every_c
     q.tick(T0 + 40)  # nothing changed: neither file is written
     assert (files.lists, files.writes) == (2, writes)
     _agrees(q)
+    write_job(queue_root, "b-020.job", f"# LANE=net\n# REQUIRES=test -f {ready}/020\ntrue\n")  # its lane only
+    q.tick(T0 + 50)
+    assert files.lists == 2 and _seen(queue_root)[0]["b-020.job"]["lane"] == "net"
+    _agrees(q)
     q.tick(T0 + 30 + statusfile.WHOLE_AGE_S)  # the entry carried since T0 + 30 is that old: written whole
     assert files.lists == 3
     _agrees(q)
@@ -283,3 +287,24 @@ def test_a_reader_sees_one_runner_s_view_whatever_write_a_kill_cut_off(
     assert again.runner.statusfile.lists == 1
     _agrees(again)
     again.close()
+
+
+def test_a_summary_moved_on_groups_a_reason_as_a_whole_list_would() -> None:
+    """A reason whose jobs come to wait on more than MAX_BLOCKERS blockers is one group, as group_waiting makes it."""
+    entries = [
+        {"job": f"b{i}.job", "lane": "cpu", "reason": "blocked", "blocker": f"p{i}", "since": T0 + i} for i in range(3)
+    ]
+    made = Summary(T0)
+    for entry in entries:
+        made.add(entry)
+    listed = made.result()
+    assert [(g["reason"], g["blocker"]) for g in listed["waiting_groups"]] == [("blocked", f"p{i}") for i in range(3)]
+    came = {"job": "a.job", "lane": "cpu", "reason": "blocked", "blocker": "p9", "since": T0 - 1, "detail": ""}
+    moved = patch(listed["waiting_groups"], listed["waiting_count"], [came], [], {})
+    assert moved is not None
+    whole = group_waiting([came, *entries], T0)
+    assert (
+        [(g["reason"], g["blocker"], g["count"], [w["job"] for w in g["oldest"]]) for g in moved[0]]
+        == [(g.reason, g.blocker, g.count, [w.job for w in g.oldest]) for g in whole]
+        == [("blocked", "", 4, ["a.job", "b0.job", "b1.job"])]
+    )
