@@ -163,6 +163,7 @@ class StatusFile:
         listed = (
             not force
             and self._listed is not None
+            and bool(self._summary)  # a status.json was written (one that failed after the list: the list again)
             and _key(self.queue.waiting_path) == self._waiting_key  # nobody replaced it
             and reasons.unlisted is not None
             and len(reasons.unlisted) <= whole_bound(len(reasons.table))

@@ -289,6 +289,20 @@ def test_a_reader_sees_one_runner_s_view_whatever_write_a_kill_cut_off(
     again.close()
 
 
+def test_a_status_json_not_written_after_its_list_is_written_with_the_next(queue_root: Path) -> None:
+    _queue(queue_root, 30)
+    q = Ticking(queue_root).start(T0)
+    status = queue_root / "status.json"
+    status.mkdir()  # no file can replace it: the tick writes waiting.json, then fails to write status.json
+    q.tick(T0)
+    assert q.runner.statusfile.lists == 1 and status.is_dir()
+    status.rmdir()
+    (queue_root / "in" / "000").touch()
+    q.tick(T0 + 10)
+    _agrees(q)
+    q.close()
+
+
 def test_a_summary_moved_on_groups_a_reason_as_a_whole_list_would() -> None:
     """A reason whose jobs come to wait on more than MAX_BLOCKERS blockers is one group, as group_waiting makes it."""
     entries = [
