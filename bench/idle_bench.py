@@ -57,9 +57,11 @@ def megabytes(values: list[float]) -> str:
     return " / ".join(f"{v:.1f}" for v in (min(values), statistics.median(values), max(values))) + " MB"
 
 
-def ticks(root: Path) -> int:
+def ticks(root: Path, pid: int) -> int:
+    """The ticks of the runner PID by its heartbeat (0 while the heartbeat there is another runner's)."""
     try:
-        return int(json.loads((root / "heartbeat.json").read_text())["tick"])
+        beat = json.loads((root / "heartbeat.json").read_text())
+        return int(beat["tick"]) if beat["pid"] == pid else 0
     except (OSError, ValueError, KeyError, TypeError):
         return 0
 
@@ -86,7 +88,7 @@ def one(tree: Path, pushed: Path, work: Path, out: Path) -> dict[str, tuple[floa
                     found[phase] = window(proc.pid, PARK_S)
                 else:
                     deadline = time.monotonic() + 600
-                    while ticks(root) < 1:  # its first tick judges every job
+                    while ticks(root, proc.pid) < 1:  # its first tick judges every job
                         if proc.poll() is not None or time.monotonic() > deadline:
                             raise RuntimeError(f"{tree}: the parked runner did not tick (rc {proc.poll()})")
                         time.sleep(0.1)
