@@ -10,7 +10,7 @@ started before it have ended:
 
 Min / median / max of BENCH_RUNS (>= 5) runs, the sizes and the checkouts (--baseline DIR) alternated.
 
-    python3 bench/idle_bench.py [--baseline DIR]     # BENCH_SIZES=10000,100000 BENCH_RUNS=5 BENCH_PARK_S=30
+    python3 bench/idle_bench.py [--baseline DIR] [--settled]   # BENCH_SIZES=10000,100000 BENCH_RUNS=5 BENCH_PARK_S=30
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ def ticks(root: Path, pid: int) -> int:
         return 0
 
 
-def one(tree: Path, pushed: Path, work: Path, out: Path) -> dict[str, tuple[float, float]]:
-    """TREE's runner after a park, and a second one parked and settled, on a fresh copy of PUSHED."""
+def one(tree: Path, pushed: Path, work: Path, out: Path, settled_only: bool = False) -> dict[str, tuple[float, float]]:
+    """TREE's runner after a park, and a second one parked and settled, on a fresh copy of PUSHED; SETTLED_ONLY:
+    the copy parked before one runner starts, and that runner settled."""
     root = work / "root"
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(pushed, root, symlinks=True)
@@ -76,8 +77,10 @@ def one(tree: Path, pushed: Path, work: Path, out: Path) -> dict[str, tuple[floa
     env = dict(PY_ENV, PYTHONPATH=str(tree))
     argv = [sys.executable, "-m", "runner", "run", "--root", str(root), "--tick", str(int(TICK_S))]
     found: dict[str, tuple[float, float]] = {}
+    if settled_only:
+        run_step(plan_cli("park", str(root)), env)
     try:
-        for phase in ("park", "settled"):
+        for phase in ("settled",) if settled_only else ("park", "settled"):
             proc = subprocess.Popen(argv, env=env, cwd=str(tree), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 if phase == "park":
@@ -105,6 +108,7 @@ def one(tree: Path, pushed: Path, work: Path, out: Path) -> dict[str, tuple[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", type=Path, help="another checkout (e.g. main before) run alternated with this")
+    parser.add_argument("--settled", action="store_true", help="parked and settled only (a runner on a parked copy)")
     args = parser.parse_args()
     sizes = [int(s) for s in os.environ.get("BENCH_SIZES", "10000,100000").split(",")]
     trees = {"this": REPO, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
@@ -120,18 +124,18 @@ def main() -> None:
             for jobs in sizes:
                 work, pushed, out = made[jobs]
                 for label, tree in trees.items() if run % 2 == 0 else reversed(trees.items()):
-                    for phase, (cpu, mb) in one(tree, pushed, work, out).items():
+                    for phase, (cpu, mb) in one(tree, pushed, work, out, args.settled).items():
                         got.setdefault((f"{phase} cpu", label, jobs), []).append(cpu)
                         got.setdefault((f"{phase} mb", label, jobs), []).append(mb)
             print(f"run {run + 1} of {RUNS} done ({time.strftime('%H:%M:%S')}, load {os.getloadavg()[0]:.1f})")
     rows = []
     for jobs in sizes:
         for label in trees:
-            values = [got[(what, label, jobs)] for what in ("park cpu", "park mb", "settled cpu", "settled mb")]
-            megs = [megabytes(x) for x in values[1::2]]
             name = f"{jobs:,}" + (f" ({label})" if len(trees) > 1 else "")
-            dispatch = spread(got[("dispatch cpu", label, jobs)])
-            rows.append([name, spread(values[0]), megs[0], spread(values[2]), megs[1], dispatch])
+            rows.append([name])
+            for what in ("park cpu", "park mb", "settled cpu", "settled mb", "dispatch cpu"):
+                values = got.get((what, label, jobs))
+                rows[-1].append("—" if not values else megabytes(values) if what.endswith("mb") else spread(values))
     head = ["queued", "CPU after a park", "written after a park", "CPU parked and settled", "written settled"]
     head.append(f"dispatch per job (the {AFTER} after the first)")
     print(table(f"the idle runner per {TICK_S:g} s tick, whole processes, min / median / max", head, rows))
