@@ -313,9 +313,7 @@ class Runner:
             self.announcer.gpu_stalls(now, self.jobs.running)
         if passed:  # every waiting job's repeats: once a pass
             self.announcer.waits(now)
-        self.announcer.lanes(
-            now, self.jobs.running, queued, self.scanner.generation, every=sweep, in_lanes=self.scanner.lanes
-        )
+        self.announcer.lanes(now, self.jobs.running, queued, self.scanner.generation, sweep, self.scanner.lanes)
         self.announcer.idle(now, self.jobs.running, queued)
         self._after(now, sweep, queued, began, passed)
 
