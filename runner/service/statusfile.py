@@ -381,28 +381,23 @@ def _lane(runner: Snapshot, filename: str) -> str | None:
     return getattr(parsed.job, "lane", None) if parsed else None
 
 
-def _delta(runner: Snapshot, names: Iterable[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The entries of NAMES that wait, in name order, and those that wait no more (they left the queue, or run)."""
+def _delta(runner: Snapshot, names: Iterable[str], make: Any = None) -> tuple[list[Any], list[str]]:
+    """The entries of NAMES that wait, in name order (made by MAKE: _entry's dicts, or an _Encoder's strings), and
+    those that wait no more (they left the queue, or run)."""
+    make = make or _entry
     changed, gone = [], []
     for filename in sorted(names):
         reason = runner.reasons.get(filename)
         if reason is None:
             gone.append(filename)
         else:
-            changed.append(_entry(filename, _lane(runner, filename), reason))
+            changed.append(make(filename, _lane(runner, filename), reason))
     return changed, gone
 
 
 def _encoded_delta(runner: Snapshot, names: Iterable[str]) -> tuple[str, list[str]]:
     """_delta's entries encoded and comma-separated (up to WHOLE_MAX of them, a sweep's), and the names gone."""
-    encode = _Encoder()
-    entries, gone = [], []
-    for filename in sorted(names):
-        reason = runner.reasons.get(filename)
-        if reason is None:
-            gone.append(filename)
-        else:
-            entries.append(encode(filename, _lane(runner, filename), reason))
+    entries, gone = _delta(runner, names, _Encoder())
     return ",".join(entries), gone
 
 
