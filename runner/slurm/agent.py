@@ -299,10 +299,13 @@ def decide(root: str, request: PushRequest, env: dict[str, str]) -> Decided:
                 "(scancel) or let them end, then push again"
             )
         elif lost and not request.retry_failed:
+            one = len(lost) == 1
+            them, jobs_of = ("it", "1 job") if one else ("them", f"{len(lost)} jobs")
             error = (
-                f"{len(lost)} jobs of plan {plan} cannot be accounted for: a push submitted them, and neither "
-                f"squeue, sacct nor a result file knows them now: {', '.join(lost)}. Nothing was submitted; "
-                "once you know none of them runs, push again with --retry-failed to submit them again"
+                f"{jobs_of} of plan {plan} cannot be accounted for: a push submitted {them}, and neither "
+                f"squeue, sacct nor a result file knows {them} now: {', '.join(lost)}. Nothing was submitted; "
+                f"once you know {'it does not run' if one else 'none of them runs'}, push again with "
+                f"--retry-failed to submit {them} again"
             )
         else:
             error = ""
@@ -341,8 +344,8 @@ def _commit(root: str, request: PushRequest, decided: Decided, env: dict[str, st
     if problems:
         return replace(
             result,
-            error=f"this push would submit {new} jobs, more than the cluster takes now: {'; '.join(problems)}. "
-            "Nothing was submitted",
+            error=f"this push would submit {new} job{'' if new == 1 else 's'}, more than the cluster takes now: "
+            f"{'; '.join(problems)}. Nothing was submitted",
         )
     done = _apply(root, request, decided, limits.array_chunk, env)
     result = decided.result  # what it submitted, re-pointed and cancelled

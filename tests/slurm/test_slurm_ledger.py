@@ -60,7 +60,10 @@ def test_ledger_outlives_squeue_finished_stays_finished_failed_stays_held(tmp_pa
         assert code == 1 and re.search(r"  d  hello\.job  \(completed as \d+\)", out), out
         assert re.search(r"  !  bad\.job  \(FAILED as \d+; not resubmitted", out), out
         assert "  !  gone.job  (lost with the ledger" in out, out
-        assert "1 jobs of plan lg cannot be accounted for" in out and ": gone. Nothing was submitted" in out, out
+        assert (
+            "1 job of plan lg cannot be accounted for: a push submitted it" in out
+            and ": gone. Nothing was submitted" in out
+        ), out
         assert "push again with --retry-failed" in out, out
         (root / "slurm.json").write_bytes(kept)
         code, out = plan("push", "cluster", str(p), "--hosts", str(hosts))
