@@ -171,8 +171,6 @@ class BootstrapPlan:
 
 
 def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str, tick: str = "10") -> BootstrapPlan:
-    from runner.agent.unit import unit_name
-
     files = transport.runner_sources()
     user = run_as or (
         None if user_unit else (host.ssh.split("@")[0] if host.ssh and "@" in host.ssh else getpass.getuser())
@@ -188,9 +186,19 @@ def bootstrap_plan(host: Host, user_unit: bool, run_as: str | None, python: str,
             f"bootstrap {host.describe()}:",
             f"  copy the runner ({len(files)} files) to {host.root}/.plan-runner/runner/",
             f"  where systemd runs, write the {'user' if user_unit else 'system'} unit "
-            f"{shlex.quote(unit_name(host.root))} (this root's own) and start it; elsewhere, no unit",
+            f"{_unit_said(host.root)} (this root's own) and start it; elsewhere, no unit",
         ],
     )
+
+
+def _unit_said(root: str) -> str:
+    """The unit a root's bootstrap writes, as the dry run can name it: a root under `~` is named by the host from
+    the path it expands to, which only the host knows."""
+    from runner.agent.unit import UNIT_PREFIX, unit_name
+
+    if root.startswith("~"):
+        return f"{UNIT_PREFIX}-<{root} as the host expands it>.service"
+    return shlex.quote(unit_name(root))
 
 
 def bootstrap(

@@ -120,6 +120,16 @@ def test_bootstrap_into_an_empty_directory(tmp_path: Path, unit_dirs: Path) -> N
     _bootstrap_and_start([str(root)], root)
 
 
+def test_a_dry_run_to_a_root_under_the_hosts_home_does_not_guess_its_unit_name(tmp_path: Path) -> None:
+    """The host names the unit from the path `~` expands to there: the dry run, which reaches no host, says so
+    rather than a name escaped from `~` that the host would never write."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  box:\n    ssh: nobody@127.0.0.1\n    root: ~/jobs\n")
+    code, out = plan("bootstrap", "box", "--hosts", str(hosts), "--dry-run")
+    assert code == 0, out
+    assert "unit plan-runner-<~/jobs as the host expands it>.service (this root's own)" in out, out
+
+
 def test_bootstrap_writes_no_unit_without_systemd_and_each_root_its_own_with_it(
     tmp_path: Path, unit_dirs: Path
 ) -> None:
