@@ -9,9 +9,10 @@ from typing import Any
 from runner.durations import format_duration
 from runner.readers import stopped_words, terminal_safe
 from runner.views.waiting import WaitGroup, cut_middle, every_waiter, group_waiting, waiter
+from runner.vocab import Reason
 
-# Reasons whose blocker is a job the runner runs (runner.vocab.Reason's LANE_BUSY, EXCLUSIVE)
-_ON_A_RUN = frozenset({"lane-busy", "exclusive"})
+# Reasons whose blocker is a job the runner runs
+_ON_A_RUN = frozenset({Reason.LANE_BUSY.value, Reason.EXCLUSIVE.value})
 DETAIL_WIDTH = 90  # a REQUIRES or command longer than this is cut in the middle: the file name at its end survives
 
 
