@@ -18,6 +18,7 @@ def push(compiled: Compiled, host: Host, options: PushOptions, show: Callable[[P
 
     Unreachable and RemoteFailed from the host, and Refused (lock busy, queue changed), propagate; a Ctrl-C is
     Interrupted, saying whether the push was applied."""
+    applied: PushOutcome | None = None
     try:
         with backend_for(host).push_session(options) as session:
             diff = session.diff(compiled, options)
@@ -29,11 +30,17 @@ def push(compiled: Compiled, host: Host, options: PushOptions, show: Callable[[P
             if not diff.has_work():
                 return PushOutcome(diff, notes=["nothing to push"])
             try:
-                return session.apply(diff)
+                applied = session.apply(diff)
             except KeyboardInterrupt:
                 raise Interrupted(_after_apply(session, diff, host)) from None
+        return applied
     except KeyboardInterrupt:
+        if applied is not None:  # while the session closed (its lock released): the install had ended whole
+            raise Interrupted(f"interrupted after the install: {_APPLIED.format(host.name)}") from None
         raise Interrupted(f"interrupted before the push was applied: nothing was changed on {host.name}") from None
+
+
+_APPLIED = "the push was applied on {} (`plan status` shows its queue)"
 
 
 def _after_apply(session: PushSession, diff: PushPlan, host: Host) -> str:
@@ -43,7 +50,7 @@ def _after_apply(session: PushSession, diff: PushPlan, host: Host) -> str:
     except KeyboardInterrupt:
         landed = None
     if landed:
-        return f"interrupted after the install: the push was applied on {host.name} (`plan status` shows its queue)"
+        return f"interrupted after the install: {_APPLIED.format(host.name)}"
     if landed is False:
         return f"interrupted before the install: the push was not applied; nothing was changed on {host.name}"
     return (

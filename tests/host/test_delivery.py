@@ -223,6 +223,28 @@ def test_a_ctrl_c_during_a_push_says_whether_it_was_applied(tmp_path: Path) -> N
     assert stopped.value.code == 130 and len(queue_of(root)) == 200
 
 
+def test_a_ctrl_c_while_the_push_session_closes_says_the_push_was_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the install, the session still closes (the push lock released): a Ctrl-C there is after a push that
+    was applied, not before one."""
+    from plancompiler.errors import Interrupted
+    from plancompiler.localagent import LocalSession
+
+    root = tmp_path / "q"
+    real = LocalSession.close
+
+    def close_then_ctrl_c(self: LocalSession) -> None:
+        real(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LocalSession, "close", close_then_ctrl_c)
+    with pytest.raises(Interrupted) as stopped:
+        push(compile_plan(make_plan(tmp_path / "p.yaml", "p", {"a": "true"})), resolve(str(root)), PushOptions(), print)
+    assert str(stopped.value).startswith(f"interrupted after the install: the push was applied on {root}")
+    assert len(queue_of(root)) == 1
+
+
 def test_push_says_when_the_runner_is_not_running_it(tmp_path: Path) -> None:
     root = tmp_path / "q"
     plan = make_plan(tmp_path / "p.yaml", "p", {"a": "sleep 60"})
