@@ -16,7 +16,8 @@ from plancompiler.watch.book import book_conditions, book_of, skew_condition
 from plancompiler.watch.incidents import Alert, Condition
 from plancompiler.watch.state import Rules, WatchState, host_subject
 from runner.durations import format_duration
-from runner.readers import status_problem, stopped_words, valid_events
+from runner.readers import status_problem, valid_events
+from runner.views.status import runner_down
 from runner.vocab import Event, Reason
 
 
@@ -218,8 +219,7 @@ def _stopped(answer: dict[str, Any], runner: dict[str, Any], stopped: dict[str, 
         Condition(
             "STOPPED",
             host,
-            f"runner pid {runner.get('pid')} {stopped_words(stopped)}: {queued} job{'s' * (queued != 1)} queued, "
-            "and none starts until a runner runs",
+            runner_down({"runner": runner}, stopped, queued).removeprefix("STOPPED: "),  # as plan status says it
             f"stopped:{stopped.get('at')}",
         )
     ]

@@ -53,7 +53,7 @@ def test_a_runner_stopped_with_work_queued_is_stopped_not_dead(
 
     code, out = _plan("watch", str(queue_root), "--once", "--state", state)
     assert code == 21, out
-    assert "STOPPED: runner pid" in out and "(SIGTERM): 3 jobs queued, and none starts until a runner runs" in out
+    assert "STOPPED: runner pid" in out and "(SIGTERM); 3 jobs queued, none starts until a runner runs" in out
     assert "DEAD" not in out
 
     code, out = _plan("status", str(queue_root))
