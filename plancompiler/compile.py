@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,22 @@ def display_path(path: Path) -> str:
     return rel if not rel.startswith("..") else str(path)
 
 
+@contextmanager
+def cycles_unsearched() -> Iterator[None]:
+    """Python's search for garbage cycles held off while a plan is compiled or pushed, then let run again (the
+    cycles left meanwhile are found by its next searches). Every job is hundreds of objects that live on to the end:
+    at 10 000 jobs the searches, each walking more of them, took 0.33 s of a 2 s push, and they found a few hundred
+    objects to free."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def compile_plan(
     path: Path,
     overrides: Mapping[str, str] | None = None,
@@ -74,13 +92,13 @@ def compile_plan(
     progress: Callable[[str], None] | None = None,
     limits: Limits | None = None,
 ) -> Compiled:
-    loaded = load_plan(path, display_path(path), (limits or Limits()).max_size)
-    if loaded.plan is None:
-        return Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
-    expanded = expand(loaded.plan, loaded.source, overrides, limits)
-    result = compile_expanded(
-        path, loaded.source, loaded.plan, expanded, template_dirs(path, templates), lint, use_cache, progress, limits
-    )
+    with cycles_unsearched():
+        loaded = load_plan(path, display_path(path), (limits or Limits()).max_size)
+        if loaded.plan is None:
+            return Compiled(path, loaded.source, loaded.plan, diagnostics=list(loaded.diagnostics))
+        expanded = expand(loaded.plan, loaded.source, overrides, limits)
+        dirs = template_dirs(path, templates)
+        result = compile_expanded(path, loaded.source, loaded.plan, expanded, dirs, lint, use_cache, progress, limits)
     result.diagnostics[:0] = loaded.diagnostics
     return result
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from plancompiler.backends import backend_for
 from plancompiler.backends.protocol import PushOptions, PushOutcome, PushPlan, PushSession, Refused
-from plancompiler.compile import Compiled
+from plancompiler.compile import Compiled, cycles_unsearched
 from plancompiler.errors import Interrupted
 from plancompiler.hosts import Host
 
@@ -20,7 +20,7 @@ def push(compiled: Compiled, host: Host, options: PushOptions, show: Callable[[P
     Interrupted, saying whether the push was applied."""
     applied: PushOutcome | None = None
     try:
-        with backend_for(host).push_session(options) as session:
+        with cycles_unsearched(), backend_for(host).push_session(options) as session:
             diff = session.diff(compiled, options)
             show(diff)
             if diff.errors:
