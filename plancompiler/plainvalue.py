@@ -1,17 +1,23 @@
-"""Stage 2's shortcut: a field of text and `{{ name }}` / `{{ name.key }}` rendered without jinja, as jinja would.
+"""Stages 2 and 4's shortcut: a field, or a job's body, of text and `{{ name }}` / `{{ name.key }}` rendered without
+jinja, as jinja would.
 
 Most fields of a plan are paths and names built from vars and foreach rows (`{{ work }}/models/{{ model }}`),
 rendered once per job: through jinja each costs a new context and a generator. Here such a field is read
 once into its pieces and filled by lookups. Anything else (a filter, an expression, a keyword, a name that
 is not a str or int in the context, a key that is also a dict method, a value over the size limit) returns
-None and is left to jinja, which then renders it, or says what is wrong, exactly as before.
+None and is left to jinja, which then renders it, or says what is wrong, exactly as before. A body is read
+from its template's tree as the shell escaper rewrote it (each `{{ }}` passed through `_esc` with its quoting
+context): each value goes through the same escaper with the same arguments; a body with any other tag, or a
+value the escaper refuses, is left to jinja in the same way.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from jinja2 import nodes
 
 _PIECE = re.compile(r"\{\{ *([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))? *\}\}")
 _OPENER = re.compile(r"\{[{%#]")
@@ -75,6 +81,63 @@ def render_plain(value: str, context: Mapping[str, Any], limit: int) -> str | No
         if found is None or len(found) > limit:
             return None
         out += (text, found)
+    out.append(tail)
+    result = "".join(out)
+    return result if len(result) <= limit else None
+
+
+# (text before, name, key or None, the escaper's arguments) ...; the tail; the largest number among the arguments
+Body = tuple[tuple[tuple[str, str, str | None, tuple[Any, ...]], ...], str, int]
+
+
+def body_pieces(tree: nodes.Template) -> Body | None:
+    """A job body's template TREE (as the shell escaper rewrote it) as pieces, or None where jinja must render it."""
+    pieces = []
+    text: list[str] = []
+    largest = 0
+    for node in tree.body:
+        if type(node) is not nodes.Output:
+            return None  # a tag: {% if %}, {% set %}, {% for %}, a macro, an include ...
+        for child in node.nodes:
+            if type(child) is nodes.TemplateData:
+                text.append(child.data)
+                continue
+            if type(child) is not nodes.Filter or child.name != "_esc" or child.kwargs or child.dyn_args:
+                return None
+            consts = [arg for arg in child.args if isinstance(arg, nodes.Const)]
+            if child.dyn_kwargs or len(consts) != len(child.args):
+                return None
+            target, key = child.node, None
+            if isinstance(target, nodes.Getattr) and type(target.node) is nodes.Name:
+                key = target.attr
+                target = target.node
+            if not isinstance(target, nodes.Name) or target.name in _KEYWORDS or key in _KEYWORDS:
+                return None
+            args = tuple(arg.value for arg in consts)
+            largest = max([largest, *(abs(a) for a in args if type(a) is int)])
+            pieces.append(("".join(text), target.name, key, args))
+            text = []
+    return tuple(pieces), "".join(text), largest
+
+
+def render_body(parsed: Body, context: Mapping[str, Any], escape: Callable[..., str], limit: int) -> str | None:
+    """A body's PARSED pieces filled from CONTEXT, each value through ESCAPE; None where jinja must render it."""
+    pieces, tail, largest = parsed
+    if largest > limit:
+        return None  # the sandbox refuses such an argument: jinja says so
+    out: list[str] = []
+    try:
+        for text, name, key, args in pieces:
+            found = _lookup(context, name, key)
+            if found is None or len(found) > limit:
+                return None
+            value = context[name] if key is None else context[name][key]
+            written = escape(value, *args)
+            if len(written) > limit:
+                return None
+            out += (text, written)
+    except Exception:  # a value the escaper refuses: jinja's render raises it, where it is told apart
+        return None
     out.append(tail)
     result = "".join(out)
     return result if len(result) <= limit else None

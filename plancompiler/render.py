@@ -9,7 +9,7 @@ import os
 import re
 import shlex
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -24,8 +24,9 @@ from plancompiler.expand import RESERVED, ExpandedJob
 from plancompiler.graph import Graph
 from plancompiler.load import Source
 from plancompiler.models import Requirement
+from plancompiler.plainvalue import Body, body_pieces, render_body
 from plancompiler.sandbox import LimitExceeded, Limits
-from plancompiler.shell import ContextError, ValueRefused, finish_heredocs, shell_environment
+from plancompiler.shell import ContextError, ValueRefused, escape, finish_heredocs, shell_environment
 from runner import jobfile
 
 _INLINE = "inline:"
@@ -65,7 +66,20 @@ class Renderer:
         )
         self.loader = loader
         self.env = shell_environment(limits, loader=loader)
+        self.escape: Callable[..., str] = escape  # what each `{{ }}` passes through (the lint's shapes put theirs)
         self._names: dict[str, set[str] | None] = {}
+        self._bodies: dict[str, Body | None] = {}
+
+    def render(self, name: str, template: jinja2.Template, context: Mapping[str, Any], what: str) -> str:
+        """Template NAME's body over CONTEXT: without jinja where it is only text and values (plainvalue)."""
+        if name not in self._bodies:
+            try:
+                self._bodies[name] = body_pieces(self.env.parse(self.loader.get_source(self.env, name)[0], name))
+            except Exception:  # jinja reads it, and says what is wrong with it
+                self._bodies[name] = None
+        parsed = self._bodies[name]
+        found = None if parsed is None else render_body(parsed, context, self.escape, self.env.limits.max_size)
+        return found if found is not None else self.env.render_bounded(template, context, what)
 
     def _inline_source(self, name: str) -> tuple[str, str, Any] | None:
         if name in self.inline:
@@ -268,7 +282,7 @@ def _render_one(job: ExpandedJob, name: str, renderer: Renderer, place: _Place) 
     except (ContextError, jinja2.TemplateError, RecursionError, LimitExceeded) as exc:
         return None, _unreadable(exc, place, who)
     try:
-        body = renderer.env.render_bounded(template, job.context, f"{who}'s body")
+        body = renderer.render(name, template, job.context, f"{who}'s body")
     except (
         jinja2.TemplateError,
         ValueRefused,
