@@ -23,7 +23,7 @@ from plancompiler.diagnostics import Diagnostic, error, warning
 from plancompiler.expand import RESERVED, ExpandedJob
 from plancompiler.graph import Graph
 from plancompiler.load import Source
-from plancompiler.models import Requirement
+from plancompiler.models import Output, Requirement
 from plancompiler.plainvalue import Body, body_pieces, render_body
 from plancompiler.sandbox import LimitExceeded, Limits
 from plancompiler.shell import ContextError, ValueRefused, escape, finish_heredocs, shell_environment
@@ -126,7 +126,7 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def condition(requirements: Sequence[Requirement], graph: Graph) -> str | None:
+def condition(requirements: Sequence[Requirement | Output], graph: Graph) -> str | None:
     """REQUIRES/DONE_IF text in the forms the runner evaluates without a fork."""
     parts = []
     for req in requirements:
@@ -389,11 +389,7 @@ def _unused_with(job: ExpandedJob, renderer: Renderer, name: str, source: Source
 
 def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comment: str) -> tuple[str, int]:
     spec = job.job
-    done_if = (
-        condition(job.done_if, graph)
-        if job.done_if is not None
-        else condition([Requirement(kind=o.kind, value=o.value) for o in job.outputs], graph)
-    )
+    done_if = condition(job.done_if if job.done_if is not None else job.outputs, graph)
     fields: dict[str, Any] = {
         "lane": spec.lane,
         # The blank line ends the header: a body that starts with a comment such as `# {{ note }}`
@@ -410,9 +406,9 @@ def _with_header(job: ExpandedJob, body: str, graph: Graph, plan_name: str, comm
         "outputs": [o.value for o in job.outputs],
         "comment": comment,
     }
-    unsigned = jobfile.format(**fields)
-    digest = hashlib.sha256(unsigned.encode()).hexdigest()[:10]
-    text = jobfile.format(**fields, plan=f"{plan_name}@{digest}")
+    text = jobfile.format(
+        **fields, sign=lambda unsigned: f"{plan_name}@{hashlib.sha256(unsigned.encode()).hexdigest()[:10]}"
+    )
     header = text.index("\n\n") + 2  # the header's lines and the blank line: the body starts after them
     return text, text[:header].count("\n")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from runner.durations import parse_duration
@@ -410,8 +410,9 @@ def format(
     gpus: int | None = None,
     expect_wait: str | None = None,
     priority: int | None = None,
+    sign: Callable[[str], str] | None = None,
 ) -> str:
-    """A job file's text: the header in contract order, an optional comment line, the body."""
+    """A job file's text: the header in contract order, an optional comment line, the body (SIGN: PLAN of the rest)."""
     values = {
         "LANE": lane,
         "REQUIRES": requires,
@@ -425,18 +426,25 @@ def format(
         "GPUS": None if gpus is None else str(gpus),
         "PRIORITY": None if not priority else str(priority),  # 0 is the default: no line, the file as before
     }
-    lines = []
+    lines: list[str] = []
     for key in HEADER_KEYS:
-        value = values[key]
-        if value is None:
-            continue
-        if "\n" in value or "\r" in value or not value.strip():
-            raise ValueError(f"header value for {key} must be one non-empty line: {value!r}")
-        lines.append(f"# {key}={value}")
+        if key == "PLAN" and sign is not None:
+            plan_at = len(lines)
+        elif (value := values[key]) is not None:
+            lines.append(_one_line(key, value))
     if comment:
         # The comment line is inside the script: a newline in it would start a command.
         if "\n" in comment or "\r" in comment:
             raise ValueError(f"the header comment must be one line: {comment!r}")
         lines.append(f"# {comment}")
     text = "\n".join(lines) + "\n" + body
+    if sign is not None:  # the compiler's `name@digest`, of the text without its line
+        lines.insert(plan_at, _one_line("PLAN", sign(text if text.endswith("\n") else text + "\n")))
+        text = "\n".join(lines) + "\n" + body
     return text if text.endswith("\n") else text + "\n"
+
+
+def _one_line(key: str, value: str) -> str:
+    if "\n" in value or "\r" in value or not value.strip():
+        raise ValueError(f"header value for {key} must be one non-empty line: {value!r}")
+    return f"# {key}={value}"

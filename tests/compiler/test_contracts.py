@@ -4,6 +4,7 @@ circles among them, are tests/test_architecture.py's)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +75,27 @@ def test_the_box_side_is_one_package_and_the_plan_side_keeps_no_copy_of_its_form
         text = path.read_text()
         for copy in ("EXTRA_HANDLERS", "noqa: F821", '"# PLAN="', 'b"# PLAN="', 'partition("-")', "parked.json"):
             assert copy not in text, f"{path.relative_to(REPO)} keeps {copy!r}"
+
+
+def test_a_signed_header_is_the_header_with_its_plan_line_made_from_the_rest() -> None:
+    """The compiler formats each job once: SIGN gets the file without its PLAN line and what it returns goes in
+    PLAN's place (before GPUS and PRIORITY), byte for byte what formatting it again with that PLAN writes."""
+    seen: list[str] = []
+
+    def sign(unsigned: str) -> str:
+        seen.append(unsigned)
+        return f"p@{len(unsigned)}"
+
+    fields: dict[str, Any]
+    for fields in (
+        {"lane": "cpu", "body": "\necho hi"},
+        {"lane": "gpu", "body": "\necho hi\n", "done_if": "test -f /o", "outputs": ["/o"], "gpus": 2, "priority": 3},
+        {"lane": "net", "body": "\ntrue\n", "requires": "test -d /i", "retries": 4, "comment": "generated"},
+    ):
+        seen.clear()
+        signed = jobfile.format(**fields, sign=sign)
+        assert seen == [jobfile.format(**fields)]
+        assert signed == jobfile.format(**fields, plan=f"p@{len(seen[0])}")
+        assert f"# PLAN=p@{len(seen[0])}\n" in signed
+    with pytest.raises(ValueError, match="header value for PLAN must be one non-empty line"):
+        jobfile.format(lane="cpu", body="\ntrue\n", sign=lambda _: "p@1\ntouch PWNED")
