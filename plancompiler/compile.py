@@ -132,25 +132,30 @@ def manifest(compiled: Compiled) -> dict[str, Any]:
     """The plan's job graph for the runner's `blocked` reason (contract 2, manifest.json)."""
     assert compiled.graph is not None and compiled.plan is not None
     graph = compiled.graph
+    requires, deps, order_only = graph.requires, graph.deps, graph.order_only
     jobs = {}
-    for job in compiled.jobs:
-        jobs[job.filename] = {
-            "lane": job.job.job.lane,
-            "requires": graph.requires.get(job.name, []),
-            "outputs": [o.value for o in job.job.outputs],
+    for rendered in compiled.jobs:
+        job = rendered.job
+        spec, name = job.job, job.name
+        ordered = order_only.get(name)
+        entry: dict[str, Any] = {
+            "lane": spec.lane,
+            "requires": requires.get(name, []),
+            "outputs": [o.value for o in job.outputs],
             # what it reads: a rerun of one of these makes it stale (runner/stamps/store.py); `order` only gates it
-            "after": [f"{d}.job" for d in graph.deps.get(job.name, []) if d not in graph.order_only.get(job.name, [])],
+            "after": [f"{d}.job" for d in deps.get(name, []) if not ordered or d not in ordered],
         }
-        if graph.order_only.get(job.name):
-            jobs[job.filename]["order"] = [f"{d}.job" for d in graph.order_only[job.name]]
-        checks = [r.value for r in job.job.done_if or () if r.kind not in ("sh", "after")]
-        if checks and checks != jobs[job.filename]["outputs"]:
-            jobs[job.filename]["done_if"] = checks  # what judges it done, for the cross-plan output check
-        if job.job.job.rerun == "never":  # read by runner/stamps/store.py: its DONE_IF alone decides
-            jobs[job.filename]["rerun"] = "never"
-        family = job.job.job.name if job.job.job.foreach is not None else job.job.job.template
+        if ordered:
+            entry["order"] = [f"{d}.job" for d in ordered]
+        checks = [r.value for r in job.done_if or () if r.kind not in ("sh", "after")]
+        if checks and checks != entry["outputs"]:
+            entry["done_if"] = checks  # what judges it done, for the cross-plan output check
+        if spec.rerun == "never":  # read by runner/stamps/store.py: its DONE_IF alone decides
+            entry["rerun"] = "never"
+        family = spec.name if spec.foreach is not None else spec.template
         if family:  # the jobs of one family are expected to take about as long (runner/estimates)
-            jobs[job.filename]["family"] = family
+            entry["family"] = family
+        jobs[f"{name}.job"] = entry
     producers = {path: [f"{n}.job" for n in names] for path, names in graph.producers.items()}
     found = {
         "plan": compiled.plan.plan,

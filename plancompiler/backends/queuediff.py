@@ -167,7 +167,7 @@ class _Diff:
             taken = f"taken over from {'plan ' + held_by if held_by else 'a hand-written job'}; attempts reset"
             self.request["take_over"].append(name)
             self.request["resets"].append(name)
-        same = info.get("sha") == _sha(text)
+        same = state is not None and info.get("sha") == self.record["jobs"][name]["sha"]  # the record hashed it
         if state is None:
             self.changes.append(Change("+", name, None, taken))
             self.request["files"][name] = text
