@@ -149,6 +149,26 @@ def write_json(path: Path, value: Any) -> None:
     atomic_write(path, (json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n").encode())
 
 
+_TABLE = "\0a table encoded once\0"  # stands for it while what holds it is encoded
+
+
+def json_with(value: Any, holders: list[dict[str, Any]], table: str | None, sort_keys: bool = False) -> str:
+    """json.dumps(VALUE), the "jobs" of each of HOLDERS written as TABLE, its JSON encoded once: a push's jobs
+    table (10 000 jobs, 2 MB) is in its install record and twice in the manifest."""
+    kept = [(holder, holder["jobs"]) for holder in holders]
+    for holder, _ in kept:
+        holder["jobs"] = _TABLE
+    try:
+        text = json.dumps(value, sort_keys=sort_keys)
+    finally:
+        for holder, jobs in kept:
+            holder["jobs"] = jobs
+    marker = json.dumps(_TABLE)
+    if table is None or text.count(marker) != len(holders):  # the marker's text sent in a value: encoded whole
+        return json.dumps(value, sort_keys=sort_keys)
+    return text.replace(marker, table)
+
+
 def drain(fd: int, size: int) -> bytes:
     """Everything left to read from FD, SIZE bytes a read."""
     chunks = []

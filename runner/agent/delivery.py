@@ -23,6 +23,7 @@ from runner.files import (
     atomic_write,
     file_mode,
     fsync_dir,
+    json_with,
     make_dir,
     open_regular,
     read_json,
@@ -216,8 +217,10 @@ def install(root: str, request: dict[str, Any]) -> dict[str, Any]:
             client=request.get("client"),
             generation=manifest["generation"],
         )
-        atomic_write(Path(root) / INSTALL_RECORD, (json.dumps(pending) + "\n").encode())
-        result = _apply(root, pending, manifest)
+        table = _table(pending["record"])
+        holders = [pending["record"]] if table else []
+        atomic_write(Path(root) / INSTALL_RECORD, (json_with(pending, holders, table) + "\n").encode())
+        result = _apply(root, pending, manifest, table)
     finally:
         _drop_stage(root, stage)
     return result
@@ -265,7 +268,7 @@ def _plain(name: Any, prefix: str = "") -> bool:
     return isinstance(name, str) and name.startswith(prefix) and "/" not in name and name not in ("", ".", "..")
 
 
-def _apply(root: str, pending: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+def _apply(root: str, pending: dict[str, Any], manifest: dict[str, Any], table: str | None = None) -> dict[str, Any]:
     """What a pending install does after its files are staged: removes, resets, stale marks, the renames, stop
     requests, the manifest (once: unless a manifest past the record's generation is there), then the record
     removed."""
@@ -284,13 +287,24 @@ def _apply(root: str, pending: dict[str, Any], manifest: dict[str, Any]) -> dict
         or pending.get("stale")
     ):
         # Every install that changed something moves the generation, so a push that looked before it is refused.
-        manifest = _record(manifest, pending.get("record"), pending.get("take_over", []), pending.get("client"))
+        record: Any = pending.get("record")
+        manifest = _record(manifest, record, pending.get("take_over", []), pending.get("client"))
+        table = table or _table(record)  # the plan's jobs: in its entry, and the union where it is all of it
+        holders = [manifest["plans"][record["plan"]]] if table else []
+        if holders and manifest["jobs"] == record["jobs"]:
+            holders.append(manifest)
         # compact, so the C encoder writes it (indented, 10 000 jobs took 6x as long: most of an install's CPU)
-        atomic_write(Path(root) / "manifest.json", (json.dumps(manifest, sort_keys=True) + "\n").encode())
+        atomic_write(Path(root) / "manifest.json", (json_with(manifest, holders, table, True) + "\n").encode())
     os.unlink(os.path.join(root, INSTALL_RECORD))
     fsync_dir(Path(root))
     result["generation"] = manifest["generation"]
     return result
+
+
+def _table(record: Any) -> str | None:
+    """The jobs table of a plan's RECORD as JSON, sorted as manifest.json holds it; None where there is none."""
+    jobs = record.get("jobs") if isinstance(record, dict) and isinstance(record.get("plan"), str) else None
+    return json.dumps(jobs, sort_keys=True) if isinstance(jobs, dict) and jobs else None
 
 
 def _stage(root: str, stage: str, files: dict[str, str]) -> None:

@@ -445,3 +445,37 @@ def test_an_install_of_many_files_lands_each_whole_with_the_usual_mode(tmp_path:
     assert {p.name: p.read_text() for p in (root / "queue").iterdir()} == files
     assert {p.stat().st_mode for p in (root / "queue").iterdir()} == {stat.S_IFREG | 0o600}
     assert not [p for p in root.iterdir() if p.name.startswith(".plan-stage-")]
+
+
+def test_the_manifest_is_written_sorted_and_compact_its_jobs_table_encoded_once(tmp_path: Path) -> None:
+    """A plan's jobs table is encoded once and spliced into the install record and the manifest's two places:
+    manifest.json stays exactly json.dumps(sort_keys=True) of what it holds, with one plan or two, and a value
+    that holds the splice's marker text is encoded whole instead."""
+    root = tmp_path / "q"
+    host = Host(name=str(root), root=str(root))
+    compiled = compile_plan(make_plan(tmp_path / "p.yaml", "p", {f"j{i}": f"echo {i}" for i in range(30)}))
+    other = compile_plan(make_plan(tmp_path / "o.yaml", "o", {"k": "echo k"}))
+    assert compiled.clean() and other.clean()
+
+    def canonical() -> dict:
+        text = (root / "manifest.json").read_text()
+        assert text == json.dumps(json.loads(text), sort_keys=True) + "\n"
+        return json.loads(text)
+
+    assert push(compiled, host, PushOptions(), lambda diff: None).applied
+    assert set(canonical()["plans"]["p"]["jobs"]) == set(canonical()["jobs"]) == {f"j{i}.job" for i in range(30)}
+    assert push(other, host, PushOptions(), lambda diff: None).applied
+    assert set(canonical()["jobs"]) == {f"j{i}.job" for i in range(30)} | {"k.job"}
+    session = host.session()
+    try:  # a record that holds the marker's text beside its table: sent as a client could send it
+        assert session.ask("lock", {"wait_s": 5, "create": True}) == {"locked": True}
+        probe = session.ask("probe", {"allow_missing": True})
+        spec = {"lane": "cpu", "requires": [], "outputs": [], "after": [], "sha": "0"}
+        marker = {"\0a table encoded once\0": ["m.job"]}
+        record = {"plan": "m", "hash": "0", "jobs": {"m.job": spec}, "producers": marker, "external": []}
+        files = {"m.job": "# LANE=cpu\n\necho m\n"}
+        answer = session.ask("install", {"files": files, "record": record, "generation": probe["generation"]})
+    finally:
+        session.close()
+    assert answer["installed"] == ["m.job"]
+    assert canonical()["plans"]["m"]["producers"] == marker and "\0a table encoded once\0" in canonical()["producers"]
