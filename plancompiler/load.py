@@ -225,14 +225,15 @@ def _check_depth(text: str) -> None:
     """Nesting is measured on the event stream first: composing a very deep document crashes libyaml."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     depth = 0
+    get = loader.get_event  # None after the last: one call an event (10 000 jobs: 40 000 events)
     try:
-        while loader.check_event():
-            event = loader.get_event()
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+        while (event := get()) is not None:
+            kind = type(event)
+            if kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
                 depth += 1
                 if depth > MAX_DEPTH:
                     raise _Refused(event.start_mark, f"values nested more than {MAX_DEPTH} deep")
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
                 depth -= 1
     finally:
         loader.dispose()

@@ -57,6 +57,8 @@ def push_effects(
     the stamps to mark stale, producers first."""
     effects: dict[str, Effect] = {}
     marks: list[list[str]] = []
+    if not any(state == "done" for state, _ in states.values()):
+        return effects, marks  # every effect starts at a done job (changed, or stale): a first push has none
     root_of: dict[str, str] = {}  # a job that will run again -> the changed job that makes it
     for name in _order(jobs):
         spec = jobs[name]
