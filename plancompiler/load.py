@@ -59,6 +59,7 @@ MAX_DEPTH = 100  # nesting of mappings and lists: plans need a handful; C libyam
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+STR_TAG = "tag:yaml.org,2002:str"  # a plain string's tag: its value is the node's text, as SafeConstructor makes it
 
 
 MAX_NODES = 500_000  # values built, aliases counted each time they are used (a billion laughs stops here)
@@ -183,7 +184,11 @@ def _build(node: yaml.Node, loader: Any, loc: Loc, source: Source, walk: _Walk) 
         if walk.sizes is not None:
             walk.built.add(id(node))
         return built
-    value = loader.construct_object(node, deep=True)
+    value = (
+        node.value
+        if node.tag == STR_TAG and type(node) is yaml.ScalarNode
+        else loader.construct_object(node, deep=True)
+    )
     if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
         # A block scalar's text starts on the line after its indicator.
         source.values[loc] = (node.start_mark.line + 2, 1)
@@ -211,7 +216,7 @@ def _build_collection(node: yaml.Node, loader: Any, loc: Loc, source: Source, wa
             continue
         if not isinstance(key_node, yaml.ScalarNode):
             raise _Refused(key_node.start_mark, "a key must be a plain value such as a name, not a list or mapping")
-        key = loader.construct_object(key_node, deep=True)
+        key = key_node.value if key_node.tag == STR_TAG else loader.construct_object(key_node, deep=True)
         if key in seen:
             raise _Duplicate(str(key), seen[key], key_node.start_mark)
         seen[key] = key_node.start_mark
