@@ -479,3 +479,15 @@ def test_the_manifest_is_written_sorted_and_compact_its_jobs_table_encoded_once(
         session.close()
     assert answer["installed"] == ["m.job"]
     assert canonical()["plans"]["m"]["producers"] == marker and "\0a table encoded once\0" in canonical()["producers"]
+
+
+def test_a_local_install_is_sent_as_json_would_carry_it() -> None:
+    """The forked install takes the request as it is only where JSON would carry it unchanged; a tuple, a key
+    that is not a string, an object, or one list in two places goes through JSON first, as over a pipe."""
+    from plancompiler.localagent import _plain
+
+    assert _plain({"files": {"a.job": "echo é\n"}, "record": {"jobs": {"a.job": {"after": [], "n": 1.5}}}, "x": None})
+    assert _plain([True, 0, "", [], {}])
+    shared: list[str] = []
+    for sent in ({"a": ("t",)}, {1: "a"}, {"a": {"b": object()}}, {"a": shared, "b": shared}, (1,), {"a": b"x"}):
+        assert not _plain(sent), sent
