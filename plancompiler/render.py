@@ -70,8 +70,16 @@ class Renderer:
         self._names: dict[str, set[str] | None] = {}
         self._bodies: dict[str, Body | None] = {}
 
-    def render(self, name: str, template: jinja2.Template, context: Mapping[str, Any], what: str) -> str:
-        """Template NAME's body over CONTEXT: without jinja where it is only text and values (plainvalue)."""
+    def render(
+        self,
+        name: str,
+        template: jinja2.Template,
+        context: Mapping[str, Any],
+        what: str,
+        again: Callable[[], object] | None = None,
+    ) -> str:
+        """Template NAME's body over CONTEXT: without jinja where it is only text and values (plainvalue); AGAIN
+        is called before jinja renders one the shortcut began (an escaper that keeps what it saw starts over)."""
         if name not in self._bodies:
             try:
                 self._bodies[name] = body_pieces(self.env.parse(self.loader.get_source(self.env, name)[0], name))
@@ -79,7 +87,11 @@ class Renderer:
                 self._bodies[name] = None
         parsed = self._bodies[name]
         found = None if parsed is None else render_body(parsed, context, self.escape, self.env.limits.max_size)
-        return found if found is not None else self.env.render_bounded(template, context, what)
+        if found is not None:
+            return found
+        if parsed is not None and again is not None:
+            again()
+        return self.env.render_bounded(template, context, what)
 
     def _inline_source(self, name: str) -> tuple[str, str, Any] | None:
         if name in self.inline:

@@ -228,7 +228,7 @@ def shapes(jobs: Sequence[RenderedJob], template_dirs: Sequence[Path], limits: L
         return []
     renderer = Renderer(template_dirs, [j.job for j in jobs], limits)
     values = _Values()
-    renderer.env.filters["_esc"] = _shape_filter(values)
+    renderer.escape = renderer.env.filters["_esc"] = _shape_filter(values)  # filters holds it bounded
     found = []
     for job in jobs:
         values.reset()
@@ -245,7 +245,7 @@ def _shape(job: RenderedJob, renderer: Renderer, values: _Values) -> Shape:
     name = spec.template if spec.template is not None else f"{_INLINE}{job.job.index}"
     try:
         template = renderer.env.get_template(name)
-        framed = renderer.env.render_bounded(template, job.job.context, job.name)
+        framed = renderer.render(name, template, job.job.context, job.name, values.reset)
     except Exception:
         return own(job)
     pieces = _MARK.split(framed)  # text, index, placeholder, text, ...
