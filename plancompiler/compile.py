@@ -80,6 +80,10 @@ def cycles_unsearched() -> Iterator[None]:
     try:
         yield
     finally:
+        # What was made meanwhile goes to the oldest generation unsearched (freeze, then unfreeze: two list
+        # moves): not searched at once, all of it, by the next young search; full searches still find its cycles.
+        gc.freeze()
+        gc.unfreeze()
         gc.enable()
 
 
