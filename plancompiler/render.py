@@ -69,6 +69,14 @@ class Renderer:
         self.escape: Callable[..., str] = escape  # what each `{{ }}` passes through (the lint's shapes put theirs)
         self._names: dict[str, set[str] | None] = {}
         self._bodies: dict[str, Body | None] = {}
+        self._templates: dict[str, jinja2.Template] = {}
+
+    def template(self, name: str) -> jinja2.Template:
+        """Template NAME, compiled once: jinja's cache is asked once a name, not once a job (what fails, each time)."""
+        found = self._templates.get(name)
+        if found is None:
+            found = self._templates[name] = self.env.get_template(name)
+        return found
 
     def render(
         self,
@@ -290,7 +298,7 @@ def _render_one(job: ExpandedJob, name: str, renderer: Renderer, place: _Place) 
     """JOB's body from template NAME, or the located reasons it has none."""
     who = f"job {job.name}"
     try:
-        template = renderer.env.get_template(name)
+        template = renderer.template(name)
     except (ContextError, jinja2.TemplateError, RecursionError, LimitExceeded) as exc:
         return None, _unreadable(exc, place, who)
     try:

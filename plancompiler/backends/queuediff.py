@@ -39,7 +39,9 @@ def plan_record(
     slots = {**graph.get("slots", {}), **(host_slots or {})}
     gpus = {**graph.get("gpus", {}), **({"gpu": list(host_gpus)} if host_gpus else {})}
     texts = {job.filename: job.text for job in compiled.jobs}
-    jobs = {name: {**spec, "sha": _sha(texts[name])} for name, spec in graph["jobs"].items()}
+    jobs = graph["jobs"]  # made for this record: each entry gets its job's hash in place
+    for name, spec in jobs.items():
+        spec["sha"] = _sha(texts[name])
     never = sorted(n for n, spec in jobs.items() if spec.get("rerun") == "never")
     # `rerun: never` lives only in the manifest: changing it must change the plan's hash, so it is recorded.
     counted = [f"{lane}={n}" for lane, n in sorted(slots.items())]  # a change of slots is pushed too

@@ -244,7 +244,7 @@ def _shape(job: RenderedJob, renderer: Renderer, values: _Values) -> Shape:
     spec = job.job.job
     name = spec.template if spec.template is not None else f"{_INLINE}{job.job.index}"
     try:
-        template = renderer.env.get_template(name)
+        template = renderer.template(name)
         framed = renderer.render(name, template, job.job.context, job.name, values.reset)
     except Exception:
         return own(job)
