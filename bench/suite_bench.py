@@ -70,6 +70,9 @@ def main() -> int:
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the suite as Ctrl-C does
+    # Started as a shell's background job, this process has SIGINT ignored, and so would every process of the
+    # suite (a handled signal is reset to the default in a child; an ignored one stays ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     runs = int(os.environ.get("BENCH_RUNS", "5"))
     if runs < 3:
         parser.error("BENCH_RUNS: at least 3")

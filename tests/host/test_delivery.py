@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,17 @@ def test_hand_written_jobs_are_never_replaced_or_pruned(tmp_path: Path) -> None:
     assert set(queue_of(root)) == {"a.job", "c.job"}
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C is Python's KeyboardInterrupt in this process, as at a terminal, whatever started the suite: a
+    shell's background job (`pytest &`) has SIGINT ignored in every worker, and a Ctrl-C the push held back
+    until its install ended was then dropped (the push exited 0)."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, inherited)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_a_ctrl_c_during_a_push_says_whether_it_was_applied(tmp_path: Path) -> None:
     """A SIGINT while the install runs is held until the install ends (it lands whole), then the push says it was
     applied and exits 130; one while the diff is shown says nothing was changed, and nothing was."""
