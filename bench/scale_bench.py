@@ -3,7 +3,8 @@ processes, min / median / max of BENCH_RUNS (>= 5) runs; in each run every size 
 with --baseline DIR, and task-spooler), so the machine's noise hits all alike:
 
 - push: `plan push ROOT plan.yaml` of a foreach plan of N no-op jobs (`date +%s.%N > out/I.txt`, with `outputs:`)
-  to a fresh local root, against writing the same job files and one `sync` (a process of its own);
+  to a fresh local root, against writing the same job files and one `sync` (a process of its own); the ratio of
+  their wall times, and of their CPU (user + system of each process and its children);
 - dispatch: a real `python3 -m runner run --tick 10` (one cpu slot) on that root: the 100 jobs after the first
   end, per job (the jobs' own clocks);
 - CPU busy: the runner's CPU seconds (utime + stime from /proc) while it dispatches those 100 jobs, per second of
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -126,6 +128,13 @@ def writer(size: Size, root: Path) -> float:
     took = run_step([sys.executable, "-c", WRITER, str(root / "queue"), str(target)])
     shutil.rmtree(target, ignore_errors=True)
     return took
+
+
+def children_cpu() -> float:
+    """User + system seconds of this script's ended child processes (and theirs): a push's CPU, less moved by
+    the machine's load than its wall time is."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def cpu_s(pid: int) -> float:
@@ -264,12 +273,17 @@ def main() -> None:
                         continue
                     root, out = size.fresh(tree.label)
                     os.sync()  # what the bench removed (10 000 files) is not left for the push's sync to write
+                    before = children_cpu()
                     took = run_step(size.plan("push", str(root), str(size.plans[tree.label])), tree.env)
+                    push_cpu = children_cpu() - before
                     if len(os.listdir(root / "queue")) != size.jobs:  # a refused push exits 1, as a check does
                         raise RuntimeError(f"the push of {size.jobs} jobs did not install them all")
                     if "push" in only:
                         add("push", took)
+                        add("push cpu", push_cpu)
+                        before = children_cpu()
                         add("write+sync", writer(size, root))
+                        add("write cpu", children_cpu() - before)
                     if only & {"dispatch", "status"}:
                         runner_run(tree, size, root, out, add)
                     shutil.rmtree(root, ignore_errors=True)
@@ -338,6 +352,7 @@ def print_table(got: dict[tuple[str, str, int], list[float]], trees: list[Tree],
                     figure(key("push")),
                     figure(key("write+sync")),
                     push_ratio(key("push"), key("write+sync")),
+                    push_ratio(key("push cpu"), key("write cpu")),
                     figure(key("status")),
                     figure(key("check")),
                 ]
@@ -364,6 +379,7 @@ def print_table(got: dict[tuple[str, str, int], list[float]], trees: list[Tree],
                 "plan push (local root)",
                 "write same files + sync",
                 "push vs write+sync",
+                "the same, CPU (user + system)",
                 "plan status (runner alive, parked)",
                 "plan check --no-cache",
             ],
