@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import jinja2
@@ -47,8 +48,8 @@ class ExpandedJob:
     done_if: tuple[Requirement, ...] | None
     row: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def filename(self) -> str:
+    @cached_property
+    def filename(self) -> str:  # asked for many times a job by the push's diff and record
         return f"{self.name}.job"
 
 
