@@ -201,6 +201,15 @@ def _unit_said(root: str) -> str:
     return shlex.quote(unit_name(root))
 
 
+# Why the host wrote no unit (runner.agent.bootstrap's answer), as said: an older agent says nothing, and it knew
+# only the first.
+_NO_SYSTEMD = {
+    "system": "systemd is not running on {host}: no unit written",
+    "user": "no systemd user manager for this login on {host}: no unit written (a --user unit needs a login "
+    "session that has one, or `loginctl enable-linger`)",
+}
+
+
 def bootstrap(
     host: Host,
     plan: BootstrapPlan,
@@ -233,7 +242,8 @@ def bootstrap(
     )
     lines = [f"  wrote {len(result.get('written', []))} files, {len(result.get('unchanged', []))} unchanged"]
     if not result.get("systemd"):
-        lines.append(f"  systemd is not running on {host.name}: no unit written")
+        said = _NO_SYSTEMD.get(str(result.get("no_systemd")), _NO_SYSTEMD["system"])
+        lines.append("  " + said.format(host=host.name))
     if isinstance(result.get("start"), dict):
         return lines + _started(host, result["start"], wait)
     lines += [f"  {command}" for command in result.get("commands", [])]

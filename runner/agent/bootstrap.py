@@ -35,7 +35,9 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
         for w in [f"PYTHONPATH={lib}", request.get("python", "python3"), "-u", "-m", "runner", "run", "--root", root]
     )
     run += "".join(f" {shlex.quote(f)}" for f in flags)
-    if shutil.which("systemctl") is None or not os.path.isdir(SYSTEMD_RUNNING):
+    missing = _no_systemd(user_unit)
+    if missing is not None:
+        done["no_systemd"] = missing
         if request.get("start"):
             done["start"] = detach.start(root, {**request, "flags": flags})
             return done
@@ -60,6 +62,18 @@ def bootstrap(root: str, request: dict[str, Any]) -> dict[str, Any]:
     elif user_unit:
         done["commands"].append("# a --user unit stops at logout unless lingering is on: loginctl enable-linger $USER")
     return done
+
+
+def _no_systemd(user_unit: bool) -> str | None:
+    """Why no unit can be started here: "system" where systemd is not running (or has no systemctl), "user" where
+    a --user unit is asked and this login has no user manager to take it (no $XDG_RUNTIME_DIR/systemd/private: a
+    login without pam_systemd, such as sshd with UsePAM no, and no lingering); None where a unit can be started."""
+    if shutil.which("systemctl") is None or not os.path.isdir(SYSTEMD_RUNNING):
+        return "system"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if user_unit and not (runtime and os.path.exists(os.path.join(runtime, "systemd", "private"))):
+        return "user"
+    return None
 
 
 def place_unit(unit_dir: str, root: str, text: str) -> tuple[str, str, str | None]:

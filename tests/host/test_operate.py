@@ -65,7 +65,10 @@ def test_park_now_requeues_running_without_an_attempt(queue_root: Path, runner: 
 def _bootstrap_and_start(host_args: list[str], root: Path) -> None:
     code, out = plan("bootstrap", *host_args, "--python", sys.executable, "--no-cgroup")
     assert code == 0, out
-    assert "systemd is not running on " in out and ": no unit written" in out
+    # Over ssh the host is this machine: where systemd runs, the test's sshd (UsePAM no) gives a login without
+    # a user manager, and bootstrap --user says so; in neither case is a unit written or started.
+    no_systemd = "systemd is not running on " in out or "no systemd user manager for this login on " in out
+    assert no_systemd and ": no unit written" in out, out
     assert (root / ".plan-runner/runner/service/runner.py").exists()
     command = next(line.strip() for line in out.splitlines() if "-m runner run --root" in line)
     proc = subprocess.Popen(
@@ -100,6 +103,37 @@ def unit_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(box, "SYSTEMD_RUNNING", str(where / "run"))
     monkeypatch.setattr(box, "UNIT_DIRS", {"system": str(where / "system"), "user": str(where / "user")})
     return where
+
+
+def test_a_user_unit_is_written_only_where_the_login_has_a_user_manager(
+    tmp_path: Path, unit_dirs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where systemd runs but this login has no user manager (ssh with UsePAM no, no lingering), `--user` writes no
+    unit and calls no systemctl, and says why; where the login has one ($XDG_RUNTIME_DIR/systemd/private), the
+    unit is written and systemctl --user is asked (a stand-in here, which fails: the error names the unit)."""
+    (unit_dirs / "run").mkdir(parents=True)  # systemd runs
+    bin_, calls = tmp_path / "bin", tmp_path / "systemctl.calls"
+    bin_.mkdir()
+    (bin_ / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {calls}\necho no bus >&2\nexit 1\n')
+    (bin_ / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    root = tmp_path / "box"
+    code, out = plan("bootstrap", str(root), "--user", "--no-cgroup", "--python", sys.executable)
+    assert code == 0, out
+    assert f"no systemd user manager for this login on {root}: no unit written" in out, out
+    assert "loginctl enable-linger" in out and "-m runner run --root" in out
+    assert not calls.exists() and not (unit_dirs / "user").exists()
+    runtime = tmp_path / "runtime"
+    (runtime / "systemd").mkdir(parents=True)
+    (runtime / "systemd" / "private").touch()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    code, out = plan("bootstrap", str(root), "--user", "--no-cgroup", "--python", sys.executable)
+    assert code == 1 and "systemctl failed" in out, out
+    assert calls.read_text().splitlines() == ["--user daemon-reload"]
+    from runner.agent.unit import unit_name
+
+    assert [p.name for p in (unit_dirs / "user").iterdir()] == [unit_name(str(root))]
 
 
 def test_bootstrap_into_an_empty_directory(tmp_path: Path, unit_dirs: Path) -> None:
