@@ -76,14 +76,19 @@ def cycles_unsearched() -> Iterator[None]:
     if not gc.isenabled():
         yield
         return
+    frozen = gc.get_freeze_count() > 0
     gc.disable()
     try:
         yield
     finally:
         # What was made meanwhile goes to the oldest generation unsearched (freeze, then unfreeze: two list
         # moves): not searched at once, all of it, by the next young search; full searches still find its cycles.
-        gc.freeze()
-        gc.unfreeze()
+        # Unless the caller had frozen objects of its own (gc.freeze() before a fork, or to keep a long-lived heap
+        # out of the full searches): unfreeze would hand those back to every full search, so what was made here
+        # is left to the young searches.
+        if not frozen:
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
 
 

@@ -763,7 +763,9 @@ def test_a_refused_alias_document_ends_in_the_finding_a_full_walk_ends_in(
 
 def test_compile_holds_the_cycle_search_off_and_gives_it_back(tmp_path: Path) -> None:
     """A compile allocates hundreds of objects a job that live on: Python's cycle search is held off meanwhile
-    (at 10 000 jobs it was a sixth of a push) and is on again after, or still off where the caller had it off."""
+    (at 10 000 jobs it was a sixth of a push) and is on again after, or still off where the caller had it off.
+    Objects the caller froze (gc.freeze(): this suite's own, after collection; a server's before it forks) stay
+    frozen: the compile does not hand them back to every full search."""
     import gc
 
     items = "\n".join(f"    - {{i: '{i:04d}'}}" for i in range(300))
@@ -777,20 +779,32 @@ def test_compile_holds_the_cycle_search_off_and_gives_it_back(tmp_path: Path) ->
         if phase == "start":
             searches.append(info["generation"])
 
+    caller_froze = gc.get_freeze_count()  # the suite's (tests/conftest.py), given back at the end
+    gc.unfreeze()
     gc.callbacks.append(count)
     try:
         gc.collect()
         del searches[:]
         c = compile_plan(plan, lint=False)  # without the hold: 12 searches here
         assert searches == [] and gc.isenabled()  # what it made went to the oldest generation, unsearched
+        assert gc.get_freeze_count() == 0
         gc.disable()
         try:
             compile_plan(plan, lint=False)
             assert not gc.isenabled()
         finally:
             gc.enable()
+        kept = [object() for _ in range(3)]  # noqa: F841 - alive while frozen
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        compile_plan(plan, lint=False)
+        assert gc.get_freeze_count() >= frozen and gc.isenabled()  # the caller's stay frozen
     finally:
         gc.callbacks.remove(count)
+        if caller_froze:
+            gc.freeze()
+        else:
+            gc.unfreeze()
     assert len(c.jobs) == 300
 
     class Node:
