@@ -149,6 +149,15 @@ def read_cmdline(pid: int) -> str:
     return cmd.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
+def brief_command(cmd: str, limit: int) -> str:
+    """CMD in at most LIMIT characters; one longer has its program by base name, so that a long path
+    (/home/u/miniconda3/envs/x/bin/python, a scratch directory's copy) does not push the program's name out."""
+    if len(cmd) > limit:
+        program, sep, rest = cmd.partition(" ")
+        cmd = program.rsplit("/", 1)[-1] + sep + rest
+    return cmd[:limit]
+
+
 def read_tag(pid: int) -> str | None:
     env = _read(f"/proc/{pid}/environ")
     if env:

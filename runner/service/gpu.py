@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from runner.config import GPU_IGNORE
-from runner.procs import GpuUser, Proc, Stat, proc_of, read_cmdline
+from runner.procs import GpuUser, Proc, Stat, brief_command, proc_of, read_cmdline
 from runner.service import gpuread
 from runner.service.gpuread import Client, Device, NodeKinds, Roots, find_devices
 
@@ -364,7 +364,7 @@ def gpu_status(
         "holders": [
             {
                 "pid": h.pid,
-                "cmd": h.cmd[:120],
+                "cmd": brief_command(h.cmd, 120),
                 "who": h.who,
                 "job": h.job or None,
                 "gpus": list(h.devices),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runner.durations import format_duration
+from runner.procs import brief_command
 from runner.readers import stopped_words, terminal_safe
 from runner.views.waiting import WaitGroup, cut_middle, every_waiter, group_waiting, waiter
 from runner.vocab import Reason
@@ -262,10 +263,12 @@ def gpu_lines(gpus: dict[str, Any], now: float) -> list[str]:
         lines.append(line)
     for h in holders:
         if h.get("who") == "foreign" and h.get("uses") is True:
-            lines.append(f"  using the GPU: pid {h.get('pid')} {str(h.get('cmd'))[:60]} ({h.get('why')})")
+            lines.append(f"  using the GPU: pid {h.get('pid')} {brief_command(str(h.get('cmd')), 60)} ({h.get('why')})")
     idle = [h for h in holders if h.get("who") == "ignored" or (h.get("who") == "foreign" and h.get("uses") is False)]
     if idle:
-        said = "; ".join(f"pid {h.get('pid')} {str(h.get('cmd'))[:40]} ({h.get('why')})" for h in idle[:8])
+        said = "; ".join(
+            f"pid {h.get('pid')} {brief_command(str(h.get('cmd')), 40)} ({h.get('why')})" for h in idle[:8]
+        )
         lines.append(f"  idle GPU holders: {said}")
     lines.extend(f"  cannot read: {e}" for e in errors)
     return lines

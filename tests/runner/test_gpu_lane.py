@@ -247,3 +247,15 @@ def test_runner_gpus_prints_what_it_sees(box: GpuBox) -> None:
         (0, [], [xorg.pid]),
         (1, [server.pid], []),
     ]
+
+
+def test_a_holders_long_program_path_leaves_its_name_in_status() -> None:
+    """A GPU holder's command line is kept short in status.json and in `plan status`; a long path (a conda
+    environment's python, a copy in a deep scratch directory) gives way to the program's base name."""
+    from runner.procs import brief_command
+
+    deep = "/home/u/miniconda3/envs/serving-2026/lib/deep/er/still/bin/llama-server --port 8080 -m model.gguf"
+    assert brief_command(deep, 120) == deep
+    assert brief_command(deep, 40) == "llama-server --port 8080 -m model.gguf"
+    assert brief_command(deep, 20) == "llama-server --port "
+    assert brief_command("/usr/bin/python3", 40) == "/usr/bin/python3"
