@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,7 +38,12 @@ def test_fifo_dir_socket_and_symlinks_never_wedge_or_run(
     os.symlink(tmp_path / "nowhere", q / "12-dangling.job")
     os.symlink("/etc/passwd", q / "13-passwd.job")
     sock = socket.socket(socket.AF_UNIX)
-    sock.bind(str(q / "14-sock.job"))
+    # bound where the path is short (AF_UNIX: 107 bytes at most, which a deep tmp_path can pass), on the same
+    # file system as tmp_path, then moved into the queue as any file is
+    bound = Path(tempfile.mkdtemp()) / "s"
+    sock.bind(str(bound))
+    os.rename(bound, q / "14-sock.job")
+    bound.parent.rmdir()
     (queue_root / "jobs").mkdir()
     (queue_root / "jobs/inside.sh").write_text(f"touch {tmp_path}/inside-ran\n")
     os.symlink(queue_root / "jobs/inside.sh", q / "15-inside.job")
