@@ -9,14 +9,15 @@ imports neither until a command line needs them: `plan --version` prints without
 
 from __future__ import annotations
 
+import gc
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from plancompiler.cli.assembly import COMMAND_GROUPS, TemplatesOpt, _root, app, command
 
-__all__ = ["COMMAND_GROUPS", "TemplatesOpt", "_root", "app", "command", "main"]
-_ASSEMBLED = frozenset(__all__) - {"main"}
+__all__ = ["COMMAND_GROUPS", "TemplatesOpt", "_root", "app", "command", "entry", "main"]
+_ASSEMBLED = frozenset(__all__) - {"main", "entry"}
 
 
 def __getattr__(name: str) -> Any:
@@ -60,3 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         internal(None, exc)
         return 2
     return 0
+
+
+def entry() -> int:
+    """The `plan` program (its console script and `python -m plancompiler.cli`): main, then what it made is kept
+    out of the interpreter's last search for garbage cycles at exit. Everything is freed as the process ends; that
+    search walked every object a command made first (at 10 000 jobs pushed, 0.13-0.22 s of a 1.2-2 s push; frozen,
+    20-30 ms). Not in main, which tests call in-process."""
+    code = main()
+    gc.freeze()
+    return code

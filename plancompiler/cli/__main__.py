@@ -2,6 +2,6 @@
 
 import sys
 
-from plancompiler.cli import main
+from plancompiler.cli import entry
 
-sys.exit(main())
+sys.exit(entry())
