@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from plancompiler.diagnostics import PlanError
 from plancompiler.load import Source, load_yaml
-from runner.config import Config
+from runner import backoff
 
 
 class _Strict(BaseModel):
@@ -110,14 +110,14 @@ class SlurmHostEntry(HostEntry):
         60.0, gt=0, le=86400, allow_inf_nan=False, description="seconds before a closed external gate is checked again"
     )
     backoff_base: float = Field(
-        Config.backoff_base_s,
+        backoff.BASE_S,
         gt=0,
         le=86400,
         allow_inf_nan=False,
         description="seconds before the first retry (then doubling, as the runner's --backoff-base)",
     )
     backoff_max: float = Field(
-        Config.backoff_max_s, gt=0, le=86400 * 7, allow_inf_nan=False, description="longest wait between retries"
+        backoff.MAX_S, gt=0, le=86400 * 7, allow_inf_nan=False, description="longest wait between retries"
     )
     lanes: dict[str, SlurmLane] = Field(default_factory=dict, description="lane -> gres, licenses, partition, ...")
     exclusive: list[str] = Field(default_factory=lambda: ["net", "gpu"], description="lanes that share a license")

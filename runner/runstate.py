@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.queue import Queue
+from runner.records import Record
 
 if TYPE_CHECKING:
     from runner.state import Problem
@@ -16,16 +16,43 @@ if TYPE_CHECKING:
 STATE_VERSION = 1
 
 
-@dataclass
-class RunnerState:
-    attempts: dict[str, int] = field(default_factory=dict)  # job -> attempts used
-    waiting_since: dict[str, float] = field(default_factory=dict)  # job -> when its REQUIRES was first false
-    backoff_until: dict[str, float] = field(default_factory=dict)  # job -> no retry before this
-    last_failure: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> {ts, rc, summary}
-    held: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> {by, since}: `plan hold`
-    priority: dict[str, int] = field(default_factory=dict)  # job -> its priority as `plan move` set it
-    _saved: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
-    _saved_key: tuple[int, int, int] | None = field(default=None, compare=False, repr=False)
+class RunnerState(Record):
+    """What the runner keeps of each job across its lives (a record: runner.records; equal and shown by its tables,
+    not by what was last saved)."""
+
+    __slots__ = (
+        "attempts",
+        "waiting_since",
+        "backoff_until",
+        "last_failure",
+        "held",
+        "priority",
+        "_saved",
+        "_saved_key",
+    )
+
+    def __init__(
+        self,
+        attempts: dict[str, int] | None = None,
+        waiting_since: dict[str, float] | None = None,
+        backoff_until: dict[str, float] | None = None,
+        last_failure: dict[str, dict[str, Any]] | None = None,
+        held: dict[str, dict[str, Any]] | None = None,
+        priority: dict[str, int] | None = None,
+    ) -> None:
+        self.attempts: dict[str, int] = {} if attempts is None else attempts  # job -> attempts used
+        # job -> when its REQUIRES was first false
+        self.waiting_since: dict[str, float] = {} if waiting_since is None else waiting_since
+        self.backoff_until: dict[str, float] = {} if backoff_until is None else backoff_until  # job -> no retry before
+        # job -> {ts, rc, summary}
+        self.last_failure: dict[str, dict[str, Any]] = {} if last_failure is None else last_failure
+        self.held: dict[str, dict[str, Any]] = {} if held is None else held  # job -> {by, since}: `plan hold`
+        self.priority: dict[str, int] = {} if priority is None else priority  # job -> its priority as `plan move` set
+        self._saved: tuple[dict[str, Any], ...] | None = None
+        self._saved_key: tuple[int, int, int] | None = None
+
+    def _names(self) -> tuple[str, ...]:
+        return self.__slots__[:6]
 
     @classmethod
     def load(cls, queue: Queue) -> tuple[RunnerState, list[Problem]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -31,6 +30,7 @@ from runner.alerts.causes import CAUSE_KINDS, Cause
 __all__ = ["BOOK_FILE", "CAUSE_KINDS", "Book", "Incident", "Notice", "known_kind", "matching"]
 from runner.durations import format_duration
 from runner.files import atomic_write, read_json_or_none
+from runner.records import Record
 
 BOOK_FILE = "incidents.json"
 BOOK_VERSION = 1
@@ -39,28 +39,66 @@ CLOSED_KEPT = 20
 REWRITE_S = 60.0  # a changed text alone (a duration, a job's progress) is written at most this often
 
 
-@dataclass
-class Incident:
-    id: str
-    kind: str
-    subject: str
-    text: str
-    jobs: list[str]
-    count: int
-    look: str
-    opened: float
-    seen: float
-    sent: float | None = None
-    sends: int = 0
-    acked: dict[str, Any] | None = None
-    recovered: float | None = None
+class Incident(Record):
+    """One cause as the book keeps it, open or closed (a record: runner.records; `to_json` is its file's entry)."""
+
+    __slots__ = (
+        "id",
+        "kind",
+        "subject",
+        "text",
+        "jobs",
+        "count",
+        "look",
+        "opened",
+        "seen",
+        "sent",
+        "sends",
+        "acked",
+        "recovered",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        kind: str,
+        subject: str,
+        text: str,
+        jobs: list[str],
+        count: int,
+        look: str,
+        opened: float,
+        seen: float,
+        sent: float | None = None,
+        sends: int = 0,
+        acked: dict[str, Any] | None = None,
+        recovered: float | None = None,
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.subject = subject
+        self.text = text
+        self.jobs = jobs
+        self.count = count
+        self.look = look
+        self.opened = opened
+        self.seen = seen
+        self.sent = sent
+        self.sends = sends
+        self.acked = acked
+        self.recovered = recovered
+
+    def to_json(self) -> dict[str, Any]:
+        """Its fields by name, in order, its lists and dicts copied (what dataclasses.asdict gave; what they hold
+        is strings and numbers, or whatever JSON a hand-edited book had)."""
+        return {name: _copied(getattr(self, name)) for name in self.__slots__}
 
     @classmethod
     def load(cls, raw: Any) -> Incident | None:
         if not isinstance(raw, dict):
             return None
         try:
-            known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
+            known = {k: raw[k] for k in cls.__slots__ if k in raw}
             incident = cls(**known)
         except TypeError:
             return None
@@ -72,6 +110,15 @@ class Incident:
         """The one line a notification carries: what, since when, the command to look."""
         look = self.look.replace("HOST", host)
         return f"{host}: {self.text} (open {format_duration(now - self.opened)}; look: {look})"
+
+
+def _copied(value: Any) -> Any:
+    """VALUE, its lists and dicts copied all the way down (a JSON value's share of copy.deepcopy)."""
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
 class Notice(NamedTuple):
@@ -105,19 +152,32 @@ class Notice(NamedTuple):
             "at": self.at,
             "kind": self.incident.kind,
             "watch_kind": CAUSE_KINDS.get(self.incident.kind, "EVENT"),
-            "incident": asdict(self.incident),
+            "incident": self.incident.to_json(),
         }
 
 
-@dataclass
-class Book:
-    host: str = ""
-    open: dict[str, Incident] = field(default_factory=dict)
-    closed: list[Incident] = field(default_factory=list)
-    sent: int = 0
-    written: str = ""  # the content last written, less its clock
-    written_shape: str = ""  # its ids, counts, sends and acks
-    written_at: float = 0.0
+class Book(Record):
+    """The incidents a box knows of, open and lately closed, and what of them was last written (incidents.json)."""
+
+    __slots__ = ("host", "open", "closed", "sent", "written", "written_shape", "written_at")
+
+    def __init__(
+        self,
+        host: str = "",
+        open: dict[str, Incident] | None = None,
+        closed: list[Incident] | None = None,
+        sent: int = 0,
+        written: str = "",
+        written_shape: str = "",
+        written_at: float = 0.0,
+    ) -> None:
+        self.host = host
+        self.open: dict[str, Incident] = {} if open is None else open
+        self.closed: list[Incident] = [] if closed is None else closed
+        self.sent = sent
+        self.written = written  # the content last written, less its clock
+        self.written_shape = written_shape  # its ids, counts, sends and acks
+        self.written_at = written_at
 
     # -- the engine ----------------------------------------------------------------------------
     def reconcile(self, causes: list[Cause], now: float, realert: float, every: dict[str, float]) -> list[Notice]:
@@ -169,8 +229,8 @@ class Book:
             "host": self.host,
             "updated": now,
             "zone": time.strftime("%z", time.localtime(now)),
-            "open": [asdict(i) for i in sorted(self.open.values(), key=lambda i: (i.opened, i.id))],
-            "closed": [asdict(i) for i in self.closed],
+            "open": [i.to_json() for i in sorted(self.open.values(), key=lambda i: (i.opened, i.id))],
+            "closed": [i.to_json() for i in self.closed],
             "sent": self.sent,
         }
 

@@ -11,12 +11,12 @@ long-running incident names it), and a job whose `EXPECT_WAIT` has not passed.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
 from runner import jobfile, logs
 from runner.durations import format_duration
 from runner.progress import parse_progress
+from runner.records import Record
 
 if TYPE_CHECKING:
     from runner.records import Parsed, Reason, Running
@@ -74,16 +74,26 @@ class Headers(Mapping[str, "jobfile.JobFile"]):
         return sum(1 for _ in self)
 
 
-@dataclass
-class Seen:
+class Seen(Record):
     """What one tick saw, as the judges read it. RUNNER is the service's Runner (runner.service.runner), typed
     loosely: the service imports this package, never the other way round."""
 
-    runner: Any
-    queued: list[tuple[str, Parsed]]
-    headers: Mapping[str, jobfile.JobFile] = field(default_factory=dict)  # queued job -> its parsed header
-    running: set[str] = field(default_factory=set)  # running job files
-    covered: set[str] = field(default_factory=set)  # jobs an earlier cause (or an expected wait) explains
+    __slots__ = ("runner", "queued", "headers", "running", "covered")
+
+    def __init__(
+        self,
+        runner: Any,
+        queued: list[tuple[str, Parsed]],
+        headers: Mapping[str, jobfile.JobFile] | None = None,
+        running: set[str] | None = None,
+        covered: set[str] | None = None,
+    ) -> None:
+        self.runner = runner
+        self.queued = queued
+        self.headers: Mapping[str, jobfile.JobFile] = {} if headers is None else headers  # queued job -> its header
+        self.running: set[str] = set() if running is None else running  # running job files
+        # jobs an earlier cause (or an expected wait) explains
+        self.covered: set[str] = set() if covered is None else covered
 
     @classmethod
     def of(cls, runner: Any, queued: list[tuple[str, Parsed]], taken: Mapping[str, Parsed] | None = None) -> Seen:

@@ -9,14 +9,13 @@ true): a job's end starts its lane's next job at once, whatever the pass is doin
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from runner import jobfile, procs
 from runner.queue import Queue
-from runner.records import Parsed
+from runner.records import Parsed, replaced
 from runner.runstate import RunnerState
 from runner.service.announce import Announcer
 from runner.service.facts import Facts, Looking
@@ -153,7 +152,7 @@ class Dispatcher:
         # The queued jobs' facts are kept as their hash and count, not as themselves: at 100,000 queued the facts
         # kept from one tick to the next were 10 MB held beside the next tick's own.
         facts = (hash(snapshot.queued), len(snapshot.queued))
-        rest = dataclasses.replace(snapshot, queued=())
+        rest = replaced(snapshot, queued=())
         seen = (facts, rest, self.facts.manifest.key(), self.queue.state_stamp(), len(self.state.waiting_since), orders)
         if seen == self._last:
             return

@@ -8,95 +8,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
 
-from runner.config import GPU_IGNORE
-from runner.procs import GpuUser, Proc, Stat, brief_command, proc_of, read_cmdline
+from runner.procs import Proc, Stat, proc_of, read_cmdline
 from runner.service import gpuread
 from runner.service.gpuread import Client, Device, NodeKinds, Roots, find_devices
+from runner.service.gpuseen import DeviceView, GpuRules, Holder, JobGpu, Observation, gpu_status
 
 
-@dataclass(frozen=True)
-class GpuRules:
-    """How holders are judged (the runner's gpu flags)."""
-
-    names: tuple[str, ...] = ()  # processes that block by name, whatever their use
-    ignore: tuple[str, ...] = GPU_IGNORE
-    window_s: float = 30.0  # a holder's use is judged over this long
-    memory_bytes: int = 1 << 30  # a holder with this much GPU memory uses the GPU, busy or not
-    extra_nodes: tuple[str, ...] = ()  # --gpu-device [N=]PATH stand-ins
-    roots: Roots = field(default_factory=Roots)
-
-
-class Holder(NamedTuple):
-    """A process holding a GPU, as judged now."""
-
-    pid: int
-    ppid: int
-    cmd: str
-    who: str  # "ours", "foreign", "ignored"
-    job: str  # ours: the job it belongs to
-    devices: tuple[int, ...]  # the GPUs it holds; (): not known which (it counts for every one)
-    uses: bool
-    why: str  # what it was judged by: "name", "engine busy 40% on GPU 0", "idle 5m", ...
-    memory: int = 0
-
-    def user(self) -> GpuUser:
-        return GpuUser(self.pid, self.ppid, self.cmd, self.why, self.devices)
-
-    def on(self, device: int) -> bool:
-        return not self.devices or device in self.devices
-
-
-@dataclass(frozen=True)
-class DeviceView:
-    index: int
-    pci: str
-    driver: str
-    busy: float | None  # fraction of the busiest engine since the last sample; None: not known
-    memory: int  # bytes its holders hold
-    ours: tuple[str, ...]  # jobs
-    foreign: tuple[int, ...]
-    ignored: tuple[int, ...]
-
-
-@dataclass
-class JobGpu:
-    """A job of ours on the GPU: when its engine time last moved, how long it was seen busy."""
-
-    devices: tuple[int, ...]
-    seen_at: float  # first sample where it had a GPU client whose use can be read
-    moved_at: float
-    active_s: float = 0.0
-    watched_s: float = 0.0
-    busy: float | None = None
-    memory: int = 0
-
-
-@dataclass
-class Observation:
-    at: float
-    devices: list[DeviceView] = field(default_factory=list)
-    holders: list[Holder] = field(default_factory=list)
-    unreadable: list[int] = field(default_factory=list)  # pids whose open files this runner cannot read
-    errors: list[str] = field(default_factory=list)
-    nvml: str = "absent"
-
-    def blocking(self) -> list[Holder]:
-        return [h for h in self.holders if h.who == "foreign" and h.uses]
-
-    def idle(self) -> list[Holder]:
-        """Holders that do not hold the lane: ignored ones, and foreign ones not using the GPU."""
-        return [h for h in self.holders if h.who == "ignored" or (h.who == "foreign" and not h.uses)]
-
-
-@dataclass
 class _Sample:
-    at: float
-    counters: dict[tuple[object, ...], int]  # what rises while it works: engine ns, busy cycles, SDMA activity
-    active: bool  # something says it works now (KFD compute units occupied, NVML SM utilisation)
-    measured: bool  # some of its use can be read
+    __slots__ = ("at", "counters", "active", "measured")
+
+    def __init__(self, at: float, counters: dict[tuple[object, ...], int], active: bool, measured: bool) -> None:
+        self.at = at
+        self.counters = counters  # what rises while it works: engine ns, busy cycles, SDMA activity
+        self.active = active  # something says it works now (KFD compute units occupied, NVML SM utilisation)
+        self.measured = measured  # some of its use can be read
 
 
 __all__ = ["GpuRules", "GpuWatch", "Observation", "Roots", "find_devices", "gpu_status"]
@@ -332,49 +258,6 @@ class GpuWatch:
             self._nvml_absent = True
             return None
         return sample
-
-
-def gpu_status(
-    seen: Observation | None, lane_gpus: list[int], given: dict[str, tuple[int, ...]] | None = None
-) -> dict[str, Any]:
-    """status.json's `gpus`: each GPU (busy, memory, whose), each holder (ours, foreign or ignored, and whether it
-    uses the GPU), what could not be read. As of the last look (the runner looks while the gpu lane has work);
-    GIVEN (running job -> the GPUs it was given) adds our jobs that hold no GPU node yet."""
-    given = given or {}
-    if seen is None:
-        return {"seen": None, "lane_gpus": list(lane_gpus), "devices": [], "holders": [], "errors": []}
-    return {
-        "seen": seen.at,
-        "lane_gpus": list(lane_gpus),
-        "nvml": seen.nvml,
-        "errors": list(seen.errors),
-        "devices": [
-            {
-                "gpu": d.index,
-                "pci": d.pci,
-                "driver": d.driver,
-                "busy_pct": None if d.busy is None else round(d.busy * 100),
-                "memory": d.memory,
-                "ours": sorted({*d.ours, *(job for job, gpus in given.items() if d.index in gpus)}),
-                "foreign": list(d.foreign),
-                "ignored": list(d.ignored),
-            }
-            for d in seen.devices
-        ],
-        "holders": [
-            {
-                "pid": h.pid,
-                "cmd": brief_command(h.cmd, 120),
-                "who": h.who,
-                "job": h.job or None,
-                "gpus": list(h.devices),
-                "uses": h.uses,
-                "why": h.why,
-                "memory": h.memory,
-            }
-            for h in seen.holders[:50]
-        ],
-    }
 
 
 def _forbidden(path: str) -> bool:

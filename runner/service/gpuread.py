@@ -11,8 +11,9 @@ import importlib
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from runner.records import Frozen, Record, fill
 
 _PCI = re.compile(r"\A[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\Z")
 _DRM_NODE = re.compile(r"\A(card|renderD)(\d+)\Z")
@@ -26,29 +27,52 @@ class Roots(NamedTuple):
     dev: str = "/dev"
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(Frozen):
     """One GPU as this runner numbers them: by PCI address, in order (CUDA_DEVICE_ORDER=PCI_BUS_ID's order)."""
 
+    __slots__ = ("index", "pci", "driver", "nodes", "kfd_ids")
     index: int
     pci: str  # "0000:03:00.0"; the sysfs device's name where it is not a PCI device
     driver: str  # amdgpu, i915, xe, nvidia, ... ("" where sysfs does not say)
     nodes: tuple[str, ...]  # its /dev nodes: dri/card*, dri/renderD*, nvidiaN
-    kfd_ids: tuple[int, ...] = ()  # its gpu_id in the KFD topology (AMD compute), where it has one
+    kfd_ids: tuple[int, ...]  # its gpu_id in the KFD topology (AMD compute), where it has one
+
+    def __init__(
+        self, index: int, pci: str, driver: str, nodes: tuple[str, ...], kfd_ids: tuple[int, ...] = ()
+    ) -> None:
+        fill(self, "index", index)
+        fill(self, "pci", pci)
+        fill(self, "driver", driver)
+        fill(self, "nodes", nodes)
+        fill(self, "kfd_ids", kfd_ids)
 
 
-@dataclass
-class Client:
+class Client(Record):
     """One DRM client (an open DRM file, `drm-client-id`) as its fdinfo describes it."""
 
-    key: tuple[str, str]  # (the device it is on: drm-pdev or the node, drm-client-id): counted once
-    driver: str
-    pdev: str
-    node: str  # the node its fd leads to
-    engines: dict[str, int] = field(default_factory=dict)  # drm-engine-<e>: busy ns
-    cycles: dict[str, tuple[int, int]] = field(default_factory=dict)  # drm-cycles-<e>, drm-total-cycles-<e>
-    capacity: dict[str, int] = field(default_factory=dict)  # drm-engine-capacity-<e> (1 where not given)
-    memory: int = 0  # bytes over its regions: drm-total-<r>, else drm-memory-<r>, else drm-resident-<r>
+    __slots__ = ("key", "driver", "pdev", "node", "engines", "cycles", "capacity", "memory")
+
+    def __init__(
+        self,
+        key: tuple[str, str],
+        driver: str,
+        pdev: str,
+        node: str,
+        engines: dict[str, int] | None = None,
+        cycles: dict[str, tuple[int, int]] | None = None,
+        capacity: dict[str, int] | None = None,
+        memory: int = 0,
+    ) -> None:
+        self.key = key  # (the device it is on: drm-pdev or the node, drm-client-id): counted once
+        self.driver = driver
+        self.pdev = pdev
+        self.node = node  # the node its fd leads to
+        self.engines: dict[str, int] = {} if engines is None else engines  # drm-engine-<e>: busy ns
+        # drm-cycles-<e>, drm-total-cycles-<e>
+        self.cycles: dict[str, tuple[int, int]] = {} if cycles is None else cycles
+        # drm-engine-capacity-<e> (1 where not given)
+        self.capacity: dict[str, int] = {} if capacity is None else capacity
+        self.memory = memory  # bytes over its regions: drm-total-<r>, else drm-memory-<r>, else drm-resident-<r>
 
     @property
     def measured(self) -> bool:
@@ -230,12 +254,14 @@ def _listdir(path: str) -> list[str]:
 
 
 # -- a process's GPU files -----------------------------------------------------------------------
-@dataclass
-class Held:
+class Held(Record):
     """The GPU nodes one process has open, and the DRM clients their fdinfo shows."""
 
-    nodes: list[str] = field(default_factory=list)
-    clients: list[Client] = field(default_factory=list)
+    __slots__ = ("nodes", "clients")
+
+    def __init__(self, nodes: list[str] | None = None, clients: list[Client] | None = None) -> None:
+        self.nodes: list[str] = [] if nodes is None else nodes
+        self.clients: list[Client] = [] if clients is None else clients
 
 
 class NodeKinds:
@@ -316,13 +342,22 @@ class NvmlUse(NamedTuple):
     sm_util: int  # percent of the last samples (-1: not reported)
 
 
-@dataclass
-class NvmlSample:
-    state: str  # "absent" (nvidia-ml-py not installed), "ok", "error"
-    error: str = ""
-    users: dict[int, list[NvmlUse]] = field(default_factory=dict)
-    busy: dict[str, int] = field(default_factory=dict)  # pci -> GPU utilisation percent
-    memory: dict[str, int] = field(default_factory=dict)  # pci -> bytes used
+class NvmlSample(Record):
+    __slots__ = ("state", "error", "users", "busy", "memory")
+
+    def __init__(
+        self,
+        state: str,
+        error: str = "",
+        users: dict[int, list[NvmlUse]] | None = None,
+        busy: dict[str, int] | None = None,
+        memory: dict[str, int] | None = None,
+    ) -> None:
+        self.state = state  # "absent" (nvidia-ml-py not installed), "ok", "error"
+        self.error = error
+        self.users: dict[int, list[NvmlUse]] = {} if users is None else users
+        self.busy: dict[str, int] = {} if busy is None else busy  # pci -> GPU utilisation percent
+        self.memory: dict[str, int] = {} if memory is None else memory  # pci -> bytes used
 
 
 def nvml_sample(last_seen: dict[str, int]) -> NvmlSample:

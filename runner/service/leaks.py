@@ -8,10 +8,10 @@ names the job whose lifetime contains it; when none or several do, it is `-`, "l
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from runner import procs
+from runner.records import Record
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 LIFETIMES_KEPT = 200
@@ -35,11 +35,13 @@ def now_ticks() -> int:
         return 0
 
 
-@dataclass
-class Lifetime:
-    job: str
-    start: int  # clock ticks since boot
-    end: int | None = None  # None while it runs
+class Lifetime(Record):
+    __slots__ = ("job", "start", "end")
+
+    def __init__(self, job: str, start: int, end: int | None = None) -> None:
+        self.job = job
+        self.start = start  # clock ticks since boot
+        self.end = end  # None while it runs
 
 
 class Leak(NamedTuple):

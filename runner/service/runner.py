@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +19,7 @@ from runner.digest import sha1_hex
 from runner.errors import AlreadyRunning as AlreadyRunning  # its home is runner/errors.py
 from runner.files import check_root, make_dir, open_file, read_json, read_regular
 from runner.queue import STATES, Queue, fresh_status, timestamp
-from runner.records import Parsed
+from runner.records import Parsed, replaced
 from runner.runstate import RunnerState
 from runner.service.announce import Announcer, LaneView
 from runner.service.dirwatch import DirWatch
@@ -46,7 +45,7 @@ class Runner:
         # Resolved once: jobs run with the root as their working directory, so a relative --root would
         # name their scripts relative to the wrong place.
         # slots: a dict of our own, kept in place as the manifest's lane slots change (every part reads it).
-        self.config = config = replace(
+        self.config = config = replaced(
             config, root=Path(os.path.realpath(config.root)), slots=dict(config.slots), gpus=list(config.gpus)
         )
         self.flag_slots = dict(config.slots)  # --slots: wins over what the manifest asks for

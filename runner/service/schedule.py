@@ -12,11 +12,11 @@ was shown, `decide` says `More(lane)`: the caller gathers the facts of more of i
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import NamedTuple, Union
 
 from runner.procs import GpuUser
 from runner.queue import timestamp
+from runner.records import Frozen, fill
 from runner.runstate import RunnerState
 
 
@@ -32,20 +32,63 @@ class JobFacts(NamedTuple):
     priority: int = 0  # its PRIORITY header (a `plan move` in RunnerState.priority wins)
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(Frozen):
+    """What `decide` reads, gathered first (a frozen record: runner.records)."""
+
+    __slots__ = (
+        "queued",
+        "running",
+        "lanes",
+        "exclusive",
+        "gpu_lane",
+        "parked",
+        "gpu_users",
+        "slots",
+        "gpus",
+        "gpu_taken",
+        "parked_lanes",
+        "unseen",
+    )
     queued: tuple[JobFacts, ...]  # in name order
     running: Mapping[str, tuple[str, ...]]  # lane -> the jobs running there, in start order
     lanes: tuple[str, ...]  # the order lanes pick jobs in
     exclusive: tuple[str, ...]
     gpu_lane: str
-    parked: str = ""  # why the queue is parked; '' when it is not
-    gpu_users: tuple[GpuUser, ...] | None = None  # None: not looked for (no gpu job could start)
-    slots: Mapping[str, int] = field(default_factory=dict)  # lane -> jobs it runs at once (1 where not named)
-    gpus: tuple[int, ...] = ()  # the GPUs the gpu lane gives its jobs; (): its slots are counted, not GPUs
-    gpu_taken: Mapping[int, str] = field(default_factory=dict)  # GPU -> the job of ours running on it
-    parked_lanes: Mapping[str, str] = field(default_factory=dict)  # lane -> why it alone is parked
-    unseen: frozenset[str] = frozenset()  # lanes with queued jobs after those in `queued` (not looked at)
+    parked: str  # why the queue is parked; '' when it is not
+    gpu_users: tuple[GpuUser, ...] | None  # None: not looked for (no gpu job could start)
+    slots: Mapping[str, int]  # lane -> jobs it runs at once (1 where not named)
+    gpus: tuple[int, ...]  # the GPUs the gpu lane gives its jobs; (): its slots are counted, not GPUs
+    gpu_taken: Mapping[int, str]  # GPU -> the job of ours running on it
+    parked_lanes: Mapping[str, str]  # lane -> why it alone is parked
+    unseen: frozenset[str]  # lanes with queued jobs after those in `queued` (not looked at)
+
+    def __init__(
+        self,
+        queued: tuple[JobFacts, ...],
+        running: Mapping[str, tuple[str, ...]],
+        lanes: tuple[str, ...],
+        exclusive: tuple[str, ...],
+        gpu_lane: str,
+        parked: str = "",
+        gpu_users: tuple[GpuUser, ...] | None = None,
+        slots: Mapping[str, int] | None = None,
+        gpus: tuple[int, ...] = (),
+        gpu_taken: Mapping[int, str] | None = None,
+        parked_lanes: Mapping[str, str] | None = None,
+        unseen: frozenset[str] = frozenset(),
+    ) -> None:
+        fill(self, "queued", queued)
+        fill(self, "running", running)
+        fill(self, "lanes", lanes)
+        fill(self, "exclusive", exclusive)
+        fill(self, "gpu_lane", gpu_lane)
+        fill(self, "parked", parked)
+        fill(self, "gpu_users", gpu_users)
+        fill(self, "slots", {} if slots is None else slots)
+        fill(self, "gpus", gpus)
+        fill(self, "gpu_taken", {} if gpu_taken is None else gpu_taken)
+        fill(self, "parked_lanes", {} if parked_lanes is None else parked_lanes)
+        fill(self, "unseen", unseen)
 
     def free(self, lane: str) -> int:
         return self.slots.get(lane, 1) - len(self.running.get(lane, ()))
@@ -59,37 +102,13 @@ class Snapshot:
         return blocked
 
 
-class _Action:
-    """What a frozen dataclass gave each action, written once: equal to an action of its own class with the same
-    fields (never to another's: the tests compare lists of them), hashable, immutable, shown as `Name(field=value)`.
+class _Action(Frozen):
+    """Each action is a frozen record (runner.records): equal to an action of its own class with the same fields
+    (never to another's: the tests compare lists of them), hashable, immutable, shown as `Name(field=value)`.
     As frozen dataclasses, each generated and compiled six methods at every runner's start: the eight, ~7 % of its
     imports."""
 
-    __slots__: tuple[str, ...] = ()
-
-    def _fields(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self) or not isinstance(other, _Action):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"{type(self).__qualname__}({shown})"
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete field {name!r}")
-
-
-_set = object.__setattr__  # an action's own __init__ fills its slots past the refusal above
+    __slots__ = ()
 
 
 class Skip(_Action):
@@ -99,7 +118,7 @@ class Skip(_Action):
     filename: str
 
     def __init__(self, filename: str) -> None:
-        _set(self, "filename", filename)
+        fill(self, "filename", filename)
 
 
 class Wait(_Action):
@@ -110,10 +129,10 @@ class Wait(_Action):
     blocker: str
 
     def __init__(self, filename: str, reason: str, detail: str, blocker: str = "") -> None:
-        _set(self, "filename", filename)
-        _set(self, "reason", reason)
-        _set(self, "detail", detail)
-        _set(self, "blocker", blocker)
+        fill(self, "filename", filename)
+        fill(self, "reason", reason)
+        fill(self, "detail", detail)
+        fill(self, "blocker", blocker)
 
 
 class RequiresFalse(_Action):
@@ -121,7 +140,7 @@ class RequiresFalse(_Action):
     filename: str
 
     def __init__(self, filename: str) -> None:
-        _set(self, "filename", filename)
+        fill(self, "filename", filename)
 
 
 class Ready(_Action):
@@ -131,7 +150,7 @@ class Ready(_Action):
     filename: str
 
     def __init__(self, filename: str) -> None:
-        _set(self, "filename", filename)
+        fill(self, "filename", filename)
 
 
 class GpuWait(_Action):
@@ -141,9 +160,9 @@ class GpuWait(_Action):
     gpu: int | None  # the GPU they hold, where the lane gives each job its own
 
     def __init__(self, filename: str, users: tuple[GpuUser, ...] = (), gpu: int | None = None) -> None:
-        _set(self, "filename", filename)
-        _set(self, "users", users)
-        _set(self, "gpu", gpu)
+        fill(self, "filename", filename)
+        fill(self, "users", users)
+        fill(self, "gpu", gpu)
 
 
 class Launch(_Action):
@@ -158,10 +177,10 @@ class Launch(_Action):
     def __init__(
         self, lane: str, candidates: tuple[str, ...], slots: int = 1, gpus: Mapping[str, tuple[int, ...]] | None = None
     ) -> None:
-        _set(self, "lane", lane)
-        _set(self, "candidates", candidates)
-        _set(self, "slots", slots)
-        _set(self, "gpus", {} if gpus is None else gpus)
+        fill(self, "lane", lane)
+        fill(self, "candidates", candidates)
+        fill(self, "slots", slots)
+        fill(self, "gpus", {} if gpus is None else gpus)
 
 
 class ForgetGpuWaits(_Action):
@@ -177,21 +196,23 @@ class More(_Action):
     lane: str
 
     def __init__(self, lane: str) -> None:
-        _set(self, "lane", lane)
+        fill(self, "lane", lane)
 
 
 Action = Union[Skip, Wait, RequiresFalse, Ready, GpuWait, Launch, ForgetGpuWaits, More]
 
 
-@dataclass
 class _Lanes:
     """What holds each lane as the decision proceeds: running jobs, then the launches decided this tick."""
 
-    held: dict[str, str]  # lane -> a job that holds it (for `exclusive`)
-    launches: dict[str, list[str]] = field(default_factory=dict)
-    gpu_free: list[int] = field(default_factory=list)  # GPUs neither running a job of ours nor held by a foreign user
-    gpu_given: dict[str, tuple[int, ...]] = field(default_factory=dict)  # job -> the GPUs it starts on
-    gpu_kept: dict[int, str] = field(default_factory=dict)  # GPU -> the waiting job it is kept for
+    __slots__ = ("held", "launches", "gpu_free", "gpu_given", "gpu_kept")
+
+    def __init__(self, held: dict[str, str]) -> None:
+        self.held = held  # lane -> a job that holds it (for `exclusive`)
+        self.launches: dict[str, list[str]] = {}
+        self.gpu_free: list[int] = []  # GPUs neither running a job of ours nor held by a foreign user
+        self.gpu_given: dict[str, tuple[int, ...]] = {}  # job -> the GPUs it starts on
+        self.gpu_kept: dict[int, str] = {}  # GPU -> the waiting job it is kept for
 
 
 def decide(state: RunnerState, snapshot: Snapshot, now: float) -> list[Action]:

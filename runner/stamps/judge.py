@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from runner import jobfile
+from runner.records import Frozen, fill
 from runner.stamps import (
     STAMPS_DIR,
     current_ids,
@@ -36,16 +36,33 @@ WORLD_DIRS = ("queue", "running", "failed", "done", STAMPS_DIR)
 STILL_S = 1.0
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """What a queued job's stamp says once its DONE_IF holds: done (skip it), stale (run it) or wait."""
+class Verdict(Frozen):
+    """What a queued job's stamp says once its DONE_IF holds: done (skip it), stale (run it) or wait (a frozen
+    record: runner.records)."""
 
-    stale: bool = False
-    wait: bool = False  # stale, but a producer must run again first
-    why: str = ""
-    blocker: str = ""
-    file: str = ""  # the stamp file, for problems
-    problems: list[Problem] = field(default_factory=list)
+    __slots__ = ("stale", "wait", "why", "blocker", "file", "problems")
+    stale: bool
+    wait: bool  # stale, but a producer must run again first
+    why: str
+    blocker: str
+    file: str  # the stamp file, for problems
+    problems: list[Problem]
+
+    def __init__(
+        self,
+        stale: bool = False,
+        wait: bool = False,
+        why: str = "",
+        blocker: str = "",
+        file: str = "",
+        problems: list[Problem] | None = None,
+    ) -> None:
+        fill(self, "stale", stale)
+        fill(self, "wait", wait)
+        fill(self, "why", why)
+        fill(self, "blocker", blocker)
+        fill(self, "file", file)
+        fill(self, "problems", [] if problems is None else problems)
 
 
 FINE = Verdict()  # nothing stale, nothing wrong (its `file` is not said: stamp_name(filename) is)

@@ -4,10 +4,10 @@ oldest few, for `plan status`, `runner status` and `plan top`. No printing here:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from runner.estimates import PER_LANE
+from runner.records import Frozen, fill
 
 # Worst first: what can never run, then what waits on something outside the plan.
 REASON_ORDER = (
@@ -36,14 +36,21 @@ class Waiter(NamedTuple):
     detail: str
 
 
-@dataclass(frozen=True)
-class WaitGroup:
-    """Queued jobs that wait for one reason on one blocker ("" when each waits on its own: its detail)."""
+class WaitGroup(Frozen):
+    """Queued jobs that wait for one reason on one blocker ("" when each waits on its own: its detail; a frozen
+    record: runner.records)."""
 
+    __slots__ = ("reason", "blocker", "count", "oldest")
     reason: str
     blocker: str
     count: int
     oldest: tuple[Waiter, ...]  # the longest waiting first
+
+    def __init__(self, reason: str, blocker: str, count: int, oldest: tuple[Waiter, ...]) -> None:
+        fill(self, "reason", reason)
+        fill(self, "blocker", blocker)
+        fill(self, "count", count)
+        fill(self, "oldest", oldest)
 
 
 def waiter(item: Mapping[str, Any], now: float) -> Waiter:
