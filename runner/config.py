@@ -7,7 +7,7 @@ from pathlib import Path
 from runner import backoff
 from runner.conditions import CONDITION_TIMEOUT_S
 from runner.logs import TAIL_LINES
-from runner.records import Frozen, fill
+from runner.records import Frozen, fill_all
 
 # Display servers, compositors and GPU monitors: they hold GPU nodes all day long and are never a reason to
 # wait (`--gpu-ignore` replaces the list). Names are matched as /proc/PID/comm (15 characters at most) and as
@@ -159,9 +159,7 @@ class Config(Frozen):
         gpus = [] if gpus is None else gpus
         warn_after = {"net": 3600.0} if warn_after is None else warn_after
         slots = {} if slots is None else slots
-        given = locals()
-        for name in self.__slots__:
-            fill(self, name, given[name])
+        fill_all(self, locals())
 
     def slots_of(self, lane: str) -> int:
         if lane == self.gpu_lane and self.gpus:

@@ -11,12 +11,12 @@ fills its slots through `fill`). A mutable one is unhashable, as a dataclass wit
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
 
 from runner.throttle import Throttle
 
-if TYPE_CHECKING:
-    from typing import ClassVar, TypeVar
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a Slurm attempt, whose records are made of Frozen, loads no typing
+    from typing import Any, ClassVar, TypeVar
 
     from runner import jobfile
     from runner.conditions import Condition
@@ -63,6 +63,13 @@ class Frozen(Record):
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete field {name!r}")
+
+
+def fill_all(record: Frozen, given: dict[str, Any]) -> None:
+    """Each of RECORD's slots filled from GIVEN (its __init__'s locals()): a frozen record of many fields says
+    their names once more, in __slots__, not a third time."""
+    for name in record.__slots__:
+        fill(record, name, given[name])
 
 
 def replaced(record: T, **changes: Any) -> T:

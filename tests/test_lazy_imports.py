@@ -1,9 +1,9 @@
 """The processes started over and over load only what they use (bench/startup_bench.py times them): an agent
 answering `status` loads neither the push's delivery nor the runner's command line (nor typing: its annotations
 are never evaluated), a push's session no dataclasses, a Slurm attempt neither the runner's Config nor the
-ledger's records (nor typing), `plan --version` not typer, `plan status` not the watcher's loop and senders, and
-a runner's start neither the push side nor dataclasses. Each is a real process whose sys.modules (or `-X
-importtime` list) is read; no timing is asserted."""
+ledger's records (nor typing, nor dataclasses), `plan --version` not typer, `plan status` not the watcher's loop
+and senders, and a runner's start neither the push side nor dataclasses. Each is a real process whose
+sys.modules (or `-X importtime` list) is read; no timing is asserted."""
 
 from __future__ import annotations
 
@@ -89,6 +89,7 @@ def test_a_slurm_attempt_loads_neither_the_runners_config_nor_the_ledgers_record
     assert json.loads((root / "results" / "p" / "a" / "0.json").read_text())["state"] == "COMPLETED"
     assert {"runner.slurm.bundle", "runner.slurm.result", "runner.pushlock"} <= set(loaded)
     assert not set(loaded) & {"runner.config", "runner.slurm.records", "runner.slurm.ledger", "hashlib", "typing"}
+    assert not set(loaded) & {"dataclasses", "inspect"}  # its records are runner.records' Frozen
     assert "runner.conditions" not in loaded  # loaded by a job with a DONE_IF or a gate only
 
 

@@ -20,6 +20,7 @@ from runner import pushlock
 from runner.conditions import compile_condition, evaluate
 from runner.errors import AgentError
 from runner.queue import timestamp
+from runner.records import replaced
 from runner.slurm import ledger as ledger_mod
 from runner.slurm import submit as slurm_submit
 from runner.slurm.bundle import PushJob
@@ -123,7 +124,7 @@ def diff(
         if go:
             last = jobs[job.name].current if job.name in jobs else None
             replaces = change[0] == "~" and change[2].startswith("pending") and last is not None
-            submit.append(replace(job, replaces=last.id) if replaces and last else job)
+            submit.append(replaced(job, replaces=last.id) if replaces and last else job)
     submit = _hold_orphans(submit, jobs, live, changes)
     _note_dependents(wanted, jobs, live, changes, {job.name for job in submit})
     return changes, submit, _retire(request, wanted, jobs, live, changes)

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from runner import pushlock
@@ -27,6 +26,7 @@ from runner.backoff import backoff_s
 from runner.files import atomic_write, read_json
 from runner.logs import TAIL_LINES, tail_lines
 from runner.queue import timestamp
+from runner.records import replaced
 from runner.slurm.bundle import Element, parse_element, read_element
 from runner.slurm.jsonfields import RecordError
 from runner.slurm.result import AttemptResult
@@ -197,7 +197,7 @@ def attempt_once(spec: Element, attempt: int) -> int:
     gate = spec.gate
     if gate and not holds(gate, root):
         _say(f"=== {timestamp(time.time())} {label}: REQUIRES is false; checked again in {spec.gate_interval_s:g}s")
-        result = replace(result, kind="gated", state="GATED", next_attempt=attempt)
+        result = replaced(result, kind="gated", state="GATED", next_attempt=attempt)
         return _finish(spec, result, attempt, float(spec.gate_interval_s), 0)
     _say(
         f"=== {timestamp(time.time())} {label} attempt {attempt} of {spec.retries} on "
@@ -224,7 +224,7 @@ def attempt_once(spec: Element, attempt: int) -> int:
         kind, state = "failed", "OUT_OF_MEMORY" if oom else "FAILED"
     # the body's own last lines, from its start on and before the wrapper says anything (the failure cluster's label)
     tail = tuple(tail_lines(Path(spec.log), TAIL_LINES, body_at))
-    result = replace(result, rc=rc, kind=kind, state=state, tail=tail, cause=None if ok else state)
+    result = replaced(result, rc=rc, kind=kind, state=state, tail=tail, cause=None if ok else state)
     if timed_out:
         _say(f"=== TIMEOUT: {spec.name} ended after {spec.timeout_s or 0:g}s; Slurm ends the job as TIMEOUT")
     elif oom:
@@ -232,7 +232,7 @@ def attempt_once(spec: Element, attempt: int) -> int:
     elif not ok and rc == 0:
         _say("=== exited 0 but DONE_IF is false")
     if not ok and attempt < int(spec.retries):
-        result = replace(result, next_attempt=attempt + 1)
+        result = replaced(result, next_attempt=attempt + 1)
         wait_s = backoff_s(attempt, float(spec.backoff_base_s), float(spec.backoff_max_s))
         code = _finish(spec, result, attempt, wait_s, rc or 1)
     else:
@@ -245,17 +245,17 @@ def _finish(spec: Element, result: AttemptResult, attempt: int, wait_s: float | 
     this job as current or its successor with its dependents already moved."""
     root = spec.root
     end = time.time()
-    result = replace(result, end=end)
+    result = replaced(result, end=end)
     got = pushlock.lock(root, {"wait_s": 120, "by": f"slurm job {result.id}"})
     try:
         if _STOPPED:  # Slurm stopped the job after its body ended: its state, not this result, says how it ended
             return 128 + _STOPPED[0]
         if wait_s is not None:
             new, moved, error = resubmit(spec, int(result.next_attempt or attempt + 1), wait_s, result.id)
-            result = replace(result, next_id=new, wait_s=wait_s, moved=tuple(moved))
+            result = replaced(result, next_id=new, wait_s=wait_s, moved=tuple(moved))
             if new is None:  # kept due: the agent submits it at the next push, status or watch contact
                 _say(f"could not submit the next try: {error}; it is submitted at the next push, status or watch")
-                result = replace(result, retry_due=end + wait_s)
+                result = replaced(result, retry_due=end + wait_s)
                 code = code or 1
             else:
                 _say(f"next try is Slurm job {new}, not before {timestamp(time.time() + wait_s)}")

@@ -4,11 +4,11 @@ its attempts need. Each is read into a frozen value or a located error; an Eleme
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner import backoff
 from runner.files import read_json
+from runner.records import Frozen, fill_all, replaced
 from runner.slurm.jsonfields import (
     OPT_FLOAT,
     OPT_ID,
@@ -36,26 +36,63 @@ if TYPE_CHECKING:
 KILL_AFTER_S = 10  # the grace a timed-out body has between TERM and KILL
 
 
-@dataclass(frozen=True)
-class PushJob:
+class PushJob(Frozen):
     """One job of a push request (plancompiler.backends.slurm): its name and content, producers, lane, and what
     its attempts run with. `replaces` is the agent's: the pending Slurm job a new content replaces."""
 
+    __slots__ = (
+        "name",
+        "hash",
+        "text",
+        "deps",
+        "lane",
+        "group",
+        "family",
+        "done_if",
+        "gate",
+        "retries",
+        "timeout_s",
+        "default_time",
+        "env",
+        "sbatch",
+        "replaces",
+    )
     name: str
     hash: str
     text: str
-    deps: tuple[str, ...] = ()
-    lane: str = ""
-    group: int | None = None  # its foreach group's index: one job array where its dependencies allow
-    family: str | None = None  # that group's name, the array's
-    done_if: str | None = None
-    gate: str | None = None
-    retries: int = 1
-    timeout_s: float | None = None
-    default_time: str | None = None  # the lane's --time for a job without a timeout
-    env: dict[str, str] = field(default_factory=dict)
-    sbatch: tuple[str, ...] = ()
-    replaces: SlurmId | None = None
+    deps: tuple[str, ...]
+    lane: str
+    group: int | None  # its foreach group's index: one job array where its dependencies allow
+    family: str | None  # that group's name, the array's
+    done_if: str | None
+    gate: str | None
+    retries: int
+    timeout_s: float | None
+    default_time: str | None  # the lane's --time for a job without a timeout
+    env: dict[str, str]
+    sbatch: tuple[str, ...]
+    replaces: SlurmId | None
+
+    def __init__(
+        self,
+        name: str,
+        hash: str,
+        text: str,
+        deps: tuple[str, ...] = (),
+        lane: str = "",
+        group: int | None = None,
+        family: str | None = None,
+        done_if: str | None = None,
+        gate: str | None = None,
+        retries: int = 1,
+        timeout_s: float | None = None,
+        default_time: str | None = None,
+        env: dict[str, str] | None = None,
+        sbatch: tuple[str, ...] = (),
+        replaces: SlurmId | None = None,
+    ) -> None:
+        env = {} if env is None else env
+        fill_all(self, locals())
 
     def to_json(self) -> dict[str, Any]:
         """The job as a push request carries it (`replaces` is the agent's own, never sent)."""
@@ -82,32 +119,81 @@ _SENT = (
 )
 
 
-@dataclass(frozen=True)
-class Element:
+class Element(Frozen):
     """One job's entry in a bundle. `bundle` and `entry` say where it was read from (not written: the bundle is
     named by its content); `script` is a job submitted before bundles, whose own wrapper file takes a retry."""
 
+    __slots__ = (
+        "root",
+        "plan",
+        "name",
+        "body",
+        "log",
+        "hash",
+        "text",
+        "env",
+        "slurm_conf",
+        "retries",
+        "timeout_s",
+        "kill_after_s",
+        "done_if",
+        "gate",
+        "gate_interval_s",
+        "backoff_base_s",
+        "backoff_max_s",
+        "sbatch",
+        "bundle",
+        "entry",
+        "script",
+    )
     root: str
     plan: str
     name: str
     body: str
     log: str
-    hash: str | None = None
-    text: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    slurm_conf: str | None = None
-    retries: int = 1
-    timeout_s: float | None = None
-    kill_after_s: float = KILL_AFTER_S
-    done_if: str | None = None
-    gate: str | None = None
-    gate_interval_s: float = 60.0
-    backoff_base_s: float = backoff.BASE_S
-    backoff_max_s: float = backoff.MAX_S
-    sbatch: tuple[str, ...] = ()
-    bundle: str | None = None
-    entry: int | None = None
-    script: str | None = None
+    hash: str | None
+    text: str | None
+    env: dict[str, str]
+    slurm_conf: str | None
+    retries: int
+    timeout_s: float | None
+    kill_after_s: float
+    done_if: str | None
+    gate: str | None
+    gate_interval_s: float
+    backoff_base_s: float
+    backoff_max_s: float
+    sbatch: tuple[str, ...]
+    bundle: str | None
+    entry: int | None
+    script: str | None
+
+    def __init__(
+        self,
+        root: str,
+        plan: str,
+        name: str,
+        body: str,
+        log: str,
+        hash: str | None = None,
+        text: str | None = None,
+        env: dict[str, str] | None = None,
+        slurm_conf: str | None = None,
+        retries: int = 1,
+        timeout_s: float | None = None,
+        kill_after_s: float = KILL_AFTER_S,
+        done_if: str | None = None,
+        gate: str | None = None,
+        gate_interval_s: float = 60.0,
+        backoff_base_s: float = backoff.BASE_S,
+        backoff_max_s: float = backoff.MAX_S,
+        sbatch: tuple[str, ...] = (),
+        bundle: str | None = None,
+        entry: int | None = None,
+        script: str | None = None,
+    ) -> None:
+        env = {} if env is None else env
+        fill_all(self, locals())
 
     def to_json(self) -> dict[str, Any]:
         """The element as the bundle holds it: every key written, its values as given."""
@@ -235,7 +321,7 @@ def read_element(bundle: str, entry: int) -> Element | RecordError:
     if not isinstance(elements, list) or not 0 <= entry < len(elements):
         return RecordError(bundle, f"no element {entry}")
     element = parse_element(elements[entry], f"{bundle}: elements[{entry}]")
-    return element if isinstance(element, RecordError) else replace(element, bundle=bundle, entry=entry)
+    return element if isinstance(element, RecordError) else replaced(element, bundle=bundle, entry=entry)
 
 
 def find_element(bundle: str, name: str, content: str | None) -> Element | None:
@@ -250,5 +336,5 @@ def find_element(bundle: str, name: str, content: str | None) -> Element | None:
         if isinstance(raw, dict) and raw.get("name") == name and raw.get("hash") == content:
             element = parse_element(raw)
             if isinstance(element, Element):
-                return replace(element, bundle=bundle, entry=entry)
+                return replaced(element, bundle=bundle, entry=entry)
     return None

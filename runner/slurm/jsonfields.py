@@ -7,7 +7,7 @@ a valid 10 000-job ledger spends nothing on names it never needs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from runner.records import Frozen, fill
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # a Slurm attempt, which reads its bundle element through these, loads no typing
@@ -17,12 +17,16 @@ if TYPE_CHECKING:  # a Slurm attempt, which reads its bundle element through the
     T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class RecordError:
+class RecordError(Frozen):
     """Why a record read from JSON cannot be used, and where in it (`plans.lf.jobs.p1.attempts[0].id`)."""
 
+    __slots__ = ("where", "message")
     where: str
     message: str
+
+    def __init__(self, where: str, message: str) -> None:
+        fill(self, "where", where)
+        fill(self, "message", message)
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}" if self.where else self.message

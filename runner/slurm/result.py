@@ -1,11 +1,10 @@
 """What one attempt of a plan job on Slurm leaves when it ends: ROOT/results/PLAN/NAME/ID.json, written by its
 wrapper (runner.slurm.attempt) inside the allocation and folded into the ledger by the agent (runner.slurm.ledger).
-Its own module: an attempt loads this record, not the ledger's (each frozen dataclass is made at import)."""
+Its own module: an attempt loads this record, not the ledger's (each of whose frozen dataclasses is made at import)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from runner.records import Frozen, fill_all
 from runner.slurm.jsonfields import (
     COUNT,
     ID,
@@ -27,24 +26,58 @@ if TYPE_CHECKING:
     from runner.slurm.jsonfields import SlurmId
 
 
-@dataclass(frozen=True)
-class AttemptResult:
+class AttemptResult(Frozen):
     """What an attempt's wrapper (runner.slurm.attempt) left when it ended: ROOT/results/PLAN/NAME/ID.json."""
 
+    __slots__ = (
+        "id",
+        "attempt",
+        "start",
+        "end",
+        "kind",
+        "state",
+        "rc",
+        "tail",
+        "next_attempt",
+        "next_id",
+        "wait_s",
+        "moved",
+        "retry_due",
+        "cause",
+    )
     id: SlurmId
-    attempt: int = 1
-    start: float | None = None
-    end: float | None = None
-    kind: str | None = None
-    state: str | None = None
-    rc: int | None = None
-    tail: tuple[str, ...] = ()
-    next_attempt: int | None = None
-    next_id: int | None = None  # the next try it submitted
-    wait_s: float | None = None
-    moved: tuple[str, ...] = ()
-    retry_due: float | None = None  # the next try it could not submit, due then
-    cause: str | None = None  # why it did not count: FAILED, TIMEOUT, OUT_OF_MEMORY (the retry's cause)
+    attempt: int
+    start: float | None
+    end: float | None
+    kind: str | None
+    state: str | None
+    rc: int | None
+    tail: tuple[str, ...]
+    next_attempt: int | None
+    next_id: int | None  # the next try it submitted
+    wait_s: float | None
+    moved: tuple[str, ...]
+    retry_due: float | None  # the next try it could not submit, due then
+    cause: str | None  # why it did not count: FAILED, TIMEOUT, OUT_OF_MEMORY (the retry's cause)
+
+    def __init__(
+        self,
+        id: SlurmId,
+        attempt: int = 1,
+        start: float | None = None,
+        end: float | None = None,
+        kind: str | None = None,
+        state: str | None = None,
+        rc: int | None = None,
+        tail: tuple[str, ...] = (),
+        next_attempt: int | None = None,
+        next_id: int | None = None,
+        wait_s: float | None = None,
+        moved: tuple[str, ...] = (),
+        retry_due: float | None = None,
+        cause: str | None = None,
+    ) -> None:
+        fill_all(self, locals())
 
     @property
     def why(self) -> str | None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from plancompiler.lint import _SHELLCHECK_ARGS
 from plancompiler.tools import find_tool
+from runner.records import replaced
 from runner.slurm.attempt import pending_updates, repoint
 from runner.slurm.bundle import PushJob
 from runner.slurm.submit import ARRAY_MIN, CHUNK, Submitted, plan_units
@@ -182,7 +182,7 @@ def test_only_dependencies_an_array_can_say_make_an_array() -> None:
     assert [u.dependency for u in units] == [f"afterok:6_{i}:6_{i + 1}" for i in range(4)]
     # a group below ARRAY_MIN, or jobs outside a foreach, stay jobs of their own
     assert [len(u.jobs) for u in plan_units("/r", _jobs("d", ARRAY_MIN - 1), done, {})] == [1] * (ARRAY_MIN - 1)
-    assert all(not u.array for u in plan_units("/r", [replace(j, group=None) for j in _jobs("e", 5)], done, {}))
+    assert all(not u.array for u in plan_units("/r", [replaced(j, group=None) for j in _jobs("e", 5)], done, {}))
     big = plan_units("/r", _jobs("f", CHUNK + 1), done, {})  # cut evenly, never a last array of one
     assert [len(u.jobs) for u in big] == [CHUNK // 2 + 1, CHUNK // 2]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.records import replaced
 from runner.slurm import ledger as ledger_mod
 from runner.slurm.records import (
     Attempt,
@@ -150,7 +151,7 @@ def test_a_ledger_this_version_cannot_read_is_distrusted_naming_where_and_its_ba
 
 def test_an_attempts_result_file_parses_and_is_folded_into_its_attempt(tmp_path: Path) -> None:
     result = AttemptResult(id=13, attempt=2, start=5.0, end=9.0, kind="failed", state="FAILED", rc=1, tail=("x",))
-    result = replace(result, next_attempt=3, next_id=15, wait_s=60.0, moved=("16",))
+    result = replaced(result, next_attempt=3, next_id=15, wait_s=60.0, moved=("16",))
     written = result.to_json()
     assert written["next_id"] == 15 and written["moved"] == ["16"] and "retry_due" not in written
     assert parse_result(json.loads(json.dumps(written))) == result
@@ -274,7 +275,7 @@ def test_a_bundle_element_reads_to_a_typed_element_located_in_its_bundle_and_wri
 
     job = PushJob(name="p1", hash="abc", text="echo hi\n", env={"A": "1"}, retries=2, timeout_s=30)
     made = element(str(tmp_path), "lf", job, PushRequest("lf", slurm_conf="/etc/slurm.conf", gate_interval_s=5))
-    path = write_bundle(str(tmp_path), "lf", [made, replace(made, name="p2", gate="test -e x")])
+    path = write_bundle(str(tmp_path), "lf", [made, replaced(made, name="p2", gate="test -e x")])
     written = json.loads(path.read_text())["elements"]
     assert written[0] == made.to_json() and written[0]["sbatch"] == list(made.sbatch) and written[0]["timeout_s"] == 30
     assert set(written[0]) == {
@@ -282,7 +283,7 @@ def test_a_bundle_element_reads_to_a_typed_element_located_in_its_bundle_and_wri
         "kill_after_s", "done_if", "gate", "gate_interval_s", "backoff_base_s", "backoff_max_s", "sbatch",
     }  # fmt: skip
     second = read_element(str(path), 1)
-    assert isinstance(second, Element) and second == replace(
+    assert isinstance(second, Element) and second == replaced(
         made, name="p2", gate="test -e x", bundle=str(path), entry=1
     )
     assert find_element(str(path), "p2", "abc") == second and find_element(str(path), "p2", "abd") is None
