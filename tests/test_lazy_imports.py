@@ -2,8 +2,8 @@
 answering `status` loads neither the push's delivery nor the runner's command line (nor typing: its annotations
 are never evaluated), a push's session no dataclasses, a Slurm attempt neither the runner's Config nor the
 ledger's records (nor typing, nor dataclasses), `plan --version` not typer, `plan status` not the watcher's loop
-and senders, and a runner's start neither the push side nor dataclasses. Each is a real process whose
-sys.modules (or `-X importtime` list) is read; no timing is asserted."""
+and senders, and a runner's start neither the push side nor dataclasses (nor the GPU watch, where no gpu job
+waits). Each is a real process whose sys.modules (or `-X importtime` list) is read; no timing is asserted."""
 
 from __future__ import annotations
 
@@ -122,6 +122,7 @@ def test_a_runner_start_loads_no_push_side(queue_root: Path) -> None:
     assert {"runner.service.runner", "runner.service.pending"} <= loaded
     assert not loaded & {"runner.agent.delivery", "runner.pushlock", "tempfile"}
     assert not loaded & {"dataclasses", "inspect", "ast"}  # its records are runner.records' (no class generated)
+    assert not loaded & {"runner.service.gpu", "runner.service.gpuread"}  # made at a first look at the GPUs
     assert os.path.exists(queue_root / "events.jsonl")
 
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runner import jobfile, logs, procs
 from runner.config import Config
 from runner.progress import parse_progress
 from runner.queue import Queue
 from runner.records import Parsed, Running
-from runner.service.gpu import GpuWatch
 from runner.service.reasons import Reasons
 from runner.throttle import Throttle
 from runner.vocab import Event, Reason
+
+if TYPE_CHECKING:
+    from runner.service.gpu import GpuWatch
 
 _LANE_OWN_WAITS = ("requires", "blocked", "order", "lane-busy")  # reasons of a job, not of its lane
 HELD = Reason.HELD.value  # a held job is no work waiting: its lane is idle, not waiting
@@ -48,7 +50,8 @@ class Announcer:
         self._views: tuple[tuple[Any, ...], dict[str, LaneView]] | None = None  # (computed from, the views)
         self._runs: dict[str, tuple[str, ...]] = {}  # lane -> its running jobs when its view was computed
         self._complete = True  # every view in _views was computed from the reasons as they were then
-        self.gpus: GpuWatch | None = None  # the runner's look at the GPUs (its jobs' engine time), once wired
+        # The runner's look at the GPUs (its jobs' engine time), once wired; None until a first look made it.
+        self.watch: Callable[[], GpuWatch | None] = lambda: None
 
     def correlate(self, now: float, filename: str, lines: list[str]) -> None:
         if not lines:
@@ -152,9 +155,9 @@ class Announcer:
         """A running gpu job whose GPU engine time has not moved for --gpu-stall while its process lives:
         `gpu-stalled`, repeated every --stall-repeat while it lasts (a wedged server can ignore SIGTERM and hold
         the GPU for ever, its log as quiet as a long computation's)."""
-        limit = self.config.gpu_stall_s
+        limit, watch = self.config.gpu_stall_s, self.watch()
         for run in running.values():
-            mine = self.gpus.jobs.get(run.filename) if self.gpus else None
+            mine = watch.jobs.get(run.filename) if watch else None
             if mine is None or run.lane != self.config.gpu_lane:
                 continue
             still = now - mine.moved_at

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Tuple
+from typing import TYPE_CHECKING, Any, Tuple
 
 from runner import jobfile, procs
 from runner.conditions import Condition, compile_condition, evaluate, failed_test, stat_flags
 from runner.config import Config
 from runner.records import Parsed, Running
 from runner.runstate import RunnerState
-from runner.service.gpu import GpuRules, GpuWatch, Observation, Roots
 from runner.service.manifest import Manifest
 from runner.service.proctable import Processes
 from runner.service.schedule import JobFacts, Snapshot
 from runner.stamps import stamp_name
 from runner.stamps.judge import Verdicts
+
+if TYPE_CHECKING:
+    from runner.service.gpu import GpuWatch, Observation
 
 Blocked = Tuple[str, str, str]  # (path, producer, why) of a REQUIRES path that can never appear
 
@@ -74,16 +76,7 @@ class Facts:
         self.manifest = manifest
         self.processes = processes
         self.gpu_unknown: list[procs.GpuUser] = []  # status.json: processes whose open files we cannot read
-        self.gpus = GpuWatch(
-            GpuRules(
-                config.gpu_names,
-                config.gpu_ignore,
-                config.gpu_window_s,
-                config.gpu_memory_bytes,
-                config.gpu_devices,
-                Roots(config.gpu_proc, config.gpu_sys, config.gpu_dev),
-            )
-        )
+        self.gpu_watch: GpuWatch | None = None  # made at the first look at the GPUs (`gpus`)
         self.gpu_seen: Observation | None = None  # the last look at the GPUs (status.json shows it)
         # stat_flags of the paths of fast conditions, kept only while a snapshot is taken (a job's DONE_IF
         # judged when it ends must see what it wrote).
@@ -178,6 +171,26 @@ class Facts:
             self.manifest.problems.report(now, stamp_name(filename), verdict.problems)
         stale = (verdict.why, verdict.blocker) if verdict.stale and verdict.wait else None
         return done and not verdict.stale, stale
+
+    @property
+    def gpus(self) -> GpuWatch:
+        """The look at the GPUs, made when first needed: a runner whose gpu lane never has work loads neither the
+        watch nor the GPU reader (runner.service.gpu, gpuread: ~4 % of a runner's imports)."""
+        if self.gpu_watch is None:
+            from runner.service.gpu import GpuRules, GpuWatch, Roots
+
+            config = self.config
+            roots = Roots(config.gpu_proc, config.gpu_sys, config.gpu_dev)
+            rules = GpuRules(
+                config.gpu_names,
+                config.gpu_ignore,
+                config.gpu_window_s,
+                config.gpu_memory_bytes,
+                config.gpu_devices,
+                roots,
+            )
+            self.gpu_watch = GpuWatch(rules)
+        return self.gpu_watch
 
     def observe_gpus(self, now: float, running: dict[str, Running], max_age: float = 0.0) -> Observation:
         """Who holds each GPU and whether they use it, looked at when the gpu lane has work: before a start always

@@ -3,12 +3,14 @@ of it. Its own module: runner.service.gpu is the door to them."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runner.config import GPU_IGNORE
 from runner.procs import GpuUser, brief_command
 from runner.records import Frozen, Record, fill
-from runner.service.gpuread import Roots
+
+if TYPE_CHECKING:
+    from runner.service.gpuread import Roots
 
 
 class GpuRules(Frozen):
@@ -36,7 +38,11 @@ class GpuRules(Frozen):
         fill(self, "window_s", window_s)
         fill(self, "memory_bytes", memory_bytes)
         fill(self, "extra_nodes", extra_nodes)
-        fill(self, "roots", Roots() if roots is None else roots)
+        if roots is None:
+            from runner.service.gpuread import Roots  # here: status.json's gpu_status needs no GPU reader
+
+            roots = Roots()
+        fill(self, "roots", roots)
 
 
 class Holder(NamedTuple):

@@ -44,7 +44,8 @@ class Outcomes:
         when: dict[str, Any] = {"duration_s": round((ended or now) - run.started, 1)}
         if ended is not None:
             when.update(ended=timestamp(ended), while_down=True)
-        self.facts.gpus.forget_job(run.filename)
+        if self.facts.gpu_watch is not None:  # not made: no job was ever watched on a GPU
+            self.facts.gpu_watch.forget_job(run.filename)
         if run.gpus:
             when["gpus"] = list(run.gpus)
         if run.gpu_watched_s:  # how much of its run the GPU was seen working for it (`plan report`'s gpu lane)

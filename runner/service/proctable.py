@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runner import cgroups, procs
 from runner.records import Running
 from runner.service import accounting, leaks
-from runner.service.gpu import GpuWatch, Observation
+
+if TYPE_CHECKING:
+    from runner.service.gpu import GpuWatch, Observation
 
 
 class Processes(Protocol):

@@ -62,7 +62,7 @@ class Runner:
         self.reasons = Reasons(self.state)
         self.facts = Facts(config, self.root_id, self.manifest, self.processes)
         self.announcer = Announcer(config, queue, self.reasons)
-        self.announcer.gpus = self.facts.gpus
+        self.announcer.watch = lambda: self.facts.gpu_watch
         self.outcomes = Outcomes(config, queue, self.state, self.facts, self.announcer)
         self.jobs = Jobs(
             config,

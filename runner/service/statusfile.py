@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runner import FORMAT_VERSION, __version__, commit, formats, how_started, logs
 from runner.config import Config
@@ -33,10 +33,13 @@ from runner.procs import GpuUser
 from runner.queue import STATES, WAITING_FILE, Queue, timestamp
 from runner.records import Parsed, Reason, Running
 from runner.service.announce import LaneView, progress
-from runner.service.gpu import Observation, gpu_status
+from runner.service.gpuseen import gpu_status
 from runner.service.reasons import UNLISTED_MAX, Reasons
 from runner.views.waiting import Summary as WaitingSummary
 from runner.views.waiting import patch
+
+if TYPE_CHECKING:
+    from runner.service.gpu import Observation
 
 # status.json is rewritten at least this often even when nothing in it changed: a reader older than
 # heartbeat.json (which judges the runner by status.json's heartbeat alone, dead after 300 s) stays content.
