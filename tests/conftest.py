@@ -217,7 +217,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 # Fixtures whose tests mostly wait: on a Slurm cluster's scheduler, on sshd round trips, on a real runner's ticks.
-_WAITING = (("accounted", "aging", "enforced"), ("slurm", "slurm_alone", "limited"), ("sshd",), ("runner",))
+_WAITING = (("accounted", "aging", "enforced"), ("slurm", "slurm_alone", "limited", "shaky"), ("sshd",), ("runner",))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -225,10 +225,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     wait for a Slurm controller to forget finished jobs (its purge comes 10 s after it starts at the earliest) or
     for its time-limit pass (`enforced`: every 30 s),
     then those marked `long` (2-15 s each, mostly computing). The tests that mostly wait (on a Slurm cluster's
-    scheduler, on sshd round trips) are then spread through the first two thirds of the rest rather than run
-    together: all workers waiting at once left the cores half idle for seconds. Every worker starts its own Slurm
-    cluster (a fraction of a second; its own directory, ports and munged) and its own sshd, so these tests
-    spread over all workers (`--dist loadgroup`) instead of queueing on one."""
+    scheduler, on sshd round trips, on a real runner's ticks) are then spread evenly through the first 85 % of the
+    rest, each kind on its own, rather than run together: all workers waiting at once left the cores idle for
+    seconds (the 32 Slurm tests, 2-10 s each, were once all in the first third: a quarter of the cores idle from
+    20 s to 45 s). Every worker starts its own Slurm cluster (a fraction of a second; its own directory, ports and
+    munged) and its own sshd, so these tests spread over all workers (`--dist loadgroup`) instead of queueing on
+    one."""
 
     def rank(item: pytest.Item) -> int:
         names = getattr(item, "fixturenames", ())
@@ -237,17 +239,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return 0
         return 1 if item.get_closest_marker("long") else waits + 1
 
-    ranked = sorted((rank(item), i, item) for i, item in enumerate(items))  # i: the rest keep their order
-    first = [item for r, _, item in ranked if r <= 1]
-    waiting = [item for r, _, item in ranked if r in (2, 3)]
-    rest = [item for r, _, item in ranked if r > 3]
-    step = max(1, (2 * len(rest) // 3) // max(1, len(waiting)))
-    spread: list[pytest.Item] = []
-    for i, item in enumerate(rest):
-        if i % step == 0 and waiting:
-            spread.append(waiting.pop(0))
-        spread.append(item)
-    items[:] = first + spread + waiting
+    ranked = [(rank(item), i, item) for i, item in enumerate(items)]  # i: each kind keeps its order
+    first = [item for r, _, item in sorted(ranked, key=lambda x: x[:2]) if r <= 1]
+    plain = [item for r, _, item in ranked if r == len(_WAITING) + 1]
+    placed: list[tuple[float, int, pytest.Item]] = [(float(j), 0, item) for j, item in enumerate(plain)]
+    for kind in range(2, len(_WAITING) + 1):
+        waiting = [item for r, _, item in ranked if r == kind]
+        span = 0.85 * len(plain)
+        placed += [((k + kind / len(_WAITING)) * span / len(waiting), kind, item) for k, item in enumerate(waiting)]
+    items[:] = first + [item for _, _, item in sorted(placed, key=lambda x: x[:2])]
 
 
 @pytest.fixture

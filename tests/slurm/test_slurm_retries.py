@@ -203,6 +203,11 @@ def test_a_job_cancelled_while_it_runs_is_cancelled_not_failed_and_never_retried
         cancel_root(slurm, root)
 
 
+# The tests of the shaky cluster run on one worker (`--dist loadgroup`): one cluster started, not one on each
+# worker that one of them lands on.
+SHAKY = pytest.mark.xdist_group("shaky")
+
+
 @pytest.fixture(scope="module")
 def shaky(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     """A cluster of this module's own, whose controller and node the tests stop and fail: clients give up on a
@@ -233,6 +238,7 @@ def _retried(root: Path, hosts: Path, plan_name: str, job: str) -> list[dict]:
     return [e for e in events if e["job"] == f"{plan_name}/{job}.job"]
 
 
+@SHAKY
 def test_a_next_try_the_controller_kept_from_the_wrapper_is_submitted_at_the_next_contact(
     tmp_path: Path, shaky: Slurm
 ) -> None:
@@ -265,6 +271,7 @@ def test_a_next_try_the_controller_kept_from_the_wrapper_is_submitted_at_the_nex
     assert (tmp_path / "next.out").exists()
 
 
+@SHAKY
 def test_a_silent_controller_is_unreachable_exit_3_through_the_typed_answer(tmp_path: Path, shaky: Slurm) -> None:
     """squeue times out (this cluster's clients wait 1 s): the agent raises ControllerDown, its dispatch answers
     {"controller_down": ...}, the workstation raises its own ControllerDown, and `plan` says unreachable, 3."""
@@ -278,6 +285,7 @@ def test_a_silent_controller_is_unreachable_exit_3_through_the_typed_answer(tmp_
     assert code == 3 and "plan: unreachable: " in out and "the Slurm controller did not answer: " in out, out
 
 
+@SHAKY
 def test_an_attempt_slurm_ends_on_a_node_failure_is_retried_with_its_dependents(tmp_path: Path, shaky: Slurm) -> None:
     root, started = tmp_path / "submit", tmp_path / "started"
     p = write_plan(tmp_path / "nf.yaml", "nf", _flaky(tmp_path, "long", f"touch {started}; sleep 120"))
