@@ -43,6 +43,7 @@ class Outcome:
     interrupted_reruns: int = 0
     recorded_while_down: int = 0
     seconds: float = 0.0
+    details: list[str] = field(default_factory=list)  # for each job above: its runs and its events, as they were
 
     def ok(self) -> bool:
         return not (self.lost or self.double_runs or self.reruns_of_finished or self.leftovers)
@@ -194,6 +195,10 @@ def _judge(root: Path, want: dict[str, str], out: Outcome) -> None:
     for line in (root / "runs.log").read_text().splitlines():
         kind, name, pid, at = line.split()
         runs.setdefault(name, {}).setdefault(pid, {})[kind] = float(at)
+    events = _events(root)
+    # The runs a new runner life ended (its orphans-killed event names their pids): interrupted, whether or not
+    # the job's TERM trap ran (a TERM that lands while bash runs its last `exit` ends it without the trap).
+    ended_by_runner = {str(pid) for e in events if e["event"] == "orphans-killed" for pid in e.get("pids", [])}
     for name, by_pid in runs.items():
         spans = sorted((min(marks.values()), max(marks.values())) for marks in by_pid.values())
         for (_, end_a), (start_b, _) in zip(spans, spans[1:], strict=False):
@@ -201,11 +206,16 @@ def _judge(root: Path, want: dict[str, str], out: Outcome) -> None:
                 out.double_runs.append(name)
         # Finished = exited by itself: wrote `end` and was not TERMed (a TERM between its `end` and its exit
         # is the runner ending a job that was still running: an interruption, whatever it had printed).
-        finished = [marks["end"] for marks in by_pid.values() if "end" in marks and "term" not in marks]
+        interrupted = {pid for pid, marks in by_pid.items() if "term" in marks or pid in ended_by_runner}
+        finished = [marks["end"] for pid, marks in by_pid.items() if "end" in marks and pid not in interrupted]
         if finished and any(marks.get("start", 0) > min(finished) for marks in by_pid.values()):
             out.reruns_of_finished.append(name)
-        out.interrupted_reruns += sum("term" in marks for marks in by_pid.values())
-    out.recorded_while_down = sum(1 for e in _events(root) if e.get("while_down"))
+        out.interrupted_reruns += len(interrupted)
+    out.recorded_while_down = sum(1 for e in events if e.get("while_down"))
+    for name in dict.fromkeys([*out.double_runs, *out.reruns_of_finished]):
+        said = [f"  run {pid}: {marks}" for pid, marks in runs.get(name, {}).items()]
+        said += [f"  event {e}" for e in events if e.get("job") == name or e["event"] == "orphans-killed"]
+        out.details.append("\n".join([name, *said]))
 
 
 def main() -> int:
@@ -227,7 +237,7 @@ def main() -> int:
         ("ends recorded while the runner was down", out.recorded_while_down),
     ):
         print(f"| {label} | {value} |")
-    for detail in out.lost + out.double_runs + out.reruns_of_finished:
+    for detail in out.lost + out.details:
         print(f"  {detail}")
     return 0 if out.ok() else 1
 
