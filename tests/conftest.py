@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -220,17 +221,24 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 _WAITING = (("accounted", "aging", "enforced"), ("slurm", "slurm_alone", "limited", "shaky"), ("sshd",), ("runner",))
 
 
+def _shuffle(item: pytest.Item) -> int:
+    """A checksum of ITEM's name, or of its xdist group's: the tests of one group keep their order (a module's
+    cluster, filled by one test and judged by the next)."""
+    group = item.get_closest_marker("xdist_group")
+    return zlib.crc32(str(group.args[0] if group and group.args else item.nodeid).encode())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest tests first, so that none starts last on a worker while the others have finished: those that
     wait for a Slurm controller to forget finished jobs (its purge comes 10 s after it starts at the earliest) or
     for its time-limit pass (`enforced`: every 30 s),
     then those marked `long` (2-15 s each, mostly computing). The tests that mostly wait (on a Slurm cluster's
     scheduler, on sshd round trips, on a real runner's ticks) are then spread evenly through the first 85 % of the
-    rest, each kind on its own, rather than run together: all workers waiting at once left the cores idle for
-    seconds (the 32 Slurm tests, 2-10 s each, were once all in the first third: a quarter of the cores idle from
-    20 s to 45 s). Every worker starts its own Slurm cluster (a fraction of a second; its own directory, ports and
-    munged) and its own sshd, so these tests spread over all workers (`--dist loadgroup`) instead of queueing on
-    one."""
+    rest, each kind on its own and in no file's order, rather than run together: all workers waiting at once left
+    the cores idle for seconds (the 32 Slurm tests, 2-10 s each, were once all in the first third: a quarter of
+    the cores idle from 20 s to 45 s). Every worker starts its own Slurm cluster (a fraction of a second; its own
+    directory, ports and munged) and its own sshd, so these tests spread over all workers (`--dist loadgroup`)
+    instead of queueing on one."""
 
     def rank(item: pytest.Item) -> int:
         names = getattr(item, "fixturenames", ())
@@ -239,12 +247,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return 0
         return 1 if item.get_closest_marker("long") else waits + 1
 
-    ranked = [(rank(item), i, item) for i, item in enumerate(items)]  # i: each kind keeps its order
+    ranked = [(rank(item), i, item) for i, item in enumerate(items)]  # i: the first and the plain keep their order
     first = [item for r, _, item in sorted(ranked, key=lambda x: x[:2]) if r <= 1]
     plain = [item for r, _, item in ranked if r == len(_WAITING) + 1]
     placed: list[tuple[float, int, pytest.Item]] = [(float(j), 0, item) for j, item in enumerate(plain)]
     for kind in range(2, len(_WAITING) + 1):
-        waiting = [item for r, _, item in ranked if r == kind]
+        # In an order of their own (by a checksum of the name: the same in every worker, as xdist requires), not
+        # file by file: the tests of one file often wait alike (tests/watch's for timeouts, 2-5 s each), and
+        # together they left the cores idle near the end.
+        waiting = [item for _, _, item in sorted((_shuffle(item), i, item) for r, i, item in ranked if r == kind)]
         span = 0.85 * len(plain)
         placed += [((k + kind / len(_WAITING)) * span / len(waiting), kind, item) for k, item in enumerate(waiting)]
     items[:] = first + [item for _, _, item in sorted(placed, key=lambda x: x[:2])]
