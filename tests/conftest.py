@@ -151,6 +151,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     for package in ("runner", "plancompiler"):
         compileall.compile_dir(REPO / package, quiet=1)
+    if getattr(session.config.option, "numprocesses", None):
+        _rewrite_test_modules_once()
+
+
+def _rewrite_test_modules_once() -> None:
+    """Each test module whose assertion-rewritten bytecode is missing or older than it, imported here once before
+    the workers start: on a fresh checkout (as CI's) every worker rewrote and compiled every test module at once,
+    ~20 s of CPU and ~10 s of the suite's wall on 2 cores. Nothing is imported where all of it is cached."""
+    import importlib
+
+    cached = f"{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        try:
+            if (path.parent / "__pycache__" / f"{path.stem}.{cached}").stat().st_mtime >= path.stat().st_mtime:
+                continue
+        except OSError:
+            pass
+        importlib.import_module(".".join(path.relative_to(REPO).with_suffix("").parts))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
