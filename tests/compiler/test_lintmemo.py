@@ -63,3 +63,20 @@ def test_the_memo_is_read_and_only_under_its_salt(tmp_path: Path) -> None:
     assert "SC9999" not in {d.code for d in compile_plan(plan).diagnostics}
     entry.write_text("{not json")
     assert _texts(compile_plan(plan)) == _texts(compile_plan(plan, use_cache=False))
+
+
+def test_shellcheck_is_asked_its_version_once_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version (part of every cache key) is remembered by the cache's marker and, for a process that lints
+    with another cache (a long-lived one, the tests' own caches), in the process: one `shellcheck --version`."""
+    from plancompiler import lint
+
+    asked: list[str] = []
+    real = lint._ask_version
+    monkeypatch.setattr(lint, "_ASKED", {})
+    monkeypatch.setattr(lint, "_ask_version", lambda exe: asked.append(exe) or real(exe))
+    said = []
+    for n in (1, 2):
+        monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / f"c{n}"))
+        said.append(lint._shellcheck_version())
+    assert len(asked) == 1 and said[0] == said[1] and said[0][0].isdigit()
+    assert [p.parent.name for p in tmp_path.glob("c*/shellcheck-version/*")] == ["shellcheck-version"] * 2
