@@ -53,7 +53,8 @@ def make_queue(work: Path, jobs: int) -> tuple[Path, Path]:
     for i in range(jobs):
         item = f"{i:06d}"
         text = first.replace("000000", item)
-        text = _PLAN_LINE.sub(lambda m, t=text: m.group(1) + hashlib.sha256(t.encode()).hexdigest()[:10], text)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+        text = _PLAN_LINE.sub(r"\g<1>" + digest, text)
         data = text.encode()
         name = f"j-{item}.job"
         path = root / "queue" / name

@@ -52,6 +52,14 @@ TICK = "10"
 FIGURES = ("dispatch", "push", "status", "check", "tsp")
 HZ = os.sysconf("SC_CLK_TCK")
 
+# NOTHING_DELETED: every push, write and runner of a run gets directories of their own, and nothing is removed
+# until the bench ends (its temporary directory). On an ext4 without a journal (this VM's root file system), a
+# file created within a minute of many deletions in its block group (six while their inode table is not yet
+# written) costs the kernel a walk over the recently deleted inodes, each looked at in turn (ext4's
+# recently_deleted() from find_inode_bit: 55 % of a 10 000-job push's samples in `perf record -g`): when
+# the bench removed the previous run's root (10 000 files) just before the push, that push took 4.7-5.0 s (3.9 s
+# of it system time) against 1.5 s, and the writer, whose directory went a run earlier, paid nothing of it.
+
 # Writes the same job files a push installs (names and bytes taken from a pushed queue/) into a fresh
 # directory, then one sync: the floor a push is held against.
 WRITER = """
@@ -113,21 +121,21 @@ class Size:
         """argv of a `plan` command on this size's plan."""
         return plan_cli(*self.limit, *args)
 
-    def fresh(self, label: str) -> tuple[Path, Path]:
-        root, out = self.dir / f"q-{label}", self.dir / f"out-{label}"
-        for path in (root, out):
-            shutil.rmtree(path, ignore_errors=True)
+    def fresh(self, label: str, run: int) -> tuple[Path, Path]:
+        """A root and an out directory of their own for RUN: none is removed before the bench ends (NOTHING_DELETED).
+        The plan's jobs write into out-LABEL, a link turned to RUN's directory (one link replaced, not a directory
+        of outputs removed)."""
+        root, out = self.dir / f"q-{label}-{run}", self.dir / f"out-{label}-{run}"
         out.mkdir()
+        link, turning = self.dir / f"out-{label}", self.dir / f"out-{label}.{run}"
+        turning.symlink_to(out.name)
+        os.replace(turning, link)
         return root, out
 
 
-def writer(size: Size, root: Path) -> float:
-    target = size.dir / "written"
-    shutil.rmtree(target, ignore_errors=True)
+def writer(size: Size, root: Path, run: int) -> float:
     os.sync()  # as before the push: the writer's sync writes only what it wrote
-    took = run_step([sys.executable, "-c", WRITER, str(root / "queue"), str(target)])
-    shutil.rmtree(target, ignore_errors=True)
-    return took
+    return run_step([sys.executable, "-c", WRITER, str(root / "queue"), str(size.dir / f"written-{run}")])
 
 
 def children_cpu() -> float:
@@ -249,6 +257,13 @@ def main() -> None:
     print(f"machine: {machine()}; {RUNS} runs of each, alternated across sizes, checkouts and tsp\n")
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         base = Path(tmp)
+        device = journal_less(base) if only & {"push", "dispatch"} else None
+        if device:
+            print(
+                f"note: {base} is on an ext4 without a journal ({device}): a file created within a minute of many "
+                "deletions there (six while their inodes are unwritten) costs the kernel a walk over them; the "
+                "push and writer figures hold only where nothing was deleted there in the last minutes\n"
+            )
         trees = [Tree("this", REPO, base / "cache-this")]
         if args.baseline:
             trees.append(Tree("baseline", args.baseline.resolve(), base / "cache-base"))
@@ -271,8 +286,8 @@ def main() -> None:
                         add("check", run_step(size.plan("check", str(size.plans[tree.label]), "--no-cache"), tree.env))
                     if not only & {"push", "dispatch", "status"}:
                         continue
-                    root, out = size.fresh(tree.label)
-                    os.sync()  # what the bench removed (10 000 files) is not left for the push's sync to write
+                    root, out = size.fresh(tree.label, run)
+                    os.sync()  # what the bench wrote before is not left for the push's sync to write
                     before = children_cpu()
                     took = run_step(size.plan("push", str(root), str(size.plans[tree.label])), tree.env)
                     push_cpu = children_cpu() - before
@@ -282,11 +297,10 @@ def main() -> None:
                         add("push", took)
                         add("push cpu", push_cpu)
                         before = children_cpu()
-                        add("write+sync", writer(size, root))
+                        add("write+sync", writer(size, root, run))
                         add("write cpu", children_cpu() - before)
                     if only & {"dispatch", "status"}:
                         runner_run(tree, size, root, out, add)
-                    shutil.rmtree(root, ignore_errors=True)
                 per_job = tsp_run(size) if tsp else None
                 if per_job is not None:
                     got.setdefault(("tsp", "tsp", size.jobs), []).append(per_job)
@@ -296,6 +310,20 @@ def main() -> None:
                 print_table(got, trees, sizes, tsp is not None or "tsp" not in only)
     print()
     print_table(got, trees, sizes, tsp is not None or "tsp" not in only)
+
+
+def journal_less(path: Path) -> str | None:
+    """The device of PATH's file system where it is an ext4 without a journal (NOTHING_DELETED), else None."""
+    best = ("", "", "")
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split(" - ")
+        mount, (kind, source) = fields[0].split()[4], fields[1].split()[:2]
+        if str(path).startswith(mount.rstrip("/") + "/") and len(mount) > len(best[0]):
+            best = (mount, kind, source)
+    device = os.path.basename(best[2])
+    journals = os.listdir("/proc/fs/jbd2") if os.path.isdir("/proc/fs/jbd2") else []
+    has_journal = any(name.startswith(f"{device}-") for name in journals) if device else True
+    return device if best[1] == "ext4" and not has_journal else None
 
 
 def figure(values: list[float] | None, unit: str = "ms") -> str:
