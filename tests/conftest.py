@@ -127,6 +127,13 @@ class RunnerProcess:
         # its heartbeat from heartbeat.json, every waiting job from waiting.json
         return fresh_status(self.root, json.loads(path.read_text()), every=True)
 
+    def __enter__(self) -> RunnerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stopped when the block is left, however (`with small_tmpfs(...), runner:` stops it before the unmount)."""
+        self.stop()
+
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.proc is None:
             return None

@@ -187,6 +187,18 @@ def test_no_folder_holds_more_than_25_modules_and_no_module_more_than_450_lines(
         assert lines <= MAX_LINES, f"{rel} is {lines} lines"
 
 
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in conftest.py and the helper modules (tests/sshd.py, tests/fullfs.py, ...): a test
+    module imported by another runs its module-level code twice and ties one file's tests to the other's."""
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.relative_to(REPO)}: {name}" for name in names if name.split(".")[-1].startswith("test_")]
+    assert not found, found
+
+
 def _part(word: str) -> str:
     name = word.split(".")[0]
     return "runner.controls" if name == "controls" else f"runner.service.{name}"

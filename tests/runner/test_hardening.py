@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -23,9 +22,9 @@ from runner import procs, wrapper
 from runner.config import Config
 from runner.service.runner import Runner
 from tests.conftest import REPO, RunnerProcess, kill_quietly, pid_alive, read_events, wait_for, write_job
+from tests.fullfs import fill, small_tmpfs
 from tests.ticking import FakeProcesses, Ticking
 
-IN_CI = os.environ.get("CI") == "true"
 T0 = 1_000_000.0
 
 
@@ -188,45 +187,18 @@ def test_wrong_types_in_every_state_file_are_reported_not_fatal(queue_root: Path
         runner.stop()
 
 
-def _mount_tmpfs(path: Path, size: str) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        if IN_CI:
-            pytest.fail("CI runs as root and must be able to mount a small tmpfs for the disk-full test")
-        pytest.skip("needs root to mount a small tmpfs (a real full disk)")
-
-
-def _fill(path: Path) -> Path:
-    filler = path / ".filler"
-    with open(filler, "wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-    return filler
-
-
 def test_disk_full_requeues_refunds_and_drains_when_space_returns(tmp_path: Path) -> None:
     """A real ENOSPC: the queue root is a 1 MiB tmpfs, filled up; jobs gated on a file outside it."""
     root = tmp_path / "q"
-    _mount_tmpfs(root, "1m")
     gate = tmp_path / "gate"
     runner = RunnerProcess(root)
-    try:
+    with small_tmpfs(root, "1m"), runner:
         for i in range(3):
             write_job(root, f"{i}-cpu-j.job", f"# REQUIRES=test -f {gate}\necho hello {i}\n")
         metrics = tmp_path / "runner.prom"  # off the full disk: what the runner did meanwhile shows there
         runner.start("--metrics", str(metrics))
         wait_for(lambda: len(runner.status()["queued"]) == 3)
-        filler = _fill(root)
+        filler = fill(root)
         gate.touch()
 
         def tried() -> int | None:
@@ -249,16 +221,12 @@ def test_disk_full_requeues_refunds_and_drains_when_space_returns(tmp_path: Path
         assert json.loads((root / "state.json").read_text())["attempts"] == {f"{i}-cpu-j.job": 1 for i in range(3)}
         for line in (root / "events.jsonl").read_text().splitlines():
             json.loads(line)  # no line torn by the full disk
-    finally:
-        runner.stop()
-        subprocess.run(["umount", "-l", str(root)], check=False)
 
 
 def test_disk_full_reason_in_status_while_it_lasts(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     """Only logs/ full (its own small tmpfs): status.json can still say disk-full."""
-    _mount_tmpfs(queue_root / "logs", "256k")
-    try:
-        filler = _fill(queue_root / "logs")
+    with small_tmpfs(queue_root / "logs", "256k"), runner:
+        filler = fill(queue_root / "logs")
         write_job(queue_root, "1-gpu-a.job", "echo a\n")
         runner.start()
         status = wait_for(lambda: (s := runner.status())["disk_full"] and s)
@@ -275,9 +243,6 @@ def test_disk_full_reason_in_status_while_it_lasts(tmp_path: Path, queue_root: P
         filler.unlink()
         runner.wait_event("done", job="1-gpu-a.job")
         wait_for(lambda: runner.status()["disk_full"] is None)
-    finally:
-        runner.stop()
-        subprocess.run(["umount", "-l", str(queue_root / "logs")], check=False)
 
 
 def test_job_that_ends_while_the_runner_is_down_is_recorded_not_rerun(tmp_path: Path, queue_root: Path) -> None:

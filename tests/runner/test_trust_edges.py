@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, RunnerProcess, wait_for, write_job
-from tests.runner.test_hardening import _mount_tmpfs
+from tests.fullfs import fill, small_tmpfs
 
 DEEP = "[" * 5000 + "]" * 5000
 
@@ -63,10 +63,9 @@ def test_bad_runner_arguments_are_usage_errors(tmp_path: Path, args: list[str], 
 
 def test_a_runner_started_on_a_full_disk_runs_and_drains_once_space_returns(tmp_path: Path) -> None:
     root = tmp_path / "q"
-    _mount_tmpfs(root, "1m")
-    try:
+    with small_tmpfs(root, "1m"):
         write_job(root, "a.job", "echo a\n")
-        filler = _fill(root)
+        filler = fill(root)
         proc = subprocess.Popen(
             [sys.executable, "-S", "-m", "runner", "run", "--root", str(root), "--tick", "0.1", "--settle", "0"],
             env=dict(os.environ, PYTHONPATH=str(REPO)),
@@ -84,27 +83,6 @@ def test_a_runner_started_on_a_full_disk_runs_and_drains_once_space_returns(tmp_
             proc.terminate()
             proc.wait(timeout=15)
         assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
-    finally:
-        subprocess.run(["umount", "-l", str(root)], check=False)
-
-
-def _fill(path: Path) -> Path:
-    """PATH's file system filled to the last byte (unbuffered writes: no flush left to fail at close)."""
-    filler = path / ".filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 65536)
-    except OSError:
-        pass
-    try:
-        while True:
-            os.write(fd, b"\0")
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
 
 
 def _events(root: Path) -> list[dict]:
