@@ -292,6 +292,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
+def no_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No hosts file from the environment (PLAN_HOSTS) and the watcher's state in the test's own directory:
+    `plan` reads what the test gives it. A module uses it with `pytestmark = pytest.mark.usefixtures("no_hosts")`."""
+    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+
+
+@pytest.fixture
 def stand_in() -> Iterator[int]:
     """The pid of a live process whose command line names the runner (all the agent checks of a status.json
     pid): a `sleep` under another name, for tests whose runner is in-process or written by hand."""

@@ -22,10 +22,7 @@ from tests.conftest import REPO, RunnerProcess, wait_for, write_job
 cli = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _no_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("PLAN_HOSTS", raising=False)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+pytestmark = pytest.mark.usefixtures("no_hosts")
 
 
 def _ts(at: float) -> str:

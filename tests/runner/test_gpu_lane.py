@@ -7,10 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from plancompiler.report import build_report
 from runner import procs
@@ -23,13 +21,6 @@ from tests.ticking import Ticking
 A, B = "0000:03:00.0", "0000:c3:00.0"
 REPO = Path(__file__).resolve().parents[2]
 UNIQUE = os.getpid() % 1000  # a name of this test's own: no other runner on the machine takes it for a GPU user
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[GpuBox]:
-    made = GpuBox(tmp_path)
-    yield made
-    made.close()
 
 
 def _amd(pci: str, gfx_ns: int = 0, vram_kib: int = 65536) -> str:

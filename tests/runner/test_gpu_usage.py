@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,6 @@ from runner.service.gpu import GpuRules, GpuWatch, Observation
 from tests.gpubox import AMDGPU_FDINFO, I915_FDINFO, XE_FDINFO, GpuBox
 
 A, B = "0000:03:00.0", "0000:c3:00.0"
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[GpuBox]:
-    made = GpuBox(tmp_path)
-    yield made
-    made.close()
 
 
 def _amd(pci: str, gfx_ns: int = 0, vram_kib: int = 18624, client: int = 14) -> str:

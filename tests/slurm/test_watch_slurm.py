@@ -16,9 +16,7 @@ from tests.slurm.cluster import Slurm, start_slurm, stop_slurm
 cli = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+pytestmark = pytest.mark.usefixtures("no_hosts")
 
 
 @pytest.fixture

@@ -21,10 +21,7 @@ cli = CliRunner()
 NOW = 1_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _no_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("PLAN_HOSTS", raising=False)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+pytestmark = pytest.mark.usefixtures("no_hosts")
 
 
 def _gone_pid() -> int:

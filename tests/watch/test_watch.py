@@ -29,9 +29,7 @@ def watch(host: str, state: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout
 
 
-@pytest.fixture(autouse=True)
-def _no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+pytestmark = pytest.mark.usefixtures("no_hosts")
 
 
 @pytest.fixture
