@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from runner.service.metrics import Counts, TickView
 
 
+FINISHING_GRACE_S = 60.0  # a new life's wait for a last life's wrapper writing an exit record (_end_leftovers)
+
+
 class Runner:
     def __init__(self, config: Config, processes: Processes | None = None) -> None:
         # Resolved once: jobs run with the root as their working directory, so a relative --root would
@@ -137,14 +140,14 @@ class Runner:
         """Processes an earlier life of this root started (by their tag, or in their job's cgroup) end first."""
         leftovers = self.processes.leftovers(self.root_id + ":")
         # A wrapper none of whose job's processes is left has seen its job end by itself: it is writing the exit
-        # record, and a TERM now would make it write none (the job, finished, would run again). It is given
-        # the kill grace to finish; the rest are ended meanwhile.
+        # record, and ending it would leave none (the job, finished, would run again: the kill grace alone was too
+        # short on a loaded box). It gets FINISHING_GRACE_S, then is ended as the rest were meanwhile.
         parents = {p.ppid for p in leftovers}
         finishing = [p.pid for p in leftovers if wrapper.is_wrapper(p.cmdline) and p.pid not in parents]
         ended = [p for p in leftovers if p.pid not in finishing]
         if ended:
             self.processes.end([p.pid for p in ended])
-        deadline = time.monotonic() + self.config.kill_grace_s
+        deadline = time.monotonic() + max(self.config.kill_grace_s, FINISHING_GRACE_S)
         while finishing and time.monotonic() < deadline:
             time.sleep(0.01)
             finishing = [pid for pid in finishing if self.processes.alive(pid)]
@@ -152,13 +155,9 @@ class Runner:
             self.processes.end(finishing)
             ended += [p for p in leftovers if p.pid in finishing]
         if ended:
+            pids, cmds = [p.pid for p in ended], [p.cmdline[:200] for p in ended]
             self.queue.emit(
-                now,
-                "-",
-                Event.ORPHANS_KILLED.value,
-                why="left by an earlier runner life",
-                pids=[p.pid for p in ended],
-                cmds=[p.cmdline[:200] for p in ended],
+                now, "-", Event.ORPHANS_KILLED.value, why="left by an earlier runner life", pids=pids, cmds=cmds
             )
         if not self.config.cgroup:
             return

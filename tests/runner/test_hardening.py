@@ -282,7 +282,7 @@ def test_job_that_ends_while_the_runner_is_down_is_recorded_not_rerun(tmp_path: 
 def test_a_wrapper_caught_between_its_jobs_end_and_its_record_is_let_write_it(tmp_path: Path, queue_root: Path) -> None:
     """The chaos bench's rare re-run of a finished job (a loaded machine widens the window): a new runner life
     finds a wrapper whose job has ended by itself but which has not yet written its record. A TERM would make it
-    write none, and the finished job would run again: it is given the kill grace to finish, while the leftovers
+    write none, and the finished job would run again: it is given FINISHING_GRACE_S to finish, while the leftovers
     of a job still running are ended. (In-process: which moment a real runner's scan falls on is not ours.)"""
     job, gate = tmp_path / "job", tmp_path / "gate"
     job.write_text(f"until [ -e {gate} ]; do sleep 0.02; done\n")
@@ -326,6 +326,47 @@ def test_a_wrapper_caught_between_its_jobs_end_and_its_record_is_let_write_it(tm
     assert fake.ended_pids == [201, 202] and fake.looks == 2  # the finishing wrapper: looked at, never ended
     [killed] = [e for e in read_events(queue_root) if e["event"] == "orphans-killed"]
     assert killed["pids"] == [201, 202]
+
+
+@pytest.mark.parametrize("finishes_in", [0.3, None])
+def test_a_finishing_wrapper_gets_more_than_the_kill_grace_and_is_ended_only_past_its_own(
+    queue_root: Path, monkeypatch: pytest.MonkeyPatch, finishes_in: float | None
+) -> None:
+    """A loaded box may not schedule a finishing wrapper within the kill grace (1 s in the suite's runners,
+    where the chaos test once saw a finished job run again): it gets FINISHING_GRACE_S. One that never finishes
+    (a stalled box) is ended once that has passed, as a leftover of the earlier life."""
+    from runner.service import runner as service
+
+    monkeypatch.setattr(service, "FINISHING_GRACE_S", 1.0)
+    until = time.monotonic() + (finishes_in or 3600)
+    cmdline = "bash -c " + wrapper.SCRIPT + " plan-job 1-cpu-done.job"
+
+    class Slow(FakeProcesses):
+        ended_pids: list[int] = []
+
+        def end(self, pids: Iterable[int]) -> None:
+            self.ended_pids.extend(pids)
+
+        def leftovers(self, tag_prefix: str) -> list[procs.Proc]:
+            return [procs.Proc(101, 1, 101, "S", "bash", cmdline, "t:1-cpu-done.job")]
+
+        def alive(self, pid: int) -> bool:
+            return time.monotonic() < until
+
+    fake = Slow()
+    runner = Runner(Config(root=queue_root, settle_s=0.0, kill_grace_s=0.05), processes=fake)
+    began = time.monotonic()
+    try:
+        runner.start(1_000_000.0)
+    finally:
+        runner.queue.close()
+        runner.release_lock()
+    killed = [e for e in read_events(queue_root) if e["event"] == "orphans-killed"]
+    if finishes_in:
+        assert fake.ended_pids == [] and not killed  # waited 0.3 s, six times the kill grace
+    else:
+        assert fake.ended_pids == [101] and killed[0]["pids"] == [101]
+        assert time.monotonic() - began >= 1.0
 
 
 def test_the_wrappers_exit_record_is_one_write_taken_only_whole(tmp_path: Path) -> None:
