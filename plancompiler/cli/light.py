@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -201,8 +202,8 @@ def run(root_fn: Callable[..., Any], command: Any, kwargs: dict[str, Any], root:
         return exc.exit_code
     except click_error:
         return None  # raised before anything was done (--set KEY=VALUE): typer reports it
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # 128 + the signal, as a shell says it: Ctrl-C 130, `plan run`'s TERM 143
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))
     except EOFError:
         typer.echo("", err=True)
         typer.echo("Aborted!", err=True)

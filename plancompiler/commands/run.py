@@ -7,14 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import runner as runner_package
 from runner.durations import format_duration
+from runner.files import open_file
 from runner.queue import fresh_status, timestamp
 from runner.readers import terminal_safe
 from runner.vocab import Event, Reason
@@ -104,21 +107,65 @@ def run_queue(
     """Run the runner on ROOT until JOBS are all done or failed, or nothing can run; then stop it."""
     events_path = root / "events.jsonl"
     offset = events_path.stat().st_size if events_path.exists() else 0
-    log = open(root / "runner.log", "ab")
+    # the runner's output, with the root's file mode (0600, or the group's on a shared root) whatever the umask
+    log = os.fdopen(open_file(str(root / "runner.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
     proc = _start_runner(root, tick, log)
     watch = _Watch(root, jobs, echo, settle_s, max_s, proc)
+    stopped_by: list[int] = []
     try:
-        while True:
-            time.sleep(0.2)
-            offset = _follow(events_path, offset, watch.summary, echo)
-            if watch.step():
-                break
+        with _signals(catch=True):
+            while True:
+                time.sleep(0.2)
+                offset = _follow(events_path, offset, watch.summary, echo)
+                if watch.step():
+                    break
+    except KeyboardInterrupt as exc:  # Ctrl-C, or RunInterrupted
+        stopped_by.append(exc.signum if isinstance(exc, RunInterrupted) else signal.SIGINT)
+        raise
     finally:
-        _stop_runner(proc)
+        with _signals(catch=False):  # a second signal meanwhile does not leave the runner behind
+            _stop_runner(proc)
         log.close()
         _follow(events_path, offset, watch.summary, echo)
+        if stopped_by:
+            name = signal.Signals(stopped_by[0]).name
+            echo(f"plan: {name}: the run is stopped; its runner put the jobs it was running back in {root}/queue/")
     watch.final_states()
     return watch.summary
+
+
+STOPPING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """`plan run` was sent SIGTERM or SIGHUP (a closed terminal, `timeout`, a CI cancel): its runner is stopped,
+    and `plan` exits 128 + SIGNUM, as a shell reports a process that signal ended (130 for Ctrl-C)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def _signals(catch: bool) -> Iterator[None]:
+    """CATCH: while the block runs, SIGTERM and SIGHUP end the run as Ctrl-C does (RunInterrupted); by default
+    they ended `plan run` at once and left its runner serving the root for good. Otherwise TERM, HUP and INT are
+    ignored while the block runs (the runner being stopped). In the main thread only: signals are caught there
+    alone, and elsewhere the caller's own handling stands."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, frame: object) -> None:
+        raise RunInterrupted(signum)
+
+    handlers = {signal.SIGTERM: end, signal.SIGHUP: end} if catch else dict.fromkeys(STOPPING, signal.SIG_IGN)
+    before = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _start_runner(root: Path, tick: float, log: Any) -> subprocess.Popen[bytes]:

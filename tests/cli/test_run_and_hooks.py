@@ -4,7 +4,10 @@ The pre-push hook (its own real processes) is tested in tests/cli/test_hook_env.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, RunnerProcess, write_job
+from tests.conftest import REPO, RunnerProcess, pid_alive, wait_for, write_job
 from tests.inprocess import plan_main
 from tests.ticking import Ticking
 
@@ -110,3 +113,43 @@ def test_plan_run_on_a_root_another_runner_serves_follows_that_runner(tmp_path: 
         assert serving.proc.poll() is None  # the runner that served the root was left running
     finally:
         serving.stop()
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_plan_run_ended_by_a_signal_stops_its_runner_and_says_so(tmp_path: Path, sig: signal.Signals) -> None:
+    """A closed terminal (HUP), `timeout` or a CI cancel (TERM), Ctrl-C (INT): `plan run` stops the runner it
+    started, whose running job goes back to queue/ with no attempt used, says what happened and exits 128 + the
+    signal. TERM and HUP once ended `plan run` at once and left its runner serving the root for good."""
+    root, started = tmp_path / "q", tmp_path / "started"
+    plan = tmp_path / "p.yaml"
+    plan.write_text(f"plan: p\njobs:\n  - name: slow\n    run: touch {started}; sleep 60\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "plancompiler.cli", "run", str(plan), "--root", str(root), "--tick", "0.2"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    runner_pid = 0
+    try:
+        wait_for(lambda: started.exists() and (root / "status.json").exists(), 30)
+        runner_pid = json.loads((root / "status.json").read_text())["runner"]["pid"]
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + sig, out
+        assert (
+            f"plan: {sig.name}: the run is stopped; its runner put the jobs it was running back in {root}/queue/" in out
+        )
+        assert "Traceback" not in out
+        assert not pid_alive(runner_pid), "the runner plan run started is stopped with it"
+        assert os.listdir(root / "queue") == ["slow.job"], out  # back, not in running/ nor failed/
+        assert stat.S_IMODE((root / "runner.log").stat().st_mode) == 0o600  # as every file of the root
+    finally:
+        if proc.poll() is None:  # (a failure above: neither is left running)
+            proc.kill()
+            proc.communicate()
+        if runner_pid and pid_alive(runner_pid):
+            os.kill(runner_pid, signal.SIGTERM)  # it ends its job and exits
+            wait_for(lambda: not pid_alive(runner_pid), 30)
