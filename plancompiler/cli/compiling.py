@@ -97,7 +97,11 @@ def graph(
     fmt: Annotated[GraphFormat, typer.Option("--format", help="dot (Graphviz) or mermaid")] = GraphFormat.dot,
     set_: SetOpt = None,
 ) -> None:
-    """Print PLAN's job graph: an edge from each producer to each job that requires its outputs."""
+    """Print PLAN's job graph: an edge from each producer to each job that requires its outputs.
+
+    A plan with errors (a cycle, a job that could not be expanded or rendered) still prints the graph as far as
+    it was built, with the errors on stderr and exit 1: a job left out of it is said, never dropped silently."""
+    from plancompiler.diagnostics import format_all, has_errors, summary
     from plancompiler.graph import to_dot, to_mermaid
 
     compiled = compile_one(plan, set_, None, lint=False)
@@ -105,6 +109,10 @@ def graph(
         raise typer.Exit(print_findings([compiled], Format.text, False))
     graph_ = compiled.graph
     typer.echo(to_dot(graph_, compiled.name) if fmt is GraphFormat.dot else to_mermaid(graph_), nl=False)
+    if has_errors(compiled.diagnostics):
+        typer.echo(format_all(compiled.diagnostics, Format.text.value), err=True)
+        typer.echo(summary(compiled.diagnostics, compiled.job_count), err=True)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -92,6 +92,23 @@ def test_check_formats_and_exit_codes(tmp_path: Path) -> None:
     assert (alone.exit_code, alone.output) == (2, f"plan: {tmp_path / 'nope.yaml'}: plan file not found\n")
 
 
+def test_graph_of_a_plan_with_errors_prints_what_it_could_build_and_the_errors_and_exits_1(tmp_path: Path) -> None:
+    """A cycle and a job that cannot be expanded: the graph shows the cycle (what a user runs it to see), and the
+    errors say what it left out; exit 1, never a silent 0 over a dropped job."""
+    plan = tmp_path / "cyc.yaml"
+    plan.write_text(
+        "plan: cyc\njobs:\n"
+        "  - {name: a, run: cat b.txt > a.txt, requires: [b.txt], outputs: [a.txt]}\n"
+        "  - {name: b, run: cat a.txt > b.txt, requires: [a.txt], outputs: [b.txt]}\n"
+        "  - {name: 'c-{{ x }}', foreach: nosuch, run: 'echo {{ x }}'}\n"
+    )
+    result = cli.invoke(app, ["graph", str(plan)])
+    assert result.exit_code == 1, result.output
+    assert '"b" -> "a";' in result.stdout and '"a" -> "b";' in result.stdout and "error" not in result.stdout
+    assert "error[G002]: dependency cycle: a -> b -> a" in result.stderr
+    assert "error[P012]: foreach names var 'nosuch'" in result.stderr
+
+
 def test_set_override_and_bad_set(tmp_path: Path) -> None:
     result = cli.invoke(app, ["check", str(REPO / "plans/demo.yaml"), "--set", "work=/srv/demo"])
     assert result.exit_code == 0, result.output
