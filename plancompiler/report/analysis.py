@@ -122,6 +122,9 @@ def _window(
     """The report's window: --since/--until where given, else the first event and the last one (or now)."""
     start = since if since is not None else (items[0][0] if items else 0.0)
     last = live.now if live is not None else (items[-1][0] if items else 0.0)
+    if until is None and since is not None and (items or live is not None) and since > last:  # the end: now or the last
+        said = "now" if live is not None else "the last event"
+        raise ValueError(f"--since {format_ts(since)} is after {said} ({format_ts(last)}): the window would be empty")
     return start, until if until is not None else last
 
 

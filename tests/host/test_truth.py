@@ -256,6 +256,17 @@ def test_report_since_after_until_is_an_error(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "is not before --until" in result.output and "-3600" not in result.output
 
 
+def test_report_since_after_the_window_s_end_is_an_error_not_a_negative_window(tmp_path: Path) -> None:
+    """Without --until the window ends now (or at the last event): a --since after it was a report of '(-97044721s)'
+    with exit 0."""
+    path = tmp_path / "events.jsonl"
+    _write_events(path, [{"ts": "2026-10-12 01:00:00", "job": "-", "event": "runner-start"}])
+    result = cli.invoke(app, ["report", str(path), "--since", "2099-01-01 00:00"])
+    assert result.exit_code == 2, result.output
+    assert "--since 2099-01-01 00:00:00 is after" in result.output and "the window would be empty" in result.output
+    assert "(-" not in result.output
+
+
 def test_report_skips_and_counts_malformed_events(tmp_path: Path) -> None:
     d = "2026-10-12 "
     path = tmp_path / "events.jsonl"
