@@ -86,7 +86,15 @@ def logs(
     from plancompiler.commands import operate
 
     target = resolve_host(host, hosts)
-    state = operate.logs(target, job, lines, follow, interval, lambda text: typer.echo(text, nl=False))
+    state = operate.logs(
+        target,
+        job,
+        lines,
+        follow,
+        interval,
+        lambda text: typer.echo(text, nl=False),
+        lambda text: say(f"-- {text}", err=True),
+    )
     if follow:
         say(f"-- {operate.job_file(job)} is {state or 'gone'}", err=True)
 

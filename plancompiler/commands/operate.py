@@ -130,12 +130,23 @@ def move(host: Host, job: str, to: str, other: str | None, wait: float) -> str:
     return f"{job_file(job)}: moved {'before ' + job_file(other) if other else to}"
 
 
-def logs(host: Host, job: str, lines: int, follow: bool, interval: float, echo: Callable[[str], None]) -> str | None:
-    """Print JOB's log tail with ECHO, and with FOLLOW what it adds until the job ends; the job's last state."""
+def logs(
+    host: Host,
+    job: str,
+    lines: int,
+    follow: bool,
+    interval: float,
+    echo: Callable[[str], None],
+    note: Callable[[str], None] = lambda text: None,
+) -> str | None:
+    """Print JOB's log tail with ECHO, and with FOLLOW what it adds until the job ends; the job's last state. A
+    queued job that has no log yet is said with NOTE (it printed nothing, and -f waited without a word)."""
     name = job_file(job)
     answer = ask(host, "logs", {"job": name, "lines": lines})
     if not answer.get("exists") and not answer.get("state"):
         raise OperateError(f"no job {name} and no log for it on {host.name}")
+    if not answer.get("exists") and answer.get("state") == "queue":
+        note(f"{name} is queued and has not started: no log yet" + ("; following it" if follow else ""))
     echo(terminal_safe(str(answer.get("text", ""))))
     offset = answer.get("offset", 0)
     try:

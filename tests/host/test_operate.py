@@ -253,6 +253,14 @@ def test_logs_follow_ends_when_the_job_ends(queue_root: Path, runner: RunnerProc
     assert plan("logs", str(queue_root), "nope")[0] == 1
 
 
+def test_logs_of_a_queued_job_say_it_has_not_started(queue_root: Path) -> None:
+    """A queued job has no log yet: said, where `plan logs` printed nothing and exited 0 (and -f waited without a
+    word)."""
+    write_job(queue_root, "1-cpu-waits.job", "# REQUIRES=test -f /nonexistent/never\necho hi\n")
+    code, out = plan("logs", str(queue_root), "1-cpu-waits")
+    assert code == 0 and out == "-- 1-cpu-waits.job is queued and has not started: no log yet\n", out
+
+
 def test_retry_and_cancel_race_a_fast_tick(tmp_path: Path, queue_root: Path, runner: RunnerProcess) -> None:
     for i in range(20):
         write_job(queue_root, f"{i:02d}-cpu-fail.job", "exit 1\n", state="failed")
