@@ -34,6 +34,7 @@ class PlanFileError(PlanError):
 
     def __init__(self, where: str, message: str) -> None:
         super().__init__(f"{where}: {message}", where=where)
+        self.message = message
 
 
 class Unreachable(PlanFailure):

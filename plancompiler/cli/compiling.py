@@ -48,6 +48,12 @@ def check(
             compiled.append(_checked(path, set_, templates, no_cache))
         except PlanFileError as exc:  # the other plans are checked all the same; this one is reported last
             unreadable.append(exc)
+    if fmt is not Format.text and unreadable:
+        # A machine reads only the findings: each unreadable plan is one there too (P000), still exit 2.
+        from plancompiler.diagnostics import error
+
+        print_findings(compiled, fmt, strict, [error(e.where or "", 1, 1, "P000", e.message) for e in unreadable])
+        raise typer.Exit(2)
     code = print_findings(compiled, fmt, strict) if compiled else 2  # no summary of no plan before its error
     if unreadable:
         raise unreadable[0] if len(unreadable) == 1 else PlanError("\n".join(str(e) for e in unreadable))

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from plancompiler.diagnostics import format_all, has_errors, summary
+from plancompiler.diagnostics import Diagnostic, format_all, has_errors, summary
 from plancompiler.errors import PlanFailure, Unreachable
 from runner.readers import terminal_safe
 
@@ -156,8 +156,8 @@ def internal(what: str | None, exc: BaseException) -> typer.Exit:
     )
 
 
-def print_findings(compiled_list, fmt: Format, strict: bool) -> int:
-    diagnostics = [d for c in compiled_list for d in c.diagnostics]
+def print_findings(compiled_list, fmt: Format, strict: bool, extra: Sequence[Diagnostic] = ()) -> int:
+    diagnostics = [*extra, *(d for c in compiled_list for d in c.diagnostics)]
     text = format_all(diagnostics, fmt.value)
     if text:
         typer.echo(text)

@@ -90,6 +90,16 @@ def test_check_formats_and_exit_codes(tmp_path: Path) -> None:
     assert (alone.exit_code, alone.stderr) == (2, f"plan: {tmp_path / 'nope.yaml'}: plan file not found\n")
     alone = cli.invoke(app, ["check", str(tmp_path / "nope.yaml")])  # the error alone, no "0 jobs" before it
     assert (alone.exit_code, alone.output) == (2, f"plan: {tmp_path / 'nope.yaml'}: plan file not found\n")
+    # For a machine (json, github) an unreadable plan is a finding too (P000), among the others: exit 2 still
+    read = cli.invoke(app, ["check", str(plan), str(tmp_path / "nope.yaml"), "--format", "json"])
+    found = {(d["path"], d["code"], d["message"]) for d in json.loads(read.stdout)}
+    assert read.exit_code == 2 and (str(tmp_path / "nope.yaml"), "P000", "plan file not found") in found, found
+    assert any(code == "SC2164" for _, code, _ in found)
+    github = cli.invoke(app, ["check", str(tmp_path), "--format", "github"])
+    assert (github.exit_code, github.stdout) == (
+        2,
+        f"::error file={tmp_path},line=1,col=1,title=P000::a directory, not a plan file\n",
+    )
 
 
 def test_graph_of_a_plan_with_errors_prints_what_it_could_build_and_the_errors_and_exits_1(tmp_path: Path) -> None:
