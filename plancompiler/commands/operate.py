@@ -55,6 +55,11 @@ def unpark(host: Host, lane: str | None = None) -> str:
 def _control(host: Host, action: str, job: str, wait: float, **body: str) -> dict[str, Any]:
     request = {"action": action, "job": job_file(job), "by": who(), "wait_s": wait, **body}
     result = ask(host, "control", request, wait + 30)
+    if result.get("no_runner"):
+        raise OperateError(
+            f"no runner serves {host.name} now: the request ({action} {request['job']}) is queued there and is "
+            "carried out when a runner starts"
+        )
     if not result.get("taken"):
         raise OperateError(
             f"the request is queued on {host.name}, but no runner took it within {wait:g}s: is the runner running?"
@@ -98,7 +103,9 @@ def ack_on_box(host: Host, target: str, until: float | None, wait: float, for_: 
         )
         for item in answer["matched"]
     ]
-    if not answer.get("taken"):
+    if answer.get("no_runner"):
+        lines.append(f"no runner serves {host.name} now: it takes the ack when it starts")
+    elif not answer.get("taken"):
         lines.append("the runner has not taken the ack yet (is it running?); it will when it ticks")
     return lines
 

@@ -166,10 +166,7 @@ def control(root: str, request: dict[str, Any]) -> dict[str, Any]:
     before = where(root, job)
     body: dict[str, Any] = {k: str(request[k]) for k in ("to", "other") if k in request}  # a move's
     path = _drop_request(root, name, str(request.get("by", "?")), body)
-    deadline = time.time() + float(request.get("wait_s", 30))
-    while time.time() < deadline and os.path.exists(path):
-        time.sleep(0.05)
-    answer = {"taken": not os.path.exists(path), "before": before, "after": where(root, job)}
+    answer = {**_taken(root, path, float(request.get("wait_s", 30))), "before": before, "after": where(root, job)}
     if "other" in request:  # a move before another job: where that one is
         answer["other"] = where(root, str(request["other"]))
     return answer
@@ -195,10 +192,23 @@ def ack(root: str, request: dict[str, Any]) -> dict[str, Any]:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     body = {"by": str(request.get("by", "?")), "target": target, "until": until}
     atomic_write(Path(path), json.dumps(body).encode())
-    deadline = time.time() + float(request.get("wait_s", 30))
-    while time.time() < deadline and os.path.exists(path):
+    return {"matched": shown, **_taken(root, path, float(request.get("wait_s", 30)))}
+
+
+def _taken(root: str, path: str, wait_s: float) -> dict[str, Any]:
+    """Whether the runner took the request at PATH within WAIT_S. Where no runner holds the root's lock, at once:
+    the request stays, for the next runner to carry out (a hold or a move asked before the runner starts waited
+    the whole 30 s, failed, and was then carried out without a word)."""
+    from runner.agent.detach import serving
+
+    deadline = time.time() + wait_s
+    while os.path.exists(path):
+        if serving(root) is None and os.path.exists(path):
+            return {"taken": False, "no_runner": True}
+        if time.time() >= deadline:
+            return {"taken": False}
         time.sleep(0.05)
-    return {"matched": shown, "taken": not os.path.exists(path)}
+    return {"taken": True}
 
 
 def logs(root: str, request: dict[str, Any]) -> dict[str, Any]:

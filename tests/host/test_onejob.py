@@ -130,6 +130,21 @@ def test_hold_keeps_a_job_from_starting_until_release_while_its_lane_runs_others
     assert running.returncode == 1 and "not queued" in running.stderr
 
 
+def test_hold_with_no_runner_says_so_at_once_and_the_next_runner_carries_it_out(
+    tmp_path: Path, queue_root: Path, runner: RunnerProcess
+) -> None:
+    """Asked before any runner serves the root (pushed, not yet started): said at once, not after the whole wait
+    as 'no runner took it ... is the runner running?', and the request stays for the runner that starts next."""
+    write_job(queue_root, "1-a.job", "# LANE=cpu\ntrue\n")
+    held = plan(tmp_path, "hold", str(queue_root), "1-a", "--wait", "20")  # said before the wait ends
+    assert held.returncode == 1, held.stderr
+    assert "no runner serves" in held.stderr and "(hold 1-a.job) is queued there and is carried out" in held.stderr
+    assert "within" not in held.stderr
+    runner.start()
+    assert wait_for(lambda: _queued(runner, "1-a.job"))["reason"] == "held"  # type: ignore[index]
+    assert not runner.events("start")
+
+
 def test_move_first_starts_a_job_before_lower_named_ones_without_renaming_it(
     tmp_path: Path, queue_root: Path, runner: RunnerProcess
 ) -> None:
