@@ -3,6 +3,7 @@ waits no longer than the hosts file's `timeout:`. Real ssh to the loopback sshd.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -36,13 +37,22 @@ def test_a_hung_agent_leaves_no_process_behind(tmp_path: Path, queue_root: Path,
     incident = {"id": "gpu-held:pid 7", "kind": "gpu-held", "subject": "pid 7", "text": "held", "jobs": []}
     incident |= {"count": 0, "look": "", "opened": 1.0, "seen": 1.0}
     (queue_root / "incidents.json").write_text(json.dumps({"version": 1, "open": [incident]}))
+    # A runner that holds the root's lock but never takes the ack (hung): the agent would wait the 60 s asked
+    # for; the call's limit is the host's 3 s. (With no runner at all the agent answers at once.)
+    lock = os.open(queue_root / ".runner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    os.write(lock, str(os.getpid()).encode())
+    fcntl.flock(lock, fcntl.LOCK_EX)
     started = time.monotonic()
-    # No runner takes the ack: the agent would wait the 60 s asked for; the call's limit is the host's 3 s.
-    ran = plan_main("ack", "testbox", "gpu-held", "--wait", "60", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path)
-    assert ran.returncode == 3 and "no answer within 3s" in ran.stderr
-    wait_for(lambda: _agents(queue_root), 5)  # the agent outlived its client ...
-    wait_for(lambda: not _agents(queue_root), 15)  # ... and ended itself at the host's timeout
-    assert time.monotonic() - started < 15
+    try:
+        ran = plan_main(
+            "ack", "testbox", "gpu-held", "--wait", "60", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path
+        )
+        assert ran.returncode == 3 and "no answer within 3s" in ran.stderr
+        wait_for(lambda: _agents(queue_root), 5)  # the agent outlived its client ...
+        wait_for(lambda: not _agents(queue_root), 15)  # ... and ended itself at the host's timeout
+        assert time.monotonic() - started < 15
+    finally:
+        os.close(lock)
 
 
 def test_plan_status_honours_the_hosts_file_timeout(tmp_path: Path, queue_root: Path, sshd: Sshd) -> None:
