@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import os
@@ -11,6 +12,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +291,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         span = 0.85 * len(plain)
         placed += [((k + kind / len(_WAITING)) * span / len(waiting), kind, item) for k, item in enumerate(waiting)]
     items[:] = first + [item for _, _, item in sorted(placed, key=lambda x: x[:2])]
+
+
+@contextmanager
+def runner_lock_held(root: Path) -> Iterator[None]:
+    """ROOT's runner lock held by this test process while the block runs: a runner that serves the root but
+    takes no request (hung). With no runner at all, an agent answers a control request or an ack at once."""
+    root.mkdir(parents=True, exist_ok=True)
+    lock = os.open(root / ".runner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(lock, str(os.getpid()).encode())
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)
 
 
 @pytest.fixture

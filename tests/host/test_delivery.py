@@ -24,7 +24,7 @@ from plancompiler.compile import Compiled, compile_plan
 from plancompiler.hosts import Host, resolve
 from plancompiler.push import PushOptions, push
 from plancompiler.transport import runner_zip
-from tests.conftest import RunnerProcess, plan_cli, wait_for, write_job
+from tests.conftest import RunnerProcess, plan_cli, runner_lock_held, wait_for, write_job
 from tests.sshd import Sshd
 
 pytestmark = pytest.mark.usefixtures("plan_env")
@@ -363,7 +363,7 @@ def test_a_local_agent_call_is_bounded_by_the_hosts_timeout(tmp_path: Path) -> N
     (root / "queue").mkdir(parents=True)
     host = Host(name=str(root), root=str(root), timeout=0.5)
     started = time.monotonic()
-    with pytest.raises(Unreachable, match=r"no answer within 0\.5s"):
+    with runner_lock_held(root), pytest.raises(Unreachable, match=r"no answer within 0\.5s"):
         host.call("control", {"job": "a.job", "action": "cancel", "wait_s": 3})
     assert time.monotonic() - started < 2.5
     assert host.call("control", {"job": "a.job", "action": "cancel", "wait_s": 0}, timeout=5)["taken"] is False
@@ -427,18 +427,19 @@ def test_ctrl_c_ends_a_local_wait_for_the_runner_at_once(tmp_path: Path) -> None
         "    sys.exit(130)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(Path(runner_pkg.__file__).resolve().parent.parent))
-    proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        wait_for(lambda: (root / "control").is_dir() and any((root / "control").iterdir()))  # dropped: now it waits
-        started = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=15) == 130
-        assert time.monotonic() - started < 5
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with runner_lock_held(root):  # a runner that takes nothing: the request waits
+        proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+            wait_for(lambda: (root / "control").is_dir() and any((root / "control").iterdir()))  # dropped: now it waits
+            started = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=15) == 130
+            assert time.monotonic() - started < 5
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_an_install_of_many_files_lands_each_whole_with_the_usual_mode(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ waits no longer than the hosts file's `timeout:`. Real ssh to the loopback sshd.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -11,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import wait_for
+from tests.conftest import runner_lock_held, wait_for
 from tests.inprocess import plan_main
 from tests.sshd import Sshd
 
@@ -39,11 +38,8 @@ def test_a_hung_agent_leaves_no_process_behind(tmp_path: Path, queue_root: Path,
     (queue_root / "incidents.json").write_text(json.dumps({"version": 1, "open": [incident]}))
     # A runner that holds the root's lock but never takes the ack (hung): the agent would wait the 60 s asked
     # for; the call's limit is the host's 3 s. (With no runner at all the agent answers at once.)
-    lock = os.open(queue_root / ".runner.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    os.write(lock, str(os.getpid()).encode())
-    fcntl.flock(lock, fcntl.LOCK_EX)
     started = time.monotonic()
-    try:
+    with runner_lock_held(queue_root):
         ran = plan_main(
             "ack", "testbox", "gpu-held", "--wait", "60", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path
         )
@@ -51,8 +47,6 @@ def test_a_hung_agent_leaves_no_process_behind(tmp_path: Path, queue_root: Path,
         wait_for(lambda: _agents(queue_root), 5)  # the agent outlived its client ...
         wait_for(lambda: not _agents(queue_root), 15)  # ... and ended itself at the host's timeout
         assert time.monotonic() - started < 15
-    finally:
-        os.close(lock)
 
 
 def test_plan_status_honours_the_hosts_file_timeout(tmp_path: Path, queue_root: Path, sshd: Sshd) -> None:
