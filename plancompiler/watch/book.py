@@ -26,14 +26,17 @@ def book_of(answer: dict[str, Any]) -> dict[str, Any] | None:
 
 def book_conditions(book: dict[str, Any], host: str, now: float) -> tuple[list[Condition], dict[str, bool]]:
     """One condition per open incident of the book (its kind as `plan watch` names it), and whether the box has
-    acked each (by the condition's key)."""
+    acked each (by the condition's key). Its fingerprint is the incident's life and the last change that ended an
+    ack there (`joined`): such a change is news here too, at once."""
     conditions, acked = [], {}
     for raw in book["open"]:
         incident = BoxIncident.load(raw)
         if incident is None:
             continue
         kind = CAUSE_KINDS.get(incident.kind, "EVENT")
-        condition = Condition(kind, incident.id, incident.summary(now, host), f"{incident.id}@{incident.opened}")
+        joined = incident.joined.get("at") if isinstance(incident.joined, dict) else None
+        fingerprint = f"{incident.id}@{incident.opened}" + (f"+{joined}" if joined is not None else "")
+        condition = Condition(kind, incident.id, incident.summary(now, host), fingerprint)
         conditions.append(condition)
         acked[condition.key] = bool(incident.acked)
     return conditions, acked
@@ -43,7 +46,8 @@ def take_box_acks(
     incidents: dict[str, Incident], conditions: list[Condition], acked: dict[str, bool], now: float
 ) -> None:
     """The box's acks laid over the watcher's incidents: one acked there is silent here (opened silent if it was
-    acked before this watcher saw it); one whose ack ended there is live again."""
+    acked before this watcher saw it), whatever changed there before it was acked again; one whose ack ended
+    there is live again."""
     for condition in conditions:
         key = condition.key
         if key not in acked:
@@ -59,6 +63,8 @@ def take_box_acks(
             continue
         mine.acked = on_box
         mine.acked_until = None
+        if on_box:
+            mine.fingerprint = condition.fingerprint  # the box's ack covers what the box judges now
 
 
 def skew_condition(box_now: float, sent: float, received: float, subject: str) -> Condition | None:

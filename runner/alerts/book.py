@@ -1,6 +1,7 @@
 """The incident book: causes (runner.alerts.causes) open an incident once, repeat it every --realert while it lasts,
-and RECOVER it when it ends; an ack silences it. Kept by the runner in ROOT/incidents.json, read by `plan watch`,
-`plan status` and `plan top`.
+and RECOVER it when it ends; an ack silences it until it recovers, its time passes, or it changes (a job joins a
+kind in JOINING_IS_NEWS: the incident is sent again, as `changed`, naming it). Kept by the runner in
+ROOT/incidents.json, read by `plan watch`, `plan status` and `plan top`.
 
 incidents.json (written atomically, `version` 1):
 
@@ -12,9 +13,11 @@ incidents.json (written atomically, `version` 1):
     INCIDENT = {"id": "gpu-held:pid 1234", "kind": "gpu-held", "subject": "pid 1234",
                 "text": "gpu lane held by pid 1234 (llama-server) ...", "jobs": ["84c-....job", ...],
                 "count": 60, "look": "plan status a9", "opened": EPOCH, "seen": EPOCH, "sent": EPOCH or null,
-                "sends": 1, "acked": null or {"by": "me@laptop", "at": EPOCH, "until": EPOCH or null}}
+                "sends": 1, "acked": null or {"by": "me@laptop", "at": EPOCH, "until": EPOCH or null},
+                "joined": null or {"at": EPOCH, "jobs": ["92c-....job", ...]}}
 
-Times are epoch seconds on the box's clock. `jobs` lists at most JOBS_KEPT names; `count` is how many.
+Times are epoch seconds on the box's clock. `jobs` lists at most JOBS_KEPT names; `count` is how many. `joined` is
+the last change that ended an ack: when, and the jobs that joined (at most JOBS_KEPT).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from runner.alerts.causes import CAUSE_KINDS, Cause
+from runner.alerts.causes import CAUSE_KINDS, JOINING_IS_NEWS, Cause, names
 
 __all__ = ["BOOK_FILE", "CAUSE_KINDS", "Book", "Incident", "Notice", "known_kind", "matching"]
 from runner.durations import format_duration
@@ -55,6 +58,7 @@ class Incident(Record):
         "sent",
         "sends",
         "acked",
+        "joined",
         "recovered",
     )
 
@@ -72,6 +76,7 @@ class Incident(Record):
         sent: float | None = None,
         sends: int = 0,
         acked: dict[str, Any] | None = None,
+        joined: dict[str, Any] | None = None,
         recovered: float | None = None,
     ) -> None:
         self.id = id
@@ -86,6 +91,7 @@ class Incident(Record):
         self.sent = sent
         self.sends = sends
         self.acked = acked
+        self.joined = joined
         self.recovered = recovered
 
     def to_json(self) -> dict[str, Any]:
@@ -109,7 +115,12 @@ class Incident(Record):
     def summary(self, now: float, host: str) -> str:
         """The one line a notification carries: what, since when, the command to look."""
         look = self.look.replace("HOST", host)
-        return f"{host}: {self.text} (open {format_duration(now - self.opened)}; look: {look})"
+        return f"{host}: {self.text}{self.news()} (open {format_duration(now - self.opened)}; look: {look})"
+
+    def news(self) -> str:
+        """What ended its last ack, while it is not acked again: the jobs that joined (the text may name others)."""
+        joined = self.joined.get("jobs") if isinstance(self.joined, dict) and not self.acked else None
+        return f"; new since the ack: {names([str(j) for j in joined])}" if isinstance(joined, list) and joined else ""
 
 
 def _copied(value: Any) -> Any:
@@ -124,14 +135,14 @@ def _copied(value: Any) -> Any:
 class Notice(NamedTuple):
     """One thing to tell a person: an incident opened, is still open (a repeat), or recovered."""
 
-    what: str  # open, repeat, recovered
+    what: str  # open, repeat, changed (a job joined it while acked: the ack ended), recovered
     incident: Incident
     host: str
     at: float
 
     @property
     def title(self) -> str:
-        word = {"open": "", "repeat": "still: ", "recovered": "RECOVERED: "}[self.what]
+        word = {"open": "", "repeat": "still: ", "changed": "changed: ", "recovered": "RECOVERED: "}[self.what]
         return f"{word}{self.incident.kind} on {self.host}"
 
     @property
@@ -159,7 +170,7 @@ class Notice(NamedTuple):
 class Book(Record):
     """The incidents a box knows of, open and lately closed, and what of them was last written (incidents.json)."""
 
-    __slots__ = ("host", "open", "closed", "sent", "written", "written_shape", "written_at")
+    __slots__ = ("host", "open", "closed", "sent", "written", "written_shape", "written_at", "members")
 
     def __init__(
         self,
@@ -170,6 +181,7 @@ class Book(Record):
         written: str = "",
         written_shape: str = "",
         written_at: float = 0.0,
+        members: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.host = host
         self.open: dict[str, Incident] = {} if open is None else open
@@ -178,15 +190,20 @@ class Book(Record):
         self.written = written  # the content last written, less its clock
         self.written_shape = written_shape  # its ids, counts, sends and acks
         self.written_at = written_at
+        # each open incident's jobs as the last tick saw them, all of them (the file keeps JOBS_KEPT): what a job
+        # that joins since is told from. Not written: the cause's own tuple, kept, not copied.
+        self.members: dict[str, tuple[str, ...]] = {} if members is None else members
 
     # -- the engine ----------------------------------------------------------------------------
     def reconcile(self, causes: list[Cause], now: float, realert: float, every: dict[str, float]) -> list[Notice]:
         """Open, repeat and close incidents against the causes true now; the notices to give, in order.
-        REALERT is the repeat interval, EVERY a kind's own (0: never repeated)."""
+        REALERT is the repeat interval, EVERY a kind's own (0: never repeated). An acked incident is silent until
+        a job joins it where that is news (JOINING_IS_NEWS): then it is sent once, as `changed`, unacked."""
         notices: list[Notice] = []
         current = {c.id: c for c in causes}
         for key in [k for k in self.open if k not in current]:
             incident = self.open.pop(key)
+            self.members.pop(key, None)
             incident.recovered = now
             self.closed = (self.closed + [incident])[-CLOSED_KEPT:]
             if not incident.acked:
@@ -201,10 +218,18 @@ class Book(Record):
             self.open[key] = incident
             incident.text, incident.look, incident.seen = cause.text, cause.look, now
             incident.jobs, incident.count = list(cause.jobs[:JOBS_KEPT]), len(cause.jobs)
+            before, self.members[key] = self.members.get(key), cause.jobs
             acked = incident.acked
             if acked and acked.get("until") is not None and now >= float(acked["until"]):
                 incident.acked = acked = None
             if acked:
+                joined = _joined(cause, before)
+                if not joined:
+                    continue
+                # a change the ack did not cover (a new failure): said at once, and the ack ends
+                incident.acked, incident.joined = None, {"at": now, "jobs": joined[:JOBS_KEPT]}
+                incident.sent, incident.sends = now, incident.sends + 1
+                notices.append(Notice("changed", incident, self.host, now))
                 continue
             repeat = every.get(cause.kind, realert)
             if incident.sent is None or (repeat > 0 and now - incident.sent >= repeat):
@@ -215,8 +240,9 @@ class Book(Record):
         return notices
 
     def ack(self, target: str, until: float | None, by: str, now: float) -> list[Incident]:
-        """Silence every open incident TARGET names, until it recovers or UNTIL. TARGET is `KIND` (a cause kind or
-        a `plan watch` kind), `KIND:PATTERN` (matched against the subject and each job, `*` allowed) or `*`."""
+        """Silence every open incident TARGET names, until it recovers, changes (see reconcile) or UNTIL. TARGET is
+        `KIND` (a cause kind or a `plan watch` kind: every open one of it), `KIND:PATTERN` (matched against the
+        subject and each job, `*` allowed) or `*`. A later ack of the same incident replaces the earlier one."""
         found = matching(list(self.open.values()), target)
         for incident in found:
             incident.acked = {"by": by, "at": now, "until": until}
@@ -263,7 +289,19 @@ class Book(Record):
         book.closed = [i for i in (Incident.load(x) for x in raw.get("closed") or []) if i is not None][-CLOSED_KEPT:]
         sent = raw.get("sent")
         book.sent = sent if isinstance(sent, int) else 0
+        # Its jobs where the file holds all of them; else the first tick's are the ones a join is told from.
+        book.members = {
+            key: tuple(i.jobs) for key, i in book.open.items() if isinstance(i.jobs, list) and len(i.jobs) == i.count
+        }
         return book
+
+
+def _joined(cause: Cause, before: tuple[str, ...] | None) -> list[str]:
+    """The jobs of CAUSE that were not among BEFORE (its jobs a tick ago), where a job joining its kind is news."""
+    if cause.kind not in JOINING_IS_NEWS or before is None or cause.jobs == before:
+        return []
+    known = set(before)
+    return [job for job in cause.jobs if job not in known]
 
 
 def matching(incidents: list[Incident], target: str) -> list[Incident]:

@@ -25,12 +25,13 @@ NAMES_SHOWN = 3  # a cause's text names this many of its jobs, then "+N"
 
 
 class Cause(NamedTuple):
-    """One thing wrong now. `kind` and `subject` make its id; `jobs` may change without a new alert."""
+    """One thing wrong now. `kind` and `subject` make its id; `jobs` may change without a new alert (but see
+    JOINING_IS_NEWS)."""
 
     kind: str  # a key of CAUSE_KINDS: gpu-held, failed, long-running, disk-full, install-stuck, ...
     subject: str  # what it is about: "pid 1234", a failure's signature, a job, a path
     text: str  # one line a person reads: what is wrong
-    jobs: tuple[str, ...] = ()  # the jobs it touches (they join and leave without a new alert)
+    jobs: tuple[str, ...] = ()  # the jobs it touches (they join and leave without a new alert, unless acked)
     look: str = ""  # the one command to look, with HOST where the host's name goes
 
     @property
@@ -51,6 +52,11 @@ CAUSE_KINDS = {
     "disk-full": "WAITING",
     "install-stuck": "WAITING",
 }
+
+# The kinds whose jobs are themselves the trouble (each failed, or can never run): a job that joins one of these
+# after its ack is a change, news the ack did not cover, and ends the ack (runner.alerts.book). The other kinds'
+# jobs wait on the cause the ack already names: more of them waiting is the same news.
+JOINING_IS_NEWS = frozenset({"failed", "blocked"})
 
 
 class Headers(Mapping[str, "jobfile.JobFile"]):

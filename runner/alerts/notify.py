@@ -28,6 +28,10 @@ BACKOFF_S = (5.0, 30.0, 120.0, 600.0)  # waits before the 2nd, 3rd, ... try of a
 PENDING_MAX = 1000  # notices waiting to be sent; more are dropped (and counted)
 NTFY_HOSTS = ("ntfy.sh",)
 USER_AGENT = "plancompiler-runner"
+# ntfy's priority and tags for a notice's `what` (a repeat, or a ping: the rest): a change that ended an ack is as
+# urgent as an open
+NTFY_PRIORITY = {"open": "high", "changed": "high", "recovered": "low"}
+NTFY_TAGS = {"open": "warning", "changed": "warning", "recovered": "white_check_mark"}
 
 
 class BadTarget(ValueError):
@@ -69,8 +73,8 @@ def request_for(where: Target, payload: dict[str, Any]) -> urllib.request.Reques
     if where.form == "ntfy":
         what = payload.get("what", "")
         headers["Title"] = _header(str(payload.get("title", "")))
-        headers["Priority"] = {"open": "high", "recovered": "low"}.get(what, "default")
-        headers["Tags"] = {"open": "warning", "recovered": "white_check_mark"}.get(what, "hourglass")
+        headers["Priority"] = NTFY_PRIORITY.get(what, "default")
+        headers["Tags"] = NTFY_TAGS.get(what, "hourglass")
         body = str(payload.get("message", "")).encode("utf-8")
         headers["Content-Type"] = "text/plain; charset=utf-8"
     else:

@@ -8,6 +8,7 @@ status.json and incidents.json are real.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -205,3 +206,96 @@ def test_plan_ack_writes_to_the_box_and_names_what_it_silenced(
     assert done.stdout.startswith("acked failed:exited <n>: boom-<n> on ") and "for 8h: 2 jobs failed" in done.stdout
     acked = book(queue_root)["open"][0]["acked"]
     assert acked["until"] > acked["at"] + 8 * H - 60 and "@" in acked["by"]
+
+
+def _fails(q: Ticking, root: Path, job: str, rc: int, now: float) -> None:
+    """JOB pushed (unless queued or running), started and failed with RC: two ticks, at NOW and NOW + 1."""
+    if not any((root / state / job).exists() for state in ("queue", "running")):
+        write_job(root, job, f"# LANE=cpu\nexit {rc}\n")
+    q.tick(now)
+    q.procs.exit(job, rc)
+    q.tick(now + 1)
+
+
+def _ack(root: Path, name: str, target: str, until: float | None) -> None:
+    write_job(root, name, json.dumps({"by": "me", "target": target, "until": until}), state="control")
+
+
+def test_a_job_that_joins_an_acked_failure_ends_the_ack_and_is_said_once(
+    queue_root: Path, ticking: Callable[..., Ticking]
+) -> None:
+    q = ticking(T0, realert_s=H)
+    _fails(q, queue_root, "j1.job", 1, T0)
+    _ack(queue_root, "ack-1", "failed:j1", None)
+    q.tick(T0 + 10)
+    assert notices(q) == [("open", "failed:exited <n>")]
+    _fails(q, queue_root, "j2.job", 7, T0 + 20)  # the same cause (`exited <n>`): it joins the acked incident
+    [changed] = q.runner.alerts.notices
+    assert (changed.what, changed.title) == ("changed", "changed: failed on " + q.runner.alerts.host)
+    assert "2 jobs failed with `exited <n>` (j1.job, j2.job); new since the ack: j2.job (open 20s;" in changed.message
+    for t in range(30, 1800, 60):
+        q.tick(T0 + t)
+    assert notices(q) == [("open", "failed:exited <n>"), ("changed", "failed:exited <n>")]  # once, not a flood
+    [incident] = book(queue_root)["open"]
+    assert incident["acked"] is None and incident["joined"] == {"at": T0 + 21, "jobs": ["j2.job"]}
+    assert incident["sends"] == 2 and incident["count"] == 2
+    # acked again, for a time: quiet while a job leaves (retried), news again when it fails anew, for all --for said
+    _ack(queue_root, "ack-2", "EVENT", T0 + 8 * H)
+    write_job(queue_root, "retry-j1.job", "{}", state="control")
+    q.tick(T0 + 1800)
+    assert book(queue_root)["open"][0]["jobs"] == ["j2.job"] and len(notices(q)) == 2
+    _fails(q, queue_root, "j1.job", 1, T0 + 1810)
+    assert notices(q)[2:] == [("changed", "failed:exited <n>")]
+    assert book(queue_root)["open"][0]["joined"] == {"at": T0 + 1811, "jobs": ["j1.job"]}
+    q.tick(T0 + 1811 + H)  # unacked since: repeated each --realert, as any open incident
+    assert notices(q)[3:] == [("repeat", "failed:exited <n>")]
+
+
+def test_more_jobs_waiting_on_an_acked_cause_are_not_news(queue_root: Path, ticking: Callable[..., Ticking]) -> None:
+    write_job(queue_root, "84c-gpu-0.job", "# LANE=gpu\necho bench\n")
+    q = ticking(T0, realert_s=600.0)
+    q.procs.gpu = [GpuUser(77, 1, "llama-server", "name")]
+    q.tick(T0)
+    _ack(queue_root, "ack-1", "gpu-held", None)
+    q.tick(T0 + 10)
+    write_job(queue_root, "84c-gpu-1.job", "# LANE=gpu\necho bench\n")  # pushed: it waits on the same holder
+    for t in range(20, 3000, 60):
+        q.tick(T0 + t)
+    assert notices(q) == [("open", "gpu-held:pid 77")]
+    [incident] = book(queue_root)["open"]
+    assert incident["count"] == 2 and incident["acked"] is not None and incident["joined"] is None
+
+
+def test_plan_watch_hears_a_failure_that_joins_an_acked_one(
+    tmp_path: Path, queue_root: Path, ticking: Callable[..., Ticking], stand_in: int
+) -> None:
+    """The new user's trial, end to end: `plan ack` to the box, `plan watch --once` from a workstation."""
+    now = time.time()  # the watcher judges the box's heartbeat on the box's clock, the real one
+    q = ticking(now, pid=stand_in)
+    state = str(tmp_path / "w.json")
+
+    def plan(*args: str) -> tuple[int, str]:
+        ran = plan_main(*args, cwd=tmp_path, cache=tmp_path / "c")
+        return ran.returncode, ran.stdout + ran.stderr
+
+    def watch() -> tuple[int, str]:
+        return plan("watch", str(queue_root), "--once", "--state", state, "--dead", "1e9")
+
+    _fails(q, queue_root, "j1.job", 1, now)
+    code, out = watch()
+    assert code == 10 and out.startswith(f"EVENT: {queue_root}: j1.job failed: exited 1 (open "), out
+    code, out = plan("ack", str(queue_root), "failed:j1", "--wait", "0")
+    assert code == 0 and out.startswith("acked failed:exited <n> on "), out
+    q.tick(now + 2)  # the runner takes the ack
+    assert watch() == (0, "")
+    _fails(q, queue_root, "j2.job", 7, now + 3)
+    code, out = watch()
+    assert code == 10, out
+    assert out.startswith(f"EVENT: {queue_root}: 2 jobs failed with `exited <n>` (j1.job, j2.job); new since the ack: ")
+    assert watch() == (0, "")  # said once
+    code, out = plan("ack", str(queue_root), "failed:j1", "--wait", "0")
+    assert code == 0, out
+    q.tick(now + 5)
+    assert watch() == (0, "")
+    code, out = plan("top", "--once", str(queue_root))
+    assert "(acked): 2 jobs failed with `exited <n>` (j1.job, j2.job)" in out, out
