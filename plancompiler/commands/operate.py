@@ -97,10 +97,14 @@ def ack_on_box(host: Host, target: str, until: float | None, wait: float, for_: 
         if target.partition(":")[0].strip().upper() in INCIDENT_KINDS:
             return None  # a kind the watcher judges too (STALL, WAITING, ...): it may have it
         raise OperateError(f"no open incident {target} on {host.name} (open: {open_})")
+    from runner.alerts.causes import JOINING_IS_NEWS
+
+    def lasts(kind: str) -> str:
+        joined = " or a job joins it" if kind in JOINING_IS_NEWS else ""
+        return f"for {for_}{joined}" if for_ else f"until it recovers{joined}"
+
     lines = [
-        terminal_safe(
-            f"acked {item['id']} on {host.name} {f'for {for_}' if for_ else 'until it recovers'}: {item['text']}"
-        )
+        terminal_safe(f"acked {item['id']} on {host.name} {lasts(str(item.get('kind')))}: {item['text']}")
         for item in answer["matched"]
     ]
     if answer.get("no_runner"):
