@@ -97,7 +97,7 @@ def ack_on_box(host: Host, target: str, until: float | None, wait: float, for_: 
         if target.partition(":")[0].strip().upper() in INCIDENT_KINDS:
             return None  # a kind the watcher judges too (STALL, WAITING, ...): it may have it
         raise OperateError(f"no open incident {target} on {host.name} (open: {open_})")
-    from runner.alerts.causes import JOINING_IS_NEWS
+    from runner.alerts.book import JOINING_IS_NEWS
 
     def lasts(kind: str) -> str:
         joined = " or a job joins it" if kind in JOINING_IS_NEWS else ""
