@@ -74,8 +74,8 @@ class PushPlan:
     errors: list[str] = field(default_factory=list)
     request: dict[str, Any] = field(default_factory=dict)
     host_state: dict[str, Any] = field(default_factory=dict)
-    reruns: list[str] | None = None  # done jobs this push makes run again (None: the backend keeps no stamps)
-    maybe: list[str] = field(default_factory=list)  # done jobs queued again whose DONE_IF decides (no stamp)
+    reruns: list[str] | None = None  # jobs that ran and that this push surely runs again (None: no stamps kept)
+    maybe: list[str] = field(default_factory=list)  # jobs that ran, queued again, whose DONE_IF decides
     previous: dict[str, Any] | None = None  # the last push of this plan, when it came from another source
 
     def counts(self) -> Counter[str]:
@@ -124,8 +124,13 @@ class PushPlan:
         lines.append("  " + ", ".join(f"{counts[m]} {MARKS[m]}" for m in ORDER if counts[m]))
         if self.reruns:
             lines.append(f"  will run again: {', '.join(self.reruns)}")
-        if self.maybe:
-            lines.append(f"  queued again, its DONE_IF decides (no stamp): {', '.join(self.maybe)}")
+        retried = {c.job for c in self.changes if c.mark == "r"}
+        sent_back = [n for n in self.maybe if n not in retried]
+        if sent_back:
+            lines.append(f"  queued again, its DONE_IF decides (no stamp): {', '.join(sent_back)}")
+        judged = sorted(retried & set(self.maybe))  # failed jobs sent back: a failed run may have left its outputs
+        if judged:
+            lines.append(f"  retried, runs unless its DONE_IF holds already: {', '.join(judged)}")
         quiet = self.reruns is not None and not self.reruns and not self.maybe
         if quiet and any(c.state == "done" for c in self.changes):
             lines.append("  nothing will run again")

@@ -15,7 +15,7 @@ from plancompiler.backends.protocol import Change, PushOptions, PushPlan, who
 from plancompiler.backends.queuehealth import health
 from plancompiler.backends.shared_outputs import shared_outputs
 from plancompiler.hosts import Host
-from runner import identity, refusal, stamps
+from runner import identity, jobfile, refusal, stamps
 from runner.durations import format_duration
 from runner.stamps import push as stamp_push
 
@@ -133,6 +133,7 @@ class _Diff:
         self.recorded: dict[str, str] = probe.get("owners", {})
         self.changes: list[Change] = []
         self.errors: list[str] = []
+        self.again: dict[str, bool] = {}  # ran before, queued again by a retry or a take-over -> whether it surely runs
         self.request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
         self.ours = {job.filename for job in compiled.jobs}
         self.record = plan_record(compiled, dict(host.slots), host.gpus)
@@ -199,7 +200,9 @@ class _Diff:
             return
         effect = self.effects.get(name)
         mark = "^" if effect is not None and effect.kind == "stale" else "~"
-        why = effect.note if effect else "done before; content changed, queued again"
+        why = effect.note if effect else f"done before; {'' if same else 'content changed, '}queued again"
+        if effect is None:  # taken over: the stamps' rules never saw it (not this plan's), yet it is sent back
+            self._ran_before(name, text)
         self.changes.append(Change(mark, name, "done", _joined(taken, why)))
         self.request["remove"].append(["done", name])
         self.request["files"][name] = text
@@ -217,10 +220,26 @@ class _Diff:
             self.changes.append(Change("!", name, "failed", f"{self._failure(name)}; {todo}"))
             return
         self.changes.append(Change("r", name, "failed", taken or "attempts reset"))
+        self._ran_before(name, text)
         self.request["remove"].append(["failed", name])
         if name not in self.request["resets"]:
             self.request["resets"].append(name)
         self.request["files"][name] = text
+
+    def _ran_before(self, name: str, text: str) -> None:
+        """NAME ran before (it failed, or it is done under another owner) and is queued again: it surely runs
+        unless a DONE_IF may hold, as the runner judges it (runner/stamps/judge.py): a job without a DONE_IF always
+        runs, and a stamped one whose stamp is of other content runs even when it holds."""
+        spec = self.record["jobs"][name]
+        judged = jobfile.parse(name, text.encode(), (spec["lane"],))
+        if not isinstance(judged, jobfile.JobFile) or judged.done_if is None:
+            self.again[name] = True
+            return
+        stamp = (self.probe.get("stamps") or {}).get(name)
+        if not isinstance(stamp, dict) or not spec.get("outputs") or spec.get("rerun") == "never":
+            self.again[name] = False  # no stamp to judge it by: its DONE_IF decides
+            return
+        self.again[name] = stamp.get("sha") != stamps.content_hash(text.encode())
 
     def _failure(self, name: str) -> str:
         """`failed 3/3: unsupported sampler flag: -b`: its attempts and its last failure, from the probe."""
@@ -274,8 +293,9 @@ class _Diff:
         # Done jobs sent back without a stamp: a DONE_IF decides whether they run; without one they surely do.
         unstamped = {n for n, e in self.effects.items() if e.kind == "unstamped" and n in request["files"]}
         judged = {n for n in unstamped if {"outputs", "done_if"} & {k for k, v in self.record["jobs"][n].items() if v}}
-        reruns = [name for name, _ in request["stale"]] + sorted(unstamped - judged)
-        maybe = sorted(judged)
+        surely = {n for n, sure in self.again.items() if sure}
+        reruns = [name for name, _ in request["stale"]] + sorted((unstamped - judged) | surely)
+        maybe = sorted(judged | (set(self.again) - surely))
         result = PushPlan(
             host.describe(),
             self.plan_name,
