@@ -77,6 +77,7 @@ class PushPlan:
     reruns: list[str] | None = None  # jobs that ran and that this push surely runs again (None: no stamps kept)
     maybe: list[str] = field(default_factory=list)  # jobs that ran, queued again, whose DONE_IF decides
     previous: dict[str, Any] | None = None  # the last push of this plan, when it came from another source
+    refused: list[dict[str, Any]] = field(default_factory=list)  # each job another owner holds: job, state, plan
 
     def counts(self) -> Counter[str]:
         return Counter(c.mark for c in self.changes)
@@ -104,6 +105,7 @@ class PushPlan:
             "reruns": self.reruns,
             "maybe_reruns": self.maybe,
             "previous_push": self.previous,
+            "refused": self.refused,  # every job the errors' grouped refusals count
         }
 
     def text(self) -> str:
@@ -121,7 +123,8 @@ class PushPlan:
             lines.append(f"  runs again ({len(rerun)} job{'s' * (len(rerun) != 1)}{cost}):")
             lines += [_line(c) for c in sorted(rerun, key=lambda c: (-(c.cost or 0), ORDER.index(c.mark), c.job))]
         counts = self.counts()
-        lines.append("  " + ", ".join(f"{counts[m]} {MARKS[m]}" for m in ORDER if counts[m]))
+        if counts:  # a push refused before any job was judged has none
+            lines.append("  " + ", ".join(f"{counts[m]} {MARKS[m]}" for m in ORDER if counts[m]))
         if self.reruns:
             lines.append(f"  will run again: {', '.join(self.reruns)}")
         retried = {c.job for c in self.changes if c.mark == "r"}

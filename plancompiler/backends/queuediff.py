@@ -132,7 +132,7 @@ class _Diff:
                 self.where[name] = (state_dir, info)
         self.recorded: dict[str, str] = probe.get("owners", {})
         self.changes: list[Change] = []
-        self.errors: list[str] = []
+        self.foreign: dict[tuple[str, str | None], list[str]] = {}  # (state, owning plan or None) -> jobs refused
         self.again: dict[str, bool] = {}  # ran before, queued again by a retry or a take-over -> whether it surely runs
         self.request: dict[str, Any] = {"files": {}, "remove": [], "resets": [], "replace": [], "take_over": []}
         self.ours = {job.filename for job in compiled.jobs}
@@ -165,7 +165,7 @@ class _Diff:
         taken = ""
         if held_by != self.plan_name and (state is not None or held_by is not None):
             if state is not None and not self.options.take_over:
-                self.errors.append(_foreign(name, state, held_by, self.plan_name, self.probe))
+                self.foreign.setdefault((state, held_by), []).append(name)
                 return
             taken = f"taken over from {'plan ' + held_by if held_by else 'a hand-written job'}; attempts reset"
             self.request["take_over"].append(name)
@@ -300,10 +300,13 @@ class _Diff:
             host.describe(),
             self.plan_name,
             self.changes,
-            errors=self.errors,
+            errors=[_foreign(sorted(jobs), *cause, self.plan_name, self.probe) for cause, jobs in self.foreign.items()],
             request=request,
             reruns=reruns,
             maybe=maybe,
+            refused=[
+                {"job": n, "state": s, "plan": p} for (s, p), names in self.foreign.items() for n in sorted(names)
+            ],
         )
         self._previous(result, before)
         return result
@@ -342,15 +345,27 @@ def add_costs(result: PushPlan, compiled: Compiled, sizes: Any) -> None:
             result.changes[i] = replace(change, cost=sum(int(m[0]) for m in measured), cost_floor=floor)
 
 
-def _foreign(name: str, state: str, held_by: str | None, plan_name: str, probe: dict[str, Any]) -> str:
+# A refusal of many jobs for one cause names this many of them; --json's `refused` lists every one.
+NAMED = 5
+
+
+def _foreign(names: list[str], state: str, held_by: str | None, plan_name: str, probe: dict[str, Any]) -> str:
+    """One line for all of NAMES, which STATE/ holds for another plan (HELD_BY) or as hand-written jobs (None):
+    3 000 colliding names are one refusal, with the count and the first few, not 3 000 lines."""
+    one = len(names) == 1
+    more = f", and {len(names) - NAMED} more" if len(names) > NAMED else ""
+    jobs = names[0] if one else f"{len(names)} jobs ({', '.join(names[:NAMED])}{more})"
+    them = "it" if one else "them"
     if held_by is None:
+        what = "is a hand-written job" if one else "are hand-written jobs"
+        fix = "rename the job, remove the file" if one else "rename the jobs, remove the files"
         return (
-            f"{name} in {state}/ is a hand-written job (no PLAN= header): plan {plan_name} will not replace it; "
-            "rename the job, remove the file, or push with --take-over"
+            f"{jobs} in {state}/ {what} (no PLAN= header): plan {plan_name} will not replace {them}; "
+            f"{fix}, or push with --take-over"
         )
     pushed = probe.get("plans", {}).get(held_by) or {}
     by = f", pushed by {pushed['by']} at {pushed['pushed_at']}" if pushed.get("by") and pushed.get("pushed_at") else ""
     return (
-        f"{name} in {state}/ belongs to plan {held_by}{by}: plan {plan_name} will not replace it; "
-        f"push with --take-over to move it to {plan_name}"
+        f"{jobs} in {state}/ {'belongs' if one else 'belong'} to plan {held_by}{by}: plan {plan_name} will not "
+        f"replace {them}; push with --take-over to move {them} to {plan_name}"
     )

@@ -1,5 +1,5 @@
 """`plan push` says what runs again when it is a retry or a take-over that sends a job back (a new user's trial):
-never `nothing will run again` while one will."""
+never `nothing will run again` while one will; and 3 000 jobs another plan holds are one refusal, not 3 000 lines."""
 
 from __future__ import annotations
 
@@ -93,3 +93,27 @@ def test_a_taken_over_done_job_is_said_to_run_again_and_does(tmp_path: Path) -> 
     assert "  will run again: hh.job" in lines and "nothing will run again" not in out
     with RunnerProcess(root).start():
         wait_for(lambda: _count(root, "done", "hh.job") == 2, 20)
+
+
+def test_jobs_another_plan_holds_are_one_refusal_with_the_count_and_json_lists_them_all(tmp_path: Path) -> None:
+    root = tmp_path / "q"
+    body = "jobs:\n  - name: \"j-{{ '%05d' | format(i) }}\"\n    foreach: {i: {range: [0, 3000]}}\n    run: 'true'\n"
+    big, other = tmp_path / "big.yaml", tmp_path / "other.yaml"
+    big.write_text("plan: big\n" + body)
+    other.write_text("plan: other\n" + body)
+    assert plan_cli("push", str(root), str(big))[0] == 0
+    code, out = plan_cli("push", str(root), str(other))
+    assert code == 1
+    errors = [ln for ln in out.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and len(out.splitlines()) < 10, out
+    assert errors[0].startswith(
+        "error: 3000 jobs (j-00000.job, j-00001.job, j-00002.job, j-00003.job, j-00004.job, and 2995 more) "
+        "in queue/ belong to plan big, pushed by "
+    )
+    assert errors[0].endswith(": plan other will not replace them; push with --take-over to move them to other")
+    assert "  " not in out.splitlines()  # no line of two spaces where the counts of a refused push would be
+    code, out = plan_cli("push", str(root), str(other), "--json", "--dry-run")
+    answer = _json(out)
+    assert len(answer["errors"]) == 1 and len(answer["refused"]) == 3000
+    assert answer["refused"][0] == {"job": "j-00000.job", "state": "queue", "plan": "big"}
+    assert sorted(r["job"] for r in answer["refused"]) == [f"j-{i:05d}.job" for i in range(3000)]
