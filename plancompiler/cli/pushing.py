@@ -25,6 +25,10 @@ from plancompiler.cli.shared import (
     say,
 )
 
+NoVerifyExternalOpt = Annotated[
+    bool, typer.Option("--no-verify-external", help="do not check that the plan's external paths exist on the host")
+]
+
 
 @app.command()
 def push(
@@ -40,9 +44,7 @@ def push(
     no_prune: Annotated[
         bool, typer.Option("--no-prune", help="keep queued jobs of this plan that it no longer has")
     ] = False,
-    no_verify_external: Annotated[
-        bool, typer.Option("--no-verify-external", help="do not check that the plan's external paths exist on the host")
-    ] = False,
+    no_verify_external: NoVerifyExternalOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the diff and result as JSON")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="warnings also refuse the push")] = False,
     take_over: Annotated[
@@ -141,6 +143,7 @@ def run_plan(
     templates: TemplatesOpt = None,
     tick: Annotated[float, typer.Option("--tick", help="runner tick in seconds")] = 0.5,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="re-queue failed jobs first")] = False,
+    no_verify_external: NoVerifyExternalOpt = False,
 ) -> None:
     """Check PLAN, push it to a local queue, and run the bundled runner until nothing more can run.
 
@@ -165,7 +168,8 @@ def run_plan(
         typer.echo(diff.text())
 
     # no warning about the runner: this command starts one now
-    outcome = push_plan(compiled, target, PushOptions(retry_failed=retry_failed, expect_runner=False), show)
+    options = PushOptions(retry_failed=retry_failed, expect_runner=False, verify_external=not no_verify_external)
+    outcome = push_plan(compiled, target, options, show)
     if outcome.diff.errors:
         raise typer.Exit(1)
     summary = run_queue(queue_root, [j.filename for j in compiled.jobs], tick=tick, echo=typer.echo)

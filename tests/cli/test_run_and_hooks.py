@@ -153,3 +153,15 @@ def test_plan_run_ended_by_a_signal_stops_its_runner_and_says_so(tmp_path: Path,
         if runner_pid and pid_alive(runner_pid):
             os.kill(runner_pid, signal.SIGTERM)  # it ends its job and exits
             wait_for(lambda: not pid_alive(runner_pid), 30)
+
+
+def test_plan_run_takes_no_verify_external_as_plan_push_does(tmp_path: Path) -> None:
+    """A plan whose `external:` path is not there yet: `plan run` refuses it as a push does, and the refusal's own
+    advice (--no-verify-external) is a flag `plan run` takes."""
+    plan = tmp_path / "ext.yaml"
+    plan.write_text(f"plan: ext\nexternal: [{tmp_path}/later]\njobs:\n  - name: a\n    run: echo hi\n")
+    args = ("run", str(plan), "--root", str(tmp_path / "q"), "--tick", "0.2")
+    refused = plan_main(*args, cwd=tmp_path, cache=tmp_path / "cache")
+    assert refused.returncode == 1 and "--no-verify-external to push anyway" in refused.stdout + refused.stderr
+    ran = plan_main(*args, "--no-verify-external", cwd=tmp_path, cache=tmp_path / "cache")
+    assert ran.returncode == 0 and "1/1 done" in ran.stdout, ran.stdout + ran.stderr
