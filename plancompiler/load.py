@@ -315,12 +315,19 @@ def _dotted(loc: Loc) -> str:
 
 def validation_diagnostics(exc: ValidationError, source: Source) -> list[Diagnostic]:
     found = []
+    present: dict[Loc, set[Any]] | None = None  # the keys each mapping has, made at the first unknown key
     for err in exc.errors():
         loc = _clean_loc(err["loc"])
         if err["type"] == "extra_forbidden" and loc:
             line, col = source.key(loc)
             bad = str(loc[-1])
-            hint = difflib.get_close_matches(bad, fields_of(loc[:-1]), n=1)
+            if present is None:
+                present = {}
+                for key in source.keys:
+                    present.setdefault(key[:-1], set()).add(key[-1])
+            # a key the mapping already has is no suggestion (`lnae:` beside `name:` is `lane`, not `name`)
+            fields = [f for f in fields_of(loc[:-1]) if f not in present.get(tuple(loc[:-1]), set())]
+            hint = difflib.get_close_matches(bad, fields, n=1)
             suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
             where = _dotted(loc[:-1])
             found.append(error(source.path, line, col, "P003", f"unknown key {bad!r} in {where}{suggestion}"))

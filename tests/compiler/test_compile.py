@@ -52,6 +52,11 @@ def test_misspelt_key_names_line_and_closest_key(tmp_path: Path) -> None:
     assert found(c) == ["p.yaml:5:5: error[P003]: unknown key 'requirs' in jobs[0]; did you mean 'requires'?"]
 
 
+def test_a_misspelt_key_is_never_told_to_be_a_key_its_job_already_has(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    lnae: net\n    run: echo a\n")
+    assert found(c) == ["p.yaml:4:5: error[P003]: unknown key 'lnae' in jobs[0]; did you mean 'lane'?"]  # not 'name'
+
+
 def test_top_level_misspelt_key(tmp_path: Path) -> None:
     c = compile_text(tmp_path, "plan: t\nvar: {a: 1}\njobs: []\n")
     assert found(c) == ["p.yaml:2:1: error[P003]: unknown key 'var' in plan; did you mean 'vars'?"]
