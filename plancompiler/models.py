@@ -116,7 +116,7 @@ class Job(Strict):
         description="within its lane the job with the higher priority starts first (equal ones in name order); "
         "written as the # PRIORITY= header",
     )
-    timeout: str | None = Field(None, description="wall-clock limit: 90, 90s, 10m, 6h")
+    timeout: str | None = Field(None, description="wall-clock limit: 90, 90s, 10m, 6h (more than 0)")
     gpus: int | None = Field(
         None,
         ge=1,
@@ -144,6 +144,14 @@ class Job(Strict):
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return _check_duration(None if value is None else str(value))
+
+    @field_validator("timeout")
+    @classmethod
+    def _limit(cls, value: str | None) -> str | None:
+        """Checked as the runner reads TIMEOUT (runner.jobfile.parse_timeout): 0 would end every attempt at once."""
+        if value is not None:
+            jobfile.parse_timeout(value)
+        return value
 
     @field_validator("retries", mode="before")
     @classmethod

@@ -81,15 +81,8 @@ class JobFile:
             kept = shape
             if len(_SHAPES) < 1000:
                 _SHAPES[shape] = shape
-        for slot, value in (
-            ("filename", filename if filename is not None else name + ".job"),
-            ("body", body),
-            ("_requires", requires),
-            ("_done_if", done_if),
-            ("outputs", outputs),
-            ("plan", plan),
-            ("_shape", kept),
-        ):
+        filename = filename if filename is not None else name + ".job"
+        for slot, value in zip(self.__slots__, (filename, body, requires, done_if, outputs, plan, kept)):
             object.__setattr__(self, slot, value)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -323,7 +316,7 @@ def _typed(
     for key in durations:
         if key in header:
             try:
-                durations[key] = parse_duration(header[key])
+                durations[key] = (parse_timeout if key == "TIMEOUT" else parse_duration)(header[key])
             except ValueError as exc:
                 return Invalid(f"{key}: {exc}", where[key])
     gpus = 1
@@ -377,6 +370,13 @@ def parse_expect_wait(text: str) -> tuple[tuple[str, float], ...]:
             raise ValueError(f"{reason if reason != '*' else 'the default'} given twice")
         found.append((reason, parse_duration(value)))
     return tuple(found)
+
+
+def parse_timeout(text: str) -> float:
+    """TIMEOUT's seconds, more than 0: a limit of 0 would end every attempt as it starts (no TIMEOUT: no limit)."""
+    if (seconds := parse_duration(text)) > 0:
+        return seconds
+    raise ValueError(f"{text.strip()!r} would end every attempt at once: give more than 0, or none for no limit")
 
 
 # Header key -> the job-file format (status.json's format_version) that first reads it.

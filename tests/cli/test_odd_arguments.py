@@ -60,6 +60,8 @@ PLAN_CASES = [
     (["render", "p.yaml", "-o", "loop"], 2, "cannot write loop"),
     (["status", "./loop"], 1, "is not a directory"),
     (["add", "./loop", "--", "true"], 1, "is not a directory"),
+    # a job all of whose attempts would be ended as they start: refused as a plan's `timeout: 0` is (a finding)
+    (["add", "./q", "--timeout", "0", "--", "true"], 1, "plan add:1:1: error[P004]: --timeout: '0' would end every"),
     (["push", "./loop", "p.yaml", "--dry-run"], 1, "is not a directory"),
     (["report", "./q", "--html", "adir"], 2, "--html 'adir': a directory, not a file"),
     (["report", "./q", "--html", "fifo"], 2, "--html fifo: not a regular file"),  # the write would block

@@ -85,6 +85,18 @@ def test_wrong_type_is_located(tmp_path: Path) -> None:
     ]
 
 
+def test_a_timeout_of_0_is_an_error_at_its_line(tmp_path: Path) -> None:
+    """A limit of 0 passed every check, and then the runner ended each attempt as it started."""
+    for written, read in (("0", "0"), ("0s", "0s"), ("0.0m", "0.0m"), ("0.0", "0.0")):
+        c = compile_text(tmp_path, f"plan: t\njobs:\n  - name: a\n    run: sleep 2\n    timeout: {written}\n")
+        assert found(c) == [
+            f"p.yaml:5:14: error[P004]: jobs[0].timeout: {read!r} would end every attempt at once: give more than 0, "
+            "or none for no limit"
+        ]
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    run: sleep 2\n    timeout: 0.5\n")
+    assert c.diagnostics == [] and "# TIMEOUT=0.5\n" in c.jobs[0].text
+
+
 def test_bad_requirement_form_suggests(tmp_path: Path) -> None:
     c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    run: echo\n    requires: [{nonemtpy: /x}]\n")
     assert c.diagnostics[0].line == 5 and "did you mean nonempty?" in c.diagnostics[0].message

@@ -3,13 +3,16 @@ circles among them, are tests/test_architecture.py's)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from plancompiler.compile import compile_plan
 from plancompiler.hosts import Host
+from plancompiler.models import Job
 from runner import jobfile
 from tests.conftest import REPO
 
@@ -99,3 +102,17 @@ def test_a_signed_header_is_the_header_with_its_plan_line_made_from_the_rest() -
         assert f"# PLAN=p@{len(seen[0])}\n" in signed
     with pytest.raises(ValueError, match="header value for PLAN must be one non-empty line"):
         jobfile.format(lane="cpu", body="\ntrue\n", sign=lambda _: "p@1\ntouch PWNED")
+
+
+def test_a_timeout_of_0_is_refused_by_the_runner_as_by_the_compiler() -> None:
+    """A hand-written `# TIMEOUT=0` ran and was ended as it started: now it is never run (failed/, `invalid`), with the
+    compiler's reason (runner.jobfile.parse_timeout, which the model calls)."""
+    for text in ("0", "0s", " 0.0m", "00"):
+        parsed = jobfile.parse("a.job", f"# LANE=cpu\n# TIMEOUT={text}\necho hi\n".encode())
+        reason = f"{text.strip()!r} would end every attempt at once: give more than 0, or none for no limit"
+        assert isinstance(parsed, jobfile.Invalid) and str(parsed) == f"line 2: TIMEOUT: {reason}"
+        with pytest.raises(ValidationError, match=re.escape(reason)):
+            Job(name="a", run="true", timeout=text)
+    parsed = jobfile.parse("a.job", b"# TIMEOUT=0.5\necho hi\n")
+    assert isinstance(parsed, jobfile.JobFile) and parsed.timeout_s == 0.5
+    assert Job(name="a", run="true", timeout="0.5").timeout == "0.5"
