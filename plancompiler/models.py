@@ -6,12 +6,16 @@ import difflib
 import re
 import sys
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from runner import jobfile
 from runner.durations import parse_duration
+
+if TYPE_CHECKING:
+    from pydantic import GetJsonSchemaHandler
+    from pydantic_core import CoreSchema
 
 REQUIREMENT_KINDS = ("path", "nonempty", "dir", "exists", "after", "sh")
 _FORMS = "a path, {nonempty: P}, {dir: P}, {exists: P}, {after: JOB} or {sh: CMD, external: true}"
@@ -51,6 +55,56 @@ def _short_form(data: Any, kinds: tuple[str, ...], forms: str, what: str) -> Any
     return result
 
 
+# `plan schema` (for editors) describes what a plan file may say: the short forms above, the durations as
+# parse_duration reads them (a number is seconds), not only the {kind, value} models they become.
+_ONE_LINE = r"^(?!.*\n)"  # Python's `$` (jsonschema's) also matches before a final newline
+_DURATION = _ONE_LINE + r" *[0-9]+(\.[0-9]+)? *[smhd]? *$"
+_LIMIT = _ONE_LINE + r"(?= *[0-9.]*[1-9]) *[0-9]+(\.[0-9]+)? *[smhd]? *$"  # a duration of more than 0
+_WAIT_SCHEMA: list[Any] = [{"type": "string", "pattern": _DURATION}, {"type": "number", "minimum": 0}]
+_NONE: dict[str, Any] = {"type": "null"}  # the key given no value: as if left out
+_KINDS = {
+    "nonempty": "a file that is not empty (test -s)",
+    "dir": "a directory (test -d)",
+    "exists": "any file or directory (test -e)",
+    "after": "the job of this name: its outputs (an ordering gate: its reruns never make this job stale)",
+    "sh": "a shell command, true when it exits 0; only with `external: true`",
+}
+_EXTERNAL = {"type": "boolean", "description": "made true outside this plan: no job need produce it"}
+
+
+def _forms_schema(kinds: tuple[str, ...], external: bool) -> list[dict[str, Any]]:
+    """A path, or {KIND: VALUE} (with `external:` where a requirement may say it), as JSON Schema."""
+    forms: list[dict[str, Any]] = [{"type": "string", "description": "a path: a file (test -f)"}]
+    for kind in kinds:
+        properties: dict[str, Any] = {kind: {"type": "string", "description": _KINDS[kind]}}
+        required = [kind]
+        if kind == "sh":
+            properties["external"], required = {"const": True}, [kind, "external"]
+        elif external:
+            properties["external"] = _EXTERNAL
+        forms.append({"type": "object", "properties": properties, "required": required, "additionalProperties": False})
+    return forms
+
+
+def _lane_names_schema(schema: dict[str, Any]) -> None:
+    """The lanes' names as Plan._lane_names checks them: single words, each once."""
+    name = {"type": "string", "pattern": _ONE_LINE + _LANE_RE.pattern + "$"}
+    for form in schema["anyOf"]:
+        form.update({"items": name, "uniqueItems": True} if form["type"] == "array" else {"propertyNames": name})
+
+
+def _any_of(core_schema: CoreSchema, handler: GetJsonSchemaHandler, before: list[Any], after: list[Any]) -> Any:
+    """The model's definition made one of BEFORE, its own form (for Requirement and Output the {kind, value} one
+    that Python plans build), or AFTER; its title and description kept on the whole."""
+    json_schema = handler(core_schema)
+    definition = handler.resolve_ref_schema(json_schema)
+    own = {k: v for k, v in definition.items() if k not in ("title", "description")}
+    title, description = definition.get("title"), definition.get("description")
+    definition.clear()
+    definition.update(title=title, description=description, anyOf=[*before, own, *after])
+    return json_schema
+
+
 class Requirement(Strict):
     """One gate: `path` is a file (test -f), `nonempty` (test -s), `dir` (test -d), `exists` (test -e),
     `after` another job's outputs, `sh` raw shell (allowed only with external: true)."""
@@ -63,6 +117,10 @@ class Requirement(Strict):
     @classmethod
     def _from_short_form(cls, data: Any) -> Any:
         return _short_form(data, REQUIREMENT_KINDS[1:], _FORMS, "requirement")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        return _any_of(core_schema, handler, _forms_schema(REQUIREMENT_KINDS[1:], external=True), [])
 
     def test_op(self) -> str | None:
         return _TEST_OPS.get(self.kind)
@@ -78,6 +136,10 @@ class Output(Strict):
     @classmethod
     def _from_short_form(cls, data: Any) -> Any:
         return _short_form(data, ("nonempty", "dir", "exists"), _OUTPUT_FORMS, "output")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        return _any_of(core_schema, handler, _forms_schema(("nonempty", "dir", "exists"), external=False), [])
 
     def test_op(self) -> str:
         return _TEST_OPS[self.kind]
@@ -95,6 +157,13 @@ def _check_duration(value: str | None) -> str | None:
 
 
 class Job(Strict):
+    # exactly one body, as _one_body says (a `null` one is none)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [{"required": [k], "properties": {k: {"type": "string"}}} for k in ("template", "run")]
+        }
+    )
+
     name: str = Field(description="job name (a jinja2 template over vars and the foreach row)")
     lane: str = Field("cpu", description="net, gpu, cpu, or a lane of the host")
     template: str | None = Field(None, description="a template file under templates/")
@@ -116,7 +185,13 @@ class Job(Strict):
         description="within its lane the job with the higher priority starts first (equal ones in name order); "
         "written as the # PRIORITY= header",
     )
-    timeout: str | None = Field(None, description="wall-clock limit: 90, 90s, 10m, 6h (more than 0)")
+    timeout: str | None = Field(
+        None,
+        description="wall-clock limit: 90, 90s, 10m, 6h (more than 0)",
+        json_schema_extra={
+            "anyOf": [{"type": "string", "pattern": _LIMIT}, {"type": "number", "exclusiveMinimum": 0}, _NONE]
+        },
+    )
     gpus: int | None = Field(
         None,
         ge=1,
@@ -124,11 +199,16 @@ class Job(Strict):
         description="GPUs the job takes where its host's gpu lane gives each job its own (--gpus); on a Slurm "
         "host its GRES count (--gres=gpu:N)",
     )
-    warn_after: str | None = Field(None, description="running longer raises long-running")
+    warn_after: str | None = Field(
+        None, description="running longer raises long-running", json_schema_extra={"anyOf": [*_WAIT_SCHEMA, _NONE]}
+    )
     expect_wait: str | dict[str, str] | None = Field(
         None,
         description="how long a wait is normal, so nothing alerts before it: a duration (any wait) or one per "
         "reason, e.g. {requires: 2d, gpu-foreign: 1h}",
+        json_schema_extra={
+            "anyOf": [*_WAIT_SCHEMA, {"type": "object", "additionalProperties": {"anyOf": _WAIT_SCHEMA}}, _NONE]
+        },
     )
     shellcheck_disable: list[str] = Field(default_factory=list, description="shellcheck codes to ignore, e.g. SC2034")
     rerun: Literal["on-change", "never"] = Field(
@@ -217,6 +297,11 @@ class Lane(Strict):
         "CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and PLAN_GPU (the runner's gpu lane)",
     )
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        """`lanes: {cpu: {slots: 4}, net: }`: a lane given no settings (null) has 1 slot."""
+        return _any_of(core_schema, handler, [], [_NONE])
+
     @field_validator("devices")
     @classmethod
     def _devices(cls, value: list[int] | None) -> list[int] | None:
@@ -238,7 +323,9 @@ class Plan(Strict):
     vars: dict[str, Any] = Field(default_factory=dict, description="jinja2 variables; may use each other")
     external: list[str] = Field(default_factory=list, description="paths made outside this plan")
     # The names, in the order lanes pick jobs in; or a mapping of them to their settings (counted slots).
-    lanes: list[str] | dict[str, Lane] = Field(default_factory=lambda: ["net", "gpu", "cpu"])
+    lanes: list[str] | dict[str, Lane] = Field(
+        default_factory=lambda: ["net", "gpu", "cpu"], json_schema_extra=_lane_names_schema
+    )
     jobs: list[Job] = Field(default_factory=list)
 
     @property
