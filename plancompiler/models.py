@@ -386,7 +386,8 @@ class Plan(Strict):
     @classmethod
     def _plan_name(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
-            raise ValueError(f"plan name {value!r}: use letters, digits, '.', '_' and '-'")
+            said = "use letters, digits, '.', '_' and '-', starting with a letter or digit"
+            raise ValueError(f"plan name {value!r}: {said}")
         return value
 
 

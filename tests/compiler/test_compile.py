@@ -57,6 +57,14 @@ def test_a_misspelt_key_is_never_told_to_be_a_key_its_job_already_has(tmp_path: 
     assert found(c) == ["p.yaml:4:5: error[P003]: unknown key 'lnae' in jobs[0]; did you mean 'lane'?"]  # not 'name'
 
 
+def test_a_plan_name_starting_with_a_dot_or_dash_is_refused_saying_why(tmp_path: Path) -> None:
+    c = compile_text(tmp_path, "plan: .hidden\njobs: []\n")
+    assert found(c) == [
+        "p.yaml:1:7: error[P004]: plan: plan name '.hidden': use letters, digits, '.', '_' and '-', starting with a "
+        "letter or digit"
+    ]
+
+
 def test_top_level_misspelt_key(tmp_path: Path) -> None:
     c = compile_text(tmp_path, "plan: t\nvar: {a: 1}\njobs: []\n")
     assert found(c) == ["p.yaml:2:1: error[P003]: unknown key 'var' in plan; did you mean 'vars'?"]
