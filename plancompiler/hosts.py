@@ -132,5 +132,7 @@ def resolve(spec: str, hosts: Path | None = None) -> Host:
     hint = difflib.get_close_matches(spec, table, n=1)
     if hint:
         raise PlanError(f"unknown host {spec!r} in {path}; did you mean {hint[0]!r}?")
+    if os.path.isdir(spec):  # a queue here, named as a host would be: a path says ./ (or /)
+        raise PlanError(f"unknown host {spec!r}; for the directory {spec} here, give it as a path: ./{spec}")
     where = f" in {path}" if path else " (no hosts file: use --hosts, $PLAN_HOSTS or plans/hosts.yaml)"
     raise PlanError(f"unknown host {spec!r}{where}; give a name from the hosts file, a path, or DEST:PATH")

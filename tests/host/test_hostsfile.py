@@ -69,6 +69,17 @@ def test_an_unknown_host_name_suggests_the_closest(tmp_path: Path) -> None:
     assert code == 2 and "unknown host 'a9-mgea'" in out and "did you mean 'a9-mega'?" in out
 
 
+def test_a_directory_named_as_a_host_is_told_to_be_given_as_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`plan status q` beside a queue ./q: a name, not a path (./q); the error says how to give the path."""
+    (tmp_path / "q").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PLAN_HOSTS", raising=False)
+    code, out = plan_cli("status", "q")
+    assert code == 2 and "unknown host 'q'; for the directory q here, give it as a path: ./q" in out, out
+
+
 def test_the_shipped_hosts_file_is_valid_and_its_slurm_lanes_reach_sbatch() -> None:
     table = load_hosts(REPO / "plans/hosts.yaml")
     assert set(table) >= {"a9", "demo", "lab"}
