@@ -253,8 +253,11 @@ def load_yaml(
         text = read_limited(path, max_size, what).decode("utf-8")
     except Unreadable as exc:
         return None, source, [error(display, 1, 1, "P001", str(exc))]
-    except UnicodeDecodeError as exc:
-        return None, source, [error(display, 1, 1, "P001", f"{what} file is not valid UTF-8: {exc}")]
+    except UnicodeDecodeError as exc:  # located at the first bad byte (its column counted in bytes)
+        data, at = bytes(exc.object), exc.start
+        line, col = data.count(b"\n", 0, at) + 1, at - data.rfind(b"\n", 0, at)
+        bad = data[at : exc.end].hex(" ")
+        return None, source, [error(display, line, col, "P001", f"{what} file is not valid UTF-8: byte {bad} here")]
     except FileNotFoundError:
         raise PlanFileError(display, f"{what} file not found") from None
     except OSError as exc:

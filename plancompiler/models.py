@@ -318,8 +318,14 @@ class Lane(Strict):
         return self
 
 
+PLAN_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
 class Plan(Strict):
-    plan: str = Field(description="the plan's name, written into each job's PLAN= header")
+    plan: str = Field(
+        description="the plan's name, written into each job's PLAN= header",
+        json_schema_extra={"pattern": PLAN_NAME},  # what _plan_name takes, for editors
+    )
     vars: dict[str, Any] = Field(default_factory=dict, description="jinja2 variables; may use each other")
     external: list[str] = Field(default_factory=list, description="paths made outside this plan")
     # The names, in the order lanes pick jobs in; or a mapping of them to their settings (counted slots).
@@ -385,7 +391,7 @@ class Plan(Strict):
     @field_validator("plan")
     @classmethod
     def _plan_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+        if not re.fullmatch(PLAN_NAME, value):
             said = "use letters, digits, '.', '_' and '-', starting with a letter or digit"
             raise ValueError(f"plan name {value!r}: {said}")
         return value

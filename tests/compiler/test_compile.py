@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from plancompiler.compile import Compiled, compile_plan, cycles_unsearched
+from plancompiler.compile import Compiled, compile_plan, cycles_unsearched, display_path
 
 
 def compile_text(
@@ -62,6 +62,15 @@ def test_a_plan_name_starting_with_a_dot_or_dash_is_refused_saying_why(tmp_path:
     assert found(c) == [
         "p.yaml:1:7: error[P004]: plan: plan name '.hidden': use letters, digits, '.', '_' and '-', starting with a "
         "letter or digit"
+    ]
+
+
+def test_a_plan_that_is_not_utf8_is_located_at_its_first_bad_byte(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_bytes(b"plan: t\njobs:\n  - name: a\n    run: |\n      echo \xff\xfe\n")
+    c = compile_plan(path, lint=False)
+    assert [d.text() for d in c.diagnostics] == [
+        f"{display_path(path)}:5:12: error[P001]: plan file is not valid UTF-8: byte ff here"
     ]
 
 
