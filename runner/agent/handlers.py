@@ -29,10 +29,12 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     grouped = bool(request.get("grouped"))  # `plan status` without --all: the waiting jobs grouped, not each sent
     st = fresh_status(root, st, every=not grouped) if st is not None else None
     logs = {}
-    for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
-        text, log_size = tail(str(Queue(Path(root)).log_path(run.get("job", ""))), 8192)
-        logs[run.get("job")] = {"tail": text, "size": log_size}
     now = time.time()
+    for run in (st or {}).get("running", []) if isinstance(st, dict) else []:
+        path = str(Queue(Path(root)).log_path(run.get("job", "")))
+        text, log_size = tail(path, 8192)
+        logs[run.get("job")] = {"tail": text, "size": log_size}
+        _as_the_log_says(run, path, text, now)
     if grouped and isinstance(st, dict):
         if "waiting_groups" not in st:  # an older runner's: grouped here
             st = _grouped(st, now)
@@ -61,6 +63,27 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         **({"status_error": corrupt} if corrupt else {}),
         **estimates,
     }
+
+
+def _as_the_log_says(run: dict[str, Any], path: str, text: str, now: float) -> None:
+    """RUN's progress, last line and last growth as its log TEXT (its tail, read now) says: status.json's are as
+    old as the runner's last write (up to --tick), and the estimates, `plan status` and `plan top` read these.
+    `progress_at`: when a progress line was read (its estimate's elapsed time is counted to then)."""
+    from runner.progress import parse_progress
+
+    progress = parse_progress(text)
+    run.pop("progress", None)
+    if progress:
+        run["progress"], run["progress_at"] = progress, now
+    lines = [line for line in text.replace("\r", "\n").split("\n") if line.strip()]
+    if lines:
+        run["last_line"] = lines[-1][:300]
+    try:
+        grew = os.stat(path).st_mtime
+    except OSError:
+        grew = None
+    if grew is not None and grew > float(run.get("log_grew_at") or 0):
+        run["log_grew_at"] = grew
 
 
 def _grouped(status: dict[str, Any], now: float) -> dict[str, Any]:

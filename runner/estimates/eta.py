@@ -120,10 +120,12 @@ def estimate(
 
 
 def _elapsed(run: dict[str, Any], beat: Any) -> float:
-    """How long RUN has run by the runner's own clock (its last heartbeat), else as status.json last said."""
+    """How long RUN had run when its progress was read: at `progress_at` where the agent read its log now, else at
+    the runner's last heartbeat (the box's clock either way), else as status.json last said."""
     started = run.get("started")
-    if isinstance(beat, (int, float)) and isinstance(started, (int, float)):
-        return max(0.0, float(beat) - float(started))
+    at = run.get("progress_at", beat)
+    if isinstance(at, (int, float)) and isinstance(started, (int, float)):
+        return max(0.0, float(at) - float(started))
     elapsed = run.get("elapsed_s")
     return float(elapsed) if isinstance(elapsed, (int, float)) else 0.0
 

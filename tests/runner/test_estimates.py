@@ -182,3 +182,34 @@ def test_a_runner_stopped_between_sweeps_writes_the_history_of_the_runs_that_end
     run.runner.stop(NOW + 31)
     assert History.load(queue_root).expected("1-cpu-a.job") == (30.0, "median of its last 1 run")
     run.runner.release_lock()
+
+
+def test_status_reads_a_running_job_s_progress_its_estimate_and_its_log_s_growth_as_the_log_says_now(
+    tmp_path: Path, queue_root: Path, ticking: Any, stand_in: int
+) -> None:
+    """status.json is as old as the runner's last write (up to --tick): its progress (30 %) under a log that says
+    50 % now showed the one beside an estimate from the other, and `log +6s ago` for a log written just now. The
+    agent reads the log's tail and mtime and gives progress, last line, growth and estimate from them alike."""
+    import time
+
+    from runner.queue import Queue
+
+    write_job(queue_root, "1-cpu-p.job", "true\n")
+    began = time.time() - 13
+    run = ticking(pid=stand_in).tick(began)
+    log = Queue(queue_root).log_path("1-cpu-p.job")
+    log.write_text("PROGRESS: 3/10 MB\n")
+    run.tick(began + 7)  # status.json: 30 %, as the runner last read it
+    assert json.loads((queue_root / "status.json").read_text())["running"][0]["progress"].startswith("30%")
+    with log.open("a") as handle:
+        handle.write("PROGRESS: 5/10 MB\nsaying more\n")
+    ran = plan_main("status", str(queue_root), "--json", cwd=tmp_path, cache=tmp_path / "cache")
+    assert ran.returncode == 0, ran.stderr
+    answer = json.loads(ran.stdout)
+    [running] = answer["status"]["running"]
+    assert running["progress"].startswith("50%") and running["last_line"] == "saying more", running
+    assert answer["now"] - running["log_grew_at"] < 5  # written just now, not at the runner's last look
+    basis = answer["estimates"]["running"]["1-cpu-p.job"]["basis"]
+    assert basis.startswith("50% done in 1"), basis  # ~13 s: counted to when the 50 % was read
+    shown = plan_main("status", str(queue_root), cwd=tmp_path, cache=tmp_path / "cache").stdout
+    assert "50% (5/10 MB)" in shown and "estimate: 50% done in" in shown and "30%" not in shown, shown
