@@ -181,8 +181,13 @@ def ack(incidents: dict[str, Incident], target: str, until: float | None, now: f
     kind, _, subject = target.partition(":")
     kind = kind.strip().upper()
     if kind not in INCIDENT_KINDS:
+        from runner.alerts.book import CAUSE_KINDS  # what the box's runner judges: `plan ack` takes them too
+
+        causes = sorted(CAUSE_KINDS)
+        hint = did_you_mean(kind, INCIDENT_KINDS) or did_you_mean(target.partition(":")[0].strip().lower(), causes)
         raise AckError(
-            f"unknown incident kind {kind!r}{did_you_mean(kind, INCIDENT_KINDS)} (kinds: {', '.join(INCIDENT_KINDS)})",
+            f"unknown incident kind {kind!r}{hint} (kinds: {', '.join(INCIDENT_KINDS)}; the box's causes: "
+            f"{', '.join(causes)}, or EVENT for every failure)",
             2,
         )
     found = [

@@ -332,8 +332,12 @@ def test_ack_silences_one_incident_until_its_time_passes(
     assert ack("BLOKED") == (
         2,
         "plan: unknown incident kind 'BLOKED'; did you mean 'BLOCKED'? (kinds: STALL, IDLE, "
-        "BLOCKED, DEAD, STOPPED, UNREACHABLE, ERROR, PARKED, WAITING, SKEW)\n",
+        "BLOCKED, DEAD, STOPPED, UNREACHABLE, ERROR, PARKED, WAITING, SKEW; the box's causes: blocked, disk-full, "
+        "failed, gpu-held, gpu-stalled, idle, install-stuck, long-running, parked, requires, or EVENT for every "
+        "failure)\n",
     )
+    code, out = ack("faild")  # a cause the box judges, misspelt: the box's kinds are named and suggested too
+    assert code == 2 and "did you mean 'failed'?" in out, out
     code, out = ack("DEAD")  # judged by the watcher: acked in its own state file
     assert code == 1 and "no open incident DEAD (open: BLOCKED:blocked:/nonexistent/x)" in out
     code, out = ack("BLOCKED:84c-gpu", "--for", "1s", "--wait", "0")  # the box's: acked on the box
