@@ -3,6 +3,7 @@ plain frame for `--once`, plain frames at each interval when the output is not a
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import threading
@@ -180,7 +181,10 @@ def run_top(hosts: list[Host], options: TopOptions, book: Callable[[Host], Path]
     """`plan top`: one frame (--once), plain frames (output not a terminal), or the live screen."""
     out = out or sys.stdout
     top = Top(hosts, options, book)
-    width = shutil.get_terminal_size((100, 24)).columns
+    # Lines are cut to a terminal's width; into a file or a pipe whole (an error's cause was cut at 80 columns),
+    # unless COLUMNS asks for a width.
+    terminal = out.isatty() or "COLUMNS" in os.environ
+    width = shutil.get_terminal_size((100, 24)).columns if terminal else 1 << 16
     if options.once:
         return top.print_once(out, width)
     if not (out.isatty() and sys.stdin.isatty()):

@@ -51,6 +51,8 @@ def test_once_exits_3_when_no_host_answers_and_usage_errors_exit_2(tmp_path: Pat
     ran = plan_main("top", "--once", str(tmp_path / "nonexist"), cwd=tmp_path, cache=tmp_path / "cache")
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert "nonexist  ERROR: reached " in ran.stdout and "UNREACHABLE" not in ran.stdout
+    # into a pipe, whole: the cause was cut at 80 columns
+    assert "(the directory does not exist)" in ran.stdout, ran.stdout
     ran = plan_main("top", "--once", cwd=tmp_path, cache=tmp_path / "cache")
     assert ran.returncode == 2 and "name a HOST, or give a hosts file" in ran.stderr
     hosts.write_text("hosts: {}\n")
