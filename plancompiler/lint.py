@@ -165,8 +165,11 @@ def _bash_n(texts: Sequence[str], workers: int | None) -> dict[int, list[dict]]:
             comments = found.setdefault(paths[path], [])
             for line in err.splitlines():
                 match = re.match(rf"^{re.escape(path)}: line (\d+): (.*)$", line)
-                if match:
-                    comments.append(_syntax(int(match.group(1)), f"bash -n: {match.group(2)}"))
+                said = match.group(2) if match else ""
+                if match and comments and said.startswith("`") and comments[-1]["line"] == int(match.group(1)):
+                    comments[-1]["message"] += f" in {said}"  # bash's second line: the source it could not read
+                elif match:
+                    comments.append(_syntax(int(match.group(1)), f"bash -n: {said}"))
                 elif line.strip():
                     comments.append(_syntax(0, f"bash -n: {line.strip()}"))
             if rc != 0 and not err.strip():

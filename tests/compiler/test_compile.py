@@ -402,6 +402,13 @@ def test_bash_n_error_points_at_plan(tmp_path: Path) -> None:
     assert {(d.line, d.col) for d in c.diagnostics if d.code in ("L005", "SC1047", "SC1072")} == {(6, 1)}
 
 
+def test_bash_n_s_two_lines_of_one_syntax_error_are_one_finding(tmp_path: Path) -> None:
+    """bash says a syntax error, then the source it could not read (`if then fi'): one finding with both."""
+    c = compile_text(tmp_path, "plan: t\njobs:\n  - name: a\n    run: if then fi\n")
+    l005 = [d.message for d in c.diagnostics if d.code == "L005"]
+    assert l005 == ["job a: bash -n: syntax error near unexpected token `then' in `if then fi'"], l005
+
+
 def test_same_plan_renders_byte_identical(tmp_path: Path) -> None:
     a = compile_text(tmp_path, SEED_STRATA.replace("strata-{{ tag }}.json", "strata-q2_0.json"))
     b = compile_plan(tmp_path / "p.yaml")
