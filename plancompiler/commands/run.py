@@ -289,6 +289,8 @@ class _Watch:
                 if (self.root / state / job).exists():
                     ended = "stopped" if self.serving == self.proc.pid else "running"  # another runner's run goes on
                     self.summary.states[job] = {"queue": "waiting", "running": ended}.get(state, state)
+                    if state == "failed" and not self.summary.reasons.get(job):  # it failed in an earlier run
+                        self.summary.reasons[job] = "failed before this run (--retry-failed runs it again)"
 
 
 def _other_runner(root: Path, returncode: int | None) -> int | None:

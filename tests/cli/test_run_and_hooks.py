@@ -65,6 +65,10 @@ def test_plan_run_exits_1_when_a_job_fails(tmp_path: Path) -> None:
     out = plan_main("run", str(plan), "--root", str(tmp_path / "q"), cwd=tmp_path, cache=tmp_path / "cache")
     assert out.returncode == 1
     assert "1/2 done" in out.stdout and "failed" in out.stdout
+    # run again: the job that failed before says so, and how to run it again (its note was empty)
+    again = plan_main("run", str(plan), "--root", str(tmp_path / "q"), cwd=tmp_path, cache=tmp_path / "cache")
+    assert again.returncode == 1
+    assert "failed before this run (--retry-failed runs it again)" in again.stdout, again.stdout
 
 
 def test_plan_run_says_when_a_retry_starts_and_times_a_failed_job(
