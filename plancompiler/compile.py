@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plancompiler.diagnostics import Diagnostic, has_errors
+from plancompiler.diagnostics import Diagnostic, display_path, has_errors
 from plancompiler.expand import Expanded, expand
 from plancompiler.graph import Graph, build_graph
 from plancompiler.lint import lint_jobs
@@ -57,14 +57,6 @@ def template_dirs(plan_path: Path, extra: Sequence[Path] = ()) -> list[Path]:
         if os.path.isdir(resolved) and resolved not in found:  # never raises: a name too long is no directory
             found.append(resolved)
     return found
-
-
-def display_path(path: Path) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return str(path)
-    return rel if not rel.startswith("..") else str(path)
 
 
 # cycles_unsearched: the objects made (net, as the collector counts them) past which they are moved out of the

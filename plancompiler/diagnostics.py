@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from plancompiler.errors import PlanError as PlanError  # its home is plancompiler/errors.py
 
@@ -55,3 +57,13 @@ def summary(diagnostics: Iterable[Diagnostic], jobs: int) -> str:
     return (
         f"{jobs} job{'s' * (jobs != 1)}, {errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
     )
+
+
+def display_path(path: Path | str) -> str:
+    """PATH as a finding names it: relative to the working directory where it is under it, else whole (a
+    template under /tmp was `../../tmp/t.sh.j2`)."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return rel if not rel.startswith("..") else str(path)

@@ -19,7 +19,7 @@ import jinja2
 from jinja2 import meta, nodes
 from jinja2.sandbox import SecurityError
 
-from plancompiler.diagnostics import Diagnostic, error, warning
+from plancompiler.diagnostics import Diagnostic, display_path, error, warning
 from plancompiler.expand import RESERVED, ExpandedJob
 from plancompiler.graph import Graph
 from plancompiler.load import Source
@@ -139,13 +139,6 @@ class Renderer:
 _PARSER = jinja2.Environment()
 
 
-def _display(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
-
-
 def condition(requirements: Sequence[Requirement | Output], graph: Graph) -> str | None:
     """REQUIRES/DONE_IF text in the forms the runner evaluates without a fork."""
     parts = []
@@ -225,10 +218,10 @@ def _template_file(renderer: Renderer, name: str) -> tuple[str, _Place] | str:
     """Template NAME's text and place, or why it has none."""
     path = renderer.template_path(name)
     if path is None:
-        dirs = ", ".join(_display(d) for d in renderer.template_dirs) or "(none)"
+        dirs = ", ".join(display_path(d) for d in renderer.template_dirs) or "(none)"
         return f"template {name!r} not found in {dirs}"
     try:
-        return path.read_text(encoding="utf-8"), _Place(_display(path), 1, 0)
+        return path.read_text(encoding="utf-8"), _Place(display_path(path), 1, 0)
     except (OSError, UnicodeDecodeError) as exc:
         return f"cannot read template {path}: {exc}"
 
@@ -342,7 +335,7 @@ def _render_failed(exc: BaseException, name: str, renderer: Renderer, place: _Pl
     """Why rendering JOB's body failed, at the template line where it did."""
     if isinstance(exc, ContextError):  # an included template's own quoting problem: located in that template
         path = renderer.template_path(exc.name) if exc.name else None
-        where = _Place(_display(path), 1, 0) if path is not None else place
+        where = _Place(display_path(path), 1, 0) if path is not None else place
         return [error(*where.at(line, col), "R005", f"{who}: {msg}") for line, col, msg in exc.problems]
     if isinstance(exc, ValueRefused):
         return [error(*place.at(exc.line, exc.col), "R006", f"{who}: {exc}")]

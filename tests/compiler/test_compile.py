@@ -409,6 +409,20 @@ def test_bash_n_s_two_lines_of_one_syntax_error_are_one_finding(tmp_path: Path) 
     assert l005 == ["job a: bash -n: syntax error near unexpected token `then' in `if then fi'"], l005
 
 
+def test_a_finding_in_a_template_outside_the_working_directory_names_its_whole_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a plan outside it is named: whole, not `../../tmp/t.sh.j2`."""
+    (tmp_path / "tpl").mkdir()
+    (tmp_path / "tpl" / "t.sh.j2").write_text("#!/bin/bash\necho {{ x }\n")
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: tp\njobs:\n  - name: a\n    template: t.sh.j2\n    with: {x: 1}\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    c = compile_plan(plan, templates=[tmp_path / "tpl"], lint=False)
+    assert [d.path for d in c.diagnostics] == [str(tmp_path / "tpl" / "t.sh.j2")], c.diagnostics
+
+
 def test_same_plan_renders_byte_identical(tmp_path: Path) -> None:
     a = compile_text(tmp_path, SEED_STRATA.replace("strata-{{ tag }}.json", "strata-q2_0.json"))
     b = compile_plan(tmp_path / "p.yaml")
