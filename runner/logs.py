@@ -26,9 +26,14 @@ def tail_lines(path: Path, n: int, start: int = 0) -> list[str]:
             data = handle.read()
     except OSError:
         return []
-    text = data.decode("utf-8", errors="replace")
+    return lines_of(data.decode("utf-8", errors="replace"))[-n:]
+
+
+def lines_of(text: str) -> list[str]:
+    """A log's TEXT as the job's own non-empty lines: curl's \\r updates count as lines, the runner's `=== `
+    headers do not."""
     lines = [ln.strip() for ln in re.split(r"[\r\n]+", text)]
-    return [ln for ln in lines if ln and not ln.startswith("=== ")][-n:]
+    return [ln for ln in lines if ln and not ln.startswith("=== ")]
 
 
 def last_start(path: Path) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from plancompiler.hosts import Host
@@ -31,13 +30,14 @@ def _add_progress(status: dict[str, Any], answer: dict[str, Any]) -> None:
         tail = log.get("tail") if isinstance(log, dict) else None
         if not isinstance(tail, str):
             continue
+        from runner.logs import lines_of
         from runner.progress import parse_progress
 
-        progress = parse_progress(tail)
+        lines = lines_of(tail)  # as the runner and the agent read them: not its `=== ` headers
+        progress = parse_progress("\n".join(lines[-20:]))
         run.pop("progress", None)
         if progress:
             run["progress"] = progress
-        lines = [line for line in re.split(r"[\r\n]+", tail) if line.strip()]
         if lines:
             run["last_line"] = lines[-1][:300]
 

@@ -34,7 +34,7 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
         path = str(Queue(Path(root)).log_path(run.get("job", "")))
         text, log_size = tail(path, 8192)
         logs[run.get("job")] = {"tail": text, "size": log_size}
-        _as_the_log_says(run, path, text, now)
+        _as_the_log_says(run, path, text, log_size, now)
     if grouped and isinstance(st, dict):
         if "waiting_groups" not in st:  # an older runner's: grouped here
             st = _grouped(st, now)
@@ -65,25 +65,27 @@ def status(root: str, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _as_the_log_says(run: dict[str, Any], path: str, text: str, now: float) -> None:
-    """RUN's progress, last line and last growth as its log TEXT (its tail, read now) says: status.json's are as
-    old as the runner's last write (up to --tick), and the estimates, `plan status` and `plan top` read these.
-    `progress_at`: when a progress line was read (its estimate's elapsed time is counted to then)."""
+def _as_the_log_says(run: dict[str, Any], path: str, text: str, size: int, now: float) -> None:
+    """RUN's progress, last line and last growth as its log (TEXT: its tail, SIZE, read now) says: status.json's
+    are as old as the runner's last write (up to --tick), and the estimates, `plan status` and `plan top` read
+    these. The same lines as the runner reads (runner.logs.lines_of); the growth is the file's mtime where it grew
+    since the runner looked. `progress_at`: when a progress line was read (its estimate's elapsed time counts to
+    then)."""
+    from runner.logs import lines_of
     from runner.progress import parse_progress
 
-    progress = parse_progress(text)
+    lines = lines_of(text)
+    progress = parse_progress("\n".join(lines[-20:]))
     run.pop("progress", None)
     if progress:
         run["progress"], run["progress_at"] = progress, now
-    lines = [line for line in text.replace("\r", "\n").split("\n") if line.strip()]
     if lines:
         run["last_line"] = lines[-1][:300]
-    try:
-        grew = os.stat(path).st_mtime
-    except OSError:
-        grew = None
-    if grew is not None and grew > float(run.get("log_grew_at") or 0):
-        run["log_grew_at"] = grew
+    if size != run.get("log_size"):
+        try:
+            run["log_grew_at"] = max(float(run.get("log_grew_at") or 0), os.stat(path).st_mtime)
+        except OSError:
+            pass
 
 
 def _grouped(status: dict[str, Any], now: float) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import REPO, wait_for, write_job
 from tests.inprocess import plan_main
 
@@ -35,7 +37,9 @@ def test_once_prints_one_frame_with_the_running_job_and_why_the_others_wait(
     assert not any("q quit" in line for line in lines)  # no keys are read: no keys' line
 
 
-def test_once_exits_3_when_no_host_answers_and_usage_errors_exit_2(tmp_path: Path, plan_env: None) -> None:
+def test_once_exits_3_when_no_host_answers_and_usage_errors_exit_2(
+    tmp_path: Path, plan_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text("hosts:\n  gone: {ssh: nobody@127.0.0.1, root: /q, connect_timeout: 1, timeout: 3,\n")
     ran = plan_main("top", "--once", "--hosts", str(hosts), cwd=tmp_path, cache=tmp_path / "cache")
@@ -48,6 +52,7 @@ def test_once_exits_3_when_no_host_answers_and_usage_errors_exit_2(tmp_path: Pat
     assert ran.returncode == 3, ran.stdout + ran.stderr
     assert "gone  UNREACHABLE:" in ran.stdout
     # a root that does not exist was reached and could not be read: an error, as plan watch and plan status say
+    monkeypatch.delenv("COLUMNS", raising=False)  # (xdist's workers have one)
     ran = plan_main("top", "--once", str(tmp_path / "nonexist"), cwd=tmp_path, cache=tmp_path / "cache")
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert "nonexist  ERROR: reached " in ran.stdout and "UNREACHABLE" not in ran.stdout
