@@ -202,26 +202,9 @@ class Element(Frozen):
         return out
 
 
-_WRITTEN = (
-    "root",
-    "plan",
-    "name",
-    "hash",
-    "text",
-    "body",
-    "log",
-    "env",
-    "slurm_conf",
-    "retries",
-    "timeout_s",
-    "kill_after_s",
-    "done_if",
-    "gate",
-    "gate_interval_s",
-    "backoff_base_s",
-    "backoff_max_s",
-    "sbatch",
-)
+# Every field but where the element was read from and a pre-bundle job's own wrapper (read, never written); the
+# bundle's JSON is written with sorted keys, so this order is no file's.
+_WRITTEN = tuple(name for name in Element.__slots__ if name not in ("bundle", "entry", "script"))
 
 
 def _env(value: Any) -> dict[str, str]:
