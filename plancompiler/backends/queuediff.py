@@ -236,7 +236,7 @@ class _Diff:
             self.again[name] = True
             return
         stamp = (self.probe.get("stamps") or {}).get(name)
-        if not isinstance(stamp, dict) or not spec.get("outputs") or spec.get("rerun") == "never":
+        if not isinstance(stamp, dict) or not stamps.stamped(judged) or stamps.rerun_never(self.record, name):
             self.again[name] = False  # no stamp to judge it by: its DONE_IF decides
             return
         self.again[name] = stamp.get("sha") != stamps.content_hash(text.encode())
