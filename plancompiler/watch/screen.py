@@ -21,27 +21,6 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
-def _add_progress(status: dict[str, Any], answer: dict[str, Any]) -> None:
-    """Each running job's progress and last line, both from the log tail this answer read (status.json's are as
-    old as its last write: `83% (5/6)` over `| PROGRESS: 3/6`), into STATUS for render_status."""
-    logs: dict[str, Any] = answer["logs"] if isinstance(answer.get("logs"), dict) else {}
-    for run in status.get("running") or []:
-        log = logs.get(run["job"])
-        tail = log.get("tail") if isinstance(log, dict) else None
-        if not isinstance(tail, str):
-            continue
-        from runner.logs import lines_of
-        from runner.progress import parse_progress
-
-        lines = lines_of(tail)  # as the runner and the agent read them: not its `=== ` headers
-        progress = parse_progress("\n".join(lines[-20:]))
-        run.pop("progress", None)
-        if progress:
-            run["progress"] = progress
-        if lines:
-            run["last_line"] = lines[-1][:300]
-
-
 def _status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str:
     events, skipped = checked_events(answer)
     note = (
@@ -60,7 +39,6 @@ def _status_text(host: Host, answer: dict[str, Any], every: bool = False) -> str
     if status is None:
         why = f"its {corrupt}" if corrupt else "no runner has ever ticked here (no status.json)"
         return f"{host.describe()}: {why}; jobs: " + "  ".join(f"{k} {v}" for k, v in counts.items()) + note
-    _add_progress(status, answer)
     if counts:  # the job files in each state as the agent counted them now; status.json's are a tick old or more
         status = dict(status, counts=counts)
     estimates = answer.get("estimates")
