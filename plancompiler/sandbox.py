@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 import jinja2
@@ -148,6 +151,35 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def limits(self) -> Limits:
         return self.budget.limits
 
+    def compile(  # type: ignore[override]  # jinja's overloads on `raw`; this takes and returns the same
+        self,
+        source: str | nodes.Template,
+        name: str | None = None,
+        filename: str | None = None,
+        raw: bool = False,
+        defer_init: bool = False,
+    ) -> str | CodeType:
+        """Jinja's compile, each distinct template once a process (see _CODE)."""
+        if raw:
+            return super().compile(source, name, filename, True, defer_init)
+        if not isinstance(source, str) or len(source) > _CODE_SOURCE_MAX:
+            return super().compile(source, name, filename, False, defer_init)
+        key = (source, name, defer_init, self.limits, type(self), tuple(self.filters), tuple(self.tests))
+        with _CODE_LOCK:
+            code = _CODE.get(key)
+            if code is not None:
+                _CODE.move_to_end(key)
+        if code is not None:
+            return _named(code, filename or "<template>")
+        code = super().compile(source, name, filename, False, defer_init)
+        with _CODE_LOCK:
+            if key not in _CODE:
+                _CODE[key] = code
+                _CODE_HELD[0] += len(source)
+            while len(_CODE) > _CODE_ENTRIES or _CODE_HELD[0] > _CODE_BYTES:
+                _CODE_HELD[0] -= len(_CODE.popitem(last=False)[0][0])
+        return code
+
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         """Jinja's parse, then every loop counted and every `~` chain bounded before it is joined."""
         tree = super()._parse(source, name, filename)
@@ -283,6 +315,30 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
                 )
             parts.append(chunk)
         return "".join(parts)
+
+
+# Each template's code, compiled once a process: a compile (the shell reader's rewrite, jinja's parse and code
+# generation, Python's compile) is most of rendering a plan, and `plan check` compiles its templates twice (the
+# jobs, then their shapes), a test session hundreds of times. The code is the same in every environment of one
+# configuration: the budget, the globals and the filters' functions are looked up when it runs, never compiled
+# in; what the compile itself reads (the source, its name, the limits constant folding is checked against, the
+# names of the filters and tests) is the key, and the file it was read from is put in the code handed out.
+# A compile that fails is not kept: it fails again, and says so.
+_CODE: OrderedDict[tuple[Any, ...], CodeType] = OrderedDict()
+_CODE_ENTRIES = 512
+_CODE_BYTES = 4 * MiB  # of source text kept, in all (its code is a few times that)
+_CODE_SOURCE_MAX = 64 * 1024  # larger templates are compiled each time, not kept
+_CODE_HELD = [0]  # the source text kept now, in bytes
+_CODE_LOCK = threading.Lock()
+
+
+def _named(code: CodeType, filename: str) -> CodeType:
+    """CODE as compiled from FILENAME: the same template found under another directory (a copy of the plan) is
+    the same code, but its errors and tracebacks name the file they came from."""
+    if code.co_filename == filename:
+        return code
+    consts = tuple(_named(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def _replace(tree: nodes.Node, old: nodes.Node, new: nodes.Node) -> None:
