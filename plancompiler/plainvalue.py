@@ -17,7 +17,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jinja2
 from jinja2 import nodes
+
+from plancompiler.sandbox import BySource
 
 _PIECE = re.compile(r"\{\{ *([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))? *\}\}")
 _OPENER = re.compile(r"\{[{%#]")
@@ -88,6 +91,26 @@ def render_plain(value: str, context: Mapping[str, Any], limit: int) -> str | No
 
 # (text before, name, key or None, the escaper's arguments) ...; the tail; the largest number among the arguments
 Body = tuple[tuple[tuple[str, str, str | None, tuple[Any, ...]], ...], str, int]
+
+
+# Each template's body as pieces, read once a process (a test session renders the same templates hundreds of
+# times, each from a new environment): the tree they come from is the source as the shell environment parses it.
+_BODIES = BySource()
+
+
+def body_of(env: jinja2.Environment, source: str, name: str) -> Body | None:
+    """body_pieces of template NAME's SOURCE as ENV (a shell environment) parses it; None also where it does not
+    parse (jinja reads it, and says what is wrong with it)."""
+    key = (source, name, type(env), tuple(env.extensions))
+    kept = _BODIES.get(key)
+    if kept is not None:
+        return kept[0]
+    try:
+        body = body_pieces(env.parse(source, name))
+    except Exception:
+        body = None
+    _BODIES.put(key, body)
+    return body
 
 
 def body_pieces(tree: nodes.Template) -> Body | None:

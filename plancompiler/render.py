@@ -24,7 +24,7 @@ from plancompiler.expand import RESERVED, ExpandedJob
 from plancompiler.graph import Graph
 from plancompiler.load import Source
 from plancompiler.models import Output, Requirement
-from plancompiler.plainvalue import Body, body_pieces, render_body
+from plancompiler.plainvalue import Body, body_of, render_body
 from plancompiler.sandbox import LimitExceeded, Limits
 from plancompiler.shell import ContextError, ValueRefused, escape, finish_heredocs, shell_environment
 from runner import jobfile
@@ -100,7 +100,7 @@ class Renderer:
         is called before jinja renders one the shortcut began (an escaper that keeps what it saw starts over)."""
         if name not in self._bodies:
             try:
-                self._bodies[name] = body_pieces(self.env.parse(self.loader.get_source(self.env, name)[0], name))
+                self._bodies[name] = body_of(self.env, self.loader.get_source(self.env, name)[0], name)
             except Exception:  # jinja reads it, and says what is wrong with it
                 self._bodies[name] = None
         parsed = self._bodies[name]

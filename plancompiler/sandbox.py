@@ -162,22 +162,14 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         """Jinja's compile, each distinct template once a process (see _CODE)."""
         if raw:
             return super().compile(source, name, filename, True, defer_init)
-        if not isinstance(source, str) or len(source) > _CODE_SOURCE_MAX:
+        if not isinstance(source, str):
             return super().compile(source, name, filename, False, defer_init)
         key = (source, name, defer_init, self.limits, type(self), tuple(self.filters), tuple(self.tests))
-        with _CODE_LOCK:
-            code = _CODE.get(key)
-            if code is not None:
-                _CODE.move_to_end(key)
-        if code is not None:
-            return _named(code, filename or "<template>")
+        kept = _CODE.get(key)
+        if kept is not None:
+            return _named(kept[0], filename or "<template>")
         code = super().compile(source, name, filename, False, defer_init)
-        with _CODE_LOCK:
-            if key not in _CODE:
-                _CODE[key] = code
-                _CODE_HELD[0] += len(source)
-            while len(_CODE) > _CODE_ENTRIES or _CODE_HELD[0] > _CODE_BYTES:
-                _CODE_HELD[0] -= len(_CODE.popitem(last=False)[0][0])
+        _CODE.put(key, code)
         return code
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
@@ -317,6 +309,44 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         return "".join(parts)
 
 
+class BySource:
+    """What was made of a template's source, kept by a key whose first part is that source: the most recently
+    used ENTRIES, at most TOTAL bytes of source in all, none of a source over LARGEST bytes."""
+
+    def __init__(self, entries: int = 512, total: int = 4 * MiB, largest: int = 64 * 1024) -> None:
+        self.entries, self.total, self.largest = entries, total, largest
+        self._kept: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self.held = 0  # bytes of source kept now
+        self._lock = threading.Lock()  # kept whole where compiles run in threads of their own
+
+    def get(self, key: tuple[Any, ...]) -> tuple[Any] | None:
+        """(what was kept for KEY,), or None where nothing is."""
+        with self._lock:
+            if key not in self._kept:
+                return None
+            self._kept.move_to_end(key)
+            return (self._kept[key],)
+
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
+        if len(key[0]) > self.largest:
+            return
+        with self._lock:
+            if key not in self._kept:
+                self.held += len(key[0])
+            self._kept[key] = value
+            while len(self._kept) > self.entries or self.held > self.total:
+                self.held -= len(self._kept.popitem(last=False)[0][0])
+
+    def keys(self) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._kept)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self.held = 0
+
+
 # Each template's code, compiled once a process: a compile (the shell reader's rewrite, jinja's parse and code
 # generation, Python's compile) is most of rendering a plan, and `plan check` compiles its templates twice (the
 # jobs, then their shapes), a test session hundreds of times. The code is the same in every environment of one
@@ -324,12 +354,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 # in; what the compile itself reads (the source, its name, the limits constant folding is checked against, the
 # names of the filters and tests) is the key, and the file it was read from is put in the code handed out.
 # A compile that fails is not kept: it fails again, and says so.
-_CODE: OrderedDict[tuple[Any, ...], CodeType] = OrderedDict()
-_CODE_ENTRIES = 512
-_CODE_BYTES = 4 * MiB  # of source text kept, in all (its code is a few times that)
-_CODE_SOURCE_MAX = 64 * 1024  # larger templates are compiled each time, not kept
-_CODE_HELD = [0]  # the source text kept now, in bytes
-_CODE_LOCK = threading.Lock()
+_CODE = BySource()
 
 
 def _named(code: CodeType, filename: str) -> CodeType:

@@ -33,9 +33,9 @@ def test_one_template_under_two_directories_is_located_in_each(tmp_path: Path) -
     first, second = _copy(tmp_path / "a"), _copy(tmp_path / "b")
     sandbox._CODE.clear()
     a = _found(first)
-    kept = len(sandbox._CODE)
+    kept = len(sandbox._CODE.keys())
     b = _found(second)
-    assert kept and len(sandbox._CODE) == kept, "the second copy compiled nothing new"
+    assert kept and len(sandbox._CODE.keys()) == kept, "the second copy compiled nothing new"
     assert [line for _, line, _ in a] == [line for _, line, _ in b] == [3, 3, 3], (a, b)
     assert all("/a/" in path for path, _, _ in a) and all("/b/" in path for path, _, _ in b), (a, b)
 
@@ -66,18 +66,37 @@ def test_a_refused_body_in_a_foreach_is_refused_for_every_row_alike(tmp_path: Pa
     assert len(found) == 40 and len(set(found)) == 1 and found[0][1:] == (5, "R005"), found[:3]
 
 
-def test_the_cache_keeps_at_most_its_entries_and_bytes_and_never_a_large_template() -> None:
+def test_a_cache_keeps_at_most_its_entries_and_bytes_and_never_a_large_source() -> None:
+    kept = sandbox.BySource(entries=8, total=100, largest=30)
+    for n in range(20):
+        kept.put((f"s{n}",), n)
+    assert [key[0] for key in kept.keys()] == [f"s{n}" for n in range(12, 20)]
+    assert kept.get(("s12",)) == (12,) and kept.get(("s3",)) is None
+    kept.put(("x" * 31,), "large")
+    assert kept.get(("x" * 31,)) is None
+    for n in range(5):
+        kept.put((f"{n}".ljust(30, "x"),), None)  # a kept None is found, as (None,)
+    assert kept.get(("4".ljust(30, "x"),)) == (None,)
+    assert kept.held == sum(len(key[0]) for key in kept.keys()) <= 100 and len(kept.keys()) == 3
+
+
+def test_the_template_cache_holds_no_template_past_its_bounds() -> None:
     env = sandbox.BoundedSandbox()
     sandbox._CODE.clear()
-    sandbox._CODE_HELD[0] = 0
-    for n in range(sandbox._CODE_ENTRIES + 20):
+    for n in range(sandbox._CODE.entries + 20):
         env.from_string(f"echo {n}")
-    assert len(sandbox._CODE) == sandbox._CODE_ENTRIES
-    env.from_string("x" * (sandbox._CODE_SOURCE_MAX + 1))
-    assert all(len(key[0]) <= sandbox._CODE_SOURCE_MAX for key in sandbox._CODE)
-    for n in range(sandbox._CODE_BYTES // sandbox._CODE_SOURCE_MAX + 10):
-        env.from_string(f"{n}".ljust(sandbox._CODE_SOURCE_MAX, "x"))
-    held = sum(len(key[0]) for key in sandbox._CODE)
-    assert (
-        held == sandbox._CODE_HELD[0] and sandbox._CODE_BYTES - sandbox._CODE_SOURCE_MAX < held <= sandbox._CODE_BYTES
-    )
+    assert len(sandbox._CODE.keys()) == sandbox._CODE.entries
+    env.from_string("x" * (sandbox._CODE.largest + 1))
+    assert all(len(key[0]) <= sandbox._CODE.largest for key in sandbox._CODE.keys())
+
+
+def test_two_plans_bodies_of_the_same_name_render_their_own(tmp_path: Path) -> None:
+    """Every plan's first inline body is template `inline:0`: kept by its text, each plan's is its own."""
+    texts = []
+    for word in ("first", "second", "first"):
+        plan = tmp_path / f"{word}-{len(texts)}.yaml"
+        plan.write_text(f"plan: p\nvars: {{w: {word}}}\njobs:\n  - name: j\n    run: echo {word} {{{{ w }}}}\n")
+        compiled = compile_plan(plan, lint=False)
+        assert not compiled.diagnostics, compiled.diagnostics
+        texts.append(compiled.jobs[0].text.rstrip("\n").rsplit("\n", 1)[-1])
+    assert texts == ["echo first first", "echo second second", "echo first first"], texts
