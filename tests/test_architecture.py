@@ -6,7 +6,6 @@ checker walks is still a circle a reader walks)."""
 
 from __future__ import annotations
 
-import ast
 import re
 import sys
 from functools import cache
@@ -14,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests import sources
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("plancompiler", "runner")
-# One worker runs them all (`--dist loadgroup`): a process parses every module once (`imports` below), and spread
-# over the workers, each that ran one of them parsed both packages again (0.3-0.6 s of CPU each).
+# One worker runs them all (`--dist loadgroup`), and the other tests that read the source (tests/sources.py: each
+# file parsed once a process): spread over the workers, each that ran one of them parsed the files again (0.3-0.6 s
+# of CPU each).
 pytestmark = pytest.mark.xdist_group("architecture")
 # The runner's parts (runner/service/, and the control requests it carries out) and its foundations: a
 # foundation imports no part.
@@ -101,16 +103,16 @@ def imports(module: str) -> frozenset[str]:
     path = modules()[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
+    for node in sources.facts(path).imports:
+        if node.module is None:
+            found.update(node.names)
+        else:
+            base = node.module
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parent + ([base] if base else []))
-            for alias in node.names:
-                full = f"{base}.{alias.name}"
+            for name in node.names:
+                full = f"{base}.{name}"
                 found.add(full if full in modules() else base)
     return frozenset(found - {module})
 
@@ -192,9 +194,8 @@ def test_no_test_module_imports_another() -> None:
     module imported by another runs its module-level code twice and ties one file's tests to the other's."""
     found = []
     for path in sorted((REPO / "tests").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        for node in sources.facts(path).imports:
+            names = list(node.names) if node.module is None else [node.module]
             found += [f"{path.relative_to(REPO)}: {name}" for name in names if name.split(".")[-1].startswith("test_")]
     assert not found, found
 

@@ -4,7 +4,6 @@ and what a command raises is printed as `plan: MESSAGE` with that code, never a 
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from plancompiler import errors
 from plancompiler.cli import app
 from plancompiler.transport import Endpoint, classify
+from tests import sources
 from tests.conftest import REPO, RunnerProcess, plan_cli
 
 pytestmark = pytest.mark.usefixtures("plan_env")
@@ -25,14 +25,13 @@ FAMILY = {
 }
 
 
+@pytest.mark.xdist_group("architecture")  # beside the other tests that read the source: parsed once (tests/sources.py)
 def test_every_error_the_plan_side_reports_is_of_the_family() -> None:
     for path in sorted((REPO / "plancompiler").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and any(
-                isinstance(b, ast.Name) and b.id.endswith(("Exception", "Error")) for b in node.bases
-            ):
+        for node in sources.facts(path).classes:
+            if any(base.endswith(("Exception", "Error")) for base in node.bases):
                 internal = node.name in INTERNAL or node.name.startswith("_")  # a module's own, caught in it
-                kin = {b.id for b in node.bases if isinstance(b, ast.Name)} & FAMILY  # a kind of one of them
+                kin = set(node.bases) & FAMILY  # a kind of one of them
                 assert internal or kin or path.name == "errors.py", f"{path.relative_to(REPO)}: {node.name}"
     codes = {cls: cls("x").code for cls in (errors.PlanError, errors.Unreachable, errors.AgentError)}
     assert codes == {errors.PlanError: 2, errors.Unreachable: 3, errors.AgentError: 1}
@@ -85,6 +84,7 @@ def test_the_runner_ends_with_its_error_s_code(tmp_path: Path) -> None:
     assert second.returncode == 3 and "runner: another runner (pid" in second.stderr, second.stderr
 
 
+@pytest.mark.xdist_group("architecture")
 def test_the_agent_raises_its_errors_and_answers_them_in_one_place(tmp_path: Path) -> None:
     """A handler raises runner.errors.AgentError; runner.agent.dispatch.answer alone turns it into the answer,
     and the plan side types that answer into its family."""
@@ -113,10 +113,9 @@ def test_the_agent_raises_its_errors_and_answers_them_in_one_place(tmp_path: Pat
         REPO / "runner/pushlock.py",
     ]
     for path in sorted(handlers):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Dict) and path.name != "dispatch.py":
-                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
-                assert not keys & {"error", "controller_down"}, f"{path.relative_to(REPO)}:{node.lineno}"
+        for line, keys in sources.facts(path).dict_keys:
+            if path.name != "dispatch.py":
+                assert not keys & {"error", "controller_down"}, f"{path.relative_to(REPO)}:{line}"
     # the plan side: the same answers, typed
     endpoint = Endpoint(label="lab", root="/r")
     with pytest.raises(errors.ControllerDown):

@@ -6,7 +6,6 @@ keywords the schema uses; where both are there, each case is checked by both and
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import textwrap
@@ -20,6 +19,7 @@ from typer.testing import CliRunner
 
 from plancompiler.cli import app
 from plancompiler.models import Plan
+from tests import sources
 from tests.conftest import REPO
 
 Check = Callable[[Any], bool]
@@ -123,15 +123,15 @@ def _fixture_plans() -> dict[str, Any]:
     """Each YAML plan the tests write, from their string literals: `where -> data`."""
     plans = {}
     for path in sorted((REPO / "tests").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and "jobs:" in node.value):
+        for line, text in sources.facts(path).strings:
+            if "jobs:" not in text:
                 continue
             try:
-                data = yaml.safe_load(textwrap.dedent(node.value))
+                data = yaml.safe_load(textwrap.dedent(text))
             except yaml.YAMLError:
                 continue
             if isinstance(data, dict) and "plan" in data:
-                plans[f"{path.relative_to(REPO)}:{node.lineno}"] = data
+                plans[f"{path.relative_to(REPO)}:{line}"] = data
     return plans
 
 
@@ -142,6 +142,7 @@ def test_every_plan_of_plans_validates(valid: Check) -> None:
         assert valid(yaml.safe_load(path.read_text())), path
 
 
+@pytest.mark.xdist_group("architecture")  # beside the other tests that read the source: parsed once (tests/sources.py)
 def test_the_schema_takes_the_fixtures_plans_the_compiler_takes_and_refuses_the_others(valid: Check) -> None:
     plans = _fixture_plans()
     assert len(plans) > 50
