@@ -605,17 +605,21 @@ def test_random_well_formed_templates_never_run_a_value(tmp_path: Path) -> None:
     compiled = compile_plan(plan, lint=False)
     assert {d.code for d in compiled.diagnostics} <= {"R005", "R006"}
     assert len(compiled.jobs) > 60  # most well-formed templates render; the rest are refused with a place
-    # One bash runs them all, each job in a bash of its own in a directory of its own (as the grid test does).
+    # One bash runs them all, each job in a bash of its own in a directory of its own (as the grid test does),
+    # and says each job's name once it has run (a builtin: a `mkdir` a job was a quarter of the script's programs).
     (tmp_path / "jobs.sh").write_text(
         "".join(
-            f"mkdir {job.name} && (cd {job.name} && timeout 20 bash -c {shlex.quote(job.text)} "
-            "</dev/null >/dev/null 2>&1)\n"
+            f"(cd {job.name} && timeout 20 bash -c {shlex.quote(job.text)} </dev/null >/dev/null 2>&1)\n"
+            f"echo {job.name}\n"
             for job in compiled.jobs
         )
     )
     work = tmp_path / "work"
     work.mkdir()
-    subprocess.run(["bash", str(tmp_path / "jobs.sh")], cwd=work, capture_output=True, timeout=600)
+    for job in compiled.jobs:
+        (work / job.name).mkdir()
+    run = subprocess.run(["bash", str(tmp_path / "jobs.sh")], cwd=work, capture_output=True, timeout=600)
+    assert run.stdout.decode().split() == [job.name for job in compiled.jobs], run.stderr[-2000:]
     assert sorted(p.name for p in work.iterdir()) == sorted(job.name for job in compiled.jobs)
     ran = sorted(p.parent.name for p in work.glob("*/PWNED"))
     assert not ran, [(cases[int(name[1:])], name) for name in ran][:5]
@@ -1007,22 +1011,23 @@ def test_interpreters_behind_wrappers_and_options_never_run_a_value(tmp_path: Pa
     compiled = compile_plan(plan, lint=False)
     assert {d.code for d in compiled.diagnostics} <= {"R005", "R006"}
     assert len(compiled.jobs) > 60  # the grid's data-only forms render (`source {}` names a program: refused)
-    script = []
-    for job in compiled.jobs:
-        body = job.text.split("\n", job.header_lines)[-1]
-        script.append(
-            f"mkdir {job.name} && (cd {job.name} && timeout 5 bash -c {shlex.quote(body)} </dev/null >/dev/null 2>&1)\n"
-        )
-    (tmp_path / "grid.sh").write_text("".join(script))
     work = tmp_path / "work"
     work.mkdir()
-    subprocess.run(
+    script = []
+    for job in compiled.jobs:
+        (work / job.name).mkdir()  # here, not by a `mkdir` a job (a quarter of the script's programs)
+        body = job.text.split("\n", job.header_lines)[-1]
+        script.append(f"(cd {job.name} && timeout 5 bash -c {shlex.quote(body)} </dev/null >/dev/null 2>&1)\n")
+        script.append(f"echo {job.name}\n")  # it has run
+    (tmp_path / "grid.sh").write_text("".join(script))
+    run = subprocess.run(
         ["bash", str(tmp_path / "grid.sh")],
         cwd=work,
         timeout=600,
         capture_output=True,
         env={"PATH": "/usr/bin:/bin", "HOME": str(work), "SHELL": "/bin/bash"},
     )
+    assert run.stdout.decode().split() == [job.name for job in compiled.jobs], run.stderr[-2000:]
     assert len(list(work.iterdir())) == len(compiled.jobs)
     ran = sorted(p.parent.name for p in work.glob("*/PWNED"))
     assert not ran, [(bodies[int(n.split("-")[0][1:])], GRID_VALUES[int(n.split("-")[1])]) for n in ran][:5]
