@@ -23,6 +23,9 @@ from tests import sources
 from tests.conftest import REPO
 
 Check = Callable[[Any], bool]
+# Beside the other tests that read the source (tests/sources.py: tests/ parsed once a process), and all on that one
+# worker, so that the module's schema checks (`valid`) are built once, not on each worker that ran one of them.
+pytestmark = pytest.mark.xdist_group("architecture")
 
 
 def _schema() -> dict[str, Any]:
@@ -142,7 +145,6 @@ def test_every_plan_of_plans_validates(valid: Check) -> None:
         assert valid(yaml.safe_load(path.read_text())), path
 
 
-@pytest.mark.xdist_group("architecture")  # beside the other tests that read the source: parsed once (tests/sources.py)
 def test_the_schema_takes_the_fixtures_plans_the_compiler_takes_and_refuses_the_others(valid: Check) -> None:
     plans = _fixture_plans()
     assert len(plans) > 50
