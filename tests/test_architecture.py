@@ -195,7 +195,10 @@ def test_no_test_module_imports_another() -> None:
     found = []
     for path in sorted((REPO / "tests").rglob("*.py")):
         for node in sources.facts(path).imports:
-            names = list(node.names) if node.module is None else [node.module]
+            # `import tests.x.test_y`, `from tests.x.test_y import z`, and `from tests.x import test_y`
+            names = (
+                list(node.names) if node.module is None else [node.module, *(f"{node.module}.{n}" for n in node.names)]
+            )
             found += [f"{path.relative_to(REPO)}: {name}" for name in names if name.split(".")[-1].startswith("test_")]
     assert not found, found
 
