@@ -175,13 +175,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         """Jinja's parse, then every loop counted and every `~` chain bounded before it is joined."""
         tree = super()._parse(source, name, filename)
-        for loop in tree.find_all(nodes.For):
-            loop.iter = nodes.Call(nodes.Name("_plan_loop", "load"), [loop.iter], [], None, None, lineno=loop.lineno)
-        for concat in list(tree.find_all(nodes.Concat)):
-            call = nodes.Call(
-                nodes.Name("_plan_concat", "load"), [nodes.List(concat.nodes)], [], None, None, lineno=concat.lineno
-            )
-            _replace(tree, concat, call)
+        _bound(tree)
         return tree
 
     def _finalizer(self, inner: Callable[..., Any] | None) -> Callable[..., Any]:
@@ -366,16 +360,28 @@ def _named(code: CodeType, filename: str) -> CodeType:
     return code.replace(co_filename=filename, co_consts=consts)
 
 
-def _replace(tree: nodes.Node, old: nodes.Node, new: nodes.Node) -> None:
-    """Put NEW where OLD is in TREE (jinja nodes keep children in named fields and lists)."""
-    for node in [tree, *tree.find_all(nodes.Node)]:
-        for field in node.fields:
+def _bound(tree: nodes.Node) -> None:
+    """Every loop in TREE counted (its iterable through _plan_loop) and every `~` chain made a _plan_concat call
+    on the list of its parts, in one walk (a chain's parts, other chains among them, are walked in the call)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, nodes.For):
+            node.iter = nodes.Call(nodes.Name("_plan_loop", "load"), [node.iter], [], None, None, lineno=node.lineno)
+        for field in node.fields:  # jinja nodes keep their children in named fields and lists
             value = getattr(node, field, None)
-            if value is old:
-                setattr(node, field, new)
-                return
-            if isinstance(value, list):
+            if isinstance(value, nodes.Node):
+                value = _joined(value)
+                setattr(node, field, value)
+                stack.append(value)
+            elif isinstance(value, list):
                 for i, item in enumerate(value):
-                    if item is old:
-                        value[i] = new
-                        return
+                    if isinstance(item, nodes.Node):
+                        value[i] = item = _joined(item)
+                        stack.append(item)
+
+
+def _joined(node: nodes.Node) -> nodes.Node:
+    if not isinstance(node, nodes.Concat):
+        return node
+    return nodes.Call(nodes.Name("_plan_concat", "load"), [nodes.List(node.nodes)], [], None, None, lineno=node.lineno)
