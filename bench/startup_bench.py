@@ -17,7 +17,8 @@ loader's own trust check of the copy.
 CPU is the process's own user + system time (wait4), which the machine's load disturbs less than the wall time.
 --rows keeps the rows whose name holds one of the words. --count runs each row once per checkout and counts
 instead of timing: the instructions of its Python process (valgrind's callgrind; a child it starts, such as git,
-is not counted), and the modules it imports (`-X importtime`), both deterministic under any load.
+is not counted; a runner stops itself after exactly one tick, as SIGTERM stops it), and the modules it imports
+(`-X importtime`), both deterministic under any load.
 """
 
 from __future__ import annotations
@@ -132,6 +133,20 @@ def attempt(work: Path) -> Step:
     return step
 
 
+# A runner that stops itself once its first tick has ended (where the loop would rest until the next), as SIGTERM
+# stops it: under a counter the tick is too slow to time the signal, and the ticks its own moves wake differ.
+_ONE_TICK = """import os, signal, sys
+from runner.service import loop
+rest = loop._wait
+def stop(*args):
+    os.kill(os.getpid(), signal.SIGTERM)
+    rest(*args)
+loop._wait = stop
+from runner.__main__ import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def first_tick(work: Path) -> Step:
     """A runner on a new empty root under WORK: started, its first status.json waited for, then SIGTERM."""
     count = iter(range(1 << 30))
@@ -139,6 +154,8 @@ def first_tick(work: Path) -> Step:
     def step(tree: Path, env: Mapping[str, str], how: How) -> Sample:
         root = work / f"root-{next(count)}"
         argv = [PY, "-S", "-m", "runner", "run", "--root", str(root), "--tick", "10"]
+        if how.prefix:  # counted: exactly one tick, however slow the counter makes it
+            argv[2:4] = ["-c", _ONE_TICK]
         started = time.perf_counter()
         proc = _start(argv, env, tree, how)
         assert proc.stdin is not None
@@ -149,7 +166,8 @@ def first_tick(work: Path) -> Step:
                 raise RuntimeError(f"{' '.join(argv)}: no first tick (rc {proc.poll()})")
             time.sleep(0.001)
         wall = time.perf_counter() - started
-        proc.send_signal(signal.SIGTERM)
+        if not how.prefix:
+            proc.send_signal(signal.SIGTERM)
         _, cpu = _wait(proc, started, argv)
         return wall, cpu
 
