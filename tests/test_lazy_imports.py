@@ -133,3 +133,18 @@ def test_every_name_the_watch_door_offers_is_found_in_its_part() -> None:
     assert sorted(door._PARTS) == sorted(door.__all__)
     for name in door.__all__:
         assert getattr(door, name) is not None, name
+
+
+def test_an_agent_answering_status_loads_no_pushlock_and_a_session_still_releases(queue_root: Path) -> None:
+    """The agent releases its locks at its end through runner.pushlock only where a request loaded it (a lock,
+    and a root made for a push, live in that module's state); a status answer takes none. A session's lock is
+    still released at stdin's end: the root its lock made, never installed into, is removed."""
+    code = "import sys\nfrom runner.__main__ import main\nmain(sys.argv[1:])\nprint()"
+    loaded = _loaded(code, "agent", "status", str(queue_root), stdin="{}")
+    assert "runner.agent.handlers" in loaded and "runner.pushlock" not in loaded
+    made = queue_root.parent / "made-by-a-lock"
+    stdin = json.dumps({"mode": "lock", "wait_s": 0, "create": True}) + "\n"
+    argv = [sys.executable, "-S", "-m", "runner", "agent", "session", str(made)]
+    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
+    assert json.loads(proc.stdout.splitlines()[0]) == {"locked": True}, proc.stdout
+    assert not made.exists()

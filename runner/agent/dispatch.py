@@ -13,7 +13,6 @@ import json
 import os
 import sys
 
-from runner import pushlock
 from runner.agent import wire
 from runner.errors import AgentError
 from runner.files import loads, parent_problem, root_problems
@@ -100,7 +99,16 @@ def session(root: str) -> int:
             sys.stdout.write(json.dumps(answer(str(request.pop("mode", "")), root, request)) + "\n")
             sys.stdout.flush()
     finally:
-        pushlock.release_lock()
+        _release()
+
+
+def _release() -> None:
+    """Every lock this agent holds released (and the roots it made for a push that never installed removed): a
+    lock is taken, and a root made, only by runner.pushlock, which a request that takes none (status, most of
+    them) never imports: its state lives in that module, so a process that has not imported it holds nothing."""
+    taken = sys.modules.get("runner.pushlock")
+    if taken is not None:
+        taken.release_lock()
 
 
 def main(argv: list[str]) -> int:
@@ -120,5 +128,5 @@ def main(argv: list[str]) -> int:
     try:
         sys.stdout.write(json.dumps(answer(mode, root, request)))
     finally:
-        pushlock.release_lock()
+        _release()
     return 0

@@ -32,7 +32,7 @@ from runner.slurm.jsonfields import RecordError
 from runner.slurm.result import AttemptResult
 from runner.slurm.wrapper import retry_script, submit_env, write_once
 
-_DEP = re.compile(r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?")
+_DEP = r"(\w+):(\d+(?:_\d+|_\*)?)(?:\((\w+)\))?"  # compiled by re (and kept in its cache) at a first repoint only
 
 
 def repoint(dependency: str, old: int | str, new: int | str, task: str = "") -> str | None:
@@ -43,7 +43,7 @@ def repoint(dependency: str, old: int | str, new: int | str, task: str = "") -> 
     parts: dict[str, list[str]] = {}
     found = False
     array, _, index = str(old).partition("_")
-    for kind, ident, status in _DEP.findall(dependency):
+    for kind, ident, status in re.findall(_DEP, dependency):
         if status and status != "unfulfilled":
             continue
         if ident == str(old) or (kind == "aftercorr" and ident == f"{array}_*" and index and task == index):
