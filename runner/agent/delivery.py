@@ -295,6 +295,9 @@ def _apply(root: str, pending: dict[str, Any], manifest: dict[str, Any], table: 
             holders.append(manifest)
         # compact, so the C encoder writes it (indented, 10 000 jobs took 6x as long: most of an install's CPU)
         atomic_write(Path(root) / "manifest.json", (json_with(manifest, holders, table, True) + "\n").encode())
+    # The stage before the record: an install killed between the two is finished by the next one (each staged file
+    # read as landed), and none killed after them leaves a stage no record names.
+    shutil.rmtree(stage, ignore_errors=True)
     os.unlink(os.path.join(root, INSTALL_RECORD))
     fsync_dir(Path(root))
     result["generation"] = manifest["generation"]

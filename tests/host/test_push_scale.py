@@ -342,6 +342,29 @@ def test_an_install_killed_during_its_renames_is_finished_before_any_job_starts(
             (root / "running" / job).unlink()
 
 
+def test_no_moment_after_an_install_record_is_gone_leaves_its_stage(
+    fast_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stage is removed before the install record: an install killed at any moment after its record is gone
+    has left no stage that no record names (before, a kill between the two left one of 10 000 files for an hour)."""
+    root = fast_dir / "q"
+    stages_when_the_record_went: list[list[str]] = []
+    unlink = os.unlink
+
+    def watched(path: Any, *args: Any, **kwargs: Any) -> None:
+        if os.path.basename(path) == ".install.json":
+            stages_when_the_record_went.append([p.name for p in root.iterdir() if p.name.startswith(".plan-stage-")])
+        unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", watched)
+    try:
+        delivery.install(str(root), install_request(version("v1", 0, 300), {}, None))
+    finally:
+        pushlock.release_lock()
+    assert stages_when_the_record_went == [[]]
+    assert len(queue_of(root)) == 300
+
+
 def test_the_box_agent_killed_during_its_renames_leaves_an_install_the_next_push_finishes(
     sshd: Sshd, fast_dir: Path
 ) -> None:
