@@ -8,10 +8,10 @@ import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from runner import jobfile
-from runner.durations import parse_duration
+from runner.durations import parse_duration, parse_limit
 
 if TYPE_CHECKING:
     from pydantic import GetJsonSchemaHandler
@@ -62,6 +62,7 @@ _DURATION = _ONE_LINE + r" *[0-9]+(\.[0-9]+)? *[smhd]? *$"
 _LIMIT = _ONE_LINE + r"(?= *[0-9.]*[1-9]) *[0-9]+(\.[0-9]+)? *[smhd]? *$"  # a duration of more than 0
 _WAIT_SCHEMA: list[Any] = [{"type": "string", "pattern": _DURATION}, {"type": "number", "minimum": 0}]
 _NONE: dict[str, Any] = {"type": "null"}  # the key given no value: as if left out
+_LIMIT_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "string", "pattern": _LIMIT}, {"type": "number", "exclusiveMinimum": 0}, _NONE]}
 _KINDS = {
     "nonempty": "a file that is not empty (test -s)",
     "dir": "a directory (test -d)",
@@ -186,11 +187,7 @@ class Job(Strict):
         "written as the # PRIORITY= header",
     )
     timeout: str | None = Field(
-        None,
-        description="wall-clock limit: 90, 90s, 10m, 6h (more than 0)",
-        json_schema_extra={
-            "anyOf": [{"type": "string", "pattern": _LIMIT}, {"type": "number", "exclusiveMinimum": 0}, _NONE]
-        },
+        None, description="wall-clock limit: 90, 90s, 10m, 6h (more than 0)", json_schema_extra=_LIMIT_SCHEMA
     )
     gpus: int | None = Field(
         None,
@@ -200,7 +197,7 @@ class Job(Strict):
         "host its GRES count (--gres=gpu:N)",
     )
     warn_after: str | None = Field(
-        None, description="running longer raises long-running", json_schema_extra={"anyOf": [*_WAIT_SCHEMA, _NONE]}
+        None, description="running longer raises long-running (more than 0)", json_schema_extra=_LIMIT_SCHEMA
     )
     expect_wait: str | dict[str, str] | None = Field(
         None,
@@ -225,12 +222,13 @@ class Job(Strict):
     def _duration(cls, value: Any) -> Any:
         return _check_duration(None if value is None else str(value))
 
-    @field_validator("timeout")
+    @field_validator("timeout", "warn_after")
     @classmethod
-    def _limit(cls, value: str | None) -> str | None:
-        """Checked as the runner reads TIMEOUT (runner.jobfile.parse_timeout): 0 would end every attempt at once."""
+    def _limit(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Checked as the runner reads TIMEOUT and WARN_AFTER (runner.durations.parse_limit): a TIMEOUT of 0 would end
+        every attempt at once, a WARN_AFTER of 0 call every run long-running as it starts."""
         if value is not None:
-            jobfile.parse_timeout(value)
+            parse_limit(str(info.field_name).upper(), value)
         return value
 
     @field_validator("retries", mode="before")

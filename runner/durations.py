@@ -31,3 +31,18 @@ def format_duration(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+# What a limit of 0 would do, and what giving none means.
+_AT_ZERO = {
+    "TIMEOUT": "would end every attempt at once: give more than 0, or none for no limit",
+    "WARN_AFTER": "would call every run long-running as it starts: give more than 0, or none for its lane's",
+}
+
+
+def parse_limit(key: str, text: str) -> float:
+    """A job header's KEY (TIMEOUT or WARN_AFTER) in seconds, more than 0: a TIMEOUT of 0 would end every attempt
+    as it starts, a WARN_AFTER of 0 raise long-running for every job as it starts."""
+    if (seconds := parse_duration(text)) > 0:
+        return seconds
+    raise ValueError(f"{text.strip()!r} {_AT_ZERO[key]}")

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from runner.durations import parse_duration
+from runner.durations import parse_duration, parse_limit
 
 if TYPE_CHECKING:
     from typing import Optional, Tuple
@@ -316,7 +316,7 @@ def _typed(
     for key in durations:
         if key in header:
             try:
-                durations[key] = (parse_timeout if key == "TIMEOUT" else parse_duration)(header[key])
+                durations[key] = parse_limit(key, header[key])
             except ValueError as exc:
                 return Invalid(f"{key}: {exc}", where[key])
     gpus = 1
@@ -370,13 +370,6 @@ def parse_expect_wait(text: str) -> tuple[tuple[str, float], ...]:
             raise ValueError(f"{reason if reason != '*' else 'the default'} given twice")
         found.append((reason, parse_duration(value)))
     return tuple(found)
-
-
-def parse_timeout(text: str) -> float:
-    """TIMEOUT's seconds, more than 0: a limit of 0 would end every attempt as it starts (no TIMEOUT: no limit)."""
-    if (seconds := parse_duration(text)) > 0:
-        return seconds
-    raise ValueError(f"{text.strip()!r} would end every attempt at once: give more than 0, or none for no limit")
 
 
 # Header key -> the job-file format (status.json's format_version) that first reads it.

@@ -172,7 +172,7 @@ TAKEN = [
     {"done_if": {"nonempty": "/o"}},
     {"done_if": ["/o", {"sh": "test -s /o", "external": True}]},
     {"timeout": 90, "warn_after": "6h"},
-    {"timeout": "10m", "warn_after": 0, "expect_wait": "2d"},
+    {"timeout": "10m", "warn_after": 90, "expect_wait": "2d"},
     {"timeout": 0.5, "expect_wait": {"requires": "2d", "gpu-foreign": 3600}},
     {"timeout": None, "template": None},
     {"template": "t.sh.j2", "run": None, "with": {"x": 1}, "foreach": {"i": {"range": [0, 3]}}},
@@ -192,6 +192,8 @@ REFUSED = [
     {"timeout": "soon"},
     {"timeout": -5},
     {"warn_after": "-1"},
+    {"warn_after": 0},
+    {"warn_after": "0.0h"},
     {"expect_wait": {"requires": "later"}},
     {"template": "t.sh.j2"},  # and run: both bodies
     {"run": None},  # neither

@@ -116,3 +116,17 @@ def test_a_timeout_of_0_is_refused_by_the_runner_as_by_the_compiler() -> None:
     parsed = jobfile.parse("a.job", b"# TIMEOUT=0.5\necho hi\n")
     assert isinstance(parsed, jobfile.JobFile) and parsed.timeout_s == 0.5
     assert Job(name="a", run="true", timeout="0.5").timeout == "0.5"
+
+
+def test_a_warn_after_of_0_is_refused_by_the_runner_as_by_the_compiler() -> None:
+    """`warn_after: 0` passed every check, and then every run of the job was long-running as it started: an alert
+    for each job at once. Refused as TIMEOUT=0 is, with the same reason on both sides."""
+    for text in ("0", "0s", " 0.0m", "00"):
+        parsed = jobfile.parse("a.job", f"# LANE=cpu\n# WARN_AFTER={text}\necho hi\n".encode())
+        reason = f"{text.strip()!r} would call every run long-running as it starts: give more than 0, or none for its"
+        assert isinstance(parsed, jobfile.Invalid) and str(parsed).startswith(f"line 2: WARN_AFTER: {reason}")
+        with pytest.raises(ValidationError, match=re.escape(reason)):
+            Job(name="a", run="true", warn_after=text)
+    parsed = jobfile.parse("a.job", b"# WARN_AFTER=90s\necho hi\n")
+    assert isinstance(parsed, jobfile.JobFile) and parsed.warn_after_s == 90
+    assert Job(name="a", run="true", warn_after="1h").warn_after == "1h"
