@@ -36,7 +36,7 @@ def format_duration(seconds: float) -> str:
 # What a limit of 0 would do, and what giving none means.
 _AT_ZERO = {
     "TIMEOUT": "would end every attempt at once: give more than 0, or none for no limit",
-    "WARN_AFTER": "would call every run long-running as it starts: give more than 0, or none for its lane's",
+    "WARN_AFTER": "would call every run long-running as it starts: give more than 0, or none for its lane's default",
 }
 
 
