@@ -62,7 +62,9 @@ _DURATION = _ONE_LINE + r" *[0-9]+(\.[0-9]+)? *[smhd]? *$"
 _LIMIT = _ONE_LINE + r"(?= *[0-9.]*[1-9]) *[0-9]+(\.[0-9]+)? *[smhd]? *$"  # a duration of more than 0
 _WAIT_SCHEMA: list[Any] = [{"type": "string", "pattern": _DURATION}, {"type": "number", "minimum": 0}]
 _NONE: dict[str, Any] = {"type": "null"}  # the key given no value: as if left out
-_LIMIT_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "string", "pattern": _LIMIT}, {"type": "number", "exclusiveMinimum": 0}, _NONE]}
+_LIMIT_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "string", "pattern": _LIMIT}, {"type": "number", "exclusiveMinimum": 0}, _NONE]
+}
 _KINDS = {
     "nonempty": "a file that is not empty (test -s)",
     "dir": "a directory (test -d)",
