@@ -120,10 +120,12 @@ class _BoundedFilters(dict[str, Any]):
     ) -> None:
         super().__init__()
         self._wrap = wrap
+        self.raw: dict[str, Callable[..., Any]] = {}  # each filter as given, unwrapped: what a compile may fold
         for name, func in filters.items():
             self[name] = func
 
     def __setitem__(self, name: str, func: Callable[..., Any]) -> None:
+        self.raw[name] = func
         super().__setitem__(name, self._wrap(name, func))
 
 
@@ -164,7 +166,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             return super().compile(source, name, filename, True, defer_init)
         if not isinstance(source, str):
             return super().compile(source, name, filename, False, defer_init)
-        key = (source, name, defer_init, self.limits, type(self), tuple(self.filters), tuple(self.tests))
+        filters = self.filters
+        folds = _folded(filters.raw if isinstance(filters, _BoundedFilters) else filters, self.tests)
+        if folds is None:  # a filter of this environment's own: its code is its own too
+            return super().compile(source, name, filename, False, defer_init)
+        key = (source, name, defer_init, self.limits, type(self), folds)
         kept = _CODE.get(key)
         if kept is not None:
             return _named(kept[0], filename or "<template>")
@@ -349,6 +355,25 @@ class BySource:
 # names of the filters and tests) is the key, and the file it was read from is put in the code handed out.
 # A compile that fails is not kept: it fails again, and says so.
 _CODE = BySource()
+
+
+def _folded(*tables: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What of the filter and test TABLES a compile reads: each one's name, and of its function what constant
+    folding would run (`{{ 'a b' }}` is folded through the _esc filter to its escaped text when the template
+    compiles). Equal code, defaults and markers: equal results in every environment. None where a function is a
+    closure made at run time (the lint's shape escaper, of the escaper's name): what it folds to is its own, so
+    code it folded is never handed to another environment, nor another's to it."""
+    found: list[Any] = []
+    for table in tables:
+        for name, func in table.items():
+            code = getattr(func, "__code__", None)
+            if code is not None and func.__closure__ is None:  # a plain function: equal code, equal results
+                found.append((name, code, func.__defaults__, getattr(func, "jinja_pass_arg", None)))
+            elif "<locals>" in getattr(func, "__qualname__", ""):  # a closure made at run time
+                return None
+            else:  # a builtin, a class, a module's own closure (jinja's async variants): itself, never freed
+                found.append((name, func))
+    return tuple(found)
 
 
 def _named(code: CodeType, filename: str) -> CodeType:
