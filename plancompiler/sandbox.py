@@ -161,11 +161,21 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         raw: bool = False,
         defer_init: bool = False,
     ) -> str | CodeType:
-        """Jinja's compile, each distinct template once a process (see _CODE)."""
-        if raw:
-            return super().compile(source, name, filename, True, defer_init)
-        if not isinstance(source, str):
-            return super().compile(source, name, filename, False, defer_init)
+        """Jinja's compile, each distinct template once a process (see _CODE). What constant folding charges the
+        budget (a filter it runs) is handed back: a template included or imported while a job renders is compiled
+        then, and a first compile must not count against that job what code kept from before never charges."""
+        budget = self.budget
+        loops, produced = budget.loops, budget.produced
+        try:
+            return self._compiled(source, name, filename, raw, defer_init)
+        finally:
+            budget.loops, budget.produced = loops, produced
+
+    def _compiled(
+        self, source: str | nodes.Template, name: str | None, filename: str | None, raw: bool, defer_init: bool
+    ) -> str | CodeType:
+        if raw or not isinstance(source, str):
+            return super().compile(source, name, filename, raw, defer_init)  # type: ignore[call-overload]
         filters = self.filters
         folds = _folded(filters.raw if isinstance(filters, _BoundedFilters) else filters, self.tests)
         if folds is None:  # a filter of this environment's own: its code is its own too

@@ -129,3 +129,18 @@ if __name__ == "__main__":  # the fresh process: each plan with the caches empty
         plainvalue._BODIES.clear()
         for_each.append(outcome(plan, options))
     print(json.dumps(for_each))
+
+
+def test_an_included_templates_folding_is_not_charged_to_the_job_that_first_includes_it(tmp_path: Path) -> None:
+    """An included template compiles while a job renders; constant folding runs its filters then (17 values of
+    512 bytes, each within --max-size 512): charged to that job, they took it past 16 x 512 bytes in all, so
+    the first job of a fresh process was refused and every later one (the code kept) was not."""
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "inc.sh").write_text("echo {{ ('x' | center(512)) | length }}\n" * 17)
+    (tmp_path / "templates" / "t.sh").write_text("{% include 'inc.sh' %}")
+    plan = tmp_path / "p.yaml"
+    plan.write_text("plan: p\njobs:\n  - name: j{{ i }}\n    foreach: {i: [1, 2]}\n    template: t.sh\n")
+    sandbox._CODE.clear()
+    for _ in range(2):
+        compiled = compile_plan(plan, lint=False, limits=Limits(max_size=512))
+        assert [j.name for j in compiled.jobs] == ["j1", "j2"] and not compiled.diagnostics, compiled.diagnostics
