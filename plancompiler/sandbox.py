@@ -180,7 +180,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         folds = _folded(filters.raw if isinstance(filters, _BoundedFilters) else filters, self.tests)
         if folds is None:  # a filter of this environment's own: its code is its own too
             return super().compile(source, name, filename, False, defer_init)
-        key = (source, name, defer_init, self.limits, type(self), folds)
+        key = (source, name, defer_init, self.limits, type(self), folds, self.loader is None)
         kept = _CODE.get(key)
         if kept is not None:
             return _named(kept[0], filename or "<template>")
@@ -358,12 +358,13 @@ class BySource:
 
 
 # Each template's code, compiled once a process: a compile (the shell reader's rewrite, jinja's parse and code
-# generation, Python's compile) is most of rendering a plan, and `plan check` compiles its templates twice (the
-# jobs, then their shapes), a test session hundreds of times. The code is the same in every environment of one
-# configuration: the budget, the globals and the filters' functions are looked up when it runs, never compiled
-# in; what the compile itself reads (the source, its name, the limits constant folding is checked against, the
-# names of the filters and tests) is the key, and the file it was read from is put in the code handed out.
-# A compile that fails is not kept: it fails again, and says so.
+# generation, Python's compile) is most of rendering a plan, and a test session compiles the same templates hundreds
+# of times. The code is the same in every environment of one configuration: the budget, the globals and the
+# filters' functions are looked up when it runs, never compiled in. What the compile itself reads is the key: the
+# source, its name, the limits and the filters and tests constant folding runs (_folded), and whether a loader is
+# there (the shell reader takes each `{{`'s column from the loader's copy of the source); the file it was read from
+# is put in the code handed out. The lint's shapes (an escaper of their own) compile apart. A compile that fails is
+# not kept: it fails again, and says so.
 _CODE = BySource()
 
 
