@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -228,6 +230,7 @@ def pytest_configure(config: pytest.Config) -> None:
     the suite invokes ~400 times); `plan` itself builds it once a process (cli.command), and the tests invoke
     that same command."""
     _scratch_in_memory(config)
+    _cache_of_the_run(config)
     import typer.main
     import typer.testing
 
@@ -238,6 +241,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if hasattr(typer.testing, "_get_command"):
         typer.testing._get_command = command  # type: ignore[assignment]
+
+
+def _cache_of_the_run(config: pytest.Config) -> None:
+    """plan's cache (shellcheck's answers, the check memo) for the tests that name none of their own: one of this
+    run's, made by the controller (its workers inherit PLAN_CACHE_DIR) under the run's scratch, not the user's
+    ~/.cache/plancompiler, which the suite filled (25 MB) and then read warm: each run's cache starts empty, as a
+    fresh machine's (CI's) does. A PLAN_CACHE_DIR already set is kept."""
+    if hasattr(config, "workerinput") or os.environ.get("PLAN_CACHE_DIR"):
+        return
+    import tempfile
+
+    os.environ["PLAN_CACHE_DIR"] = tempfile.mkdtemp(prefix="plan-cache-")
+    config.add_cleanup(functools.partial(shutil.rmtree, os.environ["PLAN_CACHE_DIR"], ignore_errors=True))
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
