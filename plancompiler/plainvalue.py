@@ -94,14 +94,15 @@ Body = tuple[tuple[tuple[str, str, str | None, tuple[Any, ...]], ...], str, int]
 
 
 # Each template's body as pieces, read once a process (a test session renders the same templates hundreds of
-# times, each from a new environment): the tree they come from is the source as the shell environment parses it.
+# times, each from a new environment): the tree they come from is the source as the shell environment parses it,
+# which takes each `{{`'s column from its loader's copy (hence whether it has one, as sandbox._CODE keys it).
 _BODIES = BySource()
 
 
 def body_of(env: jinja2.Environment, source: str, name: str) -> Body | None:
     """body_pieces of template NAME's SOURCE as ENV (a shell environment) parses it; None also where it does not
     parse (jinja reads it, and says what is wrong with it)."""
-    key = (source, name, type(env), tuple(env.extensions))
+    key = (source, name, type(env), tuple(env.extensions), env.loader is None)
     kept = _BODIES.get(key)
     if kept is not None:
         return kept[0]
